@@ -1,0 +1,2 @@
+"""Harness pieces that drive any engine: the fake model, and later strategies,
+state machines, adapters and the differential runner."""

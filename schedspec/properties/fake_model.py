@@ -1,0 +1,108 @@
+"""The harness plays the model: deterministic tokens and drafts from a seed.
+
+The token a request samples at position p is a pure function of (seed,
+request id, p), so two engines given the same trace see the same model,
+and a preempted request recomputes exactly the tokens it had. The fake
+model is a model runner: it learns each request from SchedulerOutput alone
+(prompt from scheduled_new_reqs, output count from scheduled_cached_reqs),
+so it drives any engine that speaks the spec types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from schedspec.spec import ModelRunnerOutput, SchedulerOutput
+
+
+class StepEngine(Protocol):
+    """The slice of the scheduler API that one iteration needs."""
+
+    def schedule(self) -> SchedulerOutput: ...
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> None: ...
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None: ...
+
+
+def _mix(*parts: object) -> int:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+@dataclass
+class FakeModel:
+    seed: int = 0
+    vocab_size: int = 32_000
+    # Chance that the drafter guesses a position right; verification accepts
+    # drafts up to the first wrong one.
+    draft_acceptance: float = 0.7
+    num_speculative_tokens: int = 0
+    _prompt_len: dict[str, int] = field(default_factory=dict)  # what the runner knows
+    _num_tokens: dict[str, int] = field(default_factory=dict)  # as of the last step
+
+    def token_at(self, request_id: str, position: int) -> int:
+        """The token the target model samples at this position."""
+        return _mix(self.seed, request_id, position) % self.vocab_size
+
+    def draft_at(self, request_id: str, position: int) -> int:
+        """The drafter's guess for a position: right with probability draft_acceptance."""
+        true = self.token_at(request_id, position)
+        hit = _mix(self.seed, request_id, position, "draft") % 1000 < self.draft_acceptance * 1000
+        return true if hit else (true + 1) % self.vocab_size
+
+    def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        """One forward pass over the scheduled tokens: what each request emits."""
+        for rid in scheduler_output.finished_req_ids:
+            self._prompt_len.pop(rid, None)
+            self._num_tokens.pop(rid, None)
+        computed_before: dict[str, int] = {}
+        for new in scheduler_output.scheduled_new_reqs:
+            self._prompt_len[new.request_id] = len(new.prompt_token_ids)
+            self._num_tokens[new.request_id] = len(new.prompt_token_ids)
+            computed_before[new.request_id] = new.num_computed_tokens
+        for cached in scheduler_output.scheduled_cached_reqs:
+            rid = cached.request_id
+            self._num_tokens[rid] = self._prompt_len[rid] + cached.num_output_tokens
+            computed_before[rid] = cached.num_computed_tokens
+        sampled: dict[str, list[int]] = {}
+        for rid, num_scheduled in scheduler_output.num_scheduled_tokens.items():
+            drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid, ())
+            known = self._num_tokens[rid]
+            if computed_before[rid] + num_scheduled - len(drafts) < known:
+                continue  # a prefill chunk: no logits for a new position yet
+            # Greedy verification: draft i guesses position known + i; accept
+            # up to the first wrong guess, then emit the model's own token.
+            tokens = [self.token_at(rid, known)]
+            for draft in drafts:
+                if draft != tokens[-1]:
+                    break
+                tokens.append(self.token_at(rid, known + len(tokens)))
+            sampled[rid] = tokens
+        return ModelRunnerOutput(sampled_token_ids=sampled)
+
+    def propose_drafts(self, model_output: ModelRunnerOutput) -> dict[str, list[int]]:
+        """Drafts for every request that just emitted tokens (the drafter runs after sampling)."""
+        if self.num_speculative_tokens == 0:
+            return {}
+        drafts: dict[str, list[int]] = {}
+        for rid, tokens in model_output.sampled_token_ids.items():
+            next_position = self._num_tokens[rid] + len(tokens)
+            drafts[rid] = [
+                self.draft_at(rid, next_position + i) for i in range(self.num_speculative_tokens)
+            ]
+        return drafts
+
+
+def run_step(scheduler: StepEngine, model: FakeModel) -> tuple[SchedulerOutput, ModelRunnerOutput]:
+    """schedule -> model -> update_from_output -> drafts: one engine iteration."""
+    scheduler_output = scheduler.schedule()
+    model_output = model.execute(scheduler_output)
+    scheduler.update_from_output(scheduler_output, model_output)
+    drafts = model.propose_drafts(model_output)
+    if drafts:
+        scheduler.update_draft_token_ids(drafts)
+    return scheduler_output, model_output

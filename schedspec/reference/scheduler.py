@@ -1,0 +1,353 @@
+"""The reference scheduler: vLLM V1's core scheduling path, one rule per method.
+
+Each step serves running requests first, in running order, then admits
+waiting ones in queue order, all out of one token budget. There are no
+phases: every request just tries to bring num_computed_tokens up to
+num_tokens_with_spec (prefill chunks, decodes and drafts alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from schedspec.reference.kv_cache_manager import KVCacheManager
+from schedspec.reference.request_queue import WaitingQueue, make_waiting_queue
+from schedspec.reference.step_plan import StepPlan
+from schedspec.reference.stop_checker import append_output_tokens
+from schedspec.spec import (
+    CachedRequestData,
+    ModelRunnerOutput,
+    NewRequestData,
+    OutputError,
+    Request,
+    RequestError,
+    RequestState,
+    RequestStatus,
+    SchedulerConfig,
+    SchedulerOutput,
+    State,
+    validate_new_request,
+)
+from schedspec.spec.request import check_token_ids
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.kv_cache_manager = KVCacheManager(config)
+        self.requests: dict[str, Request] = {}  # every unfinished request
+        self.waiting: WaitingQueue = make_waiting_queue(config.policy)
+        self.running: list[Request] = []  # admission order
+        self.finished_req_ids: set[str] = set()  # since the previous schedule()
+        self._num_arrivals = 0
+
+    # ----------------------------------------------------------------- requests
+
+    def add_request(self, request: Request) -> None:
+        validate_new_request(request, self.config)
+        if request.request_id in self.requests:
+            raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        request.arrival = self._num_arrivals
+        self._num_arrivals += 1
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    def finish_requests(self, request_ids: str | Iterable[str]) -> None:
+        """Abort requests wherever they are; unknown or finished ids are ignored."""
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        for rid in ids:
+            if not isinstance(rid, str):
+                raise RequestError("request_ids", f"ids must be str, got {rid!r}")
+        aborted = [self.requests[rid] for rid in dict.fromkeys(ids) if rid in self.requests]
+        running_ids = {r.request_id for r in aborted if r.status is RequestStatus.RUNNING}
+        self.running = [r for r in self.running if r.request_id not in running_ids]
+        self.waiting.remove({r.request_id for r in aborted} - running_ids)
+        for request in aborted:
+            request.status = RequestStatus.FINISHED_ABORTED
+            self._free_request(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    def _free_request(self, request: Request) -> None:
+        assert request.is_finished
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+        self.finished_req_ids.add(request.request_id)
+
+    # ----------------------------------------------------------------- schedule
+
+    def schedule(self) -> SchedulerOutput:
+        step = StepPlan(token_budget=self.config.max_num_batched_tokens)
+        cap = self._long_prefill_cap()
+        self._schedule_running(step, cap)
+        # A step that preempted admits nothing: the freed blocks go to the
+        # running requests first, and the victim cannot bounce straight back.
+        if not step.preempted:
+            self._schedule_waiting(step, cap)
+        output = self._build_output(step)
+        for rid, num_tokens in step.num_scheduled_tokens.items():
+            request = self.requests[rid]
+            request.num_computed_tokens += num_tokens
+            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
+        self.finished_req_ids = set()
+        return output
+
+    def _long_prefill_cap(self) -> int:
+        """Per-request token cap for this step; 0 (no cap) when only one request exists.
+
+        A lone request has nobody to be fair to, so it may use the whole budget.
+        """
+        if len(self.running) + len(self.waiting) > 1:
+            return self.config.long_prefill_token_threshold
+        return 0
+
+    @staticmethod
+    def _apply_cap(num_tokens: int, cap: int) -> int:
+        return cap if 0 < cap < num_tokens else num_tokens
+
+    def _schedule_running(self, step: StepPlan, cap: int) -> None:
+        config = self.config
+        req_index = 0
+        while req_index < len(self.running) and step.token_budget > 0:
+            request = self.running[req_index]
+            num_new = request.num_tokens_with_spec - request.num_computed_tokens
+            num_new = min(self._apply_cap(num_new, cap), step.token_budget)
+            # Leave room for the token this step samples: positions stay < max_model_len.
+            num_new = min(num_new, config.max_model_len - 1 - request.num_computed_tokens)
+            assert num_new >= 0, f"{request} is past max_model_len"
+            if num_new == 0:
+                req_index += 1  # skip, not break: later requests may still fit
+                continue
+            new_blocks, req_index = self._allocate_or_preempt(request, num_new, req_index, step)
+            if new_blocks is None:
+                if config.policy == "priority" and request.status is RequestStatus.PREEMPTED:
+                    continue  # it preempted itself; running[req_index] is the next one
+                break  # out of KV: nothing after it runs this step
+            step.schedule(request, num_new, new_blocks)
+            step.scheduled_running.append(request)
+            req_index += 1
+            self._schedule_drafts(request, num_new, step)
+
+    def _allocate_or_preempt(
+        self, request: Request, num_new: int, req_index: int, step: StepPlan
+    ) -> tuple[tuple[int, ...] | None, int]:
+        """allocate_slots, preempting victims until it fits or the request preempted itself.
+
+        Returns the new block ids (None on failure) and req_index adjusted for
+        victims removed before it.
+        """
+        kv = self.kv_cache_manager
+        while True:
+            blocks = kv.allocate_slots(
+                request, num_new, num_lookahead_tokens=self.config.lookahead_tokens
+            )
+            if blocks is not None:
+                return tuple(b.block_id for b in blocks), req_index
+            victim_index = self._pick_victim_index()
+            victim = self.running.pop(victim_index)
+            if victim_index < req_index:
+                req_index -= 1
+            if victim.request_id in step.num_scheduled_tokens:
+                step.unschedule(victim)  # priority only: give back its budget
+            self._preempt(victim)
+            step.preempted.append(victim)
+            if victim is request:
+                return None, req_index
+
+    def _pick_victim_index(self) -> int:
+        """fcfs: the newest running request. priority: the largest (priority, arrival)."""
+        if self.config.policy == "fcfs":
+            return len(self.running) - 1
+        return max(range(len(self.running)),
+                   key=lambda i: (self.running[i].priority, self.running[i].arrival))
+
+    def _preempt(self, request: Request) -> None:
+        """Preemption by recomputation: drop all KV, keep the tokens, queue it again."""
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        self.waiting.prepend(request)
+
+    @staticmethod
+    def _schedule_drafts(request: Request, num_new: int, step: StepPlan) -> None:
+        """Drafts ride in the same budget; a short budget drops the trailing ones.
+
+        The request's drafts are consumed either way: fresh ones arrive
+        through update_draft_token_ids before the next step.
+        """
+        if not request.spec_token_ids:
+            return
+        num_drafts = num_new + request.num_computed_tokens - request.num_tokens
+        if num_drafts > 0:
+            step.spec_decode_tokens[request.request_id] = tuple(
+                request.spec_token_ids[:num_drafts]
+            )
+        request.spec_token_ids = []
+
+    def _schedule_waiting(self, step: StepPlan, cap: int) -> None:
+        config = self.config
+        kv = self.kv_cache_manager
+        while self.waiting and step.token_budget > 0:
+            if len(self.running) >= config.max_num_seqs:
+                break
+            request = self.waiting.peek()
+            hit_blocks, num_hit = kv.get_computed_blocks(request)
+            num_new = self._apply_cap(request.num_tokens - num_hit, cap)
+            if not config.enable_chunked_prefill and num_new > step.token_budget:
+                break  # head-of-line: nothing behind it is tried this step
+            num_new = min(num_new, step.token_budget)
+            blocks = kv.allocate_slots(
+                request,
+                num_new,
+                num_new_computed_tokens=num_hit,
+                new_computed_blocks=hit_blocks,
+                num_lookahead_tokens=config.lookahead_tokens,
+                full_sequence_must_fit=True,
+                has_running_requests=bool(self.running),
+            )
+            if blocks is None:
+                break  # head-of-line on KV too
+            self.waiting.pop()
+            self.running.append(request)
+            kv.record_prefix_cache_lookup(request, num_hit)
+            if request.status is RequestStatus.WAITING:
+                step.scheduled_new.append(request)
+            else:
+                step.scheduled_resumed.append(request)
+            # New and resumed requests get their whole table, hits included.
+            step.schedule(request, num_new, kv.get_block_ids(request.request_id))
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_hit
+
+    def _build_output(self, step: StepPlan) -> SchedulerOutput:
+        new_reqs = tuple(
+            NewRequestData(
+                request_id=r.request_id,
+                prompt_token_ids=r.prompt_token_ids,
+                block_ids=step.new_block_ids[r.request_id],
+                num_computed_tokens=r.num_computed_tokens,
+            )
+            for r in step.scheduled_new
+        )
+        cached_reqs = tuple(
+            CachedRequestData(
+                request_id=r.request_id,
+                resumed=resumed,
+                new_block_ids=step.new_block_ids[r.request_id],
+                num_computed_tokens=r.num_computed_tokens,
+                num_output_tokens=r.num_output_tokens,
+            )
+            for resumed, group in ((False, step.scheduled_running), (True, step.scheduled_resumed))
+            for r in group
+        )
+        return SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached_reqs,
+            num_scheduled_tokens=dict(step.num_scheduled_tokens),
+            total_num_scheduled_tokens=sum(step.num_scheduled_tokens.values()),
+            scheduled_spec_decode_tokens=dict(step.spec_decode_tokens),
+            preempted_req_ids=frozenset(r.request_id for r in step.preempted),
+            finished_req_ids=frozenset(self.finished_req_ids),
+        )
+
+    # ------------------------------------------------------------------ outputs
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> None:
+        """Apply the model's tokens: roll back rejected drafts, append, stop, free."""
+        sampled = model_runner_output.sampled_token_ids
+        self._check_model_output(scheduler_output, sampled)
+        stopped: set[str] = set()
+        for rid in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(rid)
+            if request is None or request.is_finished:
+                continue  # aborted while the step ran
+            tokens = sampled.get(rid, ())
+            if not tokens:
+                continue  # a prefill chunk: nothing sampled yet
+            drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid, ())
+            num_rejected = len(drafts) - (len(tokens) - 1)
+            request.num_computed_tokens -= num_rejected
+            append_output_tokens(request, tokens, self.config.max_model_len)
+            if self.config.num_speculative_tokens > 0:
+                # Accepted drafts filled blocks the schedule-time registration
+                # could not know about.
+                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            if request.is_finished:
+                stopped.add(rid)
+                self._free_request(request)
+        if stopped:
+            self.running = [r for r in self.running if r.request_id not in stopped]
+
+    def _check_model_output(
+        self, scheduler_output: SchedulerOutput, sampled: Mapping[str, Sequence[int]]
+    ) -> None:
+        """Refuse an output that does not answer this step, before changing anything."""
+        scheduled = scheduler_output.num_scheduled_tokens
+        computed_before = {d.request_id: d.num_computed_tokens
+                           for d in scheduler_output.scheduled_new_reqs}
+        computed_before.update((d.request_id, d.num_computed_tokens)
+                               for d in scheduler_output.scheduled_cached_reqs)
+        for rid, tokens in sampled.items():
+            if rid not in scheduled:
+                raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
+            check_token_ids("sampled_token_ids", tokens)
+        for rid, num_tokens in scheduled.items():
+            request = self.requests.get(rid)
+            if request is None or request.is_finished:
+                continue
+            got = len(sampled.get(rid, ()))
+            drafts = len(scheduler_output.scheduled_spec_decode_tokens.get(rid, ()))
+            if computed_before[rid] + num_tokens - drafts < request.num_tokens:
+                if got:
+                    raise OutputError(
+                        "sampled_token_ids",
+                        f"request {rid!r} ran a prefill chunk and must emit no token, got {got}",
+                    )
+            elif not 1 <= got <= 1 + drafts:
+                raise OutputError(
+                    "sampled_token_ids",
+                    f"request {rid!r} must emit between 1 and {1 + drafts} tokens "
+                    f"(1 + scheduled drafts), got {got}",
+                )
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        """Set the drafts to verify next step. Drafts for a finished, unknown,
+        waiting or mid-prefill request are dropped, as vLLM does."""
+        limit = self.config.num_speculative_tokens
+        for rid, drafts in draft_token_ids.items():
+            check_token_ids("draft_token_ids", drafts)
+            if len(drafts) > limit:
+                raise OutputError(
+                    "draft_token_ids",
+                    f"request {rid!r}: at most num_speculative_tokens ({limit}) drafts, "
+                    f"got {len(drafts)}",
+                )
+        for rid, drafts in draft_token_ids.items():
+            request = self.requests.get(rid)
+            if request is None:
+                continue
+            usable = request.status is RequestStatus.RUNNING and not request.is_prefill_chunk
+            request.spec_token_ids = list(drafts) if usable else []
+
+    # --------------------------------------------------------------- inspection
+
+    def snapshot(self) -> State:
+        """The abstract state (spec.State) of this scheduler, for the invariant checks."""
+        kv = self.kv_cache_manager
+        return State(
+            config=self.config,
+            requests={
+                rid: RequestState.of(r, kv.get_block_ids(rid)) for rid, r in self.requests.items()
+            },
+            waiting=tuple(r.request_id for r in self.waiting),
+            running=tuple(r.request_id for r in self.running),
+            kv=kv.snapshot(),
+        )

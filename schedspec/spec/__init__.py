@@ -1,0 +1,37 @@
+"""The abstract model of an iteration-level LLM-serving scheduler.
+
+Depends on nothing else in schedspec; every other part depends on it.
+"""
+
+from schedspec.spec.block_hash import BlockHash, extend_block_hashes, hash_block_tokens
+from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.errors import ConfigError, OutputError, RequestError, SpecInputError
+from schedspec.spec.outputs import (
+    CachedRequestData,
+    ModelRunnerOutput,
+    NewRequestData,
+    SchedulerOutput,
+)
+from schedspec.spec.request import Request, RequestStatus, validate_new_request
+from schedspec.spec.state import KVState, RequestState, State
+
+__all__ = [
+    "BlockHash",
+    "CachedRequestData",
+    "ConfigError",
+    "KVState",
+    "ModelRunnerOutput",
+    "NewRequestData",
+    "OutputError",
+    "Request",
+    "RequestError",
+    "RequestState",
+    "RequestStatus",
+    "SchedulerConfig",
+    "SchedulerOutput",
+    "SpecInputError",
+    "State",
+    "extend_block_hashes",
+    "hash_block_tokens",
+    "validate_new_request",
+]

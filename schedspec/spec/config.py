@@ -1,0 +1,108 @@
+"""The scheduler configuration, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from schedspec.spec.errors import ConfigError
+
+Policy = Literal["fcfs", "priority"]
+POLICIES: tuple[Policy, ...] = ("fcfs", "priority")
+
+
+def _require_int(name: str, value: object, minimum: int) -> None:
+    # bool is an int subclass; True as a block size is a bug, not a 1.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(name, f"must be an int, got {value!r}")
+    if value < minimum:
+        raise ConfigError(name, f"must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    """What a scheduler instance is allowed to do; vLLM's knobs, vLLM's names.
+
+    Every field is checked in __post_init__: a bad value raises ConfigError
+    (a ValueError) naming the field and the bound it broke.
+    """
+
+    block_size: int  # tokens per KV block
+    num_blocks: int  # usable KV blocks (no reserved null block)
+    max_num_batched_tokens: int  # the per-step token budget
+    max_num_seqs: int  # most requests in the running list at once
+    max_model_len: int  # most tokens (prompt + output) a request may hold
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0  # 0 = no per-request cap
+    enable_prefix_caching: bool = False
+    watermark: float = 0.0  # fraction of num_blocks kept spare at admission
+    policy: Policy = "fcfs"
+    num_speculative_tokens: int = 0  # most drafts verified per step
+    # KV slots allocated past the scheduled tokens for a drafter that writes
+    # KV (EAGLE-style). None means num_speculative_tokens; vLLM's n-gram
+    # drafter uses 0.
+    num_lookahead_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        _require_int("block_size", self.block_size, 1)
+        _require_int("num_blocks", self.num_blocks, 1)
+        _require_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _require_int("max_num_seqs", self.max_num_seqs, 1)
+        # A prompt needs one token and must leave room for one output token.
+        _require_int("max_model_len", self.max_model_len, 2)
+        _require_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        _require_int("num_speculative_tokens", self.num_speculative_tokens, 0)
+        for flag in ("enable_chunked_prefill", "enable_prefix_caching"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(flag, f"must be a bool, got {getattr(self, flag)!r}")
+        if self.policy not in POLICIES:
+            raise ConfigError("policy", f"must be one of {POLICIES}, got {self.policy!r}")
+        if isinstance(self.watermark, bool) or not isinstance(self.watermark, int | float):
+            raise ConfigError("watermark", f"must be a float, got {self.watermark!r}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ConfigError("watermark", f"must be in [0, 1), got {self.watermark}")
+        if self.num_lookahead_tokens is None:
+            object.__setattr__(self, "num_lookahead_tokens", self.num_speculative_tokens)
+        else:
+            _require_int("num_lookahead_tokens", self.num_lookahead_tokens, 0)
+        self._check_cross_field_bounds()
+
+    def _check_cross_field_bounds(self) -> None:
+        # vLLM refuses these at start-up; each one, if allowed, lets a
+        # request wait forever or be refused only after it was admitted.
+        capacity = self.num_blocks * self.block_size
+        if capacity < self.max_model_len:
+            raise ConfigError(
+                "num_blocks",
+                f"num_blocks * block_size ({capacity}) must be >= max_model_len "
+                f"({self.max_model_len}) so that any admissible request fits an empty cache",
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ConfigError(
+                "max_num_batched_tokens",
+                f"must be >= max_model_len ({self.max_model_len}) when chunked prefill "
+                f"is off, got {self.max_num_batched_tokens}",
+            )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ConfigError(
+                "max_num_batched_tokens",
+                f"must be >= max_num_seqs ({self.max_num_seqs}), "
+                f"got {self.max_num_batched_tokens}",
+            )
+        if self.long_prefill_token_threshold > self.max_model_len:
+            raise ConfigError(
+                "long_prefill_token_threshold",
+                f"must be <= max_model_len ({self.max_model_len}), "
+                f"got {self.long_prefill_token_threshold}",
+            )
+
+    @property
+    def lookahead_tokens(self) -> int:
+        """num_lookahead_tokens resolved to an int (None means num_speculative_tokens)."""
+        assert self.num_lookahead_tokens is not None  # set in __post_init__
+        return self.num_lookahead_tokens
+
+    @property
+    def watermark_blocks(self) -> int:
+        """Spare blocks an admission must leave while something runs."""
+        return int(self.watermark * self.num_blocks)

@@ -1,0 +1,150 @@
+"""A request and its status lifecycle.
+
+WAITING --admit--> RUNNING --preempt--> PREEMPTED --admit--> RUNNING ...
+any unfinished status --stop / length cap / abort--> FINISHED_*
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.errors import RequestError
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "finished_stopped"  # EOS or a stop token
+    FINISHED_LENGTH_CAPPED = "finished_length_capped"  # max_tokens or max_model_len
+    FINISHED_ABORTED = "finished_aborted"  # finish_requests()
+
+    @property
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {
+        RequestStatus.FINISHED_STOPPED,
+        RequestStatus.FINISHED_LENGTH_CAPPED,
+        RequestStatus.FINISHED_ABORTED,
+    }
+)
+
+
+class Request:
+    """One generation request, mutated by the scheduler that owns it.
+
+    The token history is prompt followed by outputs. num_computed_tokens
+    counts the leading tokens (plus any scheduled drafts) whose KV is
+    computed or scheduled; like vLLM it is advanced at schedule time and
+    corrected when the model's output arrives.
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int,
+        eos_token_id: int | None = None,
+        stop_token_ids: Iterable[int] = (),
+        priority: int = 0,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids: tuple[int, ...] = tuple(prompt_token_ids)
+        self.max_tokens = max_tokens
+        self.eos_token_id = eos_token_id
+        self.stop_token_ids: tuple[int, ...] = tuple(stop_token_ids)
+        self.priority = priority
+        # Set by the scheduler at add_request: position in arrival order.
+        self.arrival: int = -1
+        self.all_token_ids: list[int] = list(self.prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.spec_token_ids: list[int] = []  # drafts to verify next step
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.num_preemptions = 0
+        # After schedule(): true when this step stops short of the known
+        # tokens, so the model emits nothing for this request.
+        self.is_prefill_chunk = False
+        self.stop_reason: int | None = None  # the stop token that ended it
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def append_output_token_id(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, "
+            f"tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
+            f"drafts={len(self.spec_token_ids)})"
+        )
+
+
+# Token ids are hashed as signed 64-bit ints (see block_hash.py).
+MAX_TOKEN_ID = 2**63
+
+
+def check_token_ids(field: str, token_ids: Iterable[object]) -> None:
+    """Raise RequestError unless every token id is an int in [0, 2**63)."""
+    for i, token in enumerate(token_ids):
+        if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < MAX_TOKEN_ID:
+            raise RequestError(
+                field, f"token ids must be ints in [0, 2**63), got {token!r} at index {i}"
+            )
+
+
+def validate_new_request(request: Request, config: SchedulerConfig) -> None:
+    """Refuse at the door every request that could not run to completion.
+
+    Called by add_request of every implementation, so that all engines
+    refuse the same inputs. Together with the config's capacity check this
+    guarantees that an admitted request fits an empty KV cache.
+    """
+    rid = request.request_id
+    if not isinstance(rid, str) or not rid:
+        raise RequestError("request_id", f"must be a non-empty str, got {rid!r}")
+    where = f"request {rid!r}"
+    if request.status is not RequestStatus.WAITING or request.output_token_ids:
+        raise RequestError("status", f"{where}: only a fresh WAITING request can be added")
+    if request.num_prompt_tokens == 0:
+        raise RequestError("prompt_token_ids", f"{where}: the prompt must not be empty")
+    if request.num_prompt_tokens >= config.max_model_len:
+        raise RequestError(
+            "prompt_token_ids",
+            f"{where}: prompt of {request.num_prompt_tokens} tokens must be shorter than "
+            f"max_model_len ({config.max_model_len})",
+        )
+    check_token_ids("prompt_token_ids", request.prompt_token_ids)
+    if isinstance(request.max_tokens, bool) or not isinstance(request.max_tokens, int):
+        raise RequestError("max_tokens", f"{where}: must be an int, got {request.max_tokens!r}")
+    if request.max_tokens < 1:
+        raise RequestError("max_tokens", f"{where}: must be >= 1, got {request.max_tokens}")
+    if request.eos_token_id is not None:
+        check_token_ids("eos_token_id", [request.eos_token_id])
+    check_token_ids("stop_token_ids", request.stop_token_ids)
+    if isinstance(request.priority, bool) or not isinstance(request.priority, int):
+        raise RequestError("priority", f"{where}: must be an int, got {request.priority!r}")
