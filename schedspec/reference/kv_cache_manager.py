@@ -109,10 +109,10 @@ class KVCacheManager:
             needed = self._num_blocks_to_allocate(rid, full_tokens, new_computed_blocks)
             if needed + watermark > free:
                 return None
-        total_computed = min(request.num_computed_tokens + num_new_computed_tokens,
-                             self.max_model_len)
-        num_slots = min(total_computed + num_new_tokens + num_lookahead_tokens,
-                        self.max_model_len)
+        total_computed = min(
+            request.num_computed_tokens + num_new_computed_tokens, self.max_model_len
+        )
+        num_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         if self._num_blocks_to_allocate(rid, num_slots, new_computed_blocks) + watermark > free:
             return None
 

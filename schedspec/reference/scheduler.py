@@ -162,8 +162,10 @@ class Scheduler:
         """fcfs: the newest running request. priority: the largest (priority, arrival)."""
         if self.config.policy == "fcfs":
             return len(self.running) - 1
-        return max(range(len(self.running)),
-                   key=lambda i: (self.running[i].priority, self.running[i].arrival))
+        return max(
+            range(len(self.running)),
+            key=lambda i: (self.running[i].priority, self.running[i].arrival),
+        )
 
     def _preempt(self, request: Request) -> None:
         """Preemption by recomputation: drop all KV, keep the tokens, queue it again."""
@@ -185,9 +187,7 @@ class Scheduler:
             return
         num_drafts = num_new + request.num_computed_tokens - request.num_tokens
         if num_drafts > 0:
-            step.spec_decode_tokens[request.request_id] = tuple(
-                request.spec_token_ids[:num_drafts]
-            )
+            step.spec_decode_tokens[request.request_id] = tuple(request.spec_token_ids[:num_drafts])
         request.spec_token_ids = []
 
     def _schedule_waiting(self, step: StepPlan, cap: int) -> None:
@@ -291,10 +291,12 @@ class Scheduler:
     ) -> None:
         """Refuse an output that does not answer this step, before changing anything."""
         scheduled = scheduler_output.num_scheduled_tokens
-        computed_before = {d.request_id: d.num_computed_tokens
-                           for d in scheduler_output.scheduled_new_reqs}
-        computed_before.update((d.request_id, d.num_computed_tokens)
-                               for d in scheduler_output.scheduled_cached_reqs)
+        computed_before = {
+            d.request_id: d.num_computed_tokens for d in scheduler_output.scheduled_new_reqs
+        }
+        computed_before.update(
+            (d.request_id, d.num_computed_tokens) for d in scheduler_output.scheduled_cached_reqs
+        )
         for rid, tokens in sampled.items():
             if rid not in scheduled:
                 raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")

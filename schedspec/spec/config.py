@@ -86,8 +86,7 @@ class SchedulerConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
                 "max_num_batched_tokens",
-                f"must be >= max_num_seqs ({self.max_num_seqs}), "
-                f"got {self.max_num_batched_tokens}",
+                f"must be >= max_num_seqs ({self.max_num_seqs}), got {self.max_num_batched_tokens}",
             )
         if self.long_prefill_token_threshold > self.max_model_len:
             raise ConfigError(
