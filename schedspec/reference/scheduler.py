@@ -300,7 +300,7 @@ class Scheduler:
         for rid, tokens in sampled.items():
             if rid not in scheduled:
                 raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
-            check_token_ids("sampled_token_ids", tokens)
+            check_token_ids("sampled_token_ids", tokens, OutputError)
         for rid, num_tokens in scheduled.items():
             request = self.requests.get(rid)
             if request is None or request.is_finished:
@@ -325,7 +325,7 @@ class Scheduler:
         waiting or mid-prefill request are dropped, as vLLM does."""
         limit = self.config.num_speculative_tokens
         for rid, drafts in draft_token_ids.items():
-            check_token_ids("draft_token_ids", drafts)
+            check_token_ids("draft_token_ids", drafts, OutputError)
             if len(drafts) > limit:
                 raise OutputError(
                     "draft_token_ids",

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Iterable, Sequence
 
 from schedspec.spec.config import SchedulerConfig
-from schedspec.spec.errors import RequestError
+from schedspec.spec.errors import RequestError, SpecInputError
 
 
 class RequestStatus(enum.Enum):
@@ -108,11 +108,13 @@ class Request:
 MAX_TOKEN_ID = 2**63
 
 
-def check_token_ids(field: str, token_ids: Iterable[object]) -> None:
-    """Raise RequestError unless every token id is an int in [0, 2**63)."""
+def check_token_ids(
+    field: str, token_ids: Iterable[object], error: type[SpecInputError] = RequestError
+) -> None:
+    """Raise `error` unless every token id is an int in [0, 2**63)."""
     for i, token in enumerate(token_ids):
         if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < MAX_TOKEN_ID:
-            raise RequestError(
+            raise error(
                 field, f"token ids must be ints in [0, 2**63), got {token!r} at index {i}"
             )
 

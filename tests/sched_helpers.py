@@ -1,0 +1,72 @@
+"""Small builders shared by the scheduler tests: configs, requests, hand-made model outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from schedspec.reference import Scheduler
+from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput
+
+
+def make_config(**overrides: Any) -> SchedulerConfig:
+    fields: dict[str, Any] = {
+        "block_size": 4,
+        "num_blocks": 64,
+        "max_num_batched_tokens": 512,
+        "max_num_seqs": 16,
+        "max_model_len": 256,
+    }
+    fields.update(overrides)
+    return SchedulerConfig(**fields)
+
+
+def make_scheduler(**overrides: Any) -> Scheduler:
+    return Scheduler(make_config(**overrides))
+
+
+def add(
+    scheduler: Scheduler,
+    request_id: str,
+    num_prompt_tokens: int,
+    max_tokens: int = 100,
+    *,
+    first_token: int = 1000,
+    **kwargs: Any,
+) -> Request:
+    """Add a request whose prompt is first_token, first_token + 1, ... (distinct per request)."""
+    prompt = list(range(first_token, first_token + num_prompt_tokens))
+    request = Request(request_id, prompt, max_tokens, **kwargs)
+    scheduler.add_request(request)
+    return request
+
+
+def emit(
+    scheduler: Scheduler,
+    output: SchedulerOutput,
+    tokens: Mapping[str, Sequence[int]] | None = None,
+    default_token: int = 7,
+) -> None:
+    """Answer a step: each request that finished its prefill or decoded emits
+    `tokens[id]` if given, else one `default_token`; prefill chunks emit nothing."""
+    given = dict(tokens or {})
+    sampled: dict[str, Sequence[int]] = {}
+    for rid in output.num_scheduled_tokens:
+        request = scheduler.requests.get(rid)
+        if request is None or request.is_prefill_chunk:
+            continue
+        sampled[rid] = given.get(rid, [default_token])
+    scheduler.update_from_output(output, ModelRunnerOutput(sampled_token_ids=sampled))
+
+
+def step(
+    scheduler: Scheduler, tokens: Mapping[str, Sequence[int]] | None = None
+) -> SchedulerOutput:
+    """schedule() then answer it with emit()."""
+    output = scheduler.schedule()
+    emit(scheduler, output, tokens)
+    return output
+
+
+def free_blocks(scheduler: Scheduler) -> int:
+    return scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
