@@ -90,9 +90,12 @@ class KVCacheManager:
 
         Slots cover computed + hit + new + lookahead tokens, capped at
         max_model_len. An admission (full_sequence_must_fit) must also fit
-        the request's whole known sequence, so a chunked prefill cannot be
-        admitted on its first chunk and preempted on its second. The watermark
-        is charged only to admissions while something is running.
+        the request's whole known sequence in today's free blocks, so a lone
+        chunked prefill is not admitted on its first chunk only to preempt
+        itself on a later one. Like vLLM, nothing is reserved for it: other
+        admissions and decodes may still take those blocks, and then the
+        running loop preempts. The watermark is charged only to admissions
+        while something is running.
         """
         if num_new_tokens <= 0 and num_new_computed_tokens <= 0:
             raise ValueError("allocate_slots needs new tokens or new computed tokens")

@@ -114,9 +114,7 @@ def check_token_ids(
     """Raise `error` unless every token id is an int in [0, 2**63)."""
     for i, token in enumerate(token_ids):
         if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < MAX_TOKEN_ID:
-            raise error(
-                field, f"token ids must be ints in [0, 2**63), got {token!r} at index {i}"
-            )
+            raise error(field, f"token ids must be ints in [0, 2**63), got {token!r} at index {i}")
 
 
 def validate_new_request(request: Request, config: SchedulerConfig) -> None:

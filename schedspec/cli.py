@@ -1,0 +1,198 @@
+"""The `schedspec` command. `schedspec run` shows the reference scheduler at work."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.reference import Scheduler
+from schedspec.spec import ConfigError, Request, SchedulerConfig
+from schedspec.timeline import (
+    StepRecord,
+    Summary,
+    format_step,
+    format_summary,
+    record_step,
+    summarize,
+)
+from schedspec.workload import WorkloadRequest, build_workload
+
+# Caps a long prompt's chunk so decodes in the same step are not starved.
+DEFAULT_PREFILL_CAP = 256
+
+
+class NotDrainedError(Exception):
+    """The workload still had unfinished requests after --max-steps iterations."""
+
+
+@dataclass
+class Run:
+    records: list[StepRecord]
+    summary: Summary
+
+
+def _due(pending: list[WorkloadRequest], iteration: int, idle: bool) -> list[WorkloadRequest]:
+    """The arrivals to add before this iteration.
+
+    An idle engine does not spin through empty iterations: it waits for the
+    next arrival, so that one is delivered at once.
+    """
+    due = [w for w in pending if w.arrival_step <= iteration]
+    if not due and idle and pending:
+        due = [w for w in pending if w.arrival_step == pending[0].arrival_step]
+    return due
+
+
+def run_workload(
+    config: SchedulerConfig,
+    workload: list[WorkloadRequest],
+    model: FakeModel,
+    max_steps: int,
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> Run:
+    scheduler = Scheduler(config)
+    pending = sorted(workload, key=lambda w: w.arrival_step)
+    requests: dict[str, Request] = {}
+    records: list[StepRecord] = []
+    while pending or scheduler.has_unfinished_requests():
+        if len(records) >= max_steps:
+            raise NotDrainedError(
+                f"{scheduler.get_num_unfinished_requests() + len(pending)} requests unfinished "
+                f"after --max-steps {max_steps}; raise it or give the scheduler more room"
+            )
+        iteration = len(records) + 1
+        arrived = _due(pending, iteration, idle=not scheduler.has_unfinished_requests())
+        for w in arrived:
+            pending.remove(w)
+            requests[w.request_id] = w.to_request()
+            scheduler.add_request(requests[w.request_id])
+        # Token counts as schedule() sees them; update_from_output changes them.
+        num_tokens = {rid: r.num_tokens for rid, r in requests.items() if not r.is_finished}
+        scheduler_output, model_output = run_step(scheduler, model)
+        record = record_step(
+            iteration,
+            [w.request_id for w in arrived],
+            scheduler_output,
+            model_output,
+            num_tokens,
+            requests,
+            config.max_num_batched_tokens,
+            scheduler.kv_cache_manager.block_pool.get_usage(),
+        )
+        records.append(record)
+        if on_step is not None:
+            on_step(record)
+    kv = scheduler.kv_cache_manager
+    summary = summarize(
+        records,
+        requests,
+        kv.prefix_cache_queries,
+        kv.prefix_cache_hits,
+        config.enable_prefix_caching,
+        kv.block_pool.get_usage(),
+    )
+    return Run(records, summary)
+
+
+def _build_config(**fields: Any) -> SchedulerConfig:
+    """SchedulerConfig validates every field; report its refusal as a usage error (exit 2)."""
+    if fields.get("long_prefill_token_threshold") is None:
+        # The cap may not exceed max_model_len; a default must not make a
+        # valid --max-model-len an error.
+        fields["long_prefill_token_threshold"] = min(DEFAULT_PREFILL_CAP, fields["max_model_len"])
+    try:
+        return SchedulerConfig(**fields)
+    except ConfigError as err:
+        flag = "--" + err.field.replace("_", "-")
+        raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
+
+
+@click.group()
+def main() -> None:
+    """schedspec: an executable specification of LLM-serving schedulers."""
+
+
+# Defaults are sized so the built-in workload shows every scheduling path:
+# chunked prefills, mixed batches, drafts, prefix hits and preemption.
+@main.command()
+@click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
+@click.option("--num-blocks", default=80, show_default=True, help="KV blocks in the cache.")
+@click.option(
+    "--max-num-batched-tokens", default=512, show_default=True, help="Token budget per step."
+)
+@click.option("--max-num-seqs", default=16, show_default=True, help="Most running requests.")
+@click.option("--max-model-len", default=1024, show_default=True, help="Most tokens per request.")
+@click.option(
+    "--enable-chunked-prefill/--no-enable-chunked-prefill",
+    default=True,
+    show_default=True,
+    help="Split long prompts across steps.",
+)
+@click.option(
+    "--long-prefill-token-threshold",
+    type=int,
+    default=None,
+    help="Per-request prefill cap per step when others are present (0 = none) "
+    f"[default: {DEFAULT_PREFILL_CAP}, or max-model-len if smaller].",
+)
+@click.option(
+    "--enable-prefix-caching/--no-enable-prefix-caching",
+    default=True,
+    show_default=True,
+    help="Reuse KV blocks of identical prefixes.",
+)
+@click.option(
+    "--watermark",
+    default=0.04,
+    show_default=True,
+    help="Fraction of blocks kept free when admitting.",
+)
+@click.option(
+    "--policy", type=click.Choice(["fcfs", "priority"]), default="fcfs", show_default=True
+)
+@click.option(
+    "--num-speculative-tokens", default=2, show_default=True, help="Drafts verified per step."
+)
+@click.option(
+    "--num-lookahead-tokens",
+    type=int,
+    default=None,
+    help="KV slots reserved past the step for the drafter [default: num-speculative-tokens].",
+)
+@click.option("--seed", default=0, show_default=True, help="Seeds the workload and the model.")
+@click.option(
+    "--max-steps",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Fail if the workload has not drained after this many iterations.",
+)
+@click.option("--quiet", is_flag=True, help="Print the summary only.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: config, steps, summary.")
+def run(seed: int, max_steps: int, quiet: bool, as_json: bool, **config_fields: Any) -> None:
+    """Run the built-in mixed workload through the reference scheduler."""
+    config = _build_config(**config_fields)
+    model = FakeModel(seed=seed, num_speculative_tokens=config.num_speculative_tokens)
+    workload = build_workload(config.max_model_len, seed, model.token_at)
+    printer = None if quiet or as_json else lambda r: click.echo(format_step(r))
+    try:
+        result = run_workload(config, workload, model, max_steps, printer)
+    except NotDrainedError as err:
+        raise click.ClickException(str(err)) from None
+    if as_json:
+        document: dict[str, Any] = {"config": dataclasses.asdict(config)}
+        if not quiet:
+            document["steps"] = [dataclasses.asdict(r) for r in result.records]
+        document["summary"] = dataclasses.asdict(result.summary)
+        click.echo(json.dumps(document, indent=2))
+        return
+    if not quiet:
+        click.echo()
+    for line in format_summary(result.summary):
+        click.echo(line)
