@@ -32,11 +32,12 @@ class BlockPool:
         blocks = self.free_block_queue.popleft_n(n)
         for block in blocks:
             if block.block_hash is not None:
-                self._evict(block)
+                self.uncache_block(block)
             block.ref_cnt = 1
         return blocks
 
-    def _evict(self, block: KVCacheBlock) -> None:
+    def uncache_block(self, block: KVCacheBlock) -> None:
+        """Drop the block from the prefix cache (its id only, under its hash)."""
         assert block.block_hash is not None
         holders = self.cached_block_hash_to_block[block.block_hash]
         del holders[block.block_id]

@@ -148,6 +148,21 @@ class KVCacheManager:
         )
         self.num_cached_block[rid] = num_full
 
+    def uncache_uncomputed_blocks(self, request: Request) -> None:
+        """Take back prefix-cache registrations past the request's computed tokens.
+
+        Blocks are registered when they are scheduled. A request unscheduled
+        in the same step (a priority victim) never computes them, so they
+        must not outlive it in the cache: a later hit would read garbage.
+        """
+        rid = request.request_id
+        keep = request.num_computed_tokens // self.block_size
+        num_cached = self.num_cached_block.get(rid, 0)
+        for block in self.req_to_blocks.get(rid, [])[keep:num_cached]:
+            self.block_pool.uncache_block(block)
+        if num_cached > keep:
+            self.num_cached_block[rid] = keep
+
     def free(self, request: Request) -> None:
         """Release the request's blocks, tail first, so a chain's head stays cached longest."""
         rid = request.request_id

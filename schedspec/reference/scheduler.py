@@ -152,7 +152,10 @@ class Scheduler:
             if victim_index < req_index:
                 req_index -= 1
             if victim.request_id in step.num_scheduled_tokens:
-                step.unschedule(victim)  # priority only: give back its budget
+                # Priority only: give back its budget, and its cache
+                # registrations for KV this step will no longer compute.
+                step.unschedule(victim)
+                self.kv_cache_manager.uncache_uncomputed_blocks(victim)
             self._preempt(victim)
             step.preempted.append(victim)
             if victim is request:
