@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice
 
 from schedspec.reference.block_pool import BlockPool
 from schedspec.reference.free_block_queue import KVCacheBlock
@@ -41,6 +42,11 @@ class KVCacheManager:
         hashes = self._block_hashes.setdefault(request.request_id, [])
         return extend_block_hashes(hashes, request.all_token_ids, self.block_size)
 
+    def hash_prompt(self, request: Request) -> None:
+        """Hash a new request's full prompt blocks on arrival, off the scheduling path."""
+        if self.enable_caching:
+            self.block_hashes(request)
+
     def get_block_ids(self, request_id: str) -> tuple[int, ...]:
         return tuple(b.block_id for b in self.req_to_blocks.get(request_id, ()))
 
@@ -54,7 +60,7 @@ class KVCacheManager:
             return [], 0
         max_hit_blocks = (request.num_tokens - 1) // self.block_size
         hits: list[KVCacheBlock] = []
-        for block_hash in self.block_hashes(request)[:max_hit_blocks]:
+        for block_hash in islice(self.block_hashes(request), max_hit_blocks):
             block = self.block_pool.get_cached_block(block_hash)
             if block is None:
                 break  # hashes are chained: nothing after a miss can hit
@@ -67,14 +73,14 @@ class KVCacheManager:
             self.prefix_cache_hits += num_hit_tokens
 
     def _num_blocks_to_allocate(
-        self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[KVCacheBlock]
+        self, num_held: int, num_tokens: int, num_hit_blocks: int, num_evictable_hits: int
     ) -> int:
-        """Free blocks consumed to give the request slots for num_tokens tokens."""
-        held = len(self.req_to_blocks.get(request_id, ())) + len(new_computed_blocks)
-        # A hit on a free (ref 0) cached block takes it out of the free queue.
-        evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
+        """Free blocks consumed to give a request holding num_held blocks, plus
+        num_hit_blocks prefix hits (num_evictable_hits of them free), slots
+        for num_tokens tokens."""
         # max(.., 0): rejected drafts leave a table longer than it needs to be.
-        return max(cdiv(num_tokens, self.block_size) - held, 0) + evictable
+        missing = cdiv(num_tokens, self.block_size) - num_held - num_hit_blocks
+        return max(missing, 0) + num_evictable_hits
 
     def allocate_slots(
         self,
@@ -99,6 +105,24 @@ class KVCacheManager:
         """
         if num_new_tokens <= 0 and num_new_computed_tokens <= 0:
             raise ValueError("allocate_slots needs new tokens or new computed tokens")
+        rid = request.request_id
+        max_model_len = self.max_model_len
+        total_computed = min(request.num_computed_tokens + num_new_computed_tokens, max_model_len)
+        num_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, max_model_len)
+        table = self.req_to_blocks.get(rid)
+        num_held = len(table) if table is not None else 0
+        # The decode fast path: a running request whose table already covers
+        # its slots consumes no block, and running requests pay no watermark.
+        if (
+            table is not None
+            and not new_computed_blocks
+            and not full_sequence_must_fit
+            and num_slots <= num_held * self.block_size
+            and request.status is RequestStatus.RUNNING
+        ):
+            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+            return []
+
         watermark = 0
         if has_running_requests and request.status in (
             RequestStatus.WAITING,
@@ -106,21 +130,21 @@ class KVCacheManager:
         ):
             watermark = self.watermark_blocks
         free = self.block_pool.get_num_free_blocks()
-        rid = request.request_id
+        # A hit on a free (ref 0) cached block takes it out of the free queue.
+        evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
+        num_hit_blocks = len(new_computed_blocks)
         if full_sequence_must_fit:
-            full_tokens = min(request.num_tokens, self.max_model_len)
-            needed = self._num_blocks_to_allocate(rid, full_tokens, new_computed_blocks)
+            full_tokens = min(request.num_tokens, max_model_len)
+            needed = self._num_blocks_to_allocate(num_held, full_tokens, num_hit_blocks, evictable)
             if needed + watermark > free:
                 return None
-        total_computed = min(
-            request.num_computed_tokens + num_new_computed_tokens, self.max_model_len
-        )
-        num_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        if self._num_blocks_to_allocate(rid, num_slots, new_computed_blocks) + watermark > free:
+        needed = self._num_blocks_to_allocate(num_held, num_slots, num_hit_blocks, evictable)
+        if needed + watermark > free:
             return None
 
         # Commit: nothing above changed any state.
-        table = self.req_to_blocks.setdefault(rid, [])
+        if table is None:
+            table = self.req_to_blocks[rid] = []
         if new_computed_blocks:
             self.block_pool.touch(new_computed_blocks)
             table.extend(new_computed_blocks)

@@ -49,6 +49,7 @@ class Scheduler:
             raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
         request.arrival = self._num_arrivals
         self._num_arrivals += 1
+        self.kv_cache_manager.hash_prompt(request)
         self.requests[request.request_id] = request
         self.waiting.add(request)
 
@@ -110,27 +111,31 @@ class Scheduler:
         return cap if 0 < cap < num_tokens else num_tokens
 
     def _schedule_running(self, step: StepPlan, cap: int) -> None:
-        config = self.config
+        # Locals: this loop runs once per running request per step.
+        is_priority = self.config.policy == "priority"
+        last_position = self.config.max_model_len - 1
+        running = self.running
         req_index = 0
-        while req_index < len(self.running) and step.token_budget > 0:
-            request = self.running[req_index]
-            num_new = request.num_tokens_with_spec - request.num_computed_tokens
-            num_new = min(self._apply_cap(num_new, cap), step.token_budget)
+        while req_index < len(running) and step.token_budget > 0:
+            request = running[req_index]
+            computed = request.num_computed_tokens
+            num_new = self._apply_cap(request.num_tokens_with_spec - computed, cap)
             # Leave room for the token this step samples: positions stay < max_model_len.
-            num_new = min(num_new, config.max_model_len - 1 - request.num_computed_tokens)
+            num_new = min(num_new, step.token_budget, last_position - computed)
             assert num_new >= 0, f"{request} is past max_model_len"
             if num_new == 0:
                 req_index += 1  # skip, not break: later requests may still fit
                 continue
             new_blocks, req_index = self._allocate_or_preempt(request, num_new, req_index, step)
             if new_blocks is None:
-                if config.policy == "priority" and request.status is RequestStatus.PREEMPTED:
+                if is_priority and request.status is RequestStatus.PREEMPTED:
                     continue  # it preempted itself; running[req_index] is the next one
                 break  # out of KV: nothing after it runs this step
             step.schedule(request, num_new, new_blocks)
             step.scheduled_running.append(request)
             req_index += 1
-            self._schedule_drafts(request, num_new, step)
+            if request.spec_token_ids:
+                self._schedule_drafts(request, num_new, step)
 
     def _allocate_or_preempt(
         self, request: Request, num_new: int, req_index: int, step: StepPlan
@@ -141,12 +146,11 @@ class Scheduler:
         victims removed before it.
         """
         kv = self.kv_cache_manager
+        lookahead = self.config.lookahead_tokens
         while True:
-            blocks = kv.allocate_slots(
-                request, num_new, num_lookahead_tokens=self.config.lookahead_tokens
-            )
+            blocks = kv.allocate_slots(request, num_new, num_lookahead_tokens=lookahead)
             if blocks is not None:
-                return tuple(b.block_id for b in blocks), req_index
+                return tuple([b.block_id for b in blocks]) if blocks else (), req_index
             victim_index = self._pick_victim_index()
             victim = self.running.pop(victim_index)
             if victim_index < req_index:
@@ -186,8 +190,6 @@ class Scheduler:
         The request's drafts are consumed either way: fresh ones arrive
         through update_draft_token_ids before the next step.
         """
-        if not request.spec_token_ids:
-            return
         num_drafts = num_new + request.num_computed_tokens - request.num_tokens
         if num_drafts > 0:
             step.spec_decode_tokens[request.request_id] = tuple(request.spec_token_ids[:num_drafts])
@@ -252,9 +254,10 @@ class Scheduler:
         return SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=cached_reqs,
-            num_scheduled_tokens=dict(step.num_scheduled_tokens),
-            total_num_scheduled_tokens=sum(step.num_scheduled_tokens.values()),
-            scheduled_spec_decode_tokens=dict(step.spec_decode_tokens),
+            # The step plan is dropped after this: its dicts need no copy.
+            num_scheduled_tokens=step.num_scheduled_tokens,
+            total_num_scheduled_tokens=self.config.max_num_batched_tokens - step.token_budget,
+            scheduled_spec_decode_tokens=step.spec_decode_tokens,
             preempted_req_ids=frozenset(r.request_id for r in step.preempted),
             finished_req_ids=frozenset(self.finished_req_ids),
         )
@@ -265,63 +268,66 @@ class Scheduler:
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> None:
         """Apply the model's tokens: roll back rejected drafts, append, stop, free."""
-        sampled = model_runner_output.sampled_token_ids
-        self._check_model_output(scheduler_output, sampled)
+        max_model_len = self.config.max_model_len
+        caches_on_output = self.config.num_speculative_tokens > 0
         stopped: set[str] = set()
-        for rid in scheduler_output.num_scheduled_tokens:
-            request = self.requests.get(rid)
-            if request is None or request.is_finished:
-                continue  # aborted while the step ran
-            tokens = sampled.get(rid, ())
-            if not tokens:
-                continue  # a prefill chunk: nothing sampled yet
-            drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid, ())
-            num_rejected = len(drafts) - (len(tokens) - 1)
-            request.num_computed_tokens -= num_rejected
-            append_output_tokens(request, tokens, self.config.max_model_len)
-            if self.config.num_speculative_tokens > 0:
+        for request, tokens, num_drafts in self._sampling_requests(
+            scheduler_output, model_runner_output.sampled_token_ids
+        ):
+            request.num_computed_tokens -= num_drafts - (len(tokens) - 1)  # rejected drafts
+            append_output_tokens(request, tokens, max_model_len)
+            if caches_on_output:
                 # Accepted drafts filled blocks the schedule-time registration
                 # could not know about.
                 self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
             if request.is_finished:
-                stopped.add(rid)
+                stopped.add(request.request_id)
                 self._free_request(request)
         if stopped:
             self.running = [r for r in self.running if r.request_id not in stopped]
 
-    def _check_model_output(
+    def _sampling_requests(
         self, scheduler_output: SchedulerOutput, sampled: Mapping[str, Sequence[int]]
-    ) -> None:
-        """Refuse an output that does not answer this step, before changing anything."""
+    ) -> list[tuple[Request, Sequence[int], int]]:
+        """(request, tokens, drafts scheduled) for each live request that sampled this step.
+
+        Refuses an output that does not answer this step before anything
+        changes. Requests aborted while the step ran are skipped.
+        """
         scheduled = scheduler_output.num_scheduled_tokens
-        computed_before = {
-            d.request_id: d.num_computed_tokens for d in scheduler_output.scheduled_new_reqs
-        }
-        computed_before.update(
-            (d.request_id, d.num_computed_tokens) for d in scheduler_output.scheduled_cached_reqs
-        )
+        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         for rid, tokens in sampled.items():
             if rid not in scheduled:
                 raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
             check_token_ids("sampled_token_ids", tokens, OutputError)
+        computed_before = {
+            d.request_id: d.num_computed_tokens for d in scheduler_output.scheduled_new_reqs
+        }
+        for cached in scheduler_output.scheduled_cached_reqs:
+            computed_before[cached.request_id] = cached.num_computed_tokens
+        sampling: list[tuple[Request, Sequence[int], int]] = []
         for rid, num_tokens in scheduled.items():
             request = self.requests.get(rid)
             if request is None or request.is_finished:
                 continue
-            got = len(sampled.get(rid, ()))
-            drafts = len(scheduler_output.scheduled_spec_decode_tokens.get(rid, ()))
+            tokens = sampled.get(rid, ())
+            drafts = len(spec_tokens[rid]) if rid in spec_tokens else 0
             if computed_before[rid] + num_tokens - drafts < request.num_tokens:
-                if got:
+                if tokens:
                     raise OutputError(
                         "sampled_token_ids",
-                        f"request {rid!r} ran a prefill chunk and must emit no token, got {got}",
+                        f"request {rid!r} ran a prefill chunk and must emit no token, "
+                        f"got {len(tokens)}",
                     )
-            elif not 1 <= got <= 1 + drafts:
+            elif not 1 <= len(tokens) <= 1 + drafts:
                 raise OutputError(
                     "sampled_token_ids",
                     f"request {rid!r} must emit between 1 and {1 + drafts} tokens "
-                    f"(1 + scheduled drafts), got {got}",
+                    f"(1 + scheduled drafts), got {len(tokens)}",
                 )
+            else:
+                sampling.append((request, tokens, drafts))
+        return sampling
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Set the drafts to verify next step. Drafts for a finished, unknown,

@@ -7,18 +7,18 @@ from collections.abc import Sequence
 from schedspec.spec import Request, RequestStatus
 
 
-def check_stop(request: Request, max_model_len: int) -> RequestStatus | None:
-    """The finished status the last output token puts the request in, or None.
+def check_stop(request: Request, token: int, max_model_len: int) -> RequestStatus | None:
+    """The finished status that appending `token` puts the request in, or None.
 
     EOS and stop tokens win over the length caps, as in vLLM: a request that
     hits EOS on its last allowed token finished STOPPED, not LENGTH_CAPPED.
     """
-    last = request.output_token_ids[-1]
-    if request.eos_token_id is not None and last == request.eos_token_id:
+    if token == request.eos_token_id or token in request.stop_token_ids:
         return RequestStatus.FINISHED_STOPPED
-    if last in request.stop_token_ids:
-        return RequestStatus.FINISHED_STOPPED
-    if request.num_tokens >= max_model_len or request.num_output_tokens >= request.max_tokens:
+    if (
+        len(request.all_token_ids) >= max_model_len
+        or len(request.output_token_ids) >= request.max_tokens
+    ):
         return RequestStatus.FINISHED_LENGTH_CAPPED
     return None
 
@@ -31,7 +31,7 @@ def append_output_tokens(request: Request, tokens: Sequence[int], max_model_len:
     """
     for kept, token in enumerate(tokens, 1):
         request.append_output_token_id(token)
-        status = check_stop(request, max_model_len)
+        status = check_stop(request, token, max_model_len)
         if status is not None:
             request.status = status
             if status is RequestStatus.FINISHED_STOPPED and token != request.eos_token_id:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class NewRequestData:
+# The per-request records are NamedTuples: immutable like the rest, and
+# cheap to build, since a step builds one per scheduled request.
+class NewRequestData(NamedTuple):
     """A request scheduled for the first time: the runner learns it whole."""
 
     request_id: str
@@ -16,8 +18,7 @@ class NewRequestData:
     num_computed_tokens: int  # before this step: the prefix-cache hit
 
 
-@dataclass(frozen=True)
-class CachedRequestData:
+class CachedRequestData(NamedTuple):
     """A request the runner already knows: a running one, or a resumed one."""
 
     request_id: str

@@ -23,16 +23,12 @@ class RequestStatus(enum.Enum):
 
     @property
     def is_finished(self) -> bool:
-        return self in _FINISHED
-
-
-_FINISHED = frozenset(
-    {
-        RequestStatus.FINISHED_STOPPED,
-        RequestStatus.FINISHED_LENGTH_CAPPED,
-        RequestStatus.FINISHED_ABORTED,
-    }
-)
+        # Identity tests: Enum hashing is Python-level and this runs per request per step.
+        return (
+            self is RequestStatus.FINISHED_STOPPED
+            or self is RequestStatus.FINISHED_LENGTH_CAPPED
+            or self is RequestStatus.FINISHED_ABORTED
+        )
 
 
 class Request:
