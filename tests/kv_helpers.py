@@ -11,20 +11,19 @@ from typing import Any
 
 from schedspec.reference import BlockPool, FreeBlockQueue, KVCacheBlock, KVCacheManager
 from schedspec.spec import BlockHash, Request, RequestStatus, SchedulerConfig
+from tests.sched_helpers import make_config
 
 
 def kv_config(**overrides: Any) -> SchedulerConfig:
     """block_size 4, 8 blocks (32 slots), prefix caching on; override anything."""
     fields: dict[str, Any] = {
-        "block_size": 4,
         "num_blocks": 8,
         "max_num_batched_tokens": 64,
         "max_num_seqs": 8,
         "max_model_len": 32,
         "enable_prefix_caching": True,
     }
-    fields.update(overrides)
-    return SchedulerConfig(**fields)
+    return make_config(**{**fields, **overrides})
 
 
 def make_kv(**overrides: Any) -> KVCacheManager:
