@@ -33,6 +33,14 @@ def _mix(*parts: object) -> int:
     return int.from_bytes(digest, "little")
 
 
+@dataclass(frozen=True)
+class StepDecisions:
+    """What a test decides about one step's model output."""
+
+    stops: Mapping[str, int] = field(default_factory=dict)  # request -> stop token it emits last
+    accepted: Mapping[str, int] = field(default_factory=dict)  # request -> drafts accepted
+
+
 @dataclass
 class FakeModel:
     seed: int = 0
@@ -54,8 +62,15 @@ class FakeModel:
         hit = _mix(self.seed, request_id, position, "draft") % 1000 < self.draft_acceptance * 1000
         return true if hit else (true + 1) % self.vocab_size
 
-    def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-        """One forward pass over the scheduled tokens: what each request emits."""
+    def execute(
+        self, scheduler_output: SchedulerOutput, decisions: StepDecisions | None = None
+    ) -> ModelRunnerOutput:
+        """One forward pass over the scheduled tokens: what each request emits.
+
+        Without decisions, verification is greedy: drafts are accepted up to
+        the first one that differs from the model's token. Decisions (drawn
+        by a test) can fix the accepted count and force a stop token.
+        """
         for rid in scheduler_output.finished_req_ids:
             self._prompt_len.pop(rid, None)
             self._num_tokens.pop(rid, None)
@@ -74,27 +89,42 @@ class FakeModel:
             known = self._num_tokens[rid]
             if computed_before[rid] + num_scheduled - len(drafts) < known:
                 continue  # a prefill chunk: no logits for a new position yet
-            # Greedy verification: draft i guesses position known + i; accept
-            # up to the first wrong guess, then emit the model's own token.
-            tokens = [self.token_at(rid, known)]
-            for draft in drafts:
-                if draft != tokens[-1]:
-                    break
-                tokens.append(self.token_at(rid, known + len(tokens)))
+            accepted = decisions.accepted.get(rid) if decisions else None
+            tokens = self._verify(rid, known, drafts, accepted)
+            stop = decisions.stops.get(rid) if decisions else None
+            if stop is not None:
+                tokens[-1] = stop
             sampled[rid] = tokens
+            self._num_tokens[rid] = known + len(tokens)
         return ModelRunnerOutput(sampled_token_ids=sampled)
+
+    def _verify(
+        self, request_id: str, known: int, drafts: Sequence[int], accepted: int | None
+    ) -> list[int]:
+        """Draft i guesses position known + i. Keep the accepted drafts, then the
+        model's own token at the first position not accepted."""
+        if accepted is None:
+            accepted = 0
+            while accepted < len(drafts) and drafts[accepted] == self.token_at(
+                request_id, known + accepted
+            ):
+                accepted += 1
+        accepted = min(accepted, len(drafts))
+        return [*drafts[:accepted], self.token_at(request_id, known + accepted)]
+
+    def drafts_for(self, request_id: str, num_drafts: int) -> list[int]:
+        """The drafter's proposal for the positions after the request's last known token."""
+        start = self._num_tokens.get(request_id, 0)
+        return [self.draft_at(request_id, start + i) for i in range(num_drafts)]
 
     def propose_drafts(self, model_output: ModelRunnerOutput) -> dict[str, list[int]]:
         """Drafts for every request that just emitted tokens (the drafter runs after sampling)."""
         if self.num_speculative_tokens == 0:
             return {}
-        drafts: dict[str, list[int]] = {}
-        for rid, tokens in model_output.sampled_token_ids.items():
-            next_position = self._num_tokens[rid] + len(tokens)
-            drafts[rid] = [
-                self.draft_at(rid, next_position + i) for i in range(self.num_speculative_tokens)
-            ]
-        return drafts
+        return {
+            rid: self.drafts_for(rid, self.num_speculative_tokens)
+            for rid in model_output.sampled_token_ids
+        }
 
 
 def run_step(scheduler: StepEngine, model: FakeModel) -> tuple[SchedulerOutput, ModelRunnerOutput]:

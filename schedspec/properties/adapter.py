@@ -1,0 +1,63 @@
+"""The engine adapter protocol: how schedspec drives any scheduler.
+
+An adapter speaks the spec's types and maps its engine's concrete state to
+the abstract spec.State (the refinement mapping). That is all the suite,
+the differential runner and trace replay need. The reference scheduler
+already speaks these types, so its adapter is three lines
+(reference_adapter.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput, State
+from schedspec.spec.invariants import Profile
+
+
+class EngineAdapter(Protocol):
+    # The profiles the engine claims: "safety", and "vllm-v1" if it makes
+    # vLLM V1's exact decisions.
+    profiles: frozenset[Profile]
+
+    def add_request(self, request: Request) -> None:
+        """Queue a fresh request; raise ValueError (changing nothing) if the spec refuses it."""
+
+    def schedule(self) -> SchedulerOutput: ...
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> None: ...
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None: ...
+
+    def finish_requests(self, request_ids: Iterable[str]) -> None:
+        """Abort these requests; unknown or finished ids are ignored."""
+
+    def snapshot(self) -> State:
+        """The engine's state seen through the spec (the refinement mapping)."""
+
+
+EngineFactory = Callable[[SchedulerConfig], EngineAdapter]
+
+
+def load_engine_factory(name: str) -> EngineFactory:
+    """ "reference", or "module:attribute" naming a factory (config -> EngineAdapter)."""
+    if name == "reference":
+        from schedspec.properties.reference_adapter import reference_engine
+
+        return reference_engine
+    module_name, sep, attribute = name.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"engine: expected 'reference' or 'module:factory', got {name!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"engine: cannot import {module_name!r}: {err}") from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ValueError(f"engine: {module_name!r} has no callable {attribute!r}")
+    loaded: EngineFactory = factory
+    return loaded

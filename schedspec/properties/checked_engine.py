@@ -1,0 +1,251 @@
+"""An engine under the harness: every event applied, every invariant of a profile checked.
+
+The state machine, trace replay and the differential runner all drive
+engines through this one class, so a trace found by one replays in the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.trace import ModelParams, Trace
+from schedspec.spec import BlockHash, SchedulerConfig, SchedulerOutput, State
+from schedspec.spec.invariants import (
+    CATALOGUE,
+    CHECKS,
+    AbortTransition,
+    AddTransition,
+    ChainHashes,
+    DrainResult,
+    Kind,
+    Profile,
+    ScheduleTransition,
+    UpdateTransition,
+    Violation,
+    computed_before,
+    drain_step_bound,
+    ids_for,
+)
+
+DEFAULT_MODEL = ModelParams()
+
+
+class InvariantViolationError(AssertionError):
+    """Raised at the first event after which some invariant fails."""
+
+    def __init__(self, event_index: int, event: Event, violations: Sequence[Violation]) -> None:
+        lines = [f"after event {event_index} ({type(event).__name__}):"]
+        lines += [f"  {v}" for v in violations]
+        super().__init__("\n".join(lines))
+        self.event_index = event_index
+        self.event = event
+        self.violations = tuple(violations)
+
+
+@dataclass
+class CheckStats:
+    """What a run checked: counts per invariant id, steps and events."""
+
+    checks: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
+    events: int = 0
+
+    def merge(self, other: CheckStats) -> None:
+        for key, count in other.checks.items():
+            self.checks[key] = self.checks.get(key, 0) + count
+        self.steps += other.steps
+        self.events += other.events
+
+
+class CheckedEngine:
+    def __init__(
+        self,
+        engine: EngineAdapter,
+        config: SchedulerConfig,
+        profile: Profile,
+        model: ModelParams = DEFAULT_MODEL,
+        stats: CheckStats | None = None,
+    ) -> None:
+        if profile not in engine.profiles:
+            raise ValueError(
+                f"profile: the engine claims {sorted(engine.profiles)}, not {profile!r}"
+            )
+        self.engine = engine
+        self.config = config
+        self.profile = profile
+        self.model_params = model
+        self.model = FakeModel(
+            seed=model.seed,
+            vocab_size=model.vocab_size,
+            draft_acceptance=model.draft_acceptance,
+            num_speculative_tokens=config.num_speculative_tokens,
+        )
+        self.events: list[Event] = []  # every event applied, for the trace
+        self.stats = stats if stats is not None else CheckStats()
+        self.state = engine.snapshot()
+        self._hashes = ChainHashes(config.block_size)
+        self._kv_written: dict[int, BlockHash] = {}
+        self._finished_since_schedule: set[str] = set()
+        self._checks = {
+            kind: [(i, CHECKS[i]) for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
+        }
+
+    @staticmethod
+    def from_factory(
+        factory: EngineFactory,
+        config: SchedulerConfig,
+        profile: Profile,
+        model: ModelParams = DEFAULT_MODEL,
+        stats: CheckStats | None = None,
+    ) -> CheckedEngine:
+        return CheckedEngine(factory(config), config, profile, model, stats)
+
+    def trace(self, note: str = "") -> Trace:
+        return Trace(self.config, tuple(self.events), self.model_params, note)
+
+    # ------------------------------------------------------------------ events
+
+    def apply(self, event: Event) -> None:
+        """Apply one event and check every invariant it concerns; raise InvariantViolationError."""
+        self.events.append(event)
+        self.stats.events += 1
+        violations = self._dispatch(event)
+        if violations:
+            raise InvariantViolationError(len(self.events) - 1, event, violations)
+
+    def _dispatch(self, event: Event) -> list[Violation]:
+        if isinstance(event, AddRequest):
+            return self._add(event)
+        if isinstance(event, Abort):
+            return self._abort(event)
+        if isinstance(event, ProposeDrafts):
+            return self._propose(event)
+        if isinstance(event, Step):
+            return self._step(event)
+        return self._drain(event)
+
+    def _run(self, kind: Kind, subject: object) -> list[Violation]:
+        found: list[Violation] = []
+        checks = self.stats.checks
+        for invariant_id, check in self._checks[kind]:
+            checks[invariant_id] = checks.get(invariant_id, 0) + 1
+            found.extend(check(subject))
+        return found
+
+    def _add(self, event: AddRequest) -> list[Violation]:
+        pre = self.state
+        request = event.to_request()
+        refusal: Exception | None = None
+        try:
+            self.engine.add_request(request)
+        except Exception as err:  # the DOOR invariant judges the refusal
+            refusal = err
+        self.state = self.engine.snapshot()
+        return self._run("add", AddTransition(pre, request, refusal, self.state)) + self._run(
+            "state", self.state
+        )
+
+    def _abort(self, event: Abort) -> list[Violation]:
+        pre = self.state
+        self.engine.finish_requests(event.request_ids)
+        self.state = self.engine.snapshot()
+        self._finished_since_schedule.update(
+            r for r in event.request_ids if r in pre.requests and r not in self.state.requests
+        )
+        transition = AbortTransition(pre, event.request_ids, self.state)
+        return self._run("abort", transition) + self._run("state", self.state)
+
+    def _propose(self, event: ProposeDrafts) -> list[Violation]:
+        drafts = {rid: self.model.drafts_for(rid, k) for rid, k in event.num_drafts.items()}
+        self.engine.update_draft_token_ids(drafts)
+        self.state = self.engine.snapshot()
+        return self._run("state", self.state)
+
+    def _step(self, event: Step) -> list[Violation]:
+        self.stats.steps += 1
+        pre = self.state
+        output = self.engine.schedule()
+        mid = self.engine.snapshot()
+        scheduled = ScheduleTransition(
+            pre,
+            output,
+            mid,
+            self._hashes,
+            frozenset(self._finished_since_schedule),
+            self._kv_written,
+        )
+        found = self._run("schedule", scheduled) + self._run("state", mid)
+        self.state = mid
+        if found:
+            return found  # the model cannot answer an output that broke the rules
+        self._finished_since_schedule.clear()
+        self._forget_overwritten_blocks(pre, output, mid)
+        model_output = self.model.execute(output, event.decisions)
+        self.engine.update_from_output(output, model_output)
+        post = self.engine.snapshot()
+        self._remember_computed_blocks(output, mid)
+        self._finished_since_schedule.update(r for r in mid.requests if r not in post.requests)
+        self.state = post
+        updated = UpdateTransition(mid, output, model_output, post)
+        return self._run("update", updated) + self._run("state", post)
+
+    def _drain(self, event: Drain) -> list[Violation]:
+        initial = self.state
+        bound = drain_step_bound(self.config, len(initial.requests))
+        steps = 0
+        while self.state.requests and steps <= bound:
+            found = self._step(Step())
+            steps += 1
+            if found:
+                return found
+        return self._run("drain", DrainResult(initial, self.state, steps, bound))
+
+    # ------------------------------------------------------- KV content oracle
+
+    def _forget_overwritten_blocks(self, pre: State, output: SchedulerOutput, mid: State) -> None:
+        """Blocks newly given to a request (not as prefix hits) are about to be overwritten."""
+        before = computed_before(output)
+        bs = self.config.block_size
+        for rid in output.num_scheduled_tokens:
+            table = mid.requests[rid].block_ids
+            old = pre.requests.get(rid)
+            if old is not None and old.block_ids and old.block_ids == table[: len(old.block_ids)]:
+                fresh = table[len(old.block_ids) :]
+            else:
+                fresh = table[before.get(rid, 0) // bs :]
+            for block in fresh:
+                self._kv_written.pop(block, None)
+
+    def _remember_computed_blocks(self, output: SchedulerOutput, mid: State) -> None:
+        """After the step ran, full blocks of known tokens hold computed KV for their content."""
+        before = computed_before(output)
+        bs = self.config.block_size
+        for rid in output.num_scheduled_tokens:
+            request = mid.requests[rid]
+            done = min(request.num_computed_tokens, request.num_tokens) // bs
+            own = self._hashes.of(request)
+            for index in range(before.get(rid, 0) // bs, min(done, len(request.block_ids))):
+                self._kv_written[request.block_ids[index]] = own[index]
+
+
+CATALOGUE_KINDS: tuple[Kind, ...] = ("state", "add", "schedule", "update", "abort", "drain")
+assert {i.kind for i in CATALOGUE.values()} <= set(CATALOGUE_KINDS)
+
+
+def replay(
+    trace: Trace,
+    factory: EngineFactory,
+    profile: Profile,
+    on_event: Callable[[int, Event], None] | None = None,
+) -> CheckedEngine:
+    """Re-run a trace on an engine; raises InvariantViolationError at the first broken event."""
+    checked = CheckedEngine.from_factory(factory, trace.config, profile, trace.model)
+    for index, event in enumerate(trace.events):
+        if on_event is not None:
+            on_event(index, event)
+        checked.apply(event)
+    return checked

@@ -1,0 +1,111 @@
+"""Hypothesis strategies for configs and workloads that reach the scheduler's corners.
+
+Configs are small on purpose: tiny KV caches force preemption, tiny budgets
+force chunking, short max_model_len makes the length cap and the
+"prompt of max_model_len - 1 tokens" edge cheap to reach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from hypothesis import strategies as st
+
+from schedspec.properties.events import AddRequest
+from schedspec.spec import SchedulerConfig
+
+BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
+# Few distinct token ids, and prompts built from shared prefixes, so that the
+# prefix cache hits often.
+VOCAB = 6
+SHARED_PREFIXES: tuple[tuple[int, ...], ...] = (
+    (1, 2, 3, 4, 5, 0, 1, 2),
+    (1, 2, 3, 4, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2),
+    (5,) * 32,
+)
+
+
+@st.composite
+def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
+    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    max_model_len = draw(st.integers(2, max_model_len_cap))
+    # From exactly one max_model_len request of blocks up to four: tiny caches
+    # preempt constantly.
+    min_blocks = -(-max_model_len // block_size)
+    num_blocks = draw(st.integers(min_blocks, 4 * min_blocks + 2))
+    max_num_seqs = draw(st.integers(1, 8))
+    chunked = draw(st.booleans())
+    low = max_num_seqs if chunked else max(max_num_seqs, max_model_len)
+    budget = draw(st.integers(low, max(low, 2 * max_model_len)))
+    threshold = draw(st.sampled_from([0, 0, 1]) | st.integers(0, max_model_len))
+    num_spec = draw(st.sampled_from([0, 0, 1, 2, 4]))
+    return SchedulerConfig(
+        block_size=block_size,
+        num_blocks=num_blocks,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=threshold,
+        enable_prefix_caching=draw(st.booleans()),
+        watermark=draw(st.sampled_from([0.0, 0.0, 0.1, 0.3])),
+        policy=draw(st.sampled_from(["fcfs", "priority"])),
+        num_speculative_tokens=num_spec,
+        num_lookahead_tokens=draw(st.sampled_from([None, 0])) if num_spec else None,
+    )
+
+
+# Strategies built once: building one per draw costs more than the draw.
+_LENGTH_KIND = st.integers(0, 9)
+_ANY = st.integers(0, 2**16)
+_PREFIX = st.integers(0, len(SHARED_PREFIXES))
+_VARIETY = st.integers(0, 255)
+_MAX_TOKENS = st.integers(1, 24)
+_EOS = st.sampled_from((None, 2, 5))
+STOP_TOKEN_CHOICES: tuple[tuple[int, ...], ...] = ((), (3,), (4, 1))
+_STOP_IDS = st.sampled_from(STOP_TOKEN_CHOICES)
+_PRIORITY = st.integers(0, 3)
+_DOOR = st.integers(0, 19)
+
+
+def prompt_length(config: SchedulerConfig, kind: int, anything: int) -> int:
+    """Kinds 0-4 are the edges: 1 token, one and two whole blocks, one block less a
+    token, max_model_len - 1; kinds 5-9 any length in between."""
+    longest = config.max_model_len - 1
+    bs = config.block_size
+    edges = (1, min(bs, longest), min(2 * bs, longest), max(1, min(bs - 1, longest)), longest)
+    return edges[kind] if kind < len(edges) else 1 + anything % longest
+
+
+def _filler(variety: int, length: int) -> tuple[int, ...]:
+    """Deterministic tokens from one drawn integer: cheaper to draw than a list, and
+    variety 0 (where shrinking goes) gives all zeros, the most shared prefix."""
+    return tuple((variety * (i + 1) * 2654435761 >> 11) % VOCAB for i in range(length))
+
+
+def draw_prompt(draw: st.DrawFn, config: SchedulerConfig) -> tuple[int, ...]:
+    length = prompt_length(config, draw(_LENGTH_KIND), draw(_ANY))
+    prefix = ((), *SHARED_PREFIXES)[draw(_PREFIX)][:length]
+    return prefix + _filler(draw(_VARIETY), length - len(prefix))
+
+
+@st.composite
+def add_request_events(
+    draw: st.DrawFn, config: SchedulerConfig, request_id: str, live_ids: Collection[str]
+) -> AddRequest:
+    """A request to add; about one in twenty is one the spec refuses, to test the door."""
+    max_tokens = draw(_MAX_TOKENS)
+    eos = draw(_EOS)
+    stop_ids = draw(_STOP_IDS)
+    priority = draw(_PRIORITY)
+    prompt = draw_prompt(draw, config)
+    door = draw(_DOOR)
+    if door == 1:
+        prompt = (0,) * config.max_model_len  # too long: refused
+    elif door == 2:
+        prompt = ()  # empty: refused
+    elif door == 3:
+        max_tokens = 0  # refused
+    elif door == 4 and live_ids:
+        request_id = sorted(live_ids)[draw(_ANY) % len(live_ids)]  # duplicate: refused
+    return AddRequest(request_id, prompt, max_tokens, eos, stop_ids, priority)

@@ -1,0 +1,194 @@
+"""Trace files: a config, the harness model's parameters, then events in order.
+
+A trace replays on any engine. Loading validates every field and names the
+event and field of the first bad one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.properties.fake_model import StepDecisions
+from schedspec.spec import ConfigError, SchedulerConfig, SpecInputError
+
+FORMAT = "schedspec-trace"
+VERSION = 1
+
+
+class TraceError(SpecInputError):
+    """A trace file that cannot be replayed, naming the event and field at fault."""
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """What the harness model needs to produce the same tokens on every engine."""
+
+    seed: int = 0
+    vocab_size: int = 64
+    draft_acceptance: float = 0.7
+
+
+@dataclass(frozen=True)
+class Trace:
+    config: SchedulerConfig
+    events: tuple[Event, ...]
+    model: ModelParams = ModelParams()
+    note: str = ""  # e.g. the violation that made the suite write this trace
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "note": self.note,
+            "config": dataclasses.asdict(self.config),
+            "model": dataclasses.asdict(self.model),
+            "events": [_event_to_json(e) for e in self.events],
+        }
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    @staticmethod
+    def load(path: Path) -> Trace:
+        try:
+            document = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise TraceError("trace", f"{path} is not JSON: {err}") from None
+        return trace_from_json(document)
+
+
+def _event_to_json(event: Event) -> dict[str, Any]:
+    if isinstance(event, AddRequest):
+        return {"op": "add_request", **dataclasses.asdict(event)}
+    if isinstance(event, Abort):
+        return {"op": "abort", "request_ids": list(event.request_ids)}
+    if isinstance(event, ProposeDrafts):
+        return {"op": "propose_drafts", "num_drafts": dict(event.num_drafts)}
+    if isinstance(event, Step):
+        return {
+            "op": "step",
+            "stops": dict(event.decisions.stops),
+            "accepted": dict(event.decisions.accepted),
+        }
+    return {"op": "drain"}
+
+
+def _field(
+    record: Mapping[str, Any],
+    name: str,
+    where: str,
+    kind: Callable[[Any], bool],
+    what: str,
+    default: Any = ...,
+) -> Any:
+    if name not in record:
+        if default is ...:
+            raise TraceError(f"{where}.{name}", "missing")
+        return default
+    value = record[name]
+    if not kind(value):
+        raise TraceError(f"{where}.{name}", f"must be {what}, got {value!r}")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_int_list(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_int(v) for v in value)
+
+
+def _is_str_int_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and _is_int(v) for k, v in value.items()
+    )
+
+
+def _event_from_json(record: Any, where: str) -> Event:
+    if not isinstance(record, dict):
+        raise TraceError(where, f"must be an object, got {record!r}")
+    op = _field(record, "op", where, lambda v: isinstance(v, str), "a string")
+    if op == "add_request":
+        return AddRequest(
+            request_id=_field(
+                record, "request_id", where, lambda v: isinstance(v, str), "a string"
+            ),
+            prompt_token_ids=tuple(
+                _field(record, "prompt_token_ids", where, _is_int_list, "a list of ints")
+            ),
+            max_tokens=_field(record, "max_tokens", where, _is_int, "an int"),
+            eos_token_id=_field(
+                record,
+                "eos_token_id",
+                where,
+                lambda v: v is None or _is_int(v),
+                "an int or null",
+                None,
+            ),
+            stop_token_ids=tuple(
+                _field(record, "stop_token_ids", where, _is_int_list, "a list of ints", [])
+            ),
+            priority=_field(record, "priority", where, _is_int, "an int", 0),
+        )
+    if op == "abort":
+        ids = _field(
+            record,
+            "request_ids",
+            where,
+            lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+            "a list of strings",
+        )
+        return Abort(tuple(ids))
+    if op == "propose_drafts":
+        counts = _field(record, "num_drafts", where, _is_str_int_map, "an object of ints")
+        return ProposeDrafts(dict(counts))
+    if op == "step":
+        stops = _field(record, "stops", where, _is_str_int_map, "an object of ints", {})
+        accepted = _field(record, "accepted", where, _is_str_int_map, "an object of ints", {})
+        return Step(StepDecisions(stops=dict(stops), accepted=dict(accepted)))
+    if op == "drain":
+        return Drain()
+    raise TraceError(f"{where}.op", f"unknown event {op!r}")
+
+
+def trace_from_json(document: Any) -> Trace:
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise TraceError("format", f"not a {FORMAT} document")
+    if document.get("version") != VERSION:
+        raise TraceError("version", f"must be {VERSION}, got {document.get('version')!r}")
+    raw_config = _field(document, "config", "trace", lambda v: isinstance(v, dict), "an object")
+    try:
+        config = SchedulerConfig(**raw_config)
+    except ConfigError as err:
+        raise TraceError(f"config.{err.field}", str(err)) from None
+    except TypeError as err:
+        raise TraceError("config", str(err)) from None
+    raw_model = _field(document, "model", "trace", lambda v: isinstance(v, dict), "an object", {})
+    unknown = set(raw_model) - {"seed", "vocab_size", "draft_acceptance"}
+    if unknown:
+        raise TraceError(f"model.{sorted(unknown)[0]}", "unknown field")
+    model = ModelParams(
+        seed=_field(raw_model, "seed", "model", _is_int, "an int", 0),
+        vocab_size=_field(
+            raw_model, "vocab_size", "model", lambda v: _is_int(v) and v >= 2, "an int >= 2", 64
+        ),
+        draft_acceptance=_field(
+            raw_model,
+            "draft_acceptance",
+            "model",
+            lambda v: isinstance(v, int | float) and 0 <= v <= 1,
+            "a number in [0, 1]",
+            0.7,
+        ),
+    )
+    raw_events = _field(document, "events", "trace", lambda v: isinstance(v, list), "a list")
+    events = tuple(_event_from_json(e, f"events[{i}]") for i, e in enumerate(raw_events))
+    note = document.get("note", "")
+    return Trace(config=config, events=events, model=model, note=str(note))

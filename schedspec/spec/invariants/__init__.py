@@ -1,0 +1,60 @@
+"""The invariant catalogue: named pure predicates over abstract states and transitions.
+
+Each predicate returns the list of violations it finds (empty when it holds).
+Profiles: `safety` holds for any correct engine; `vllm-v1` adds vLLM V1's exact
+decisions. The ids are the ones docs/SPEC.md, failure messages and traces use.
+"""
+
+from schedspec.spec.invariants import (  # noqa: F401  (importing registers the checks)
+    door_invariants,
+    liveness_invariants,
+    policy_invariants,
+    schedule_invariants,
+    state_invariants,
+    update_invariants,
+)
+from schedspec.spec.invariants.liveness_invariants import drain_step_bound
+from schedspec.spec.invariants.policy_invariants import expected_free_queue
+from schedspec.spec.invariants.registry import (
+    CATALOGUE,
+    CHECKS,
+    PROFILES,
+    InvariantInfo,
+    Kind,
+    Profile,
+    Violation,
+    ids_for,
+    in_profile,
+)
+from schedspec.spec.invariants.transitions import (
+    AbortTransition,
+    AddTransition,
+    ChainHashes,
+    DrainResult,
+    ScheduleTransition,
+    UpdateTransition,
+    computed_before,
+)
+from schedspec.spec.invariants.update_invariants import expected_kept
+
+__all__ = [
+    "CATALOGUE",
+    "CHECKS",
+    "PROFILES",
+    "AbortTransition",
+    "AddTransition",
+    "ChainHashes",
+    "DrainResult",
+    "InvariantInfo",
+    "Kind",
+    "Profile",
+    "ScheduleTransition",
+    "UpdateTransition",
+    "Violation",
+    "computed_before",
+    "drain_step_bound",
+    "expected_free_queue",
+    "expected_kept",
+    "ids_for",
+    "in_profile",
+]

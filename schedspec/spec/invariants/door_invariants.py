@@ -1,0 +1,55 @@
+"""The door: add_request refuses exactly the requests that could never run to completion."""
+
+from __future__ import annotations
+
+from schedspec.spec.errors import SpecInputError
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.transitions import AddTransition
+from schedspec.spec.request import RequestStatus, validate_new_request
+
+
+def door_refuses(t: AddTransition) -> str | None:
+    """Why the spec refuses this request in the pre state, or None if it is admissible."""
+    try:
+        validate_new_request(t.request, t.pre.config)
+    except SpecInputError as err:
+        return str(err)
+    if t.request.request_id in t.pre.requests:
+        return f"duplicate request id {t.request.request_id!r}"
+    return None
+
+
+@invariant(
+    "DOOR",
+    "add",
+    "safety",
+    "add_request raises ValueError for, and only for, a request the spec refuses (empty "
+    "prompt, prompt of max_model_len tokens or more, max_tokens < 1, bad token ids, a live "
+    "duplicate id), and a refusal changes nothing; an accepted request is WAITING at the "
+    "back of the queue (by key under priority) with nothing computed.",
+)
+def check_door(t: AddTransition) -> list[Violation]:
+    reason = door_refuses(t)
+    rid = t.request.request_id
+    if reason is not None:
+        if t.refusal is None:
+            return [Violation("DOOR", f"accepted a request the spec refuses: {reason}", rid)]
+        if not isinstance(t.refusal, ValueError):
+            return [
+                Violation("DOOR", f"refused with {type(t.refusal).__name__}, not ValueError", rid)
+            ]
+        if t.post != t.pre:
+            return [Violation("DOOR", "a refused request changed the state", rid)]
+        return []
+    if t.refusal is not None:
+        return [Violation("DOOR", f"refused an admissible request: {t.refusal}", rid)]
+    added = t.post.requests.get(rid)
+    if (
+        added is None
+        or added.status is not RequestStatus.WAITING
+        or added.num_computed_tokens
+        or added.block_ids
+        or rid not in t.post.waiting
+    ):
+        return [Violation("DOOR", "accepted request is not a fresh WAITING request", rid)]
+    return []

@@ -1,0 +1,346 @@
+"""The vLLM V1 profile: the exact decisions vLLM's scheduler makes, as predicates.
+
+An engine that claims the vllm-v1 profile must make these same decisions;
+any correct engine need only pass the safety profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from schedspec.spec.block_hash import BlockHash
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.transitions import (
+    AbortTransition,
+    ScheduleTransition,
+    UpdateTransition,
+    computed_before,
+)
+from schedspec.spec.state import KVState, RequestState, State
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def long_prefill_cap(pre: State) -> int:
+    """The per-request cap of a step: the threshold, once more than one request exists."""
+    if len(pre.running) + len(pre.waiting) > 1:
+        return pre.config.long_prefill_token_threshold
+    return 0
+
+
+def _capped(num_tokens: int, cap: int) -> int:
+    return cap if 0 < cap < num_tokens else num_tokens
+
+
+def _admitted(t: ScheduleTransition) -> list[str]:
+    resumed = [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
+    return [d.request_id for d in t.output.scheduled_new_reqs] + resumed
+
+
+@invariant(
+    "SCHEDULE-ORDER",
+    "schedule",
+    "vllm-v1",
+    "Running requests are served first, in running order, then waiting ones are admitted in "
+    "queue order with nothing skipped; admitted requests join the end of running.",
+)
+def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
+    scheduled = t.output.num_scheduled_tokens
+    admitted = set(_admitted(t))
+    in_running_order = [r for r in t.pre.running if r in scheduled]
+    in_queue_order = [r for r in t.pre.waiting if r in admitted]
+    out: list[Violation] = []
+    if in_queue_order != list(t.pre.waiting[: len(admitted)]):
+        out.append(
+            Violation(
+                "SCHEDULE-ORDER",
+                "admissions skipped a waiting request",
+                expected=list(t.pre.waiting[: len(admitted)]),
+                actual=in_queue_order,
+            )
+        )
+    if list(scheduled) != in_running_order + in_queue_order:
+        out.append(
+            Violation(
+                "SCHEDULE-ORDER",
+                "scheduling order",
+                None,
+                None,
+                in_running_order + in_queue_order,
+                list(scheduled),
+            )
+        )
+    preempted = t.output.preempted_req_ids
+    expected_running = [r for r in t.pre.running if r not in preempted] + in_queue_order
+    if list(t.post.running) != expected_running:
+        out.append(
+            Violation(
+                "SCHEDULE-ORDER",
+                "running order after the step",
+                None,
+                None,
+                expected_running,
+                list(t.post.running),
+            )
+        )
+    return out
+
+
+@invariant(
+    "GREEDY-BUDGET",
+    "schedule",
+    "vllm-v1",
+    "In scheduling order each request gets min(its demand after the long-prefill cap, the "
+    "budget left, room below max_model_len); with chunked prefill off an admission gets its "
+    "whole capped prompt or is not admitted.",
+)
+def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
+    config = t.pre.config
+    cap = long_prefill_cap(t.pre)
+    before = computed_before(t.output)
+    admitted = set(_admitted(t))
+    budget = config.max_num_batched_tokens
+    out: list[Violation] = []
+    for rid, num in t.output.num_scheduled_tokens.items():
+        pre = t.pre.requests.get(rid)
+        if pre is None or rid not in before:
+            continue
+        if rid in admitted:
+            expected = _capped(pre.num_tokens - before[rid], cap)
+            if config.enable_chunked_prefill:
+                expected = min(expected, budget)
+        else:
+            demand = _capped(pre.num_tokens_with_spec - before[rid], cap)
+            expected = min(demand, budget, config.max_model_len - 1 - before[rid])
+        if num != expected:
+            out.append(Violation("GREEDY-BUDGET", "tokens scheduled", rid, None, expected, num))
+        budget -= num
+    return out
+
+
+@invariant(
+    "RUNNING-SERVED",
+    "schedule",
+    "vllm-v1",
+    "Every running request is scheduled or preempted, unless the running requests ahead of "
+    "it used up the whole budget.",
+)
+def check_running_served(t: ScheduleTransition) -> list[Violation]:
+    scheduled = t.output.num_scheduled_tokens
+    budget = t.pre.config.max_num_batched_tokens
+    used_ahead = 0
+    out: list[Violation] = []
+    for rid in t.pre.running:
+        if rid in scheduled:
+            used_ahead += scheduled[rid]
+        elif rid not in t.output.preempted_req_ids and used_ahead < budget:
+            out.append(
+                Violation(
+                    "RUNNING-SERVED", "skipped with budget left", rid, None, budget, used_ahead
+                )
+            )
+    return out
+
+
+@invariant(
+    "NO-ADMIT-AFTER-PREEMPT",
+    "schedule",
+    "vllm-v1",
+    "A step that preempted admits nothing: freed blocks go to running requests first and a "
+    "victim cannot bounce straight back.",
+)
+def check_no_admit_after_preempt(t: ScheduleTransition) -> list[Violation]:
+    admitted = _admitted(t)
+    if t.output.preempted_req_ids and admitted:
+        return [
+            Violation(
+                "NO-ADMIT-AFTER-PREEMPT",
+                f"admitted {admitted} after preempting {sorted(t.output.preempted_req_ids)}",
+            )
+        ]
+    return []
+
+
+def _key(request: RequestState) -> tuple[int, int]:
+    return (request.priority, request.arrival)
+
+
+@invariant(
+    "VICTIM",
+    "schedule",
+    "vllm-v1",
+    "fcfs preempts from the end of the running list; priority preempts the running requests "
+    "with the largest (priority, arrival).",
+)
+def check_victim(t: ScheduleTransition) -> list[Violation]:
+    preempted = t.output.preempted_req_ids
+    if not preempted:
+        return []
+    running = list(t.pre.running)
+    if t.pre.config.policy == "fcfs":
+        expected = set(running[len(running) - len(preempted) :])
+    else:
+        by_key = sorted(running, key=lambda r: _key(t.pre.requests[r]))
+        expected = set(by_key[len(by_key) - len(preempted) :])
+    if expected == set(preempted):
+        return []
+    return [Violation("VICTIM", "wrong victims", None, None, sorted(expected), sorted(preempted))]
+
+
+@invariant(
+    "QUEUE-ORDER",
+    "schedule",
+    "vllm-v1",
+    "fcfs: victims go to the front of the waiting queue (in running order) and admissions "
+    "leave from the front; priority: the queue is ordered by (priority, arrival).",
+)
+def check_queue_order(t: ScheduleTransition) -> list[Violation]:
+    waiting = list(t.post.waiting)
+    if t.pre.config.policy == "priority":
+        expected = sorted(waiting, key=lambda r: _key(t.post.requests[r]))
+    else:
+        victims = [r for r in t.pre.running if r in t.output.preempted_req_ids]
+        expected = victims + list(t.pre.waiting[len(_admitted(t)) :])
+    if waiting == expected:
+        return []
+    return [Violation("QUEUE-ORDER", "waiting queue order", None, None, expected, waiting)]
+
+
+@invariant(
+    "WATERMARK",
+    "schedule",
+    "vllm-v1",
+    "An admission made while something runs leaves at least int(watermark * num_blocks) "
+    "blocks free.",
+)
+def check_watermark(t: ScheduleTransition) -> list[Violation]:
+    admitted = _admitted(t)
+    if not admitted or len(t.post.running) < 2:
+        return []  # the only admission went into an idle engine: no watermark
+    spare = t.post.config.watermark_blocks
+    free = len(t.post.kv.free_block_ids)
+    if free >= spare:
+        return []
+    return [Violation("WATERMARK", "admitted into the watermark", admitted[-1], None, spare, free)]
+
+
+def cached_prefix(kv: KVState, own: Sequence[BlockHash], max_blocks: int) -> list[int]:
+    """The blocks a prefix-cache lookup returns: the first-registered block of
+    each hash, up to the first miss."""
+    first = {block_hash: ids[0] for block_hash, ids in kv.prefix_cache}
+    hits: list[int] = []
+    for block_hash in own[:max_blocks]:
+        block = first.get(block_hash)
+        if block is None:
+            break
+        hits.append(block)
+    return hits
+
+
+@invariant(
+    "ADMISSION-STOP",
+    "schedule",
+    "vllm-v1",
+    "Admission stops only for a reason: no waiting request, no budget, max_num_seqs reached, "
+    "a preemption this step, or the queue head does not fit (its whole capped prompt over "
+    "the budget with chunked prefill off, or its blocks plus the watermark over the free "
+    "blocks).",
+)
+def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
+    config = t.post.config
+    budget_left = config.max_num_batched_tokens - sum(t.output.num_scheduled_tokens.values())
+    if (
+        t.output.preempted_req_ids
+        or not t.post.waiting
+        or budget_left <= 0
+        or len(t.post.running) >= config.max_num_seqs
+    ):
+        return []
+    head = t.post.requests[t.post.waiting[0]]
+    bs = config.block_size
+    hits = cached_prefix(t.post.kv, t.hashes.of(head), (head.num_tokens - 1) // bs)
+    hit_tokens = len(hits) * bs
+    demand = _capped(head.num_tokens - hit_tokens, long_prefill_cap(t.pre))
+    if not config.enable_chunked_prefill and demand > budget_left:
+        return []
+    num_new = min(demand, budget_left)
+    evictable = sum(1 for b in hits if t.post.kv.ref_counts[b] == 0)
+    spare = config.watermark_blocks if t.post.running else 0
+    full = min(head.num_tokens, config.max_model_len)
+    slots = min(hit_tokens + num_new + config.lookahead_tokens, config.max_model_len)
+    needed = max(_cdiv(max(full, slots), bs) - len(hits), 0) + evictable
+    if needed + spare > len(t.post.kv.free_block_ids):
+        return []
+    return [
+        Violation(
+            "ADMISSION-STOP",
+            f"queue head could have been admitted ({needed} "
+            f"blocks + {spare} spare <= {len(t.post.kv.free_block_ids)} free, "
+            f"{budget_left} tokens left)",
+            head.request_id,
+        )
+    ]
+
+
+def expected_free_queue(pre: State, post: State, freed: Sequence[str]) -> list[int]:
+    """The free queue after freeing these requests' tables in order, tail block first:
+    blocks nobody holds any more go to the front if uncached, to the back if cached."""
+    refs = list(pre.kv.ref_counts)
+    queue = list(pre.kv.free_block_ids)
+    caching = pre.config.enable_prefix_caching
+    for rid in freed:
+        front: list[int] = []
+        back: list[int] = []
+        for block in reversed(pre.requests[rid].block_ids):
+            refs[block] -= 1
+            if refs[block] == 0:
+                cached = caching and post.kv.block_hashes[block] is not None
+                (back if cached else front).append(block)
+        queue = front + queue + back
+    return queue
+
+
+def _check_free_order(pre: State, post: State, freed: Sequence[str]) -> list[Violation]:
+    expected = expected_free_queue(pre, post, freed)
+    if list(post.kv.free_block_ids) == expected:
+        return []
+    return [
+        Violation(
+            "FREE-ORDER",
+            f"free queue after freeing {list(freed)}",
+            None,
+            None,
+            expected,
+            list(post.kv.free_block_ids),
+        )
+    ]
+
+
+@invariant(
+    "FREE-ORDER",
+    "update",
+    "vllm-v1",
+    "A finished request's blocks are freed tail first: uncached ones to the front of the "
+    "free queue (reused first), cached ones to the back (evicted last, LRU).",
+)
+def check_free_order_update(t: UpdateTransition) -> list[Violation]:
+    freed = [
+        r for r in t.output.num_scheduled_tokens if r in t.pre.requests and r not in t.post.requests
+    ]
+    return _check_free_order(t.pre, t.post, freed)
+
+
+@invariant(
+    "FREE-ORDER-ABORT",
+    "abort",
+    "vllm-v1",
+    "The same free-queue rule for an abort of one request (vLLM frees a multi-request abort "
+    "in set order, which the spec leaves open).",
+)
+def check_free_order_abort(t: AbortTransition) -> list[Violation]:
+    freed = [r for r in dict.fromkeys(t.request_ids) if r in t.pre.requests]
+    if len(freed) != 1:
+        return []
+    return _check_free_order(t.pre, t.post, freed)

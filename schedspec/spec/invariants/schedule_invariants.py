@@ -1,0 +1,496 @@
+"""Safety invariants of one schedule() call: pre --schedule()--> post."""
+
+from __future__ import annotations
+
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.transitions import ScheduleTransition, computed_before
+from schedspec.spec.request import RequestStatus
+
+
+@invariant(
+    "BUDGET",
+    "schedule",
+    "safety",
+    "sum(num_scheduled_tokens) <= max_num_batched_tokens and equals "
+    "total_num_scheduled_tokens; every entry is > 0 and names a running request.",
+)
+def check_budget(t: ScheduleTransition) -> list[Violation]:
+    scheduled = t.output.num_scheduled_tokens
+    total = sum(scheduled.values())
+    budget = t.post.config.max_num_batched_tokens
+    out: list[Violation] = []
+    if total > budget:
+        out.append(Violation("BUDGET", "step over the token budget", None, None, budget, total))
+    if total != t.output.total_num_scheduled_tokens:
+        out.append(
+            Violation(
+                "BUDGET",
+                "total_num_scheduled_tokens is not the sum of the entries",
+                expected=total,
+                actual=t.output.total_num_scheduled_tokens,
+            )
+        )
+    running = set(t.post.running)
+    for rid, num in scheduled.items():
+        if num <= 0:
+            out.append(Violation("BUDGET", f"scheduled {num} tokens", rid))
+        if rid not in running:
+            out.append(Violation("BUDGET", "scheduled but not running", rid))
+    return out
+
+
+@invariant(
+    "NO-OVERSHOOT",
+    "schedule",
+    "safety",
+    "A scheduled request never runs past its known tokens and drafts "
+    "(computed + scheduled <= num_tokens_with_spec) and leaves room below max_model_len for "
+    "the token the step samples.",
+)
+def check_no_overshoot(t: ScheduleTransition) -> list[Violation]:
+    before = computed_before(t.output)
+    last_position = t.post.config.max_model_len - 1
+    out: list[Violation] = []
+    for rid, num in t.output.num_scheduled_tokens.items():
+        pre = t.pre.requests.get(rid)
+        if pre is None or rid not in before:
+            continue  # BUDGET / OUTPUT report these
+        end = before[rid] + num
+        if end > pre.num_tokens_with_spec:
+            out.append(
+                Violation(
+                    "NO-OVERSHOOT",
+                    "past the known tokens and drafts",
+                    rid,
+                    None,
+                    pre.num_tokens_with_spec,
+                    end,
+                )
+            )
+        if end > last_position:
+            out.append(
+                Violation(
+                    "NO-OVERSHOOT",
+                    "no room for the sampled token below max_model_len",
+                    rid,
+                    None,
+                    last_position,
+                    end,
+                )
+            )
+    return out
+
+
+@invariant(
+    "KV-COVER",
+    "schedule",
+    "safety",
+    "After schedule(), each scheduled request's block table covers its computed and "
+    "scheduled tokens plus the lookahead slots, capped at max_model_len.",
+)
+def check_kv_cover(t: ScheduleTransition) -> list[Violation]:
+    config = t.post.config
+    out: list[Violation] = []
+    for rid in t.output.num_scheduled_tokens:
+        post = t.post.requests.get(rid)
+        if post is None:
+            continue
+        needed = min(post.num_computed_tokens + config.lookahead_tokens, config.max_model_len)
+        slots = len(post.block_ids) * config.block_size
+        if slots < needed:
+            out.append(Violation("KV-COVER", "table too short", rid, None, needed, slots))
+    return out
+
+
+@invariant(
+    "MONOTONE",
+    "schedule",
+    "safety",
+    "schedule() moves num_computed_tokens only forward, by exactly the tokens scheduled (from "
+    "the prefix-cache hit for an admitted request); preemption is the only way to 0.",
+)
+def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
+    before = computed_before(t.output)
+    scheduled = t.output.num_scheduled_tokens
+    out: list[Violation] = []
+    for rid, post in t.post.requests.items():
+        pre = t.pre.requests.get(rid)
+        if pre is None:
+            out.append(Violation("MONOTONE", "appeared during schedule()", rid))
+            continue
+        if rid in t.output.preempted_req_ids:
+            continue  # PREEMPT-RESET covers the reset
+        if rid in scheduled and rid in before:
+            expected = before[rid] + scheduled[rid]
+            if pre.status is RequestStatus.RUNNING and before[rid] != pre.num_computed_tokens:
+                out.append(
+                    Violation(
+                        "MONOTONE",
+                        "reported computed count is not the state's",
+                        rid,
+                        None,
+                        pre.num_computed_tokens,
+                        before[rid],
+                    )
+                )
+        else:
+            expected = pre.num_computed_tokens
+        if post.num_computed_tokens != expected:
+            out.append(
+                Violation(
+                    "MONOTONE",
+                    "num_computed_tokens moved by other than the tokens scheduled",
+                    rid,
+                    None,
+                    expected,
+                    post.num_computed_tokens,
+                )
+            )
+    return out
+
+
+@invariant(
+    "DRAFTS",
+    "schedule",
+    "safety",
+    "Scheduled drafts are a prefix of the request's drafts, at most num_speculative_tokens, "
+    "ride only after all known tokens (never on a prefill chunk), and are consumed: a "
+    "scheduled request leaves schedule() with no drafts.",
+)
+def check_drafts(t: ScheduleTransition) -> list[Violation]:
+    before = computed_before(t.output)
+    limit = t.post.config.num_speculative_tokens
+    out: list[Violation] = []
+    for rid, drafts in t.output.scheduled_spec_decode_tokens.items():
+        pre = t.pre.requests.get(rid)
+        num = t.output.num_scheduled_tokens.get(rid)
+        if pre is None or num is None or rid not in before:
+            out.append(Violation("DRAFTS", "drafts for a request not scheduled", rid))
+            continue
+        if tuple(drafts) != pre.spec_token_ids[: len(drafts)]:
+            out.append(
+                Violation(
+                    "DRAFTS",
+                    "not a prefix of the proposed drafts",
+                    rid,
+                    None,
+                    pre.spec_token_ids,
+                    tuple(drafts),
+                )
+            )
+        if len(drafts) > limit or not drafts:
+            out.append(
+                Violation("DRAFTS", "draft count out of range", rid, None, limit, len(drafts))
+            )
+        if before[rid] + num - len(drafts) != pre.num_tokens:
+            out.append(
+                Violation(
+                    "DRAFTS",
+                    "drafts scheduled before the known tokens are done",
+                    rid,
+                    None,
+                    pre.num_tokens,
+                    before[rid] + num - len(drafts),
+                )
+            )
+    for rid in t.output.num_scheduled_tokens:
+        post = t.post.requests.get(rid)
+        if post is not None and post.spec_token_ids:
+            out.append(Violation("DRAFTS", "drafts not consumed by the step", rid))
+    return out
+
+
+@invariant(
+    "PREEMPT-RESET",
+    "schedule",
+    "safety",
+    "A preempted request was running, is not scheduled, and is now PREEMPTED in the waiting "
+    "queue with num_computed_tokens 0, no blocks, no drafts, and num_preemptions one higher.",
+)
+def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
+    out: list[Violation] = []
+    waiting = set(t.post.waiting)
+    for rid in t.output.preempted_req_ids:
+        pre = t.pre.requests.get(rid)
+        post = t.post.requests.get(rid)
+        if pre is None or post is None:
+            out.append(Violation("PREEMPT-RESET", "preempted request is not live", rid))
+            continue
+        if pre.status is not RequestStatus.RUNNING:
+            out.append(Violation("PREEMPT-RESET", f"preempted while {pre.status.name}", rid))
+        if rid in t.output.num_scheduled_tokens:
+            out.append(Violation("PREEMPT-RESET", "preempted and scheduled in one step", rid))
+        if (
+            post.status is not RequestStatus.PREEMPTED
+            or post.num_computed_tokens != 0
+            or post.block_ids
+            or post.spec_token_ids
+            or rid not in waiting
+        ):
+            out.append(
+                Violation(
+                    "PREEMPT-RESET",
+                    f"not reset: status {post.status.name}, computed {post.num_computed_tokens}, "
+                    f"{len(post.block_ids)} blocks, {len(post.spec_token_ids)} drafts, "
+                    f"{'in' if rid in waiting else 'not in'} waiting",
+                    rid,
+                )
+            )
+        if post.num_preemptions != pre.num_preemptions + 1:
+            out.append(
+                Violation(
+                    "PREEMPT-RESET",
+                    "num_preemptions not raised by one",
+                    rid,
+                    None,
+                    pre.num_preemptions + 1,
+                    post.num_preemptions,
+                )
+            )
+    return out
+
+
+@invariant(
+    "OUTPUT",
+    "schedule",
+    "safety",
+    "SchedulerOutput tells the runner the truth: new requests were WAITING and carry their "
+    "prompt and whole table; resumed ones were PREEMPTED and carry their whole table; "
+    "running ones carry their computed count and exactly the blocks appended; every "
+    "scheduled request is described once.",
+)
+def check_output(t: ScheduleTransition) -> list[Violation]:
+    out: list[Violation] = []
+    described: list[str] = []
+    for new in t.output.scheduled_new_reqs:
+        described.append(new.request_id)
+        pre = t.pre.requests.get(new.request_id)
+        post = t.post.requests.get(new.request_id)
+        if pre is None or post is None or pre.status is not RequestStatus.WAITING:
+            out.append(Violation("OUTPUT", "new request was not WAITING", new.request_id))
+            continue
+        if new.prompt_token_ids != pre.prompt_token_ids or new.block_ids != post.block_ids:
+            out.append(
+                Violation("OUTPUT", "new request data differs from the state", new.request_id)
+            )
+    for cached in t.output.scheduled_cached_reqs:
+        rid = cached.request_id
+        described.append(rid)
+        pre = t.pre.requests.get(rid)
+        post = t.post.requests.get(rid)
+        if pre is None or post is None:
+            out.append(Violation("OUTPUT", "cached request is not live", rid))
+            continue
+        expected_status = RequestStatus.PREEMPTED if cached.resumed else RequestStatus.RUNNING
+        if pre.status is not expected_status:
+            out.append(
+                Violation("OUTPUT", f"resumed={cached.resumed} but was {pre.status.name}", rid)
+            )
+            continue
+        table = cached.new_block_ids if cached.resumed else pre.block_ids + cached.new_block_ids
+        if table != post.block_ids:
+            out.append(
+                Violation(
+                    "OUTPUT", "block ids do not rebuild the table", rid, None, post.block_ids, table
+                )
+            )
+        if cached.num_output_tokens != len(pre.output_token_ids):
+            out.append(
+                Violation(
+                    "OUTPUT",
+                    "num_output_tokens differs",
+                    rid,
+                    None,
+                    len(pre.output_token_ids),
+                    cached.num_output_tokens,
+                )
+            )
+    if sorted(described) != sorted(t.output.num_scheduled_tokens):
+        out.append(
+            Violation(
+                "OUTPUT",
+                "request data and num_scheduled_tokens name different requests",
+                expected=sorted(t.output.num_scheduled_tokens),
+                actual=sorted(described),
+            )
+        )
+    return out
+
+
+@invariant(
+    "CACHE-CONTENT",
+    "schedule",
+    "safety",
+    "A prefix-cache hit covers whole blocks, never the last token, and each hit block's "
+    "content is the request's own prefix; a block is registered in the cache only for "
+    "content its holder has computed or scheduled, never for drafts or lookahead.",
+)
+def check_cache_content(t: ScheduleTransition) -> list[Violation]:
+    bs = t.post.config.block_size
+    out: list[Violation] = []
+    admitted = [d.request_id for d in t.output.scheduled_new_reqs]
+    admitted += [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
+    before = computed_before(t.output)
+    hashes = t.post.kv.block_hashes
+    for rid in admitted:
+        post = t.post.requests.get(rid)
+        if post is None or rid not in before:
+            continue
+        hit = before[rid]
+        if hit % bs or hit > post.num_tokens - 1:
+            out.append(
+                Violation(
+                    "CACHE-CONTENT",
+                    "hit is not whole blocks short of the last token",
+                    rid,
+                    None,
+                    f"multiple of {bs}, <= {post.num_tokens - 1}",
+                    hit,
+                )
+            )
+            continue
+        own = t.hashes.of(post)
+        for index in range(hit // bs):
+            block = post.block_ids[index]
+            if hashes[block] != own[index]:
+                out.append(
+                    Violation(
+                        "CACHE-CONTENT",
+                        f"hit block at index {index} holds other content",
+                        rid,
+                        block,
+                    )
+                )
+    # Registrations made by this step: each must belong to a live holder.
+    pre_hashes = t.pre.kv.block_hashes
+    held = {b for request in t.post.requests.values() for b in request.block_ids}
+    for block, block_hash in enumerate(hashes):
+        if block_hash is not None and block_hash != pre_hashes[block] and block not in held:
+            out.append(
+                Violation(
+                    "CACHE-CONTENT",
+                    "registered by this step but held by no "
+                    "live request (its KV will never be computed)",
+                    None,
+                    block,
+                )
+            )
+    for rid, post in t.post.requests.items():
+        known = min(post.num_computed_tokens, post.num_tokens)
+        for index, block in enumerate(post.block_ids):
+            block_hash = hashes[block]
+            if block_hash is None or block_hash == pre_hashes[block]:
+                continue
+            if (index + 1) * bs > known:
+                out.append(
+                    Violation(
+                        "CACHE-CONTENT",
+                        f"block at index {index} registered "
+                        "before its tokens are known and scheduled",
+                        rid,
+                        block,
+                    )
+                )
+            elif t.hashes.of(post)[index] != block_hash:
+                out.append(
+                    Violation(
+                        "CACHE-CONTENT",
+                        f"block at index {index} registered under another content's hash",
+                        rid,
+                        block,
+                    )
+                )
+    return out
+
+
+@invariant(
+    "CACHE-COMPUTED",
+    "schedule",
+    "safety",
+    "A prefix-cache hit only covers blocks whose KV is really there for that content: "
+    "computed by an earlier step, or being computed in this very step by another scheduled "
+    "request (a block registered by a step that then never ran its tokens must not be hit).",
+)
+def check_cache_computed(t: ScheduleTransition) -> list[Violation]:
+    bs = t.post.config.block_size
+    out: list[Violation] = []
+    before = computed_before(t.output)
+    admitted = [d.request_id for d in t.output.scheduled_new_reqs]
+    admitted += [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
+    for rid in admitted:
+        post = t.post.requests.get(rid)
+        if post is None or rid not in before or before[rid] % bs:
+            continue
+        own = t.hashes.of(post)
+        for index in range(min(before[rid] // bs, len(own), len(post.block_ids))):
+            block = post.block_ids[index]
+            if t.kv_written.get(block) == own[index]:
+                continue
+            if _computed_this_step(t, block, index, rid):
+                continue
+            out.append(
+                Violation(
+                    "CACHE-COMPUTED",
+                    f"hit at index {index} on a block whose KV was never computed for this content",
+                    rid,
+                    block,
+                )
+            )
+    return out
+
+
+def _computed_this_step(t: ScheduleTransition, block: int, index: int, reader: str) -> bool:
+    """Does another request scheduled in this step write the block's KV in this step?"""
+    end = (index + 1) * t.post.config.block_size
+    for rid in t.output.num_scheduled_tokens:
+        holder = t.post.requests.get(rid)
+        if (
+            rid != reader
+            and holder is not None
+            and index < len(holder.block_ids)
+            and holder.block_ids[index] == block
+            and end <= min(holder.num_computed_tokens, holder.num_tokens)
+        ):
+            return True
+    return False
+
+
+@invariant(
+    "FINISH-REPORTED",
+    "schedule",
+    "safety",
+    "finished_req_ids reports exactly the requests that finished (stopped or aborted) since "
+    "the previous schedule(), each once.",
+)
+def check_finish_reported(t: ScheduleTransition) -> list[Violation]:
+    reported = t.output.finished_req_ids
+    expected = t.finished_since_last_schedule
+    if reported == expected:
+        return []
+    return [
+        Violation(
+            "FINISH-REPORTED",
+            "wrong finished_req_ids",
+            None,
+            None,
+            sorted(expected),
+            sorted(reported),
+        )
+    ]
+
+
+@invariant(
+    "NO-EMPTY-STEP",
+    "schedule",
+    "safety",
+    "A step schedules at least one token while any request is unfinished: every admissible "
+    "request fits an empty cache, so there is always something that can run.",
+)
+def check_no_empty_step(t: ScheduleTransition) -> list[Violation]:
+    if t.pre.requests and not t.output.num_scheduled_tokens:
+        return [
+            Violation(
+                "NO-EMPTY-STEP", f"nothing scheduled with {len(t.pre.requests)} unfinished requests"
+            )
+        ]
+    return []

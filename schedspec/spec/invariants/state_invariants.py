@@ -1,0 +1,233 @@
+"""Invariants of a single abstract state: they hold between any two engine calls."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.request import RequestStatus
+from schedspec.spec.state import State
+
+_WAITING_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+@invariant(
+    "CONSERVATION",
+    "state",
+    "safety",
+    "Every block is either free (ref count 0, in the free queue exactly once) or held; its "
+    "ref count equals the number of block tables holding it; free + held == num_blocks; no "
+    "table holds a block twice.",
+)
+def check_conservation(state: State) -> list[Violation]:
+    kv = state.kv
+    out: list[Violation] = []
+    holders: Counter[int] = Counter()
+    for rid, request in state.requests.items():
+        table = request.block_ids
+        if len(set(table)) != len(table):
+            dupes = sorted(b for b, n in Counter(table).items() if n > 1)
+            out.append(Violation("CONSERVATION", f"table holds blocks {dupes} twice", rid))
+        for block in table:
+            if not 0 <= block < kv.num_blocks:
+                out.append(Violation("CONSERVATION", "block id out of range", rid, block))
+        holders.update(table)
+    free = kv.free_block_ids
+    free_set = set(free)
+    if len(free_set) != len(free):
+        dupes = sorted(b for b, n in Counter(free).items() if n > 1)
+        out.append(Violation("CONSERVATION", f"blocks {dupes} are in the free queue twice"))
+    for block in free_set - set(range(kv.num_blocks)):
+        out.append(Violation("CONSERVATION", "free block id out of range", block_id=block))
+    for block, ref in enumerate(kv.ref_counts):
+        held = holders.get(block, 0)
+        if ref != held:
+            out.append(
+                Violation(
+                    "CONSERVATION",
+                    "ref count differs from the number of tables holding the block",
+                    block_id=block,
+                    expected=held,
+                    actual=ref,
+                )
+            )
+        if (ref == 0) != (block in free_set):
+            where = "in" if block in free_set else "not in"
+            out.append(
+                Violation(
+                    "CONSERVATION", f"ref count {ref} but {where} the free queue", None, block
+                )
+            )
+    num_held = sum(1 for ref in kv.ref_counts if ref > 0)
+    if len(free_set) + num_held != kv.num_blocks:
+        out.append(
+            Violation(
+                "CONSERVATION",
+                "free + held blocks do not add up to num_blocks",
+                expected=kv.num_blocks,
+                actual=len(free_set) + num_held,
+            )
+        )
+    return out
+
+
+@invariant(
+    "EXCLUSIVE",
+    "state",
+    "safety",
+    "A block held by two live requests is a full block registered in the prefix cache, at "
+    "the same position of each table; any other block has one writer.",
+)
+def check_exclusive(state: State) -> list[Violation]:
+    bs = state.config.block_size
+    positions: dict[int, list[tuple[str, int]]] = {}
+    for rid, request in state.requests.items():
+        for index, block in enumerate(request.block_ids):
+            positions.setdefault(block, []).append((rid, index))
+    out: list[Violation] = []
+    for block, places in positions.items():
+        if len(places) < 2:
+            continue
+        if state.kv.block_hashes[block] is None:
+            out.append(Violation("EXCLUSIVE", f"shared by {places} but not cached", None, block))
+        if len({index for _, index in places}) != 1:
+            out.append(
+                Violation("EXCLUSIVE", f"shared at different positions {places}", None, block)
+            )
+        for rid, index in places:
+            if (index + 1) * bs > state.requests[rid].num_tokens:
+                out.append(
+                    Violation("EXCLUSIVE", f"shared block is not full at index {index}", rid, block)
+                )
+    return out
+
+
+@invariant(
+    "CACHE-INDEX",
+    "state",
+    "safety",
+    "The prefix-cache map and the blocks' hashes agree: a block is under hash h in the map "
+    "exactly when its hash is h, and no entry is empty.",
+)
+def check_cache_index(state: State) -> list[Violation]:
+    kv = state.kv
+    out: list[Violation] = []
+    indexed: dict[int, int] = {}
+    for block_hash, block_ids in kv.prefix_cache:
+        if not block_ids:
+            out.append(Violation("CACHE-INDEX", f"empty entry for hash {block_hash:#x}"))
+        for block in block_ids:
+            if block in indexed:
+                out.append(Violation("CACHE-INDEX", "block indexed twice", None, block))
+            indexed[block] = block_hash
+    for block, registered in enumerate(kv.block_hashes):
+        if indexed.get(block) != registered:
+            out.append(
+                Violation(
+                    "CACHE-INDEX",
+                    "block hash and prefix-cache map disagree",
+                    None,
+                    block,
+                    expected=registered,
+                    actual=indexed.get(block),
+                )
+            )
+    return out
+
+
+@invariant(
+    "QUEUES",
+    "state",
+    "safety",
+    "Each unfinished request sits exactly once in waiting or running: RUNNING ones in "
+    "running, WAITING and PREEMPTED ones in waiting; a waiting request holds no blocks, no "
+    "drafts and no computed tokens; finished requests are gone.",
+)
+def check_queues(state: State) -> list[Violation]:
+    out: list[Violation] = []
+    placed = Counter(state.waiting) + Counter(state.running)
+    for rid, count in placed.items():
+        if count > 1:
+            out.append(Violation("QUEUES", f"queued {count} times", rid))
+        if rid not in state.requests:
+            out.append(Violation("QUEUES", "queued but not an unfinished request", rid))
+    running = set(state.running)
+    for rid, request in state.requests.items():
+        if request.status.is_finished:
+            out.append(Violation("QUEUES", f"finished ({request.status.name}) but still live", rid))
+        elif rid not in placed:
+            out.append(Violation("QUEUES", "unfinished but in no queue", rid))
+        elif (request.status is RequestStatus.RUNNING) != (rid in running):
+            where = "running" if rid in running else "waiting"
+            out.append(Violation("QUEUES", f"status {request.status.name} but in {where}", rid))
+        if request.status in _WAITING_STATUSES and (
+            request.block_ids or request.spec_token_ids or request.num_computed_tokens
+        ):
+            out.append(
+                Violation(
+                    "QUEUES",
+                    f"waiting with {len(request.block_ids)} blocks, "
+                    f"{len(request.spec_token_ids)} drafts, "
+                    f"{request.num_computed_tokens} computed tokens",
+                    rid,
+                )
+            )
+        if request.status is RequestStatus.PREEMPTED and request.num_preemptions < 1:
+            out.append(Violation("QUEUES", "PREEMPTED with num_preemptions 0", rid))
+    return out
+
+
+@invariant(
+    "SEQS",
+    "state",
+    "safety",
+    "len(running) <= max_num_seqs.",
+)
+def check_seqs(state: State) -> list[Violation]:
+    limit = state.config.max_num_seqs
+    if len(state.running) <= limit:
+        return []
+    return [
+        Violation("SEQS", "too many running requests", expected=limit, actual=len(state.running))
+    ]
+
+
+@invariant(
+    "LENGTH",
+    "state",
+    "safety",
+    "A live request is below both length caps (num_tokens < max_model_len, outputs < "
+    "max_tokens) and holds no EOS or stop token: it would have finished.",
+)
+def check_length(state: State) -> list[Violation]:
+    max_model_len = state.config.max_model_len
+    out: list[Violation] = []
+    for rid, request in state.requests.items():
+        if request.num_tokens >= max_model_len:
+            out.append(
+                Violation(
+                    "LENGTH",
+                    "live at max_model_len",
+                    rid,
+                    None,
+                    max_model_len - 1,
+                    request.num_tokens,
+                )
+            )
+        if len(request.output_token_ids) >= request.max_tokens:
+            out.append(
+                Violation(
+                    "LENGTH",
+                    "live at max_tokens",
+                    rid,
+                    None,
+                    request.max_tokens - 1,
+                    len(request.output_token_ids),
+                )
+            )
+        stops = set(request.stop_token_ids)
+        if request.eos_token_id is not None:
+            stops.add(request.eos_token_id)
+        if stops.intersection(request.output_token_ids):
+            out.append(Violation("LENGTH", "live after emitting a stop token", rid))
+    return out

@@ -1,0 +1,91 @@
+"""The inputs of the invariant predicates: one state, or one transition between two."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from schedspec.spec.block_hash import BlockHash, extend_block_hashes
+from schedspec.spec.outputs import ModelRunnerOutput, SchedulerOutput
+from schedspec.spec.request import Request
+from schedspec.spec.state import RequestState, State
+
+
+class ChainHashes:
+    """The chained block hashes of each request's own tokens, grown as tokens arrive.
+
+    Content checks compare an engine's cached blocks against these. One
+    instance serves one run: a request's tokens only ever grow.
+    """
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._hashes: dict[tuple[str, int], list[BlockHash]] = {}
+
+    def of(self, request: RequestState) -> list[BlockHash]:
+        hashes = self._hashes.setdefault((request.request_id, request.arrival), [])
+        if len(hashes) < request.num_tokens // self.block_size:
+            tokens = request.prompt_token_ids + request.output_token_ids
+            extend_block_hashes(hashes, tokens, self.block_size)
+        return hashes
+
+
+@dataclass(frozen=True)
+class ScheduleTransition:
+    """pre --schedule()--> post, with the SchedulerOutput it returned."""
+
+    pre: State
+    output: SchedulerOutput
+    post: State
+    hashes: ChainHashes
+    # Ids the harness saw finish (stop or abort) since the previous schedule().
+    finished_since_last_schedule: frozenset[str] = frozenset()
+    # Block -> the content hash whose KV earlier steps fully computed into it.
+    kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UpdateTransition:
+    """pre --update_from_output(output, model_output)--> post."""
+
+    pre: State
+    output: SchedulerOutput
+    model_output: ModelRunnerOutput
+    post: State
+
+
+@dataclass(frozen=True)
+class AddTransition:
+    """pre --add_request(request)--> post; `refusal` is the error the engine raised, if any."""
+
+    pre: State
+    request: Request
+    refusal: Exception | None
+    post: State
+
+
+@dataclass(frozen=True)
+class AbortTransition:
+    """pre --finish_requests(request_ids)--> post."""
+
+    pre: State
+    request_ids: tuple[str, ...]
+    post: State
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """The end of a drain: steps taken with no arrivals, and the final state."""
+
+    initial: State  # when the drain started
+    final: State
+    num_steps: int
+    step_bound: int = field(default=0)
+
+
+def computed_before(output: SchedulerOutput) -> Mapping[str, int]:
+    """num_computed_tokens of each scheduled request before the step, from the output."""
+    before = {d.request_id: d.num_computed_tokens for d in output.scheduled_new_reqs}
+    for cached in output.scheduled_cached_reqs:
+        before[cached.request_id] = cached.num_computed_tokens
+    return before

@@ -1,0 +1,146 @@
+"""Safety invariants of update_from_output() and finish_requests()."""
+
+from __future__ import annotations
+
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
+from schedspec.spec.state import RequestState
+
+
+def expected_kept(request: RequestState, sampled: tuple[int, ...], max_model_len: int) -> int:
+    """How many sampled tokens the stop rule keeps, and so whether the request stops.
+
+    Tokens are appended one at a time; the first that is EOS or a stop token,
+    or that brings the request to max_tokens or max_model_len, is the last
+    one kept. Returns len(sampled) + 1 when no token stops the request.
+    """
+    stops = set(request.stop_token_ids)
+    if request.eos_token_id is not None:
+        stops.add(request.eos_token_id)
+    outputs = len(request.output_token_ids)
+    tokens = request.num_tokens
+    for kept, token in enumerate(sampled, 1):
+        if token in stops or outputs + kept >= request.max_tokens or tokens + kept >= max_model_len:
+            return kept
+    return len(sampled) + 1
+
+
+@invariant(
+    "STOP",
+    "update",
+    "safety",
+    "Sampled tokens are appended in order up to the first stop (EOS, stop token, max_tokens, "
+    "max_model_len); a request stops exactly then, tokens past the stop are dropped, and it "
+    "never emits more than max_tokens tokens.",
+)
+def check_stop(t: UpdateTransition) -> list[Violation]:
+    max_model_len = t.post.config.max_model_len
+    out: list[Violation] = []
+    for rid, pre in t.pre.requests.items():
+        post = t.post.requests.get(rid)
+        sampled = tuple(t.model_output.sampled_token_ids.get(rid, ()))
+        if rid not in t.output.num_scheduled_tokens or not sampled:
+            if post is None:
+                out.append(Violation("STOP", "finished without sampling", rid))
+            elif post.output_token_ids != pre.output_token_ids:
+                out.append(Violation("STOP", "outputs changed without sampling", rid))
+            continue
+        kept = expected_kept(pre, sampled, max_model_len)
+        if kept <= len(sampled):
+            if post is not None:
+                out.append(
+                    Violation("STOP", f"still live after stop token {kept} of {len(sampled)}", rid)
+                )
+            continue
+        if post is None:
+            out.append(Violation("STOP", "finished with no stop condition met", rid))
+        elif post.output_token_ids != pre.output_token_ids + sampled:
+            out.append(
+                Violation(
+                    "STOP",
+                    "outputs are not the old ones plus the sampled tokens",
+                    rid,
+                    None,
+                    pre.output_token_ids + sampled,
+                    post.output_token_ids,
+                )
+            )
+    return out
+
+
+@invariant(
+    "ROLLBACK",
+    "update",
+    "safety",
+    "update_from_output pulls num_computed_tokens back by exactly the rejected drafts (and "
+    "the tokens dropped past a stop): a decoding request ends with num_computed_tokens == "
+    "num_tokens - 1.",
+)
+def check_rollback(t: UpdateTransition) -> list[Violation]:
+    out: list[Violation] = []
+    for rid, post in t.post.requests.items():
+        pre = t.pre.requests.get(rid)
+        if pre is None:
+            out.append(Violation("ROLLBACK", "appeared during update_from_output", rid))
+            continue
+        sampled = t.model_output.sampled_token_ids.get(rid, ())
+        if rid in t.output.num_scheduled_tokens and sampled:
+            drafts = len(t.output.scheduled_spec_decode_tokens.get(rid, ()))
+            rejected = drafts - (len(sampled) - 1)
+            expected = pre.num_computed_tokens - rejected
+        else:
+            expected = pre.num_computed_tokens
+        if post.num_computed_tokens != expected:
+            out.append(
+                Violation(
+                    "ROLLBACK",
+                    "num_computed_tokens after the output",
+                    rid,
+                    None,
+                    expected,
+                    post.num_computed_tokens,
+                )
+            )
+        if sampled and post.num_computed_tokens != post.num_tokens - 1:
+            out.append(
+                Violation(
+                    "ROLLBACK",
+                    "a request that sampled must have computed all but its last token",
+                    rid,
+                    None,
+                    post.num_tokens - 1,
+                    post.num_computed_tokens,
+                )
+            )
+    return out
+
+
+@invariant(
+    "ABORT",
+    "abort",
+    "safety",
+    "finish_requests removes every live request it names, wherever it was, and changes "
+    "nothing else; unknown and finished ids are ignored.",
+)
+def check_abort(t: AbortTransition) -> list[Violation]:
+    named = set(t.request_ids)
+    out: list[Violation] = []
+    for rid, pre in t.pre.requests.items():
+        post = t.post.requests.get(rid)
+        if rid in named:
+            if post is not None:
+                out.append(Violation("ABORT", "still live after abort", rid))
+        elif post != pre:
+            out.append(Violation("ABORT", "a request not aborted changed", rid))
+    kept_running = tuple(r for r in t.pre.running if r not in named)
+    kept_waiting = tuple(r for r in t.pre.waiting if r not in named)
+    if t.post.running != kept_running or t.post.waiting != kept_waiting:
+        out.append(
+            Violation(
+                "ABORT",
+                "queues are not the old ones minus the aborted",
+                expected=(kept_running, kept_waiting),
+                actual=(t.post.running, t.post.waiting),
+            )
+        )
+    return out
