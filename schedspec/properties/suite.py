@@ -20,7 +20,6 @@ from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
-
 ALL_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
 
