@@ -1,0 +1,108 @@
+"""Trace files: round trip, replay, and clear errors naming the event and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schedspec.properties.checked_engine import InvariantViolationError, replay
+from schedspec.properties.events import AddRequest, Abort, Drain, ProposeDrafts, Step
+from schedspec.properties.fake_model import StepDecisions
+from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.properties.trace import ModelParams, Trace, TraceError, trace_from_json
+from schedspec.spec import SchedulerConfig, SchedulerOutput
+from tests.sched_helpers import make_config
+
+EVENTS = (
+    AddRequest("a", (1, 2, 3, 4, 5), 4, eos_token_id=2, stop_token_ids=(9,), priority=1),
+    AddRequest("b", (1, 2, 3, 4, 6, 7), 3),
+    Step(),
+    ProposeDrafts({"a": 2, "b": 1}),
+    Step(StepDecisions(stops={"b": 9}, accepted={"a": 1})),
+    Abort(("a", "nobody")),
+    Drain(),
+)
+
+
+def _trace() -> Trace:
+    config = make_config(num_speculative_tokens=2, enable_prefix_caching=True)
+    return Trace(config, EVENTS, ModelParams(seed=3), note="example")
+
+
+def test_round_trip_through_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    _trace().save(path)
+    assert Trace.load(path) == _trace()
+
+
+def test_replay_on_the_reference_checks_every_event() -> None:
+    checked = replay(_trace(), reference_engine, "vllm-v1")
+    assert checked.stats.events == len(EVENTS)
+    assert not checked.state.requests  # drained
+    assert checked.stats.checks["NO-LEAK"] == 1
+
+
+class MiscountingEngine(ReferenceEngine):
+    """Reports one token more than it scheduled."""
+
+    def schedule(self) -> SchedulerOutput:
+        output = super().schedule()
+        return SchedulerOutput(
+            output.scheduled_new_reqs,
+            output.scheduled_cached_reqs,
+            output.num_scheduled_tokens,
+            output.total_num_scheduled_tokens + 1,
+            output.scheduled_spec_decode_tokens,
+            output.preempted_req_ids,
+            output.finished_req_ids,
+        )
+
+
+def test_replay_names_the_first_broken_event() -> None:
+    def factory(config: SchedulerConfig) -> MiscountingEngine:
+        return MiscountingEngine(config)
+
+    with pytest.raises(InvariantViolationError) as info:
+        replay(_trace(), factory, "safety")
+    assert info.value.event_index == 2
+    assert {v.invariant for v in info.value.violations} == {"BUDGET"}
+    assert "after event 2 (Step)" in str(info.value)
+
+
+def _document() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(json.dumps(_trace().to_json()))
+    return document
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "field"),
+    [
+        (lambda d: d.update(format="other"), "format"),
+        (lambda d: d.update(version=9), "version"),
+        (lambda d: d["config"].update(block_size=0), "config.block_size"),
+        (lambda d: d["config"].update(colour="red"), "config"),
+        (lambda d: d["model"].update(vocab_size=1), "model.vocab_size"),
+        (lambda d: d["model"].update(temperature=1), "model.temperature"),
+        (lambda d: d["events"][0].pop("max_tokens"), "events[0].max_tokens"),
+        (lambda d: d["events"][1].update(prompt_token_ids=[1, "x"]), "events[1].prompt_token_ids"),
+        (lambda d: d["events"][4].update(stops={"b": "eos"}), "events[4].stops"),
+        (lambda d: d["events"][5].update(op="explode"), "events[5].op"),
+        (lambda d: d["events"].append(3), "events[7]"),
+    ],
+)
+def test_bad_trace_names_the_field(corrupt: Any, field: str) -> None:
+    document = _document()
+    corrupt(document)
+    with pytest.raises(TraceError) as info:
+        trace_from_json(document)
+    assert info.value.field == field
+
+
+def test_not_json_is_a_trace_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(TraceError, match="not JSON"):
+        Trace.load(path)
