@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.events import AddRequest, Abort, Drain, ProposeDrafts, Step
+from schedspec.properties.events import Abort, AddRequest, Drain, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.properties.trace import ModelParams, Trace, TraceError, trace_from_json
