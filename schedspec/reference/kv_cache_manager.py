@@ -200,10 +200,10 @@ class KVCacheManager:
         pool = self.block_pool
         return KVState(
             num_blocks=pool.num_blocks,
-            free_block_ids=tuple(b.block_id for b in pool.free_block_queue),
-            ref_counts=tuple(b.ref_cnt for b in pool.blocks),
-            block_hashes=tuple(b.block_hash for b in pool.blocks),
+            free_block_ids=tuple([b.block_id for b in pool.free_block_queue]),
+            ref_counts=tuple([b.ref_cnt for b in pool.blocks]),
+            block_hashes=tuple([b.block_hash for b in pool.blocks]),
             prefix_cache=tuple(
-                (h, tuple(holders)) for h, holders in pool.cached_block_hash_to_block.items()
+                [(h, tuple(holders)) for h, holders in pool.cached_block_hash_to_block.items()]
             ),
         )

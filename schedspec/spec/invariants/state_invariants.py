@@ -20,6 +20,38 @@ _WAITING_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
     "table holds a block twice.",
 )
 def check_conservation(state: State) -> list[Violation]:
+    if _conserved(state):
+        return []
+    return _diagnose_conservation(state)
+
+
+def _conserved(state: State) -> bool:
+    """The cheap whole-state test; the diagnosis below runs only when it fails."""
+    kv = state.kv
+    counts = [0] * kv.num_blocks
+    try:
+        for request in state.requests.values():
+            for block in request.block_ids:
+                if block < 0:
+                    return False
+                counts[block] += 1
+    except IndexError:
+        return False
+    if tuple(counts) != kv.ref_counts or (max(counts, default=0) > 1 and not _shared_ok(state)):
+        return False
+    free = kv.free_block_ids
+    size = kv.num_blocks
+    return len(set(free)) == len(free) == counts.count(0) and all(
+        0 <= b < size and counts[b] == 0 for b in free
+    )
+
+
+def _shared_ok(state: State) -> bool:
+    """No table holds the same block twice (sharing across tables is EXCLUSIVE's business)."""
+    return all(len(set(r.block_ids)) == len(r.block_ids) for r in state.requests.values())
+
+
+def _diagnose_conservation(state: State) -> list[Violation]:
     kv = state.kv
     out: list[Violation] = []
     holders: Counter[int] = Counter()
@@ -144,6 +176,43 @@ def check_cache_index(state: State) -> list[Violation]:
     "drafts and no computed tokens; finished requests are gone.",
 )
 def check_queues(state: State) -> list[Violation]:
+    if _queues_ok(state):
+        return []
+    return _diagnose_queues(state)
+
+
+def _queues_ok(state: State) -> bool:
+    """The cheap whole-state test; the diagnosis below runs only when it fails."""
+    running = set(state.running)
+    waiting = set(state.waiting)
+    requests = state.requests
+    if (
+        len(running) != len(state.running)
+        or len(waiting) != len(state.waiting)
+        or len(running) + len(waiting) != len(requests)
+        or not running.isdisjoint(waiting)
+    ):
+        return False
+    for rid, request in requests.items():
+        status = request.status
+        if status is RequestStatus.RUNNING:
+            if rid not in running:
+                return False
+        elif status is RequestStatus.WAITING or status is RequestStatus.PREEMPTED:
+            if (
+                rid not in waiting
+                or request.block_ids
+                or request.spec_token_ids
+                or request.num_computed_tokens
+                or (status is RequestStatus.PREEMPTED and request.num_preemptions < 1)
+            ):
+                return False
+        else:
+            return False
+    return True
+
+
+def _diagnose_queues(state: State) -> list[Violation]:
     out: list[Violation] = []
     placed = Counter(state.waiting) + Counter(state.running)
     for rid, count in placed.items():
