@@ -13,7 +13,7 @@ from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import FakeModel
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import BlockHash, SchedulerConfig, SchedulerOutput, State
+from schedspec.spec import BlockHash, SchedulerConfig, SchedulerOutput, SpecInputError, State
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -32,6 +32,10 @@ from schedspec.spec.invariants import (
 )
 
 DEFAULT_MODEL = ModelParams()
+
+
+class ProfileError(SpecInputError):
+    """The engine does not claim the profile it is asked to pass."""
 
 
 class InvariantViolationError(AssertionError):
@@ -76,8 +80,8 @@ class CheckedEngine:
         stats: CheckStats | None = None,
     ) -> None:
         if profile not in engine.profiles:
-            raise ValueError(
-                f"profile: the engine claims {sorted(engine.profiles)}, not {profile!r}"
+            raise ProfileError(
+                "profile", f"the engine claims {sorted(engine.profiles)}, not {profile!r}"
             )
         self.engine = engine
         self.config = config
@@ -193,7 +197,7 @@ class CheckedEngine:
         model_output = self.model.execute(output, event.decisions)
         self.engine.update_from_output(output, model_output)
         post = self.engine.snapshot()
-        self._remember_computed_blocks(output, mid)
+        self._remember_computed_blocks(output, mid, post)
         self._finished_since_schedule.update(r for r in mid.requests if r not in post.requests)
         self.state = post
         updated = UpdateTransition(mid, output, model_output, post)
@@ -226,12 +230,17 @@ class CheckedEngine:
             for block in fresh:
                 self._kv_written.pop(block, None)
 
-    def _remember_computed_blocks(self, output: SchedulerOutput, mid: State) -> None:
-        """After the step ran, full blocks of known tokens hold computed KV for their content."""
+    def _remember_computed_blocks(self, output: SchedulerOutput, mid: State, post: State) -> None:
+        """After the step ran, full blocks of computed tokens hold KV for their content.
+
+        A request still live has computed everything but its last token
+        (accepted drafts included, which is why the post state is used); for
+        one that finished, only the tokens known before the step are sure.
+        """
         before = computed_before(output)
         bs = self.config.block_size
         for rid in output.num_scheduled_tokens:
-            request = mid.requests[rid]
+            request = post.requests.get(rid) or mid.requests[rid]
             done = min(request.num_computed_tokens, request.num_tokens) // bs
             own = self._hashes.of(request)
             for index in range(before.get(rid, 0) // bs, min(done, len(request.block_ids))):

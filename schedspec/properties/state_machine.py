@@ -2,9 +2,9 @@
 
 Rules add requests, abort, propose drafts and step the engine (several
 steps per rule, since a scheduler bug usually needs a few iterations to
-show). Every rule always applies (preconditions, never assume), so no
-example is thrown away. Teardown drains the engine with no arrivals and
-checks the liveness invariants.
+show). Every rule applies in every state (no assume, no precondition), so
+no example is thrown away and shrinking stays aligned. Teardown drains the
+engine with no arrivals and checks the liveness invariants.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import (
@@ -22,7 +22,12 @@ from schedspec.properties.checked_engine import (
 )
 from schedspec.properties.events import Abort, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
-from schedspec.properties.strategies import add_request_events, configs
+from schedspec.properties.strategies import (
+    RequestDraw,
+    build_add_request,
+    configs,
+    request_draws,
+)
 from schedspec.properties.trace import ModelParams, Trace
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
@@ -79,52 +84,57 @@ def make_state_machine(
                 self.failed = True
                 record.last_failure = self.engine().trace(note=str(err))
                 raise
+            except Exception as err:
+                # An engine crash is a failure too. Mark it, so that teardown
+                # does not drain a half-updated engine and report something else.
+                self.failed = True
+                note = f"engine raised {type(err).__name__}: {err}"
+                record.last_failure = self.engine().trace(note=note)
+                raise
 
-        @precondition(lambda self: len(self.engine().state.requests) < MAX_LIVE_REQUESTS)
-        @rule(data=st.data())
-        def add_request(self, data: st.DataObject) -> None:
+        # No preconditions: every rule applies in every state, and each draws
+        # a fixed shape of choices, so shrinking can delete rules freely.
+
+        @rule(drawn=request_draws)
+        def add_request(self, drawn: RequestDraw) -> None:
             checked = self.engine()
-            event = data.draw(
-                add_request_events(checked.config, f"r{self.next_id}", checked.state.requests)
-            )
+            if len(checked.state.requests) >= MAX_LIVE_REQUESTS:
+                self.apply(Step())  # full: let the engine make room instead
+                return
+            live = checked.state.requests
+            self.apply(build_add_request(checked.config, f"r{self.next_id}", live, drawn))
             self.next_id += 1
-            self.apply(event)
 
-        @precondition(lambda self: bool(self.engine().state.requests))
-        @rule(data=st.data())
-        def abort(self, data: st.DataObject) -> None:
-            ids = sorted(self.engine().state.requests)
-            victim = data.draw(st.sampled_from(ids))
-            # Now and then an id the engine does not know: it must be ignored.
-            unknown = data.draw(st.sampled_from(["", "", "", "no-such-request"]))
-            self.apply(Abort((victim, unknown) if unknown else (victim,)))
+        @rule(pick=st.integers(0, 2**16), unknown=st.integers(0, 3))
+        def cancel(self, pick: int, unknown: int) -> None:
+            """Abort a live request (now and then with an unknown id, which is ignored)."""
+            live = sorted(self.engine().state.requests)
+            ids = (live[pick % len(live)],) if live else ()
+            if unknown == 3 or not ids:
+                ids = (*ids, "no-such-request")
+            self.apply(Abort(ids))
 
-        @precondition(
-            lambda self: (
-                self.engine().config.num_speculative_tokens > 0
-                and bool(self.engine().state.running)
-            )
-        )
-        @rule(data=st.data())
-        def propose_drafts(self, data: st.DataObject) -> None:
+        @rule(count=st.integers(0, 7))
+        def propose_drafts(self, count: int) -> None:
+            """The drafter proposes the same number of drafts for every running request.
+
+            One count for all keeps the draw independent of which requests run,
+            so deleting an earlier rule while shrinking does not change it.
+            """
             checked = self.engine()
             limit = checked.config.num_speculative_tokens
-            chosen = data.draw(
-                st.lists(
-                    st.sampled_from(checked.state.running), min_size=1, max_size=4, unique=True
-                )
-            )
-            counts = {rid: data.draw(st.integers(0, limit)) for rid in chosen}
-            self.apply(ProposeDrafts(counts))
+            if not limit:
+                return
+            drafts = count % (limit + 1)
+            self.apply(ProposeDrafts(dict.fromkeys(checked.state.running, drafts)))
 
-        @rule(
-            num_steps=st.integers(1, MAX_STEPS_PER_RULE),
-            codes=st.integers(0, 2 ** (10 * MAX_STEPS_PER_RULE) - 1),
-        )
-        def step(self, num_steps: int, codes: int) -> None:
-            for _ in range(num_steps):
-                self.apply(Step(self._decisions(codes & 0x3FF)))
-                codes >>= 10
+        @rule(num_steps=st.integers(1, MAX_STEPS_PER_RULE), code=st.integers(0, 1023))
+        def step(self, num_steps: int, code: int) -> None:
+            # The drawn decisions shape the rule's first step; the rest run
+            # with the defaults (no forced stop, greedy verification).
+            self.apply(Step(self._decisions(code)))
+            for _ in range(num_steps - 1):
+                self.apply(Step())
 
         def _decisions(self, code: int) -> StepDecisions:
             """Which running request emits a stop token, and how many drafts pass.

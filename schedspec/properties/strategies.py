@@ -8,6 +8,7 @@ force chunking, short max_model_len makes the length cap and the
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
@@ -55,17 +56,42 @@ def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
     )
 
 
-# Strategies built once: building one per draw costs more than the draw.
-_LENGTH_KIND = st.integers(0, 9)
-_ANY = st.integers(0, 2**16)
-_PREFIX = st.integers(0, len(SHARED_PREFIXES))
-_VARIETY = st.integers(0, 255)
-_MAX_TOKENS = st.integers(1, 24)
-_EOS = st.sampled_from((None, 2, 5))
 STOP_TOKEN_CHOICES: tuple[tuple[int, ...], ...] = ((), (3,), (4, 1))
-_STOP_IDS = st.sampled_from(STOP_TOKEN_CHOICES)
-_PRIORITY = st.integers(0, 3)
-_DOOR = st.integers(0, 19)
+EOS_CHOICES: tuple[int | None, ...] = (None, 2, 5)
+
+
+@dataclass(frozen=True)
+class RequestDraw:
+    """The drawn choices behind one add_request, before the config shapes them.
+
+    A fixed-shape draw: whatever the config and the live requests, adding a
+    request consumes the same choices, so Hypothesis can delete or reorder
+    rules while shrinking without misaligning the rest.
+    """
+
+    length_kind: int  # 0-4: an edge length; 5-9: any length
+    anything: int
+    prefix: int  # 0: no shared prefix; i: SHARED_PREFIXES[i - 1]
+    variety: int  # the filler tokens after the prefix
+    max_tokens: int
+    eos: int  # index into EOS_CHOICES
+    stop_ids: int  # index into STOP_TOKEN_CHOICES
+    priority: int
+    door: int  # 1-4 of 0-19: a request the spec refuses, to test the door
+
+
+request_draws: st.SearchStrategy[RequestDraw] = st.builds(
+    RequestDraw,
+    length_kind=st.integers(0, 9),
+    anything=st.integers(0, 2**16),
+    prefix=st.integers(0, len(SHARED_PREFIXES)),
+    variety=st.integers(0, 255),
+    max_tokens=st.integers(1, 24),
+    eos=st.integers(0, len(EOS_CHOICES) - 1),
+    stop_ids=st.integers(0, len(STOP_TOKEN_CHOICES) - 1),
+    priority=st.integers(0, 3),
+    door=st.integers(0, 19),
+)
 
 
 def prompt_length(config: SchedulerConfig, kind: int, anything: int) -> int:
@@ -83,29 +109,28 @@ def _filler(variety: int, length: int) -> tuple[int, ...]:
     return tuple((variety * (i + 1) * 2654435761 >> 11) % VOCAB for i in range(length))
 
 
-def draw_prompt(draw: st.DrawFn, config: SchedulerConfig) -> tuple[int, ...]:
-    length = prompt_length(config, draw(_LENGTH_KIND), draw(_ANY))
-    prefix = ((), *SHARED_PREFIXES)[draw(_PREFIX)][:length]
-    return prefix + _filler(draw(_VARIETY), length - len(prefix))
-
-
-@st.composite
-def add_request_events(
-    draw: st.DrawFn, config: SchedulerConfig, request_id: str, live_ids: Collection[str]
+def build_add_request(
+    config: SchedulerConfig, request_id: str, live_ids: Collection[str], drawn: RequestDraw
 ) -> AddRequest:
-    """A request to add; about one in twenty is one the spec refuses, to test the door."""
-    max_tokens = draw(_MAX_TOKENS)
-    eos = draw(_EOS)
-    stop_ids = draw(_STOP_IDS)
-    priority = draw(_PRIORITY)
-    prompt = draw_prompt(draw, config)
-    door = draw(_DOOR)
-    if door == 1:
-        prompt = (0,) * config.max_model_len  # too long: refused
-    elif door == 2:
-        prompt = ()  # empty: refused
-    elif door == 3:
-        max_tokens = 0  # refused
-    elif door == 4 and live_ids:
-        request_id = sorted(live_ids)[draw(_ANY) % len(live_ids)]  # duplicate: refused
-    return AddRequest(request_id, prompt, max_tokens, eos, stop_ids, priority)
+    """The request a draw stands for under this config; door values 1-4 make one
+    the spec refuses (too long, empty, max_tokens 0, a live duplicate id)."""
+    length = prompt_length(config, drawn.length_kind, drawn.anything)
+    prefix = ((), *SHARED_PREFIXES)[drawn.prefix][:length]
+    prompt = prefix + _filler(drawn.variety, length - len(prefix))
+    max_tokens = drawn.max_tokens
+    if drawn.door == 1:
+        prompt = (0,) * config.max_model_len
+    elif drawn.door == 2:
+        prompt = ()
+    elif drawn.door == 3:
+        max_tokens = 0
+    elif drawn.door == 4 and live_ids:
+        request_id = sorted(live_ids)[drawn.anything % len(live_ids)]
+    return AddRequest(
+        request_id,
+        prompt,
+        max_tokens,
+        EOS_CHOICES[drawn.eos],
+        STOP_TOKEN_CHOICES[drawn.stop_ids],
+        drawn.priority,
+    )

@@ -6,6 +6,7 @@ from schedspec.spec.errors import SpecInputError
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import AddTransition
 from schedspec.spec.request import RequestStatus, validate_new_request
+from schedspec.spec.state import RequestState
 
 
 def door_refuses(t: AddTransition) -> str | None:
@@ -52,4 +53,22 @@ def check_door(t: AddTransition) -> list[Violation]:
         or rid not in t.post.waiting
     ):
         return [Violation("DOOR", "accepted request is not a fresh WAITING request", rid)]
+    expected = _queue_after_arrival(t, added)
+    if t.post.waiting != expected or t.post.running != t.pre.running:
+        return [
+            Violation("DOOR", "arrival out of queue order", rid, None, expected, t.post.waiting)
+        ]
     return []
+
+
+def _queue_after_arrival(t: AddTransition, added: RequestState) -> tuple[str, ...]:
+    """fcfs: the new request joins the back; priority: the queue stays ordered by
+    (priority, arrival)."""
+    if t.pre.config.policy == "fcfs":
+        return (*t.pre.waiting, added.request_id)
+
+    def key(rid: str) -> tuple[int, int]:
+        request = t.post.requests[rid]
+        return (request.priority, request.arrival)
+
+    return tuple(sorted((*t.pre.waiting, added.request_id), key=key))

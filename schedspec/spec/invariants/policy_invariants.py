@@ -94,7 +94,9 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     "vllm-v1",
     "In scheduling order each request gets min(its demand after the long-prefill cap, the "
     "budget left, room below max_model_len); with chunked prefill off an admission gets its "
-    "whole capped prompt or is not admitted.",
+    "whole capped prompt or is not admitted. (Under priority, a step whose victim was "
+    "already scheduled refunds its budget after later requests were sized: they may get "
+    "less, never more.)",
 )
 def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
     config = t.pre.config
@@ -114,7 +116,10 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
         else:
             demand = _capped(pre.num_tokens_with_spec - before[rid], cap)
             expected = min(demand, budget, config.max_model_len - 1 - before[rid])
-        if num != expected:
+        # A priority victim unscheduled after this request was sized gives its
+        # budget back too late for it: then the request may get less, never more.
+        refunded = config.policy == "priority" and bool(t.output.preempted_req_ids)
+        if num > expected or (num != expected and not refunded):
             out.append(Violation("GREEDY-BUDGET", "tokens scheduled", rid, None, expected, num))
         budget -= num
     return out
@@ -302,13 +307,15 @@ def expected_free_queue(pre: State, post: State, freed: Sequence[str]) -> list[i
     return queue
 
 
-def _check_free_order(pre: State, post: State, freed: Sequence[str]) -> list[Violation]:
+def _check_free_order(
+    invariant_id: str, pre: State, post: State, freed: Sequence[str]
+) -> list[Violation]:
     expected = expected_free_queue(pre, post, freed)
     if list(post.kv.free_block_ids) == expected:
         return []
     return [
         Violation(
-            "FREE-ORDER",
+            invariant_id,
             f"free queue after freeing {list(freed)}",
             None,
             None,
@@ -329,7 +336,7 @@ def check_free_order_update(t: UpdateTransition) -> list[Violation]:
     freed = [
         r for r in t.output.num_scheduled_tokens if r in t.pre.requests and r not in t.post.requests
     ]
-    return _check_free_order(t.pre, t.post, freed)
+    return _check_free_order("FREE-ORDER", t.pre, t.post, freed)
 
 
 @invariant(
@@ -343,4 +350,4 @@ def check_free_order_abort(t: AbortTransition) -> list[Violation]:
     freed = [r for r in dict.fromkeys(t.request_ids) if r in t.pre.requests]
     if len(freed) != 1:
         return []
-    return _check_free_order(t.pre, t.post, freed)
+    return _check_free_order("FREE-ORDER-ABORT", t.pre, t.post, freed)

@@ -350,8 +350,10 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
             )
             continue
         own = t.hashes.of(post)
-        for index in range(hit // bs):
+        for index in range(min(hit // bs, len(post.block_ids))):
             block = post.block_ids[index]
+            if not 0 <= block < len(hashes):
+                continue  # CONSERVATION reports ids out of range
             if hashes[block] != own[index]:
                 out.append(
                     Violation(
@@ -364,7 +366,7 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     # Registrations made by this step: each must belong to a live holder.
     pre_hashes = t.pre.kv.block_hashes
     held = {b for request in t.post.requests.values() for b in request.block_ids}
-    for block, block_hash in enumerate(hashes):
+    for block, block_hash in enumerate(hashes[: len(pre_hashes)]):
         if block_hash is not None and block_hash != pre_hashes[block] and block not in held:
             out.append(
                 Violation(
@@ -378,6 +380,8 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     for rid, post in t.post.requests.items():
         known = min(post.num_computed_tokens, post.num_tokens)
         for index, block in enumerate(post.block_ids):
+            if not 0 <= block < len(hashes):
+                continue  # CONSERVATION reports ids out of range
             block_hash = hashes[block]
             if block_hash is None or block_hash == pre_hashes[block]:
                 continue
@@ -440,8 +444,13 @@ def check_cache_computed(t: ScheduleTransition) -> list[Violation]:
 
 
 def _computed_this_step(t: ScheduleTransition, block: int, index: int, reader: str) -> bool:
-    """Does another request scheduled in this step write the block's KV in this step?"""
+    """Does another request scheduled in this step finish the block's KV in this very step?
+
+    (vLLM's model runner writes every layer's KV before attention reads it,
+    so a hit on a block completed earlier in the same batch is sound.)
+    """
     end = (index + 1) * t.post.config.block_size
+    before = computed_before(t.output)
     for rid in t.output.num_scheduled_tokens:
         holder = t.post.requests.get(rid)
         if (
@@ -449,7 +458,7 @@ def _computed_this_step(t: ScheduleTransition, block: int, index: int, reader: s
             and holder is not None
             and index < len(holder.block_ids)
             and holder.block_ids[index] == block
-            and end <= min(holder.num_computed_tokens, holder.num_tokens)
+            and before.get(rid, 0) < end <= min(holder.num_computed_tokens, holder.num_tokens)
         ):
             return True
     return False

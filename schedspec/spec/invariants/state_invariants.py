@@ -118,8 +118,8 @@ def check_exclusive(state: State) -> list[Violation]:
             positions.setdefault(block, []).append((rid, index))
     out: list[Violation] = []
     for block, places in positions.items():
-        if len(places) < 2:
-            continue
+        if len(places) < 2 or not 0 <= block < len(state.kv.block_hashes):
+            continue  # CONSERVATION reports ids out of range
         if state.kv.block_hashes[block] is None:
             out.append(Violation("EXCLUSIVE", f"shared by {places} but not cached", None, block))
         if len({index for _, index in places}) != 1:

@@ -1,0 +1,264 @@
+"""What `schedspec check`, `schedspec replay` and the pytest plugin report.
+
+A failure is shown by replaying its trace while logging each step's
+decisions: CheckedEngine keeps only abstract states, so a thin recording
+wrapper around the engine captures every SchedulerOutput without touching
+the harness. Nothing here depends on click or pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.properties.checked_engine import (
+    CATALOGUE_KINDS,
+    CheckedEngine,
+    CheckStats,
+    InvariantViolationError,
+)
+from schedspec.properties.events import Abort, AddRequest, Event, ProposeDrafts, Step
+from schedspec.properties.suite import SuiteResult
+from schedspec.properties.trace import ModelParams, Trace
+from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput, State
+from schedspec.spec.invariants import CATALOGUE, PROFILES, Profile, in_profile
+
+PROMPT_SHOWN = 12  # prompt tokens printed before eliding the rest
+INDENT = "      "  # lines under an event: what the engine did, what broke
+
+# The smallest config the spec accepts: enough to build an engine and read
+# the profiles it claims before any checking starts.
+PROBE_CONFIG = SchedulerConfig(
+    block_size=1, num_blocks=2, max_num_batched_tokens=2, max_num_seqs=1, max_model_len=2
+)
+
+
+def default_profile(claimed: frozenset[Profile]) -> Profile:
+    """vLLM V1's exact decisions when the engine claims them, else safety."""
+    return "vllm-v1" if "vllm-v1" in claimed else "safety"
+
+
+class RecordingEngine:
+    """Passes every call through, remembering each schedule()'s output."""
+
+    def __init__(self, inner: EngineAdapter) -> None:
+        self.inner = inner
+        self.profiles = inner.profiles
+        self.outputs: list[SchedulerOutput] = []
+
+    def add_request(self, request: Request) -> None:
+        self.inner.add_request(request)
+
+    def schedule(self) -> SchedulerOutput:
+        output = self.inner.schedule()
+        self.outputs.append(output)
+        return output
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> None:
+        self.inner.update_from_output(scheduler_output, model_runner_output)
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        self.inner.update_draft_token_ids(draft_token_ids)
+
+    def finish_requests(self, request_ids: Iterable[str]) -> None:
+        self.inner.finish_requests(request_ids)
+
+    def snapshot(self) -> State:
+        return self.inner.snapshot()
+
+
+@dataclass
+class ReplayEntry:
+    index: int
+    event: Event
+    outputs: list[SchedulerOutput] = field(default_factory=list)  # schedule() calls it made
+
+
+@dataclass
+class ReplayLog:
+    entries: list[ReplayEntry]
+    stats: CheckStats
+    violation: InvariantViolationError | None = None
+    crash: BaseException | None = None  # the engine raised outside the checks
+
+    @property
+    def failed(self) -> bool:
+        return self.violation is not None or self.crash is not None
+
+
+def replay_with_log(trace: Trace, engine: EngineAdapter, profile: Profile) -> ReplayLog:
+    """Apply the trace's events to a fresh engine, stopping at the first failure.
+
+    The caller builds the engine (and checks it claims `profile`), so errors
+    from here are the engine's, never a usage error.
+    """
+    recorder = RecordingEngine(engine)
+    try:
+        checked = CheckedEngine(recorder, trace.config, profile, trace.model)
+    except Exception as err:  # its first snapshot() raised, before any event
+        return ReplayLog([], CheckStats(), crash=err)
+    log = ReplayLog([], checked.stats)
+    for index, event in enumerate(trace.events):
+        entry = ReplayEntry(index, event)
+        log.entries.append(entry)
+        start = len(recorder.outputs)
+        try:
+            checked.apply(event)
+        except InvariantViolationError as err:
+            log.violation = err
+        except Exception as err:  # an engine crash ends the replay as a failure too
+            log.crash = err
+        entry.outputs = recorder.outputs[start:]
+        if log.failed:
+            break
+    return log
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def failure_report(result: SuiteResult, factory: EngineFactory, engine_name: str) -> list[str]:
+    """A failed suite run: the violation (or the crash's traceback), then the counterexample
+    replayed step by step with the engine's decisions, and where its trace went."""
+    if result.other_error is not None:
+        lines = crash_report(result.other_error)
+    else:
+        lines = [f"VIOLATION {result.error}"]
+    trace = result.trace
+    if trace is None:  # run_suite records one with each violation (not yet with a crash)
+        return lines
+    lines += ["", f"Shrunk counterexample ({plural(len(trace.events), 'event')}), replayed:"]
+    lines += [f"  {line}" for line in format_config(trace.config, trace.model)]
+    try:
+        engine = factory(trace.config)
+    except Exception as err:
+        return [*lines, "  the engine raised while being built:", *_indent(err)]
+    log = replay_with_log(trace, engine, result.profile)
+    lines += format_log(log)
+    if not log.failed:
+        lines.append("  (the replay did not fail again: is the engine deterministic?)")
+    if result.trace_path is not None:
+        lines += [
+            "",
+            f"trace written to {result.trace_path}",
+            f"replay it: schedspec replay {result.trace_path} "
+            f"--engine {engine_name} --profile {result.profile}",
+        ]
+    return lines
+
+
+def crash_report(err: BaseException) -> list[str]:
+    return ["the engine raised outside the invariant checks:", *_indent(err)]
+
+
+def _indent(err: BaseException) -> list[str]:
+    return [f"  {line}" for line in format_crash(err)]
+
+
+def format_config(config: SchedulerConfig, model: ModelParams) -> list[str]:
+    fields = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items())
+    params = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(model).items())
+    return [f"config: {fields}", f"model: {params}"]
+
+
+def _ids_counts(counts: Mapping[str, int]) -> str:
+    return " ".join(f"{rid}={n}" for rid, n in counts.items()) or "-"
+
+
+def format_event(event: Event) -> str:
+    if isinstance(event, AddRequest):
+        prompt = ", ".join(map(str, event.prompt_token_ids[:PROMPT_SHOWN]))
+        if len(event.prompt_token_ids) > PROMPT_SHOWN:
+            prompt += ", ..."
+        text = (
+            f"add_request {event.request_id!r} prompt=[{prompt}] "
+            f"({plural(len(event.prompt_token_ids), 'token')}) max_tokens={event.max_tokens}"
+        )
+        if event.eos_token_id is not None:
+            text += f" eos={event.eos_token_id}"
+        if event.stop_token_ids:
+            text += f" stop={list(event.stop_token_ids)}"
+        return text + (f" priority={event.priority}" if event.priority else "")
+    if isinstance(event, Abort):
+        return "abort " + ", ".join(repr(r) for r in event.request_ids)
+    if isinstance(event, ProposeDrafts):
+        return "propose_drafts " + _ids_counts(event.num_drafts)
+    if isinstance(event, Step):
+        decided = event.decisions
+        text = "step"
+        if decided.stops:
+            text += " stops: " + _ids_counts(decided.stops)
+        if decided.accepted:
+            text += " accepted: " + _ids_counts(decided.accepted)
+        return text
+    return "drain (step with no arrivals until nothing is unfinished)"
+
+
+def format_output(output: SchedulerOutput) -> str:
+    """One schedule() result: per-request tokens, the claimed total, preempted, finished."""
+    spec = {r: len(d) for r, d in output.scheduled_spec_decode_tokens.items() if d}
+    text = f"scheduled: {_ids_counts(output.num_scheduled_tokens)}"
+    text += f" (total {output.total_num_scheduled_tokens})"
+    if spec:
+        text += f" drafts: {_ids_counts(spec)}"
+    text += f" | preempted: {_ids(output.preempted_req_ids)}"
+    return text + f" | finished: {_ids(output.finished_req_ids)}"
+
+
+def _ids(request_ids: Iterable[str]) -> str:
+    # Shortest first puts the harness's ids r2 before r10.
+    return ", ".join(sorted(request_ids, key=lambda r: (len(r), r))) or "-"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def format_log(log: ReplayLog) -> list[str]:
+    lines: list[str] = []
+    for entry in log.entries:
+        lines.append(f"  #{entry.index} {format_event(entry.event)}")
+        lines += [f"{INDENT}{format_output(o)}" for o in entry.outputs]
+    if log.violation is not None:
+        lines += [f"{INDENT}^ {v}" for v in log.violation.violations]
+    if log.crash is not None:
+        lines += [f"{INDENT}^ the engine raised:"]
+        lines += [f"{INDENT}{line}" for line in _indent(log.crash)]
+    return lines
+
+
+def format_crash(err: BaseException) -> list[str]:
+    """The last few frames and the exception: enough to find the line, short enough to read."""
+    text = "".join(traceback.format_exception(err, limit=-4))
+    return text.rstrip("\n").splitlines()
+
+
+def format_table(stats: CheckStats, profile: Profile, failing: Iterable[str]) -> list[str]:
+    """One row per invariant of the profile: its kind, profile, checks made and failures."""
+    failed = set(failing)
+    # Safety first, then policy; within each, in the order an engine meets them.
+    infos = sorted(
+        (i for i in CATALOGUE.values() if in_profile(i, profile)),
+        key=lambda i: (PROFILES.index(i.profile), CATALOGUE_KINDS.index(i.kind)),
+    )
+    width = max(len("invariant"), *(len(i.id) for i in infos))
+    lines = [f"{'invariant':<{width}}  {'kind':<8}  {'profile':<7}  {'checked':>9}  failures"]
+    for info in infos:
+        lines.append(
+            f"{info.id:<{width}}  {info.kind:<8}  {info.profile:<7}  "
+            f"{stats.checks.get(info.id, 0):>9}  {int(info.id in failed):>8}"
+        )
+    return lines
+
+
+def format_totals(examples: int, stats: CheckStats, seconds: float) -> str:
+    rate = stats.steps / seconds if seconds > 0 else 0.0
+    return (
+        f"examples: {examples}  steps checked: {stats.steps}  events: {stats.events}  "
+        f"time: {seconds:.1f} s  steps/s: {rate:.0f}"
+    )

@@ -1,0 +1,59 @@
+"""Engines with planted bugs, loaded by name (`tests.broken_engines:wrong_total`) as a
+user's adapter would be."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from schedspec.properties.reference_adapter import ReferenceEngine
+from schedspec.spec import SchedulerConfig, SchedulerOutput
+from schedspec.spec.invariants import Profile
+
+
+class WrongTotalEngine(ReferenceEngine):
+    """Miscounts its total when it batches two or more requests: BUDGET catches it.
+
+    Only batched steps go wrong so that the counterexample has to be searched
+    for and shrunk, as a real bug's would (a bug on every step is found at once).
+    """
+
+    def schedule(self) -> SchedulerOutput:
+        output = super().schedule()
+        if len(output.num_scheduled_tokens) < 2:
+            return output
+        return dataclasses.replace(
+            output, total_num_scheduled_tokens=output.total_num_scheduled_tokens + 1
+        )
+
+
+def wrong_total(config: SchedulerConfig) -> WrongTotalEngine:
+    return WrongTotalEngine(config)
+
+
+class CrashingEngine(ReferenceEngine):
+    """Raises on its third schedule(): a crash, not a violation."""
+
+    calls = 0
+
+    def schedule(self) -> SchedulerOutput:
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("planted crash in schedule()")
+        return super().schedule()
+
+
+def crashing(config: SchedulerConfig) -> CrashingEngine:
+    return CrashingEngine(config)
+
+
+class SafetyOnlyEngine(ReferenceEngine):
+    """Claims only the safety profile, as an engine with its own policy would."""
+
+    profiles: frozenset[Profile] = frozenset({"safety"})
+
+
+def safety_only(config: SchedulerConfig) -> SafetyOnlyEngine:
+    return SafetyOnlyEngine(config)
+
+
+NOT_A_FACTORY = 42

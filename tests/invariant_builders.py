@@ -1,0 +1,379 @@
+"""Builders for the invariant tests: real reference runs captured as the transitions the
+predicates take, ways to corrupt them, and the case registry that proves no invariant is
+vacuous.
+
+A `Case` pairs a state or transition on which an invariant holds (usually a real snapshot
+of the reference scheduler) with a corrupted copy on which it must fail, naming the
+request or block at fault. Each test module registers its cases in a `CaseRegistry`; the
+meta-test checks that every catalogue id has at least one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+from schedspec.reference import Scheduler
+from schedspec.spec import (
+    BlockHash,
+    KVState,
+    ModelRunnerOutput,
+    Request,
+    SchedulerConfig,
+    SchedulerOutput,
+    State,
+)
+from schedspec.spec.invariants import (
+    CATALOGUE,
+    CHECKS,
+    AbortTransition,
+    AddTransition,
+    ChainHashes,
+    DrainResult,
+    ScheduleTransition,
+    UpdateTransition,
+    Violation,
+    computed_before,
+    drain_step_bound,
+    ids_for,
+)
+from tests.sched_helpers import make_config
+
+DEFAULT_TOKEN = 7  # what a request samples unless a test says otherwise
+UNCHECKED: Any = object()  # a Case field the test does not pin down
+
+# ------------------------------------------------------------------ cases
+
+
+@dataclass(frozen=True)
+class Case:
+    """One invariant both ways: `good` holds, `bad` breaks it exactly as described.
+
+    message is a fragment the violation's message must contain; request_id and
+    block_id (None: none named) and expected / actual (UNCHECKED: not pinned) must
+    match the violation exactly. `good` must also pass every other invariant of the
+    same kind: it is a real, consistent snapshot, so this guards against false positives.
+    """
+
+    invariant: str
+    good: object
+    bad: object
+    message: str
+    request_id: str | None = None
+    block_id: int | None = None
+    expected: Any = UNCHECKED
+    actual: Any = UNCHECKED
+
+
+CaseBuilder = Callable[[], Case]
+B = TypeVar("B", bound=CaseBuilder)
+
+
+class CaseRegistry:
+    """The bad-state cases of one test module, keyed by the invariant they exercise."""
+
+    def __init__(self) -> None:
+        self.builders: list[tuple[str, CaseBuilder]] = []
+        # Cases whose bad half shows a defect of the predicate itself (reported, not
+        # fixed here): their "fires" test is a strict xfail, so a fix turns it red.
+        self.known_issues: dict[CaseBuilder, str] = {}
+
+    def __call__(self, invariant_id: str, known_issue: str | None = None) -> Callable[[B], B]:
+        if invariant_id not in CATALOGUE:
+            raise KeyError(f"{invariant_id} is not a catalogue id")
+
+        def register(builder: B) -> B:
+            self.builders.append((invariant_id, builder))
+            if known_issue is not None:
+                self.known_issues[builder] = known_issue
+            return builder
+
+        return register
+
+    def ids(self) -> set[str]:
+        return {invariant_id for invariant_id, _ in self.builders}
+
+    def params(self, bad: bool = False) -> list[Any]:
+        """One pytest param per case; for the bad half, known issues are strict xfails."""
+        params = []
+        for invariant_id, builder in self.builders:
+            issue = self.known_issues.get(builder) if bad else None
+            marks = [pytest.mark.xfail(strict=True, reason=issue)] if issue else []
+            name = f"{invariant_id}:{builder.__name__.removeprefix('case_')}"
+            params.append(pytest.param(builder, id=name, marks=marks))
+        return params
+
+
+def check(invariant_id: str, subject: object) -> list[Violation]:
+    found = CHECKS[invariant_id](subject)
+    strangers = [v for v in found if v.invariant != invariant_id]
+    assert not strangers, f"{invariant_id} returned violations of other ids: {strangers}"
+    return found
+
+
+def assert_holds(case: Case) -> None:
+    assert check(case.invariant, case.good) == []
+    kind = CATALOGUE[case.invariant].kind
+    for other in ids_for(kind, "vllm-v1"):
+        assert CHECKS[other](case.good) == [], f"good case of {case.invariant} breaks {other}"
+
+
+def assert_caught(case: Case) -> Violation:
+    """The bad subject yields a violation of the case's id matching every pinned field."""
+    found = check(case.invariant, case.bad)
+    assert found, f"{case.invariant} did not fire"
+    for violation in found:
+        if (
+            case.message in violation.message
+            and violation.request_id == case.request_id
+            and violation.block_id == case.block_id
+            and (case.expected is UNCHECKED or violation.expected == case.expected)
+            and (case.actual is UNCHECKED or violation.actual == case.actual)
+        ):
+            text = str(violation)
+            assert text.startswith(f"[{case.invariant}] ")
+            if case.request_id is not None:
+                assert f"request {case.request_id!r}" in text
+            if case.block_id is not None:
+                assert f"block {case.block_id}" in text
+            return violation
+    pinned = (case.message, case.request_id, case.block_id, case.expected, case.actual)
+    raise AssertionError(f"no violation matches {pinned}; got {[str(v) for v in found]}")
+
+
+# --------------------------------------------------------------- the driver
+
+
+def tokens(first: int, n: int) -> tuple[int, ...]:
+    return tuple(range(first, first + n))
+
+
+class Driver:
+    """The reference scheduler driven by hand; each call returns the transition record the
+    invariant predicates take, built the way CheckedEngine builds it.
+
+    Requests sample DEFAULT_TOKEN unless told otherwise; a step that stops inside the
+    known tokens (a prefill chunk) samples nothing.
+    """
+
+    def __init__(self, **config: Any) -> None:
+        self.config: SchedulerConfig = make_config(**config)
+        self.scheduler = Scheduler(self.config)
+        self.hashes = ChainHashes(self.config.block_size)
+        self.kv_written: dict[int, BlockHash] = {}
+        self.finished: set[str] = set()
+
+    @property
+    def state(self) -> State:
+        return self.scheduler.snapshot()
+
+    def add(
+        self,
+        request_id: str,
+        num_prompt_tokens: int = 8,
+        *,
+        prompt: Sequence[int] | None = None,
+        max_tokens: int = 100,
+        **kwargs: Any,
+    ) -> AddTransition:
+        """Add a request; its prompt defaults to distinct tokens per id."""
+        if prompt is None:
+            prompt = tokens(1000 * (1 + sum(map(ord, request_id))), num_prompt_tokens)
+        request = Request(request_id, prompt, max_tokens, **kwargs)
+        pre = self.state
+        refusal: Exception | None = None
+        try:
+            self.scheduler.add_request(request)
+        except ValueError as err:
+            refusal = err
+        return AddTransition(pre, request, refusal, self.state)
+
+    def schedule(self) -> ScheduleTransition:
+        pre = self.state
+        output = self.scheduler.schedule()
+        post = self.state
+        transition = ScheduleTransition(
+            pre, output, post, self.hashes, frozenset(self.finished), dict(self.kv_written)
+        )
+        self.finished.clear()
+        self._forget_overwritten(pre, output, post)
+        return transition
+
+    def update(
+        self, scheduled: ScheduleTransition, sampled: Mapping[str, Sequence[int]] | None = None
+    ) -> UpdateTransition:
+        """Answer a schedule(): `sampled` overrides the DEFAULT_TOKEN of any request."""
+        given = dict(sampled or {})
+        output, mid = scheduled.output, scheduled.post
+        before = computed_before(output)
+        answer: dict[str, Sequence[int]] = {}
+        for rid, num in output.num_scheduled_tokens.items():
+            drafts = len(output.scheduled_spec_decode_tokens.get(rid, ()))
+            if before[rid] + num - drafts >= mid.requests[rid].num_tokens:
+                answer[rid] = given.get(rid, [DEFAULT_TOKEN])
+        model_output = ModelRunnerOutput(sampled_token_ids=answer)
+        self.scheduler.update_from_output(output, model_output)
+        post = self.state
+        self._remember_computed(output, mid, post)
+        self.finished.update(r for r in mid.requests if r not in post.requests)
+        return UpdateTransition(mid, output, model_output, post)
+
+    def step(
+        self, sampled: Mapping[str, Sequence[int]] | None = None
+    ) -> tuple[ScheduleTransition, UpdateTransition]:
+        scheduled = self.schedule()
+        return scheduled, self.update(scheduled, sampled)
+
+    def steps(self, n: int) -> ScheduleTransition:
+        """n steps; the last one's schedule transition."""
+        last = None
+        for _ in range(n):
+            last, _ = self.step()
+        assert last is not None
+        return last
+
+    def propose(self, drafts: Mapping[str, Sequence[int]]) -> None:
+        self.scheduler.update_draft_token_ids(drafts)
+
+    def abort(self, *request_ids: str) -> AbortTransition:
+        pre = self.state
+        self.scheduler.finish_requests(request_ids)
+        post = self.state
+        self.finished.update(r for r in request_ids if r in pre.requests)
+        return AbortTransition(pre, request_ids, post)
+
+    def drain(self) -> DrainResult:
+        initial = self.state
+        bound = drain_step_bound(self.config, len(initial.requests))
+        num_steps = 0
+        while self.scheduler.has_unfinished_requests() and num_steps <= bound:
+            self.step()
+            num_steps += 1
+        return DrainResult(initial, self.state, num_steps, bound)
+
+    # The KV content oracle, as CheckedEngine keeps it: blocks newly handed out are
+    # about to be overwritten; full blocks of tokens a step computed hold that content.
+
+    def _forget_overwritten(self, pre: State, output: SchedulerOutput, post: State) -> None:
+        before = computed_before(output)
+        bs = self.config.block_size
+        for rid in output.num_scheduled_tokens:
+            table = post.requests[rid].block_ids
+            old = pre.requests[rid].block_ids
+            fresh = table[len(old) :] if old else table[before[rid] // bs :]
+            for block in fresh:
+                self.kv_written.pop(block, None)
+
+    def _remember_computed(self, output: SchedulerOutput, mid: State, post: State) -> None:
+        before = computed_before(output)
+        bs = self.config.block_size
+        for rid in output.num_scheduled_tokens:
+            request = post.requests.get(rid, mid.requests[rid])
+            done = min(request.num_computed_tokens, request.num_tokens) // bs
+            table = mid.requests[rid].block_ids
+            own = self.hashes.of(request)
+            for index in range(before[rid] // bs, min(done, len(table))):
+                self.kv_written[table[index]] = own[index]
+
+
+# --------------------------------------------------------- shared scenarios
+
+
+def two_running_and_an_admission() -> ScheduleTransition:
+    """A and B decoding, C admitted with a 10-token prefill: budget 16 (A 1, B 1, C 10)."""
+    driver = Driver(max_num_batched_tokens=16, max_num_seqs=4)
+    driver.add("A", 6)
+    driver.add("B", 6)
+    driver.step()
+    driver.add("C", 10)
+    t = driver.schedule()
+    assert dict(t.output.num_scheduled_tokens) == {"A": 1, "B": 1, "C": 10}
+    return t
+
+
+def preemption_step(policy: str = "fcfs", priorities: tuple[int, int, int] = (0, 0, 0)) -> Driver:
+    """A and B decoding in 6 blocks of 4, C waiting; the next schedule() preempts.
+
+    Both prompts are 8 tokens; after 5 steps each holds 3 full blocks (12 computed of
+    13 tokens) and the cache is full, so the next step's 13th slot needs a victim.
+    """
+    driver = Driver(num_blocks=6, max_model_len=24, max_num_seqs=4, policy=policy)
+    driver.add("A", 8, priority=priorities[0])
+    driver.add("B", 8, priority=priorities[1])
+    driver.steps(5)
+    driver.add("C", 4, priority=priorities[2])
+    assert not driver.state.kv.free_block_ids
+    return driver
+
+
+def fcfs_preemption() -> ScheduleTransition:
+    """fcfs: A's new block preempts B (running[-1]); C waits behind B."""
+    t = preemption_step().schedule()
+    assert t.output.preempted_req_ids == {"B"}
+    assert dict(t.output.num_scheduled_tokens) == {"A": 1}
+    assert t.post.waiting == ("B", "C")
+    return t
+
+
+# --------------------------------------------------------------- corruption
+
+
+def with_request(state: State, request_id: str, **changes: Any) -> State:
+    """The state with one request's fields replaced."""
+    requests = dict(state.requests)
+    requests[request_id] = dataclasses.replace(requests[request_id], **changes)
+    return dataclasses.replace(state, requests=requests)
+
+
+def without_request(state: State, request_id: str) -> State:
+    requests = {rid: r for rid, r in state.requests.items() if rid != request_id}
+    return dataclasses.replace(
+        state,
+        requests=requests,
+        waiting=tuple(r for r in state.waiting if r != request_id),
+        running=tuple(r for r in state.running if r != request_id),
+    )
+
+
+def with_kv(state: State, **changes: Any) -> State:
+    return dataclasses.replace(state, kv=dataclasses.replace(state.kv, **changes))
+
+
+def with_config(state: State, **changes: Any) -> State:
+    """The state seen under another config (validated like any config)."""
+    return dataclasses.replace(state, config=dataclasses.replace(state.config, **changes))
+
+
+def with_ref_count(kv: KVState, block: int, ref: int) -> tuple[int, ...]:
+    refs = list(kv.ref_counts)
+    refs[block] = ref
+    return tuple(refs)
+
+
+def with_block_hash(kv: KVState, block: int, block_hash: BlockHash | None) -> tuple[Any, ...]:
+    hashes = list(kv.block_hashes)
+    hashes[block] = block_hash
+    return tuple(hashes)
+
+
+def with_output(t: ScheduleTransition, **changes: Any) -> ScheduleTransition:
+    return dataclasses.replace(t, output=dataclasses.replace(t.output, **changes))
+
+
+def with_scheduled(t: ScheduleTransition, num_scheduled: Mapping[str, int]) -> ScheduleTransition:
+    """num_scheduled_tokens replaced (in the given order) and the total kept consistent."""
+    return with_output(
+        t,
+        num_scheduled_tokens=dict(num_scheduled),
+        total_num_scheduled_tokens=sum(num_scheduled.values()),
+    )
+
+
+def reordered(items: Iterable[str], first: str) -> tuple[str, ...]:
+    """`first` moved to the front."""
+    rest = [i for i in items if i != first]
+    return (first, *rest)

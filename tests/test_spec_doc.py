@@ -1,0 +1,73 @@
+"""docs/SPEC.md lists exactly the invariant catalogue: one section and one table row per
+id, with the profile and kind the code registers, and no id the code does not know."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from schedspec.spec.invariants import CATALOGUE
+
+SPEC = Path(__file__).resolve().parent.parent / "docs" / "SPEC.md"
+
+ID = r"[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*"
+HEADING = re.compile(rf"^### ({ID})\s*$", re.MULTILINE)
+ROW = re.compile(rf"^\| `({ID})` \|(.*)\|\s*$", re.MULTILINE)
+FIELDS = re.compile(r"^- \*\*Profile / kind:\*\* (\S+) / (\S+)\.$", re.MULTILINE)
+
+
+def spec_text() -> str:
+    return SPEC.read_text(encoding="utf-8")
+
+
+def sections(text: str) -> dict[str, str]:
+    """Each `### ID` heading's body, up to the next heading."""
+    matches = list(HEADING.finditer(text))
+    bodies: dict[str, str] = {}
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
+        end = following.start() if following is not None else len(text)
+        body = text[match.end() : end]
+        bodies[match.group(1)] = body.split("\n## ", 1)[0]
+    return bodies
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    return {
+        m.group(1): [cell.strip() for cell in m.group(2).split("|")] for m in ROW.finditer(text)
+    }
+
+
+def test_every_id_has_exactly_one_section() -> None:
+    headings = HEADING.findall(spec_text())
+    duplicated = sorted({h for h in headings if headings.count(h) > 1})
+    assert not duplicated, f"ids with more than one section: {duplicated}"
+    assert sorted(set(CATALOGUE) - set(headings)) == [], "ids with no section in SPEC.md"
+    assert sorted(set(headings) - set(CATALOGUE)) == [], "sections for unknown ids"
+
+
+def test_the_table_lists_the_catalogue() -> None:
+    rows = table_rows(spec_text())
+    assert sorted(set(CATALOGUE) - set(rows)) == [], "ids missing from the table"
+    assert sorted(set(rows) - set(CATALOGUE)) == [], "table rows for unknown ids"
+    assert len(ROW.findall(spec_text())) == len(CATALOGUE), "an id listed twice"
+
+
+@pytest.mark.parametrize("invariant_id", sorted(CATALOGUE))
+def test_table_row_matches_the_registration(invariant_id: str) -> None:
+    info = CATALOGUE[invariant_id]
+    profile, kind, state_machine, z3, crosshair = table_rows(spec_text())[invariant_id]
+    assert (profile, kind) == (info.profile, info.kind)
+    assert state_machine == "yes"
+    assert z3 and crosshair
+
+
+@pytest.mark.parametrize("invariant_id", sorted(CATALOGUE))
+def test_section_states_profile_kind_and_why(invariant_id: str) -> None:
+    info = CATALOGUE[invariant_id]
+    body = sections(spec_text())[invariant_id]
+    fields = FIELDS.findall(body)
+    assert fields == [(info.profile, info.kind)]
+    for label in ("**Statement:**", "**Why it matters:**", "**Checked by:**"):
+        assert label in body, f"{invariant_id}: no {label}"
