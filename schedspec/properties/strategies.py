@@ -33,13 +33,17 @@ def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
     # From exactly one max_model_len request of blocks up to four: tiny caches
     # preempt constantly.
     min_blocks = -(-max_model_len // block_size)
-    num_blocks = draw(st.integers(min_blocks, 4 * min_blocks + 2))
+    # The tightest legal cache half the time: preemption, the watermark and
+    # head-of-line blocking all live there.
+    num_blocks = draw(
+        st.sampled_from([min_blocks, min_blocks + 1]) | st.integers(min_blocks, 4 * min_blocks + 2)
+    )
     max_num_seqs = draw(st.integers(1, 8))
     chunked = draw(st.booleans())
     low = max_num_seqs if chunked else max(max_num_seqs, max_model_len)
     budget = draw(st.integers(low, max(low, 2 * max_model_len)))
     threshold = draw(st.sampled_from([0, 0, 1]) | st.integers(0, max_model_len))
-    num_spec = draw(st.sampled_from([0, 0, 1, 2, 4]))
+    num_spec = draw(st.sampled_from([0, 1, 2, 4]))
     return SchedulerConfig(
         block_size=block_size,
         num_blocks=num_blocks,
@@ -86,7 +90,9 @@ request_draws: st.SearchStrategy[RequestDraw] = st.builds(
     anything=st.integers(0, 2**16),
     prefix=st.integers(0, len(SHARED_PREFIXES)),
     variety=st.integers(0, 255),
-    max_tokens=st.integers(1, 24),
+    # Mostly short, sometimes long enough to keep a request decoding (and
+    # growing into preemption) across many steps.
+    max_tokens=st.integers(1, 8) | st.integers(1, 64),
     eos=st.integers(0, len(EOS_CHOICES) - 1),
     stop_ids=st.integers(0, len(STOP_TOKEN_CHOICES) - 1),
     priority=st.integers(0, 3),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition, computed_before
 from schedspec.spec.request import RequestStatus
@@ -323,7 +324,9 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
     "safety",
     "A prefix-cache hit covers whole blocks, never the last token, and each hit block's "
     "content is the request's own prefix; a block is registered in the cache only for "
-    "content its holder has computed or scheduled, never for drafts or lookahead.",
+    "content its holder has computed or scheduled, never for drafts or lookahead; every "
+    "cached block a live request holds carries that request's content hash (no stale "
+    "entry survives a block's reuse).",
 )
 def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     bs = t.post.config.block_size
@@ -377,15 +380,20 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
                     block,
                 )
             )
+    # Every cached block a live request holds carries that request's own
+    # content hash at that position: fresh registrations, and stale ones (a
+    # reused block whose old hash was never evicted).
     for rid, post in t.post.requests.items():
         known = min(post.num_computed_tokens, post.num_tokens)
+        content: list[BlockHash] | None = None
         for index, block in enumerate(post.block_ids):
             if not 0 <= block < len(hashes):
                 continue  # CONSERVATION reports ids out of range
             block_hash = hashes[block]
-            if block_hash is None or block_hash == pre_hashes[block]:
+            if block_hash is None:
                 continue
-            if (index + 1) * bs > known:
+            fresh = block_hash != pre_hashes[block]
+            if fresh and (index + 1) * bs > known:
                 out.append(
                     Violation(
                         "CACHE-CONTENT",
@@ -395,11 +403,14 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
                         block,
                     )
                 )
-            elif t.hashes.of(post)[index] != block_hash:
+                continue
+            content = content if content is not None else t.hashes.of(post)
+            if index >= len(content) or content[index] != block_hash:
+                what = "registered" if fresh else "holds a stale entry"
                 out.append(
                     Violation(
                         "CACHE-CONTENT",
-                        f"block at index {index} registered under another content's hash",
+                        f"block at index {index} {what} under another content's hash",
                         rid,
                         block,
                     )
