@@ -13,7 +13,14 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput, State
+from schedspec.spec import (
+    ModelRunnerOutput,
+    Request,
+    RequestOutput,
+    SchedulerConfig,
+    SchedulerOutput,
+    State,
+)
 from schedspec.spec.invariants import Profile
 
 
@@ -29,7 +36,9 @@ class EngineAdapter(Protocol):
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> None: ...
+    ) -> Mapping[str, RequestOutput] | None:
+        """Apply the model's output. Return each sampling request's kept tokens and
+        finish status (checked by STOP), or None if the engine does not expose them."""
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None: ...
 

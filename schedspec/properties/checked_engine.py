@@ -195,12 +195,12 @@ class CheckedEngine:
         self._finished_since_schedule.clear()
         self._forget_overwritten_blocks(pre, output, mid)
         model_output = self.model.execute(output, event.decisions)
-        self.engine.update_from_output(output, model_output)
+        request_outputs = self.engine.update_from_output(output, model_output)
         post = self.engine.snapshot()
         self._remember_computed_blocks(output, mid, post)
         self._finished_since_schedule.update(r for r in mid.requests if r not in post.requests)
         self.state = post
-        updated = UpdateTransition(mid, output, model_output, post)
+        updated = UpdateTransition(mid, output, model_output, post, request_outputs)
         return self._run("update", updated) + self._run("state", post)
 
     def _drain(self, event: Drain) -> list[Violation]:

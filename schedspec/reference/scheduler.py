@@ -21,6 +21,7 @@ from schedspec.spec import (
     OutputError,
     Request,
     RequestError,
+    RequestOutput,
     RequestState,
     RequestStatus,
     SchedulerConfig,
@@ -266,16 +267,24 @@ class Scheduler:
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> None:
-        """Apply the model's tokens: roll back rejected drafts, append, stop, free."""
+    ) -> dict[str, RequestOutput]:
+        """Apply the model's tokens: roll back rejected drafts, append, stop, free.
+
+        Returns, per request that sampled, the tokens it kept and its finish status.
+        """
         max_model_len = self.config.max_model_len
         caches_on_output = self.config.num_speculative_tokens > 0
         stopped: set[str] = set()
+        outputs: dict[str, RequestOutput] = {}
         for request, tokens, num_drafts in self._sampling_requests(
             scheduler_output, model_runner_output.sampled_token_ids
         ):
             request.num_computed_tokens -= num_drafts - (len(tokens) - 1)  # rejected drafts
-            append_output_tokens(request, tokens, max_model_len)
+            kept = append_output_tokens(request, tokens, max_model_len)
+            finish = request.status if request.is_finished else None
+            outputs[request.request_id] = RequestOutput(
+                request.request_id, tuple(tokens[:kept]), finish
+            )
             if caches_on_output:
                 # Accepted drafts filled blocks the schedule-time registration
                 # could not know about.
@@ -285,6 +294,7 @@ class Scheduler:
                 self._free_request(request)
         if stopped:
             self.running = [r for r in self.running if r.request_id not in stopped]
+        return outputs
 
     def _sampling_requests(
         self, scheduler_output: SchedulerOutput, sampled: Mapping[str, Sequence[int]]

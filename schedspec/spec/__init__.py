@@ -10,6 +10,7 @@ from schedspec.spec.outputs import (
     CachedRequestData,
     ModelRunnerOutput,
     NewRequestData,
+    RequestOutput,
     SchedulerOutput,
 )
 from schedspec.spec.request import Request, RequestStatus, validate_new_request
@@ -25,6 +26,7 @@ __all__ = [
     "OutputError",
     "Request",
     "RequestError",
+    "RequestOutput",
     "RequestState",
     "RequestStatus",
     "SchedulerConfig",

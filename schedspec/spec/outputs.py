@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from schedspec.spec.request import RequestStatus
+
 
 # The per-request records are NamedTuples: immutable like the rest, and
 # cheap to build, since a step builds one per scheduled request.
@@ -43,6 +45,19 @@ class SchedulerOutput:
     scheduled_spec_decode_tokens: Mapping[str, tuple[int, ...]]
     preempted_req_ids: frozenset[str]
     finished_req_ids: frozenset[str]  # finished since the previous schedule()
+
+
+class RequestOutput(NamedTuple):
+    """What update_from_output tells the front end about one request, like vLLM's
+    EngineCoreOutput: the tokens it kept this step and, once done, why it finished.
+
+    The only place a finished request's last tokens are visible: the state
+    forgets it as soon as it finishes.
+    """
+
+    request_id: str
+    new_token_ids: tuple[int, ...]  # kept: tokens past a stop are dropped
+    finish_status: RequestStatus | None  # a FINISHED_* status, or None while live
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes
-from schedspec.spec.outputs import ModelRunnerOutput, SchedulerOutput
+from schedspec.spec.outputs import ModelRunnerOutput, RequestOutput, SchedulerOutput
 from schedspec.spec.request import Request
 from schedspec.spec.state import RequestState, State
 
@@ -52,6 +52,8 @@ class UpdateTransition:
     output: SchedulerOutput
     model_output: ModelRunnerOutput
     post: State
+    # What the engine reported per sampling request (None: it reports nothing).
+    request_outputs: Mapping[str, RequestOutput] | None = None
 
 
 @dataclass(frozen=True)

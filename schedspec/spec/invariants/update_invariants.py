@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
+from schedspec.spec.outputs import RequestOutput
+from schedspec.spec.request import RequestStatus
 from schedspec.spec.state import RequestState
 
 
@@ -31,7 +33,8 @@ def expected_kept(request: RequestState, sampled: tuple[int, ...], max_model_len
     "safety",
     "Sampled tokens are appended in order up to the first stop (EOS, stop token, max_tokens, "
     "max_model_len); a request stops exactly then, tokens past the stop are dropped, and it "
-    "never emits more than max_tokens tokens.",
+    "never emits more than max_tokens tokens; what the engine reports per request (kept "
+    "tokens, finish status: STOPPED for EOS or a stop token, else LENGTH_CAPPED) says so.",
 )
 def check_stop(t: UpdateTransition) -> list[Violation]:
     max_model_len = t.post.config.max_model_len
@@ -46,6 +49,8 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
                 out.append(Violation("STOP", "outputs changed without sampling", rid))
             continue
         kept = expected_kept(pre, sampled, max_model_len)
+        if t.request_outputs is not None:
+            out.extend(_check_reported(t.request_outputs.get(rid), pre, sampled, kept))
         if kept <= len(sampled):
             if post is not None:
                 out.append(
@@ -65,6 +70,45 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
                     post.output_token_ids,
                 )
             )
+    return out
+
+
+def _check_reported(
+    reported: RequestOutput | None, pre: RequestState, sampled: tuple[int, ...], kept: int
+) -> list[Violation]:
+    """The engine's own report of a sampling request: the kept tokens and why it finished."""
+    rid = pre.request_id
+    if reported is None:
+        return [Violation("STOP", "no output reported for a request that sampled", rid)]
+    stopped = kept <= len(sampled)
+    expected_tokens = sampled[:kept] if stopped else sampled
+    expected_status: RequestStatus | None = None
+    if stopped:
+        last = sampled[kept - 1]
+        is_stop_token = last == pre.eos_token_id or last in pre.stop_token_ids
+        expected_status = (
+            RequestStatus.FINISHED_STOPPED
+            if is_stop_token
+            else RequestStatus.FINISHED_LENGTH_CAPPED
+        )
+    out: list[Violation] = []
+    if tuple(reported.new_token_ids) != expected_tokens:
+        out.append(
+            Violation(
+                "STOP",
+                "reported tokens are not the sampled ones up to the stop",
+                rid,
+                None,
+                expected_tokens,
+                tuple(reported.new_token_ids),
+            )
+        )
+    if reported.finish_status is not expected_status:
+        out.append(
+            Violation(
+                "STOP", "reported finish status", rid, None, expected_status, reported.finish_status
+            )
+        )
     return out
 
 
