@@ -1,0 +1,10 @@
+"""Adapters that put real engines under schedspec.
+
+Each adapter lives in its own module and imports its engine only there, so
+that importing schedspec never needs an engine installed:
+
+- `schedspec.properties.adapters.vllm`: vLLM V1's `Scheduler` (with its own
+  KVCacheManager and BlockPool), driven on CPU with no model download
+  (`schedspec check --engine schedspec.properties.adapters.vllm:VllmEngine`).
+  Install vLLM first with `scripts/install_vllm.sh VENV_DIR`.
+"""

@@ -1,0 +1,672 @@
+"""vLLM V1's Scheduler under schedspec: an EngineAdapter, on CPU, with no model download.
+
+vLLM is imported only inside this module, and only when an engine is built;
+install it with `scripts/install_vllm.sh VENV_DIR`. The adapter drives vLLM's
+own `Scheduler` (with its KVCacheManager and BlockPool) built as vLLM's unit
+tests build it: a ModelConfig pointed at a temporary folder holding only a
+tiny `config.json` (no tokenizer, no weights, HF_HUB_OFFLINE=1), and a
+KVCacheConfig with one full-attention group and no tensors.
+
+Translation of the config (`SchedulerConfig` -> vLLM):
+
+- blocks: vLLM reserves block 0 as its null block, so it gets num_blocks + 1
+  blocks; vLLM block b is our block b - 1 everywhere (tables, free queue,
+  ref counts, prefix-cache map).
+- watermark: vLLM keeps int(watermark * all blocks, null block included)
+  spare; we keep int(watermark * num_blocks). The adapter passes the vLLM
+  watermark whose block count equals ours (`vllm_watermark`).
+- speculative decoding: num_lookahead_tokens 0 is vLLM's n-gram drafter
+  (`SpeculativeConfig(model="ngram")`); num_lookahead_tokens == K is an
+  EAGLE drafter, described by a second tiny `config.json`, whose lookahead
+  vLLM sets to K. Other lookaheads cannot be expressed and are refused
+  (`unsupported_reason`), as are EAGLE configs vLLM itself refuses (a token
+  budget <= K).
+- prefix caching hashes with SHA-256, as vLLM's engine does by default;
+  with an EAGLE drafter vLLM's block hashes also cover the token after each
+  block (its "lookahead hashes"), as in production.
+- the Scheduler runs synchronously (no async scheduling), with the V1 model
+  runner's output layout (a resumed request is a cached one, not a new
+  one) and log_stats off; `_check_translation` refuses to go on if vLLM's
+  config hooks changed any of the values above.
+
+Translation of the calls: add_request applies the checks vLLM makes above
+the Scheduler (the front end's prompt-length check, duplicate ids) through
+`schedspec.spec.validate_new_request`, then builds a vLLM Request with the
+engine's block hasher; its arrival_time is its arrival index, so vLLM's
+priority order (priority, arrival_time) is ours. schedule() and
+update_from_output() translate the step records both ways; aborts go one id
+at a time (vLLM iterates a set, which would make a multi-id abort's free
+order, and so later block ids, depend on string hashing).
+
+The refinement mapping (`snapshot`): per request, vLLM's token lists, drafts,
+num_computed_tokens, status, block table (minus the null block offset),
+num_preemptions, priority and arrival index; the waiting queue in the order
+vLLM pops it (kv-holding queue first, then the FCFS deque or the priority
+heap drained in order); the running list; the free queue front to back;
+each block's ref count and cached hash; the prefix-cache map. vLLM names a
+block's content by SHA-256 over pickled tokens, the spec by chained BLAKE2b:
+each vLLM request carries its own block hashes, computed from its tokens, so
+the adapter pairs vLLM hash i of a request with the spec hash of the same
+request's block i (from its tokens, independent of any block table) and
+translates the pool's hashes through that pairing. (With EAGLE's lookahead
+hashes two vLLM hashes can name one spec hash: same block, different next
+token; the prefix-cache map then lists that spec hash twice.)
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hypothesis import strategies as st
+
+from schedspec.properties.strategies import configs
+from schedspec.spec import (
+    BlockHash,
+    CachedRequestData,
+    ConfigError,
+    KVState,
+    ModelRunnerOutput,
+    NewRequestData,
+    OutputError,
+    Request,
+    RequestError,
+    RequestState,
+    RequestStatus,
+    SchedulerConfig,
+    SchedulerOutput,
+    State,
+    extend_block_hashes,
+    validate_new_request,
+)
+from schedspec.spec.invariants import Profile
+
+INSTALL_STEP = "scripts/install_vllm.sh VENV_DIR"
+# max_position_embeddings of the tiny model: the largest max_model_len we can ask for.
+MAX_MODEL_LEN = 1 << 20
+_LLAMA: dict[str, object] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": MAX_MODEL_LEN,
+    "torch_dtype": "float32",
+}
+_EAGLE: dict[str, object] = {
+    **_LLAMA,
+    "architectures": ["EagleLlamaForCausalLM"],
+    "num_hidden_layers": 1,
+}
+
+
+class VllmMissingError(ImportError):
+    """vLLM is not importable in this environment."""
+
+
+# ----------------------------------------------------------------- vLLM import
+
+
+@dataclass(frozen=True)
+class _Vllm:
+    """The vLLM names the adapter uses (all Any: vLLM ships no type stubs)."""
+
+    CacheConfig: Any
+    DeviceConfig: Any
+    ModelConfig: Any
+    ParallelConfig: Any
+    SchedulerConfig: Any
+    SpeculativeConfig: Any
+    VllmConfig: Any
+    Scheduler: Any
+    FullAttentionSpec: Any
+    KVCacheConfig: Any
+    KVCacheGroupSpec: Any
+    StructuredOutputManager: Any
+    register_all_kvcache_specs: Any
+    get_request_block_hasher: Any
+    init_none_hash: Any
+    get_hash_fn_by_name: Any
+    Request: Any
+    RequestStatus: Any
+    SamplingParams: Any
+    ModelRunnerOutput: Any
+    DraftTokenIds: Any
+    float32: Any
+    model_dir: str
+    eagle_dir: str
+
+
+_loaded: _Vllm | None = None
+
+
+def _load_vllm() -> _Vllm:
+    """Import vLLM once, offline and quiet, with the tiny model folders written."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    # Read when huggingface_hub is imported: the tiny model is a local folder.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # vLLM warns about every tiny config (block sizes, budgets); unless the
+    # user configured its logger, keep only errors.
+    vllm_logger = logging.getLogger("vllm")
+    if vllm_logger.level == logging.NOTSET:
+        vllm_logger.setLevel(logging.ERROR)
+    try:
+        import torch
+        from vllm.config import (
+            CacheConfig,
+            DeviceConfig,
+            ModelConfig,
+            ParallelConfig,
+            SpeculativeConfig,
+            VllmConfig,
+        )
+        from vllm.config import SchedulerConfig as VllmSchedulerConfig
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+        )
+        from vllm.v1.outputs import DraftTokenIds
+        from vllm.v1.outputs import ModelRunnerOutput as VllmModelRunnerOutput
+        from vllm.v1.request import Request as VllmRequest
+        from vllm.v1.request import RequestStatus as VllmRequestStatus
+        from vllm.v1.structured_output import StructuredOutputManager
+    except ImportError as err:
+        raise VllmMissingError(
+            f"the vLLM adapter needs vLLM, which cannot be imported here ({err}); "
+            f"install it into this venv with `{INSTALL_STEP}`"
+        ) from err
+    root = tempfile.mkdtemp(prefix="schedspec-vllm-")
+    atexit.register(shutil.rmtree, root, True)
+    model_dir = os.path.join(root, "model")
+    eagle_dir = os.path.join(root, "eagle")
+    for folder, hf_config in ((model_dir, _LLAMA), (eagle_dir, _EAGLE)):
+        os.mkdir(folder)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(hf_config, f)
+    _loaded = _Vllm(
+        CacheConfig=CacheConfig,
+        DeviceConfig=DeviceConfig,
+        ModelConfig=ModelConfig,
+        ParallelConfig=ParallelConfig,
+        SchedulerConfig=VllmSchedulerConfig,
+        SpeculativeConfig=SpeculativeConfig,
+        VllmConfig=VllmConfig,
+        Scheduler=Scheduler,
+        FullAttentionSpec=FullAttentionSpec,
+        KVCacheConfig=KVCacheConfig,
+        KVCacheGroupSpec=KVCacheGroupSpec,
+        StructuredOutputManager=StructuredOutputManager,
+        register_all_kvcache_specs=register_all_kvcache_specs,
+        get_request_block_hasher=get_request_block_hasher,
+        init_none_hash=init_none_hash,
+        get_hash_fn_by_name=get_hash_fn_by_name,
+        Request=VllmRequest,
+        RequestStatus=VllmRequestStatus,
+        SamplingParams=SamplingParams,
+        ModelRunnerOutput=VllmModelRunnerOutput,
+        DraftTokenIds=DraftTokenIds,
+        float32=torch.float32,
+        model_dir=model_dir,
+        eagle_dir=eagle_dir,
+    )
+    return _loaded
+
+
+def vllm_available() -> bool:
+    """Whether vLLM can be imported (and so a VllmEngine built)."""
+    try:
+        _load_vllm()
+    except VllmMissingError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------- config translation
+
+
+def unsupported_reason(config: SchedulerConfig) -> str | None:
+    """Why vLLM cannot run this config as the spec states it, or None if it can."""
+    k = config.num_speculative_tokens
+    lookahead = config.lookahead_tokens
+    if k == 0 and lookahead:
+        return (
+            f"num_lookahead_tokens={lookahead} without speculative decoding: vLLM reserves "
+            "lookahead slots only for a drafter (num_speculative_tokens > 0)"
+        )
+    if k and lookahead not in (0, k):
+        return (
+            f"num_lookahead_tokens={lookahead}: vLLM's n-gram drafter has lookahead 0 and "
+            f"its EAGLE drafter lookahead num_speculative_tokens ({k}); nothing else"
+        )
+    if k and lookahead and config.max_num_batched_tokens <= lookahead:
+        return (
+            f"max_num_batched_tokens ({config.max_num_batched_tokens}) <= "
+            f"num_lookahead_tokens ({lookahead}): vLLM refuses such an EAGLE config"
+        )
+    if config.max_model_len > MAX_MODEL_LEN:
+        return f"max_model_len above {MAX_MODEL_LEN}, the tiny model's position limit"
+    return None
+
+
+def expressible(config: SchedulerConfig) -> SchedulerConfig:
+    """The nearest config vLLM can run: an inexpressible lookahead becomes 0 (n-gram)."""
+    if unsupported_reason(config) is None:
+        return config
+    fixed = replace(config, num_lookahead_tokens=0)
+    if unsupported_reason(fixed) is None:
+        return fixed
+    return replace(fixed, num_speculative_tokens=0)
+
+
+def vllm_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's configs, made expressible for vLLM (see `expressible`)."""
+    return configs(max_model_len_cap).map(expressible)
+
+
+def vllm_watermark(config: SchedulerConfig) -> float:
+    """The vLLM watermark whose block count, over num_blocks + 1 blocks, is ours.
+
+    vLLM keeps int(w * (num_blocks + 1)) blocks spare; (k + 0.5) / (num_blocks + 1)
+    gives exactly k = int(watermark * num_blocks) (and is < 1 since k < num_blocks).
+    """
+    k = config.watermark_blocks
+    return 0.0 if k == 0 else (k + 0.5) / (config.num_blocks + 1)
+
+
+def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> Any:
+    """vLLM's Scheduler for this config, built the way vLLM's own unit tests build it.
+
+    num_blocks, when given, replaces config.num_blocks: it lets a probe give
+    the Scheduler less KV cache than max_model_len needs, which vLLM's engine
+    refuses at start-up (and SchedulerConfig refuses too).
+    """
+    reason = unsupported_reason(config)
+    if reason is not None:
+        raise ConfigError("num_lookahead_tokens", f"the vLLM adapter refuses: {reason}")
+    v = _load_vllm()
+    model_config = v.ModelConfig(
+        model=v.model_dir,
+        skip_tokenizer_init=True,
+        max_model_len=config.max_model_len,
+        dtype="float32",
+        seed=0,
+    )
+    scheduler_config = v.SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=config.max_model_len,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        watermark=vllm_watermark(config),
+        policy=config.policy,
+    )
+    cache_config = v.CacheConfig(
+        block_size=config.block_size,
+        enable_prefix_caching=config.enable_prefix_caching,
+        prefix_caching_hash_algo="sha256",
+    )
+    vllm_config = v.VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        device_config=v.DeviceConfig(device="cpu"),
+        speculative_config=_speculative_config(v, config, model_config),
+    )
+    usable = config.num_blocks if num_blocks is None else num_blocks
+    num_vllm_blocks = usable + 1  # block 0 is vLLM's null block
+    kv_cache_config = v.KVCacheConfig(
+        num_blocks=num_vllm_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            v.KVCacheGroupSpec(
+                ["layer"],
+                v.FullAttentionSpec(
+                    block_size=config.block_size, num_kv_heads=1, head_size=1, dtype=v.float32
+                ),
+            )
+        ],
+    )
+    cache_config.num_gpu_blocks = num_vllm_blocks
+    v.register_all_kvcache_specs(vllm_config)
+    scheduler = v.Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        block_size=config.block_size,
+        log_stats=False,
+        structured_output_manager=v.StructuredOutputManager(vllm_config),
+    )
+    # The V1 model runner's output layout: resumed requests are cached ones.
+    scheduler.use_v2_model_runner = False
+    _check_translation(scheduler, vllm_config, config, usable)
+    return scheduler
+
+
+def _speculative_config(v: _Vllm, config: SchedulerConfig, model_config: Any) -> Any:
+    k = config.num_speculative_tokens
+    if k == 0:
+        return None
+    if config.lookahead_tokens == 0:
+        return v.SpeculativeConfig(model="ngram", num_speculative_tokens=k)
+    return v.SpeculativeConfig(
+        method="eagle",
+        model=v.eagle_dir,
+        num_speculative_tokens=k,
+        target_model_config=model_config,
+        target_parallel_config=v.ParallelConfig(),
+    )
+
+
+def _check_translation(
+    scheduler: Any, vllm_config: Any, config: SchedulerConfig, num_blocks: int
+) -> None:
+    """vLLM's platform hooks may rewrite a config; refuse to test anything but ours."""
+    kv = scheduler.kv_cache_manager
+    seen = {
+        "block_size": scheduler.block_size,
+        "num_blocks": len(kv.block_pool.blocks) - 1,
+        "max_num_batched_tokens": scheduler.max_num_scheduled_tokens,
+        "max_num_seqs": scheduler.max_num_running_reqs,
+        "max_num_active_seqs": scheduler.max_num_active_reqs,
+        "max_model_len": scheduler.max_model_len,
+        "enable_chunked_prefill": scheduler.scheduler_config.enable_chunked_prefill,
+        "long_prefill_token_threshold": scheduler.scheduler_config.long_prefill_token_threshold,
+        "enable_prefix_caching": kv.enable_caching,
+        "watermark_blocks": kv.watermark_blocks,
+        "policy": scheduler.policy.name.lower(),
+        "num_speculative_tokens": scheduler.num_spec_tokens,
+        "num_lookahead_tokens": scheduler.num_lookahead_tokens,
+        "drafting_slots": (
+            vllm_config.speculative_config.max_num_new_slots_for_drafting
+            if vllm_config.speculative_config is not None
+            else 0
+        ),
+    }
+    wanted = {
+        "block_size": config.block_size,
+        "num_blocks": num_blocks,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_active_seqs": config.max_num_seqs,
+        "max_model_len": config.max_model_len,
+        "enable_chunked_prefill": config.enable_chunked_prefill,
+        "long_prefill_token_threshold": config.long_prefill_token_threshold,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "watermark_blocks": config.watermark_blocks,
+        "policy": config.policy,
+        "num_speculative_tokens": config.num_speculative_tokens,
+        "num_lookahead_tokens": config.lookahead_tokens,
+        "drafting_slots": 0,
+    }
+    differ = {name: (wanted[name], got) for name, got in seen.items() if got != wanted[name]}
+    if differ:
+        raise RuntimeError(f"vLLM did not take the config as given (wanted, got): {differ}")
+
+
+# ------------------------------------------------------------------- the adapter
+
+_STATUS: dict[str, RequestStatus] = {
+    "WAITING": RequestStatus.WAITING,
+    "RUNNING": RequestStatus.RUNNING,
+    "PREEMPTED": RequestStatus.PREEMPTED,
+    "FINISHED_STOPPED": RequestStatus.FINISHED_STOPPED,
+    "FINISHED_LENGTH_CAPPED": RequestStatus.FINISHED_LENGTH_CAPPED,
+    "FINISHED_ABORTED": RequestStatus.FINISHED_ABORTED,
+}
+
+
+def _ours(block_ids: Sequence[Sequence[int]] | None) -> tuple[int, ...]:
+    """vLLM's per-group block ids (one full-attention group) as our block table."""
+    if block_ids is None:
+        return ()
+    if len(block_ids) != 1:
+        raise RuntimeError(f"expected one KV cache group, got {len(block_ids)}")
+    return tuple(b - 1 for b in block_ids[0])
+
+
+class VllmEngine:
+    """vLLM V1's Scheduler seen through the spec. `profiles` = {"safety"}."""
+
+    profiles: frozenset[Profile] = frozenset({"safety"})
+
+    def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
+        """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
+        self.config = config
+        self._v = _load_vllm()
+        self.scheduler: Any = build_scheduler(config, num_blocks)
+        self._block_hasher: Any = None
+        if config.enable_prefix_caching:
+            # As vLLM's EngineCore does: the configured hash, vLLM's hash lookahead.
+            hash_fn = self._v.get_hash_fn_by_name("sha256")
+            self._v.init_none_hash(hash_fn)
+            self._block_hasher = self._v.get_request_block_hasher(
+                config.block_size,
+                hash_fn,
+                self.scheduler.vllm_config.num_hash_lookahead_tokens,
+            )
+        self._num_arrivals = 0
+        # Every request added and not yet seen finished: its hashes are learned
+        # even from inside the update_from_output call that frees it.
+        self._tracked: dict[str, Any] = {}
+        self._own_hashes: dict[str, list[BlockHash]] = {}
+        self._num_learned: dict[str, int] = {}
+        self._spec_hash: dict[bytes, BlockHash] = {}  # vLLM block hash -> spec hash
+        self._last_output: tuple[SchedulerOutput, Any] | None = None
+
+    # ------------------------------------------------------------------ calls
+
+    def add_request(self, request: Request) -> None:
+        # vLLM checks these above the Scheduler (front end, engine core).
+        validate_new_request(request, self.config)
+        rid = request.request_id
+        if rid in self.scheduler.requests:
+            raise RequestError("request_id", f"duplicate request id {rid!r}")
+        params = self._v.SamplingParams(
+            max_tokens=request.max_tokens, stop_token_ids=list(request.stop_token_ids)
+        )
+        if request.eos_token_id is not None:
+            params.update_from_generation_config({}, request.eos_token_id)
+        vllm_request = self._v.Request(
+            request_id=rid,
+            prompt_token_ids=list(request.prompt_token_ids),
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=float(self._num_arrivals),
+            priority=request.priority,
+            block_hasher=self._block_hasher,
+        )
+        self.scheduler.add_request(vllm_request)
+        self._num_arrivals += 1
+        self._tracked[rid] = vllm_request
+        self._own_hashes[rid] = []
+        self._num_learned[rid] = 0
+        self._learn(rid, vllm_request)
+
+    def schedule(self) -> SchedulerOutput:
+        out = self.scheduler.schedule()
+        cached = out.scheduled_cached_reqs
+        resumed = cached.resumed_req_ids
+        ours = SchedulerOutput(
+            scheduled_new_reqs=tuple(
+                NewRequestData(
+                    d.req_id,
+                    tuple(d.prompt_token_ids),
+                    _ours(d.block_ids),
+                    d.num_computed_tokens,
+                )
+                for d in out.scheduled_new_reqs
+            ),
+            scheduled_cached_reqs=tuple(
+                CachedRequestData(
+                    rid,
+                    rid in resumed,
+                    _ours(cached.new_block_ids[i]),
+                    cached.num_computed_tokens[i],
+                    cached.num_output_tokens[i],
+                )
+                for i, rid in enumerate(cached.req_ids)
+            ),
+            num_scheduled_tokens=dict(out.num_scheduled_tokens),
+            total_num_scheduled_tokens=out.total_num_scheduled_tokens,
+            scheduled_spec_decode_tokens={
+                rid: tuple(tokens) for rid, tokens in out.scheduled_spec_decode_tokens.items()
+            },
+            preempted_req_ids=frozenset(out.preempted_req_ids or ()),
+            finished_req_ids=frozenset(out.finished_req_ids),
+        )
+        self._last_output = (ours, out)
+        return ours
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> None:
+        last = self._last_output
+        if last is None or (last[0] is not scheduler_output and last[0] != scheduler_output):
+            raise OutputError("scheduler_output", "not the output of the last schedule() call")
+        out = last[1]
+        self._last_output = None
+        req_ids = list(out.num_scheduled_tokens)
+        sampled = model_runner_output.sampled_token_ids
+        strangers = sorted(set(sampled) - set(req_ids))
+        if strangers:
+            raise OutputError("sampled_token_ids", f"requests not scheduled: {strangers}")
+        runner_output = self._v.ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=[list(sampled.get(rid, ())) for rid in req_ids],
+        )
+        self.scheduler.update_from_output(out, runner_output)
+        self._learn_tracked()
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        self.scheduler.update_draft_token_ids(
+            self._v.DraftTokenIds(
+                req_ids=list(draft_token_ids),
+                draft_token_ids=[list(drafts) for drafts in draft_token_ids.values()],
+            )
+        )
+
+    def finish_requests(self, request_ids: Iterable[str]) -> None:
+        aborted = self._v.RequestStatus.FINISHED_ABORTED
+        for rid in dict.fromkeys(request_ids):
+            self.scheduler.finish_requests(rid, aborted)
+        self._learn_tracked()
+
+    # ---------------------------------------------------- the refinement mapping
+
+    def snapshot(self) -> State:
+        s = self.scheduler
+        kv = s.kv_cache_manager
+        pool = kv.block_pool
+        requests: dict[str, RequestState] = {}
+        for rid, r in s.requests.items():
+            self._learn(rid, r)
+            params = r.sampling_params
+            requests[rid] = RequestState(
+                request_id=rid,
+                priority=r.priority,
+                arrival=int(r.arrival_time),
+                prompt_token_ids=tuple(r.prompt_token_ids),
+                output_token_ids=tuple(r.output_token_ids),
+                spec_token_ids=tuple(r.spec_token_ids),
+                num_computed_tokens=r.num_computed_tokens,
+                status=self._status(r),
+                block_ids=_ours(kv.get_block_ids(rid)),
+                num_preemptions=r.num_preemptions,
+                max_tokens=r.max_tokens,
+                eos_token_id=params.eos_token_id,
+                stop_token_ids=tuple(params.stop_token_ids or ()),
+            )
+        blocks = pool.blocks[1:]  # block 0 is the null block
+        return State(
+            config=self.config,
+            requests=requests,
+            # The order vLLM pops them in: kv-holding requests first, then the
+            # FCFS deque front to back or the priority heap drained in order.
+            waiting=tuple(r.request_id for r in s.kv_holding_waiting)
+            + tuple(r.request_id for r in s.waiting),
+            running=tuple(r.request_id for r in s.running),
+            kv=KVState(
+                num_blocks=len(blocks),
+                free_block_ids=tuple(
+                    b.block_id - 1 for b in pool.free_block_queue.get_all_free_blocks()
+                ),
+                ref_counts=tuple(b.ref_cnt for b in blocks),
+                block_hashes=tuple(
+                    None if b.block_hash is None else self._spec_of(b.block_hash) for b in blocks
+                ),
+                prefix_cache=tuple(
+                    (self._spec_of(key), self._held_ids(held))
+                    for key, held in pool.cached_block_hash_to_block._cache.items()
+                ),
+            ),
+        )
+
+    def _status(self, request: Any) -> RequestStatus:
+        name = request.status.name
+        status = _STATUS.get(name)
+        if status is None:
+            # Grammar, remote-KV, streaming, error and repetition states need
+            # inputs the harness never gives; seeing one is an adapter gap.
+            raise RuntimeError(f"request {request.request_id!r} in vLLM status {name}")
+        return status
+
+    @staticmethod
+    def _held_ids(held: Any) -> tuple[int, ...]:
+        """One prefix-cache entry's blocks: a single block, or {block_id: block}."""
+        if isinstance(held, dict):
+            return tuple(block_id - 1 for block_id in held)
+        return (held.block_id - 1,)
+
+    # ------------------------------------------------------ hash translation
+
+    def _learn(self, rid: str, request: Any) -> None:
+        """Pair the request's vLLM block hashes with the spec's hashes of its own blocks."""
+        vllm_hashes = request.block_hashes
+        done = self._num_learned.get(rid, 0)
+        if len(vllm_hashes) <= done:
+            return
+        own = self._own_hashes.setdefault(rid, [])
+        extend_block_hashes(own, list(request.all_token_ids), self.config.block_size)
+        for i in range(done, len(vllm_hashes)):
+            known = self._spec_hash.setdefault(bytes(vllm_hashes[i]), own[i])
+            if known != own[i]:
+                raise RuntimeError(
+                    f"request {rid!r}: vLLM gives block {i} the hash of other content"
+                )
+        self._num_learned[rid] = len(vllm_hashes)
+
+    def _learn_tracked(self) -> None:
+        """After a call that may append tokens or free requests: learn, then forget
+        the requests that finished."""
+        for rid, request in list(self._tracked.items()):
+            self._learn(rid, request)
+            if request.is_finished():
+                del self._tracked[rid]
+                self._own_hashes.pop(rid, None)
+                self._num_learned.pop(rid, None)
+
+    def _spec_of(self, key: bytes) -> BlockHash:
+        """A pool key (block hash + 4-byte group id) as the spec's hash."""
+        found = self._spec_hash.get(bytes(key[:-4]))
+        if found is None:
+            raise RuntimeError("a vLLM block carries a hash no request's tokens produce")
+        return found

@@ -1,0 +1,380 @@
+"""vLLM V1's Scheduler under schedspec, through schedspec.properties.adapters.vllm.
+
+Needs vLLM: `scripts/install_vllm.sh VENV_DIR`. Skipped, with that reason,
+where vLLM is not installed, except in CI (CI set), where a missing vLLM fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schedspec.properties.adapters import vllm as adapter
+from schedspec.properties.adapters.vllm import (
+    VllmEngine,
+    VllmMissingError,
+    expressible,
+    vllm_configs,
+    vllm_watermark,
+)
+from schedspec.properties.checked_engine import InvariantViolationError, replay
+from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.properties.reference_adapter import reference_engine
+from schedspec.properties.suite import SuiteSettings, run_suite
+from schedspec.properties.trace import Trace
+from schedspec.reference import Scheduler as ReferenceScheduler
+from schedspec.spec import (
+    ConfigError,
+    ModelRunnerOutput,
+    Request,
+    RequestError,
+    RequestStatus,
+    SchedulerConfig,
+    SchedulerOutput,
+    State,
+    extend_block_hashes,
+)
+from schedspec.spec.invariants import CHECKS, ids_for
+
+INSTALL = "scripts/install_vllm.sh VENV_DIR"
+if os.environ.get("CI") and importlib.util.find_spec("vllm") is None:
+    pytest.fail(
+        f"CI runs the vLLM adapter tests, but vLLM is not installed: run {INSTALL}",
+        pytrace=False,
+    )
+pytest.importorskip("vllm", reason=f"vLLM is not installed: run {INSTALL} to run these tests")
+
+FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
+
+
+DEFAULTS: dict[str, Any] = {
+    "block_size": 16,
+    "num_blocks": 64,
+    "max_num_batched_tokens": 512,
+    "max_num_seqs": 8,
+    "max_model_len": 1024,
+}
+
+
+def config(**overrides: Any) -> SchedulerConfig:
+    return SchedulerConfig(**{**DEFAULTS, **overrides})
+
+
+def add(
+    engine: VllmEngine, rid: str, prompt: Sequence[int], max_tokens: int = 8, priority: int = 0
+) -> None:
+    engine.add_request(Request(rid, prompt, max_tokens, priority=priority))
+
+
+def finish_step(engine: VllmEngine, output: SchedulerOutput, token: int = 9) -> None:
+    """The model's answer: one token for each request whose step reached its known tokens."""
+    state = engine.snapshot()
+    sampled = {
+        rid: [token]
+        for rid in output.num_scheduled_tokens
+        if state.requests[rid].num_computed_tokens >= state.requests[rid].num_tokens
+    }
+    engine.update_from_output(output, ModelRunnerOutput(sampled_token_ids=sampled))
+
+
+def state_violations(state: State) -> list[str]:
+    return [str(v) for i in ids_for("state", "safety") for v in CHECKS[i](state)]
+
+
+# ------------------------------------------------------------ worked scenarios
+
+
+def test_seed_example_budget_512() -> None:
+    """A 400, B 1, C 1, D 110 fill the 512-token budget exactly, as in the reference."""
+    cfg = config()
+    engine = VllmEngine(cfg)
+    reference = ReferenceScheduler(cfg)
+    prompts = {"A": [1] * 400, "B": [2], "C": [3], "D": [4] * 110}
+    for rid, prompt in prompts.items():
+        add(engine, rid, prompt, max_tokens=4)
+        reference.add_request(Request(rid, prompt, 4))
+    output = engine.schedule()
+    assert dict(output.num_scheduled_tokens) == {"A": 400, "B": 1, "C": 1, "D": 110}
+    assert output.total_num_scheduled_tokens == 512
+    assert dict(output.num_scheduled_tokens) == dict(reference.schedule().num_scheduled_tokens)
+    tables = {d.request_id: d.block_ids for d in output.scheduled_new_reqs}
+    # vLLM's block 0 is its null block: its block b is ours b - 1.
+    assert tables == {
+        "A": tuple(range(25)),
+        "B": (25,),
+        "C": (26,),
+        "D": tuple(range(27, 34)),
+    }
+    assert all(d.num_computed_tokens == 0 for d in output.scheduled_new_reqs)
+    finish_step(engine, output)
+    second = engine.schedule()
+    assert dict(second.num_scheduled_tokens) == {"A": 1, "B": 1, "C": 1, "D": 1}
+    grown = {c.request_id: c.new_block_ids for c in second.scheduled_cached_reqs}
+    assert grown == {"A": (34,), "B": (), "C": (), "D": ()}  # A's 401st token opens a block
+    assert not any(c.resumed for c in second.scheduled_cached_reqs)
+
+
+def small_cache(policy: str = "fcfs") -> SchedulerConfig:
+    """Four blocks of 4 tokens: two 7-token prompts fill it; decode growth preempts."""
+    return config(
+        block_size=4,
+        num_blocks=4,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        max_model_len=16,
+        policy=policy,
+    )
+
+
+def test_fcfs_preemption_takes_the_last_admitted_and_resumes_it() -> None:
+    engine = VllmEngine(small_cache())
+    add(engine, "A", [1] * 7, max_tokens=6)
+    add(engine, "B", [2] * 7, max_tokens=6)
+    outputs = []
+    for _ in range(3):
+        outputs.append(engine.schedule())
+        finish_step(engine, outputs[-1])
+    assert dict(outputs[2].num_scheduled_tokens) == {"A": 1}
+    assert outputs[2].preempted_req_ids == {"B"}
+    state = engine.snapshot()
+    b = state.requests["B"]
+    assert (b.status, b.num_computed_tokens, b.block_ids, b.num_preemptions) == (
+        RequestStatus.PREEMPTED,
+        0,
+        (),
+        1,
+    )
+    assert (state.waiting, state.running) == (("B",), ("A",))
+    assert state_violations(state) == []
+    # Once A finishes, B comes back as a resumed request with a whole new table.
+    for _ in range(20):
+        num_tokens = engine.snapshot().requests["B"].num_tokens
+        output = engine.schedule()
+        resumed = [c for c in output.scheduled_cached_reqs if c.resumed]
+        if resumed:
+            assert [c.request_id for c in resumed] == ["B"]
+            assert resumed[0].new_block_ids == engine.snapshot().requests["B"].block_ids
+            # Recomputation: the prompt and the outputs B had, all at once.
+            assert output.num_scheduled_tokens["B"] == num_tokens == 9
+            return
+        finish_step(engine, output)
+    pytest.fail("B never resumed")
+
+
+def test_priority_preemption_takes_the_least_urgent() -> None:
+    engine = VllmEngine(small_cache("priority"))
+    add(engine, "A", [1] * 7, max_tokens=6, priority=1)
+    add(engine, "B", [2] * 7, max_tokens=6, priority=0)
+    first = engine.schedule()
+    assert list(first.num_scheduled_tokens) == ["B", "A"]  # the more urgent first
+    finish_step(engine, first)
+    finish_step(engine, engine.schedule())
+    third = engine.schedule()
+    assert third.preempted_req_ids == {"A"}
+    assert dict(third.num_scheduled_tokens) == {"B": 1}
+    assert engine.snapshot().waiting == ("A",)
+
+
+def test_abort_frees_and_reports_once() -> None:
+    engine = VllmEngine(small_cache())
+    add(engine, "A", [1] * 7)
+    add(engine, "B", [2] * 3)
+    finish_step(engine, engine.schedule())
+    engine.finish_requests(["A", "no-such-request", "A"])
+    state = engine.snapshot()
+    assert set(state.requests) == {"B"}
+    assert len(state.kv.free_block_ids) == 3
+    output = engine.schedule()
+    assert output.finished_req_ids == {"A"}
+    finish_step(engine, output)
+    assert engine.schedule().finished_req_ids == frozenset()
+
+
+# ------------------------------------------------------- the refinement mapping
+
+
+def test_snapshot_sanity_on_a_busy_run() -> None:
+    """Every state invariant holds after every call of a busy run with preemption,
+    prefix caching and drafts; vLLM's null block never shows."""
+    cfg = config(
+        block_size=4,
+        num_blocks=10,
+        max_num_batched_tokens=24,
+        max_model_len=40,
+        enable_prefix_caching=True,
+        num_speculative_tokens=2,
+        num_lookahead_tokens=0,
+        long_prefill_token_threshold=8,
+    )
+    engine = VllmEngine(cfg)
+    model = FakeModel(seed=3, vocab_size=8, num_speculative_tokens=2)
+    shared = [1, 2, 3, 4, 5, 6, 7, 0]
+    preempted = 0
+    for step in range(80):
+        if step % 2 == 0 and step < 30:
+            add(engine, f"r{step}", shared + [step % 5] * (step % 11 + 1), max_tokens=20)
+        output, _ = run_step(engine, model)
+        preempted += len(output.preempted_req_ids)
+        state = engine.snapshot()
+        assert state_violations(state) == [], step
+        assert state.kv.num_blocks == cfg.num_blocks
+        assert all(0 <= b < cfg.num_blocks for b in state.kv.free_block_ids)
+    assert preempted > 0
+    assert len(engine.snapshot().kv.prefix_cache) > 0
+
+
+def test_cached_blocks_carry_the_specs_hashes() -> None:
+    """A hit on another request's blocks: the blocks' translated hashes are the
+    spec's chained hashes of the hitting request's own tokens."""
+    cfg = config(block_size=4, num_blocks=16, max_model_len=64, enable_prefix_caching=True)
+    engine = VllmEngine(cfg)
+    prefix = list(range(1, 13))  # three full blocks
+    add(engine, "A", [*prefix, 50, 51])
+    finish_step(engine, engine.schedule())
+    add(engine, "B", [*prefix, 60])
+    output = engine.schedule()
+    (new,) = output.scheduled_new_reqs
+    assert new.num_computed_tokens == 12
+    state = engine.snapshot()
+    own = extend_block_hashes([], [*prefix, 60], cfg.block_size)
+    assert [state.kv.block_hashes[b] for b in new.block_ids[:3]] == own
+    assert new.block_ids[:3] == state.requests["A"].block_ids[:3]
+    cached = dict(state.kv.prefix_cache)
+    assert all(cached[h] == (b,) for h, b in zip(own, new.block_ids, strict=False))
+
+
+def test_watermark_block_counts_match() -> None:
+    """vLLM counts the watermark over num_blocks + 1 blocks (its null block too)."""
+    for num_blocks in range(2, 300):
+        for watermark in (0.0, 0.01, 0.04, 0.1, 0.25, 0.3, 0.5, 0.99):
+            cfg = config(block_size=1, num_blocks=num_blocks, max_model_len=2, max_num_seqs=1)
+            cfg = replace(cfg, watermark=watermark)
+            assert int(vllm_watermark(cfg) * (num_blocks + 1)) == cfg.watermark_blocks
+    engine = VllmEngine(config(watermark=0.3))
+    assert engine.scheduler.kv_cache_manager.watermark_blocks == 19 == int(0.3 * 64)
+
+
+# ----------------------------------------------------------- door and refusals
+
+
+def test_door_refuses_what_vllm_refuses_above_the_scheduler() -> None:
+    engine = VllmEngine(config(max_model_len=32))
+    add(engine, "A", [1] * 31)  # max_model_len - 1: accepted
+    before = engine.snapshot()
+    with pytest.raises(RequestError, match="max_model_len"):
+        add(engine, "B", [1] * 32)
+    with pytest.raises(RequestError, match="duplicate"):
+        add(engine, "A", [2])
+    with pytest.raises(RequestError, match="empty"):
+        add(engine, "C", [])
+    assert engine.snapshot() == before
+
+
+def test_lookahead_vllm_cannot_express_is_refused() -> None:
+    odd = config(num_speculative_tokens=3, num_lookahead_tokens=1)
+    with pytest.raises(ConfigError, match="num_lookahead_tokens"):
+        VllmEngine(odd)
+    assert expressible(odd).lookahead_tokens == 0
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        VllmEngine(config(max_num_batched_tokens=8, num_speculative_tokens=8))
+
+
+def test_drafters_lookahead() -> None:
+    """Lookahead 0 is the n-gram drafter, lookahead K an EAGLE one."""
+    ngram = VllmEngine(config(num_speculative_tokens=2, num_lookahead_tokens=0))
+    eagle = VllmEngine(config(num_speculative_tokens=2))
+    assert ngram.scheduler.num_lookahead_tokens == 0
+    assert eagle.scheduler.num_lookahead_tokens == 2
+    add(eagle, "A", [1] * 15)
+    (new,) = eagle.schedule().scheduled_new_reqs
+    assert len(new.block_ids) == 2  # 15 tokens + 2 lookahead slots
+
+
+def test_missing_vllm_names_the_install_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(adapter, "_loaded", None)
+    monkeypatch.setitem(sys.modules, "vllm.config", None)  # import of it fails
+    with pytest.raises(VllmMissingError, match=r"scripts/install_vllm\.sh"):
+        VllmEngine(config())
+
+
+# ------------------------------------------------------------ suite and findings
+
+
+def no_drafts(c: SchedulerConfig) -> SchedulerConfig:
+    return replace(c, num_speculative_tokens=0, num_lookahead_tokens=None)
+
+
+def with_drafts(c: SchedulerConfig) -> SchedulerConfig:
+    return replace(c, num_speculative_tokens=max(c.num_speculative_tokens, 1))
+
+
+def test_suite_passes_without_drafts() -> None:
+    result = run_suite(
+        VllmEngine,
+        "safety",
+        SuiteSettings(examples=30, seed=20261129),
+        vllm_configs().map(no_drafts),
+    )
+    assert result.passed, result.error or result.other_error
+    assert result.stats.steps > 300
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="FINDINGS F1 and F3 (docs/FINDINGS.md): vLLM pads a waiting request with one "
+    "token left to 1 + K tokens with -1 placeholder drafts (F1), and crashes when the "
+    "long-prefill cap cuts that padding (F3)",
+)
+def test_suite_passes_with_drafts() -> None:
+    result = run_suite(
+        VllmEngine,
+        "safety",
+        SuiteSettings(examples=30, seed=20261129, shrink=False),
+        vllm_configs().map(with_drafts).map(expressible),
+    )
+    assert result.passed, result.error or result.other_error
+
+
+@pytest.mark.parametrize(
+    ("name", "broken"),
+    [
+        ("vllm-spec-decode-padding.json", {"DRAFTS", "NO-OVERSHOOT"}),
+        ("vllm-priority-victim-keeps-cache-registration.json", {"CACHE-CONTENT"}),
+    ],
+)
+def test_findings_replay(name: str, broken: set[str]) -> None:
+    """Each finding's trace still breaks exactly its invariants on vLLM, not on the reference."""
+    trace = Trace.load(FINDINGS / name)
+    with pytest.raises(InvariantViolationError) as caught:
+        replay(trace, VllmEngine, "safety")
+    assert {v.invariant for v in caught.value.violations} == broken
+    replay(trace, reference_engine, "safety")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "probe-door-whole-cache.json",
+        "probe-head-of-line-blocking.json",
+        "probe-priority-preempted-place.json",
+    ],
+)
+def test_probes_hold_every_safety_invariant(name: str) -> None:
+    replay(Trace.load(FINDINGS / name), VllmEngine, "safety")
+
+
+def test_padding_cut_by_the_long_prefill_cap_crashes_vllm() -> None:
+    """FINDING F3: vLLM's own assertion fails inside schedule()."""
+    trace = Trace.load(FINDINGS / "vllm-padding-cut-by-long-prefill-cap-crashes.json")
+    with pytest.raises(AssertionError) as caught:
+        replay(trace, VllmEngine, "safety")
+    assert not isinstance(caught.value, InvariantViolationError)
+    assert str(caught.traceback[-1].path).endswith("vllm/v1/core/sched/scheduler.py")
+    replay(trace, reference_engine, "safety")
