@@ -1,7 +1,9 @@
 """`schedspec check` and `schedspec replay`: the invariant suite and trace replay, as commands.
 
-cli.py holds only the click wiring; the work and the output live here.
-Exit codes: 0 all invariants held, 1 a violation or an engine crash, 2 a
+cli.py holds only the click wiring; the work and the output live here
+(diff_command.py does the same for `diff` and `diff-replay`). Exit codes
+(reports.EXIT_CODES): 0 all invariants held, 1 a violation, 3 a divergence
+(diff only), 4 an engine error, 5 an engine call past --step-timeout, 2 a
 usage error (click.UsageError and its subclasses).
 """
 
@@ -15,8 +17,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import click
+from hypothesis.strategies import SearchStrategy
 
 from schedspec.check_report import (
     PROBE_CONFIG,
@@ -31,10 +35,23 @@ from schedspec.check_report import (
     plural,
     replay_with_log,
 )
-from schedspec.properties.adapter import EngineAdapter, EngineFactory, load_engine_factory
+from schedspec.properties.adapter import (
+    EngineAdapter,
+    EngineFactory,
+    load_config_strategy,
+    load_engine_factory,
+)
 from schedspec.properties.state_machine import SuiteRecorder
-from schedspec.properties.suite import SuiteSettings, run_suite
+from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
 from schedspec.properties.trace import Trace, TraceError
+from schedspec.properties.watchdog import (
+    DEFAULT_STEP_TIMEOUT,
+    StepTimeoutError,
+    Watchdog,
+    time_limited,
+)
+from schedspec.reports import EXIT_CODES, Outcome, RunReport, outcome_of, write_reports
+from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
 
@@ -51,6 +68,16 @@ def load_engine(name: str) -> EngineFactory:
         raise click.BadParameter(str(err), param_hint="'--engine'") from None
 
 
+def config_strategy(name: str | None) -> SearchStrategy[SchedulerConfig] | None:
+    """The strategy --configs names (None: the suite's own), or a usage error."""
+    if name is None:
+        return None
+    try:
+        return load_config_strategy(name)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="'--configs'") from None
+
+
 def choose_profile(engine: EngineAdapter, requested: Profile | None) -> Profile:
     """The profile asked for, which the engine must claim, or the default one."""
     claimed = engine.profiles
@@ -64,10 +91,16 @@ def choose_profile(engine: EngineAdapter, requested: Profile | None) -> Profile:
     return requested
 
 
-def _engine_failed(err: BaseException) -> int:
+def engine_failed(err: BaseException) -> int:
     """An engine that cannot even be built fails the run, but is no usage error."""
     click.echo("FAILED: " + "\n".join(crash_report(err)))
-    return 1
+    return EXIT_CODES[outcome_of(None, None, err)]
+
+
+def error_verdict(err: BaseException) -> str:
+    if isinstance(err, StepTimeoutError):
+        return f"the engine hung ({err})"
+    return "the engine crashed"
 
 
 # --------------------------------------------------------------------- check
@@ -84,9 +117,26 @@ class CheckOptions:
     trace_dir: Path | None
     shrink: bool
     progress: bool
+    step_timeout: float | None = DEFAULT_STEP_TIMEOUT  # None or 0: no limit
+    junit: Path | None = None
+    json: Path | None = None
+    configs: str | None = None  # module:strategy, or None for the suite's own
 
 
-def suite_settings(options: CheckOptions, seed: int) -> SuiteSettings:
+class RunShape(Protocol):
+    """The flags `check` and `diff` share that shape a suite run."""
+
+    @property
+    def examples(self) -> int | None: ...
+    @property
+    def max_steps(self) -> int | None: ...
+    @property
+    def long(self) -> bool: ...
+    @property
+    def shrink(self) -> bool: ...
+
+
+def suite_settings(options: RunShape, seed: int) -> SuiteSettings:
     long = options.long or os.environ.get("SCHEDSPEC_LONG") == "1"
     chosen = SuiteSettings.long() if long else SuiteSettings.quick()
     return replace(
@@ -100,18 +150,33 @@ def suite_settings(options: CheckOptions, seed: int) -> SuiteSettings:
     )
 
 
+def choose_seed(given: int | None) -> int:
+    """The seed is chosen here rather than in run_suite so it is on screen before
+    the run starts: a run killed half-way can still be repeated."""
+    if given is not None:
+        return given
+    seed = random.randrange(2**32)
+    click.echo(f"seed {seed}: rerun with --seed {seed}")
+    return seed
+
+
 def run_check(options: CheckOptions) -> int:
     factory = load_engine(options.engine)
+    with Watchdog(options.step_timeout) as watchdog:
+        code, report = _check(options, time_limited(factory, watchdog))
+    write_reports(report, options.junit, options.json)
+    return code
+
+
+def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunReport]:
+    engines = {"engine": options.engine}
     try:
         probe = factory(PROBE_CONFIG)
     except Exception as err:
-        return _engine_failed(err)
+        report = RunReport("check", engines, options.profile, options.seed, engine_error=err)
+        return engine_failed(err), report
     profile = choose_profile(probe, options.profile)
-    # The seed is chosen here rather than in run_suite so it is on screen
-    # before the run starts: a run killed half-way can still be repeated.
-    seed = options.seed if options.seed is not None else random.randrange(2**32)
-    if options.seed is None:
-        click.echo(f"seed {seed}: rerun with --seed {seed}")
+    seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)
     click.echo(
         f"checking {options.engine} against profile {profile}: "
@@ -119,8 +184,11 @@ def run_check(options: CheckOptions) -> int:
     )
     # Relative by default, so the printed replay command stays short.
     trace_dir = options.trace_dir if options.trace_dir is not None else Path()
-    with _progress(chosen.examples, options.progress) as on_example:
-        result = run_suite(factory, profile, chosen, None, trace_dir, on_example)
+    with suite_progress(chosen.examples, options.progress) as on_example:
+        result = run_suite(
+            factory, profile, chosen, config_strategy(options.configs), trace_dir, on_example
+        )
+    replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
     if not result.passed:
         click.echo()
         for line in failure_report(result, factory, options.engine):
@@ -130,16 +198,44 @@ def run_check(options: CheckOptions) -> int:
     for line in format_table(result.stats, profile, failing):
         click.echo(line)
     click.echo(format_totals(result.examples, result.stats, result.seconds))
-    if result.passed:
+    report = suite_report("check", engines, result, replay, {"step_timeout": options.step_timeout})
+    if report.outcome is Outcome.PASSED:
         click.echo(f"PASSED: every invariant of profile {profile} held")
-        return 0
-    what = ", ".join(sorted(set(failing))) or "the engine crashed"
-    click.echo(f"FAILED: {what} (seed {seed})")
-    return 1
+    elif result.other_error is not None:
+        click.echo(f"FAILED: {error_verdict(result.other_error)} (seed {seed})")
+    else:
+        click.echo(f"FAILED: {', '.join(sorted(set(failing)))} (seed {seed})")
+    return report.exit_code, report
+
+
+def suite_report(
+    command: str,
+    engines: dict[str, str],
+    result: SuiteResult,
+    replay_command: str,
+    options: dict[str, object],
+) -> RunReport:
+    """The CI report of a finished suite run (check or diff)."""
+    return RunReport(
+        command,
+        engines,
+        result.profile,
+        result.seed,
+        result.examples,
+        result.stats,
+        result.seconds,
+        violation=result.error,
+        divergence=result.divergence.divergence if result.divergence else None,
+        engine_error=result.other_error,
+        trace_path=result.trace_path,
+        trace_events=len(result.trace.events) if result.trace else None,
+        replay_command=replay_command if result.trace_path is not None else None,
+        options=options,
+    )
 
 
 @contextmanager
-def _progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecorder], None] | None]:
+def suite_progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecorder], None] | None]:
     """A progress bar on a terminal; with --progress elsewhere, a plain line per
     tenth of the run (no carriage returns to litter CI logs); else nothing."""
     if sys.stderr.isatty():
@@ -190,13 +286,25 @@ def load_trace(path: Path) -> Trace:
         raise click.BadParameter(str(err), param_hint="'TRACE'") from None
 
 
-def run_replay(path: Path, engine_name: str, requested: Profile | None) -> int:
+def run_replay(
+    path: Path,
+    engine_name: str,
+    requested: Profile | None,
+    step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
+) -> int:
     trace = load_trace(path)
     factory = load_engine(engine_name)
+    with Watchdog(step_timeout) as watchdog:
+        return _replay(path, trace, time_limited(factory, watchdog), engine_name, requested)
+
+
+def _replay(
+    path: Path, trace: Trace, factory: EngineFactory, engine_name: str, requested: Profile | None
+) -> int:
     try:
         engine = factory(trace.config)
     except Exception as err:
-        return _engine_failed(err)
+        return engine_failed(err)
     profile = choose_profile(engine, requested)
     click.echo(f"replaying {path} on {engine_name} (profile {profile}): {len(trace.events)} events")
     for line in format_config(trace.config, trace.model):
@@ -209,10 +317,11 @@ def run_replay(path: Path, engine_name: str, requested: Profile | None) -> int:
     if log.violation is not None:
         broken = ", ".join(sorted({v.invariant for v in log.violation.violations}))
         click.echo(f"FAILED at {_event_name(log)}: {broken} broke")
-        return 1
+        return EXIT_CODES[Outcome.VIOLATION]
     if log.crash is not None:
-        click.echo(f"FAILED at {_event_name(log)}: the engine raised")
-        return 1
+        verb = "hung" if isinstance(log.crash, StepTimeoutError) else "raised"
+        click.echo(f"FAILED at {_event_name(log)}: the engine {verb}")
+        return EXIT_CODES[outcome_of(None, None, log.crash)]
     click.echo(
         f"PASSED: all {plural(len(trace.events), 'event')} held every invariant of {profile} "
         f"({plural(log.stats.steps, 'step')} checked)"

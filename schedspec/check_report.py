@@ -2,15 +2,16 @@
 
 A failure is shown by replaying its trace while logging each step's
 decisions: CheckedEngine keeps only abstract states, so a thin recording
-wrapper around the engine captures every SchedulerOutput without touching
-the harness. Nothing here depends on click or pytest.
+wrapper around the engine (properties/recording.py) captures every
+SchedulerOutput without touching the harness. Nothing here depends on
+click or pytest.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
@@ -21,10 +22,12 @@ from schedspec.properties.checked_engine import (
     InvariantViolationError,
 )
 from schedspec.properties.events import Abort, AddRequest, Event, ProposeDrafts, Step
+from schedspec.properties.recording import RecordingEngine
 from schedspec.properties.suite import SuiteResult
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput, State
-from schedspec.spec.invariants import CATALOGUE, PROFILES, Profile, in_profile
+from schedspec.properties.watchdog import StepTimeoutError
+from schedspec.spec import SchedulerConfig, SchedulerOutput
+from schedspec.spec.invariants import CATALOGUE, PROFILES, InvariantInfo, Profile, in_profile
 
 PROMPT_SHOWN = 12  # prompt tokens printed before eliding the rest
 INDENT = "      "  # lines under an event: what the engine did, what broke
@@ -41,37 +44,6 @@ def default_profile(claimed: frozenset[Profile]) -> Profile:
     return "vllm-v1" if "vllm-v1" in claimed else "safety"
 
 
-class RecordingEngine:
-    """Passes every call through, remembering each schedule()'s output."""
-
-    def __init__(self, inner: EngineAdapter) -> None:
-        self.inner = inner
-        self.profiles = inner.profiles
-        self.outputs: list[SchedulerOutput] = []
-
-    def add_request(self, request: Request) -> None:
-        self.inner.add_request(request)
-
-    def schedule(self) -> SchedulerOutput:
-        output = self.inner.schedule()
-        self.outputs.append(output)
-        return output
-
-    def update_from_output(
-        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> None:
-        self.inner.update_from_output(scheduler_output, model_runner_output)
-
-    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
-        self.inner.update_draft_token_ids(draft_token_ids)
-
-    def finish_requests(self, request_ids: Iterable[str]) -> None:
-        self.inner.finish_requests(request_ids)
-
-    def snapshot(self) -> State:
-        return self.inner.snapshot()
-
-
 @dataclass
 class ReplayEntry:
     index: int
@@ -84,7 +56,7 @@ class ReplayLog:
     entries: list[ReplayEntry]
     stats: CheckStats
     violation: InvariantViolationError | None = None
-    crash: BaseException | None = None  # the engine raised outside the checks
+    crash: BaseException | None = None  # the engine raised (or hung) outside the checks
 
     @property
     def failed(self) -> bool:
@@ -100,18 +72,19 @@ def replay_with_log(trace: Trace, engine: EngineAdapter, profile: Profile) -> Re
     recorder = RecordingEngine(engine)
     try:
         checked = CheckedEngine(recorder, trace.config, profile, trace.model)
-    except Exception as err:  # its first snapshot() raised, before any event
+    except (Exception, StepTimeoutError) as err:  # its first snapshot() failed, before any event
         return ReplayLog([], CheckStats(), crash=err)
     log = ReplayLog([], checked.stats)
     for index, event in enumerate(trace.events):
         entry = ReplayEntry(index, event)
         log.entries.append(entry)
         start = len(recorder.outputs)
+        recorder.observations.clear()  # only the outputs are shown; states need not pile up
         try:
             checked.apply(event)
         except InvariantViolationError as err:
             log.violation = err
-        except Exception as err:  # an engine crash ends the replay as a failure too
+        except (Exception, StepTimeoutError) as err:  # a crash or a hang ends the replay too
             log.crash = err
         entry.outputs = recorder.outputs[start:]
         if log.failed:
@@ -130,9 +103,9 @@ def failure_report(result: SuiteResult, factory: EngineFactory, engine_name: str
     else:
         lines = [f"VIOLATION {result.error}"]
     trace = result.trace
-    if trace is None:  # run_suite records one with each violation (not yet with a crash)
+    if trace is None:  # run_suite records one with every failure of the engine itself
         return lines
-    lines += ["", f"Shrunk counterexample ({plural(len(trace.events), 'event')}), replayed:"]
+    lines += ["", f"{counterexample_title(result)}, replayed:"]
     lines += [f"  {line}" for line in format_config(trace.config, trace.model)]
     try:
         engine = factory(trace.config)
@@ -152,7 +125,17 @@ def failure_report(result: SuiteResult, factory: EngineFactory, engine_name: str
     return lines
 
 
+def counterexample_title(result: SuiteResult) -> str:
+    events = plural(len(result.trace.events), "event") if result.trace else "no events"
+    if isinstance(result.other_error, StepTimeoutError):
+        # run_suite does not shrink a hang: every try would wait out the limit.
+        return f"Counterexample ({events}, not shrunk: a hang)"
+    return f"Shrunk counterexample ({events})"
+
+
 def crash_report(err: BaseException) -> list[str]:
+    if isinstance(err, StepTimeoutError):
+        return [f"the engine hung: {err}; stopped here:", *_indent(err)]
     return ["the engine raised outside the invariant checks:", *_indent(err)]
 
 
@@ -227,7 +210,7 @@ def format_log(log: ReplayLog) -> list[str]:
     if log.violation is not None:
         lines += [f"{INDENT}^ {v}" for v in log.violation.violations]
     if log.crash is not None:
-        lines += [f"{INDENT}^ the engine raised:"]
+        lines += [f"{INDENT}^ {line}" for line in crash_report(log.crash)[:1]]
         lines += [f"{INDENT}{line}" for line in _indent(log.crash)]
     return lines
 
@@ -238,14 +221,19 @@ def format_crash(err: BaseException) -> list[str]:
     return text.rstrip("\n").splitlines()
 
 
-def format_table(stats: CheckStats, profile: Profile, failing: Iterable[str]) -> list[str]:
-    """One row per invariant of the profile: its kind, profile, checks made and failures."""
-    failed = set(failing)
-    # Safety first, then policy; within each, in the order an engine meets them.
-    infos = sorted(
+def invariants_of(profile: Profile) -> list[InvariantInfo]:
+    """The profile's invariants: safety first, then policy; within each, in the order
+    an engine meets them."""
+    return sorted(
         (i for i in CATALOGUE.values() if in_profile(i, profile)),
         key=lambda i: (PROFILES.index(i.profile), CATALOGUE_KINDS.index(i.kind)),
     )
+
+
+def format_table(stats: CheckStats, profile: Profile, failing: Iterable[str]) -> list[str]:
+    """One row per invariant of the profile: its kind, profile, checks made and failures."""
+    failed = set(failing)
+    infos = invariants_of(profile)
     width = max(len("invariant"), *(len(i.id) for i in infos))
     lines = [f"{'invariant':<{width}}  {'kind':<8}  {'profile':<7}  {'checked':>9}  failures"]
     for info in infos:

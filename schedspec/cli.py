@@ -1,8 +1,9 @@
 """The `schedspec` command.
 
 `schedspec run` shows the reference scheduler at work; `check` holds an engine
-to the invariant suite and `replay` re-runs a failure's trace (both live in
-check_command.py: this file only wires flags to them).
+to the invariant suite, `replay` re-runs a failure's trace, `diff` drives two
+engines in lockstep and `diff-replay` re-runs a divergence (their flags are in
+cli_suite.py, their work in check_command.py and diff_command.py).
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import click
 
+from schedspec.cli_suite import COMMANDS
 from schedspec.properties.fake_model import FakeModel, run_step
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, Request, SchedulerConfig
-from schedspec.spec.invariants import PROFILES
 from schedspec.timeline import (
     StepRecord,
     Summary,
@@ -29,9 +29,6 @@ from schedspec.timeline import (
     summarize,
 )
 from schedspec.workload import WorkloadRequest, build_workload
-
-if TYPE_CHECKING:
-    from schedspec.spec.invariants import Profile
 
 # Caps a long prompt's chunk so decodes in the same step are not starved.
 DEFAULT_PREFILL_CAP = 256
@@ -208,72 +205,5 @@ def run(seed: int, max_steps: int, quiet: bool, as_json: bool, **config_fields: 
         click.echo(line)
 
 
-ENGINE_HELP = "'reference', or module:factory naming a factory (SchedulerConfig -> EngineAdapter)."
-PROFILE_HELP = "Invariants to check [default: vllm-v1 if the engine claims it, else safety]."
-
-
-@main.command()
-@click.option("--engine", default="reference", show_default=True, help=ENGINE_HELP)
-@click.option("--profile", type=click.Choice(PROFILES), default=None, help=PROFILE_HELP)
-@click.option(
-    "--examples",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Hypothesis examples to run [default: the quick profile's, or the long one's].",
-)
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Repeat a run exactly.")
-@click.option(
-    "--max-steps",
-    type=click.IntRange(min=1),
-    default=None,
-    help="State-machine rules per example, each of which may step the engine several times "
-    "[default: the quick profile's, or the long one's].",
-)
-@click.option("--long", is_flag=True, help="The long profile (also SCHEDSPEC_LONG=1).")
-@click.option(
-    "--trace-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where a failure's trace is written [default: the current directory].",
-)
-@click.option("--no-shrink", is_flag=True, help="Report the first failure found, unshrunk.")
-@click.option("--progress", is_flag=True, help="Report progress on stderr even off a terminal.")
-def check(
-    engine: str,
-    profile: str | None,
-    examples: int | None,
-    seed: int | None,
-    max_steps: int | None,
-    long: bool,
-    trace_dir: Path | None,
-    no_shrink: bool,
-    progress: bool,
-) -> None:
-    """Run the invariant suite against an engine; exit 1 on a violation."""
-    # Imported here, as in `replay`: the harness pulls in Hypothesis, which
-    # `schedspec run` does not need at start-up.
-    from schedspec.check_command import CheckOptions, run_check
-
-    options = CheckOptions(
-        engine=engine,
-        profile=cast("Profile | None", profile),  # click.Choice(PROFILES) checked it
-        examples=examples,
-        seed=seed,
-        max_steps=max_steps,
-        long=long,
-        trace_dir=trace_dir,
-        shrink=not no_shrink,
-        progress=progress,
-    )
-    raise SystemExit(run_check(options))
-
-
-@main.command()
-@click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--engine", default="reference", show_default=True, help=ENGINE_HELP)
-@click.option("--profile", type=click.Choice(PROFILES), default=None, help=PROFILE_HELP)
-def replay(trace: Path, engine: str, profile: str | None) -> None:
-    """Re-run a trace file on an engine and name the first event that breaks an invariant."""
-    from schedspec.check_command import run_replay
-
-    raise SystemExit(run_replay(trace, engine, cast("Profile | None", profile)))
+for _command in COMMANDS:  # check, replay, diff, diff-replay: cli_suite.py
+    main.add_command(_command)

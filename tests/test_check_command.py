@@ -163,7 +163,7 @@ class TestEngineCrash:
         path = tmp_path / "steps.json"
         Trace(config, events).save(path)
         result = _invoke("replay", str(path), "--engine", "tests.broken_engines:crashing")
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 4, result.output  # an engine error (reports.EXIT_CODES)
         assert "RuntimeError: planted crash in schedule()" in result.stdout
         assert "FAILED at event 3 (Step): the engine raised" in result.stdout
         assert _invoke("replay", str(path)).exit_code == 0
@@ -171,7 +171,7 @@ class TestEngineCrash:
     def test_check_reports_the_traceback(self) -> None:
         args = ["--engine", "tests.broken_engines:crashing", "--seed", "1", "--examples", "5"]
         result = _invoke("check", *args)
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 4, result.output  # an engine error (reports.EXIT_CODES)
         assert "the engine raised outside the invariant checks" in result.stdout
         assert "RuntimeError: planted crash in schedule()" in result.stdout
         assert "FAILED: the engine crashed" in result.stdout

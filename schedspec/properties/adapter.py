@@ -13,6 +13,8 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from hypothesis.strategies import SearchStrategy
+
 from schedspec.spec import (
     ModelRunnerOutput,
     Request,
@@ -52,21 +54,43 @@ class EngineAdapter(Protocol):
 EngineFactory = Callable[[SchedulerConfig], EngineAdapter]
 
 
+def _load_attribute(name: str, what: str, form: str, kind: str) -> object:
+    """The object `module:attribute` names, or a ValueError naming `what`, its `form`
+    and the `kind` of object it should be."""
+    module_name, sep, attribute = name.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{what}: expected {form}, got {name!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"{what}: cannot import {module_name!r}: {err}") from None
+    if not hasattr(module, attribute):
+        raise ValueError(f"{what}: {module_name!r} has no {kind} {attribute!r}")
+    found: object = getattr(module, attribute)
+    return found
+
+
+def load_config_strategy(name: str) -> SearchStrategy[SchedulerConfig]:
+    """A config strategy named `module:attribute`: the strategy itself, or a function
+    of no arguments returning one (e.g. configs narrowed to what an engine runs)."""
+    found = _load_attribute(name, "configs", "'module:strategy'", "strategy")
+    if callable(found) and not isinstance(found, SearchStrategy):
+        found = found()
+    if not isinstance(found, SearchStrategy):
+        raise ValueError(f"configs: {name!r} is not a Hypothesis strategy")
+    strategy: SearchStrategy[SchedulerConfig] = found
+    return strategy
+
+
 def load_engine_factory(name: str) -> EngineFactory:
     """ "reference", or "module:attribute" naming a factory (config -> EngineAdapter)."""
     if name == "reference":
         from schedspec.properties.reference_adapter import reference_engine
 
         return reference_engine
-    module_name, sep, attribute = name.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"engine: expected 'reference' or 'module:factory', got {name!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"engine: cannot import {module_name!r}: {err}") from None
-    factory = getattr(module, attribute, None)
+    factory = _load_attribute(name, "engine", "'reference' or 'module:factory'", "callable")
     if not callable(factory):
+        module_name, _, attribute = name.partition(":")
         raise ValueError(f"engine: {module_name!r} has no callable {attribute!r}")
     loaded: EngineFactory = factory
     return loaded

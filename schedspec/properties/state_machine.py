@@ -15,13 +15,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.checked_engine import (
-    CheckedEngine,
-    CheckStats,
-    InvariantViolationError,
-)
+from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
+from schedspec.properties.divergence import DivergenceError
 from schedspec.properties.events import Abort, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
+from schedspec.properties.harness import Harness, SingleEngine, Target
 from schedspec.properties.strategies import (
     RequestDraw,
     build_add_request,
@@ -56,40 +54,51 @@ def make_state_machine(
     recorder: SuiteRecorder | None = None,
 ) -> type[RuleBasedStateMachine]:
     """A RuleBasedStateMachine class checking `factory`'s engines against `profile`."""
+    return make_target_machine(SingleEngine(factory, profile), config_strategy, recorder)
+
+
+def make_target_machine(
+    target: Target,
+    config_strategy: st.SearchStrategy[SchedulerConfig] | None = None,
+    recorder: SuiteRecorder | None = None,
+) -> type[RuleBasedStateMachine]:
+    """The same machine for any target: one engine, or two in lockstep (differential.py)."""
     chosen_configs: st.SearchStrategy[SchedulerConfig] = (
         config_strategy if config_strategy is not None else configs()
     )
     record = recorder if recorder is not None else SuiteRecorder()
 
     class SchedulerMachine(RuleBasedStateMachine):
-        checked: CheckedEngine | None = None
+        checked: Harness | None = None
         failed = False
 
         @initialize(config=chosen_configs, seed=st.integers(0, 2**16))
         def start(self, config: SchedulerConfig, seed: int) -> None:
             record.examples += 1
-            self.checked = CheckedEngine.from_factory(
-                factory, config, profile, ModelParams(seed=seed), record.stats
-            )
+            model = ModelParams(seed=seed)
+            try:
+                self.checked = target.start(config, model, record.stats)
+            except BaseException as err:
+                # Failing before any event (two engines that disagree from the
+                # start, an engine that cannot be built) still has a trace to show.
+                self.failed = True
+                record.last_failure = Trace(config, (), model, failure_note(err))
+                raise
             self.next_id = 0
 
-        def engine(self) -> CheckedEngine:
+        def engine(self) -> Harness:
             assert self.checked is not None
             return self.checked
 
         def apply(self, event: Event) -> None:
             try:
                 self.engine().apply(event)
-            except InvariantViolationError as err:
+            except BaseException as err:
+                # A finding, or an engine crash (or a hang: StepTimeoutError is
+                # no Exception). Mark it, so that teardown does not drain a
+                # half-updated engine and report something else.
                 self.failed = True
-                record.last_failure = self.engine().trace(note=str(err))
-                raise
-            except Exception as err:
-                # An engine crash is a failure too. Mark it, so that teardown
-                # does not drain a half-updated engine and report something else.
-                self.failed = True
-                note = f"engine raised {type(err).__name__}: {err}"
-                record.last_failure = self.engine().trace(note=note)
+                record.last_failure = self.engine().trace(note=failure_note(err))
                 raise
 
         # No preconditions: every rule applies in every state, and each draws
@@ -163,3 +172,10 @@ def make_state_machine(
                 self.apply(Drain())
 
     return SchedulerMachine
+
+
+def failure_note(err: BaseException) -> str:
+    """What a failure's trace says about it: a finding's own message, or the crash."""
+    if isinstance(err, InvariantViolationError | DivergenceError):
+        return str(err)
+    return f"engine raised {type(err).__name__}: {err}"

@@ -1,4 +1,4 @@
-"""The public entry point: run the invariant suite against an engine factory."""
+"""The public entry point: run the invariant suite against an engine factory (or any target)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.checked_engine import CheckStats, InvariantViolationError, replay
-from schedspec.properties.minimize import minimize_trace
-from schedspec.properties.state_machine import SuiteRecorder, make_state_machine
+from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
+from schedspec.properties.divergence import DivergenceError
+from schedspec.properties.harness import SingleEngine, Target, replay_target
+from schedspec.properties.minimize import minimize_on
+from schedspec.properties.state_machine import SuiteRecorder, failure_note, make_target_machine
 from schedspec.properties.trace import Trace
+from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
@@ -55,11 +58,12 @@ class SuiteResult:
     error: InvariantViolationError | None = None
     trace: Trace | None = None  # the shrunk counterexample, when a failure is set
     trace_path: Path | None = None
-    other_error: BaseException | None = field(default=None, repr=False)
+    other_error: BaseException | None = field(default=None, repr=False)  # a crash or a hang
+    divergence: DivergenceError | None = None  # lockstep targets only
 
     @property
     def passed(self) -> bool:
-        return self.error is None and self.other_error is None
+        return self.error is None and self.other_error is None and self.divergence is None
 
 
 def run_suite(
@@ -75,10 +79,24 @@ def run_suite(
     Returns a result rather than raising: on failure it holds the shrunk
     counterexample as a trace (written to trace_dir when given).
     """
+    target = SingleEngine(factory, profile)
+    return run_target(target, suite_settings, config_strategy, trace_dir, on_example)
+
+
+def run_target(
+    target: Target,
+    suite_settings: SuiteSettings | None = None,
+    config_strategy: st.SearchStrategy[SchedulerConfig] | None = None,
+    trace_dir: Path | None = None,
+    on_example: Callable[[SuiteRecorder], None] | None = None,
+    trace_stem: str = "schedspec-failure",
+) -> SuiteResult:
+    """run_suite for any target (differential.run_diff drives two engines in lockstep);
+    the trace goes to trace_dir / f"{trace_stem}-{seed}.json"."""
     chosen = suite_settings or SuiteSettings.quick()
     seed = chosen.seed if chosen.seed is not None else random.randrange(2**32)
     recorder = SuiteRecorder()
-    machine = make_state_machine(factory, profile, config_strategy, recorder)
+    machine = make_target_machine(target, config_strategy, recorder)
     if on_example is not None:
         _report_each_example(machine, recorder, on_example)
     hypothesis.seed(seed)(machine)
@@ -95,47 +113,57 @@ def run_suite(
         phases=ALL_PHASES if chosen.shrink else NO_SHRINK,
     )
     started = time.perf_counter()
-    result = SuiteResult(profile, seed, 0, recorder.stats, 0.0)
+    result = SuiteResult(target.profile, seed, 0, recorder.stats, 0.0)
     try:
         run_state_machine_as_test(machine, settings=run_settings)
-    except Exception as err:  # an engine crash is a failure too, reported as such
-        violation = _first_violation(err)
-        if violation is not None:
-            result.error = violation
-        else:
-            result.other_error = err
+    except (Exception, StepTimeoutError) as err:  # engine crashes and hangs are failures too
+        _record(result, _first_finding(err) or err)
         result.trace = recorder.last_failure
-    if result.trace is not None and result.error is not None and chosen.shrink:
-        result.trace, result.error = _minimized(result.trace, result.error, factory, profile)
+    # A hang is not replayed: each replay would cost the whole time limit again.
+    hung = isinstance(result.other_error, StepTimeoutError)
+    if result.trace is not None and chosen.shrink and not hung:
+        _minimize(result, target)
     result.seconds = time.perf_counter() - started
     result.examples = recorder.examples
     if result.trace is not None and trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
-        result.trace_path = trace_dir / f"schedspec-failure-{seed}.json"
+        result.trace_path = trace_dir / f"{trace_stem}-{seed}.json"
         result.trace.save(result.trace_path)
     return result
 
 
-def _minimized(
-    trace: Trace, error: InvariantViolationError, factory: EngineFactory, profile: Profile
-) -> tuple[Trace, InvariantViolationError]:
-    """Hypothesis' shrunk trace made 1-minimal over its events, with the violation
-    the minimal trace shows (kept as the trace's note)."""
-    smaller = minimize_trace(trace, factory, profile)
+def _record(result: SuiteResult, failure: BaseException) -> None:
+    """File a failure under its kind, replacing whatever was recorded before."""
+    result.error = result.divergence = result.other_error = None
+    if isinstance(failure, InvariantViolationError):
+        result.error = failure
+    elif isinstance(failure, DivergenceError):
+        result.divergence = failure
+    else:
+        result.other_error = failure
+
+
+def _minimize(result: SuiteResult, target: Target) -> None:
+    """Make Hypothesis' shrunk trace 1-minimal over its events, and report the
+    failure the minimal trace shows (kept as the trace's note), so that what
+    is printed and what is saved always agree."""
+    assert result.trace is not None
+    smaller = minimize_on(result.trace, target)
     try:
-        replay(smaller, factory, profile)
-    except InvariantViolationError as err:
-        return Trace(smaller.config, smaller.events, smaller.model, note=str(err)), err
-    return trace, error
+        replay_target(target, smaller)
+    except (Exception, StepTimeoutError) as err:
+        _record(result, err)
+        note = failure_note(err)
+        result.trace = Trace(smaller.config, smaller.events, smaller.model, note=note)
 
 
-def _first_violation(err: BaseException) -> InvariantViolationError | None:
-    """The invariant violation in what Hypothesis raised (maybe inside a group)."""
-    if isinstance(err, InvariantViolationError):
+def _first_finding(err: BaseException) -> InvariantViolationError | DivergenceError | None:
+    """The violation or divergence in what Hypothesis raised (maybe inside a group)."""
+    if isinstance(err, InvariantViolationError | DivergenceError):
         return err
     if isinstance(err, BaseExceptionGroup):
         for inner in err.exceptions:
-            found = _first_violation(inner)
+            found = _first_finding(inner)
             if found is not None:
                 return found
     return None

@@ -281,6 +281,15 @@ def vllm_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConf
     return configs(max_model_len_cap).map(expressible)
 
 
+def vllm_configs_without_drafts(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_configs() with speculative decoding off: with drafts vLLM pads one-token
+    admissions with placeholder drafts (docs/FINDINGS.md, F1), which every drafts
+    config trips over before reaching anything else."""
+    return configs(max_model_len_cap).map(
+        lambda c: replace(c, num_speculative_tokens=0, num_lookahead_tokens=None)
+    )
+
+
 def vllm_watermark(config: SchedulerConfig) -> float:
     """The vLLM watermark whose block count, over num_blocks + 1 blocks, is ours.
 

@@ -1,0 +1,592 @@
+"""Per-step scheduler time: the reference (schedspec.reference.Scheduler) against vLLM's own.
+
+Both engines run the same workloads in one process, and the script prints the
+ratio reference / vLLM of their time per step. A step is schedule() +
+update_from_output(); only those two calls are timed (time.perf_counter_ns).
+
+- vLLM 0.33.0's Scheduler is driven directly, not through the adapter
+  (VllmEngine translates every step to and from the spec's types and keeps a
+  hash map for snapshots: work vLLM's engine never does). It is built by the
+  adapter's `build_scheduler` (CPU, a tiny local config.json, no weights); its
+  requests are vLLM Requests, and its model output is a vLLM-native
+  ModelRunnerOutput built outside the timed region from the same fake model
+  (FakeModel.token_at), so both engines see the same tokens.
+- The reference is driven as benchmarks/bench_reference.py drives it
+  (its `timed_step`, FakeModel.execute untimed).
+
+Part A, steady-state decode with 256 and 1024 running requests (the setup of
+bench_reference.py's decode-256 / decode-1024 cases): the median step. The
+four cases are timed round-robin, in blocks of steps, so that a noisy machine
+slows all of them alike.
+
+Part B, the mixed workload of bench_reference.py (2000 requests, prompts
+100-2000, outputs 10-500, 4096 blocks of 16, budget 2048, max_num_seqs 256,
+max_model_len 4096, prefix caching off) run to completion by each engine:
+total scheduler time, steps, and a check that both scheduled the same steps
+(each step's requests and token counts, in order; preemptions). Each engine
+runs it 3 times, alternating; the fastest run counts.
+
+gc stays on; after the warm-up the heap is frozen (gc.freeze) and vLLM's
+environment lookups cached, as vLLM's EngineCore does after start-up. In part
+A all four cases live at once, so a full collection that one engine's
+allocations trigger also scans the other's objects: the p99 column shows
+those pauses, the median (the measure) does not.
+
+The target (the issue): the reference takes at most 0.5x vLLM's time per step.
+The numbers are for reading, never for asserting: nothing here fails on a time.
+
+    .venv-vllm/bin/python benchmarks/bench_vs_vllm.py            # default (about 1 min)
+    .venv-vllm/bin/python benchmarks/bench_vs_vllm.py --quick    # smoke run (seconds)
+
+vLLM must be importable: install it with scripts/install_vllm.sh VENV_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import importlib.util
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench_reference import (
+    DECODE_PROMPT_LEN,
+    VOCAB_SIZE,
+    RequestSpec,
+    build_decode_case,
+    make_mixed_workload,
+    mixed_config,
+    percentile,
+    timed_step,
+    us,
+)
+
+from schedspec.properties.adapters.vllm import INSTALL_STEP, build_scheduler, vllm_available
+from schedspec.properties.fake_model import FakeModel
+from schedspec.reference import Scheduler
+from schedspec.spec import Request, SchedulerConfig
+
+TARGET_RATIO = 0.5  # reference time per step / vLLM time per step, at most
+MODEL_SEED = 1  # the fake model's seed on the mixed workload (bench_reference's)
+
+
+# ----------------------------------------------------------------- vLLM names
+
+
+@dataclass(frozen=True)
+class VllmNames:
+    """The vLLM classes the benchmark builds (Any: vLLM ships no type stubs)."""
+
+    Request: Any
+    SamplingParams: Any
+    ModelRunnerOutput: Any
+    enable_envs_cache: Any
+    version: str
+
+
+def load_vllm() -> VllmNames:
+    """vLLM's names, or exit with how to install it."""
+    # find_spec first: where vLLM is absent, do not import torch just to learn that.
+    if importlib.util.find_spec("vllm") is None or not vllm_available():
+        print(
+            f"bench_vs_vllm: vLLM cannot be imported by {sys.executable}.\n"
+            f"Install it into a venv with `{INSTALL_STEP}` (e.g. scripts/install_vllm.sh "
+            ".venv-vllm), install schedspec there (VENV_DIR/bin/pip install -e .), and run "
+            "this script with VENV_DIR/bin/python.",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return VllmNames(
+        Request=importlib.import_module("vllm.v1.request").Request,
+        SamplingParams=importlib.import_module("vllm.sampling_params").SamplingParams,
+        ModelRunnerOutput=importlib.import_module("vllm.v1.outputs").ModelRunnerOutput,
+        enable_envs_cache=importlib.import_module("vllm.envs").enable_envs_cache,
+        version=str(importlib.import_module("vllm").__version__),
+    )
+
+
+# ------------------------------------------------------------ the vLLM engine
+
+
+@dataclass
+class VllmStep:
+    schedule_ns: int
+    update_ns: int
+    num_scheduled_tokens: dict[str, int]
+    total_tokens: int
+    num_new: int
+    num_preempted: int
+    num_finished: int
+
+    @property
+    def total_ns(self) -> int:
+        return self.schedule_ns + self.update_ns
+
+
+class VllmDriver:
+    """vLLM's Scheduler, its requests and a vLLM-native fake model runner."""
+
+    def __init__(self, v: VllmNames, config: SchedulerConfig, model_seed: int) -> None:
+        if config.enable_prefix_caching:
+            raise ValueError("this benchmark runs vLLM with prefix caching off")
+        self.v = v
+        self.scheduler: Any = build_scheduler(config)
+        self.model = FakeModel(seed=model_seed, vocab_size=VOCAB_SIZE)
+        self.num_arrivals = 0
+
+    def add_request(self, request_id: str, prompt: Sequence[int], max_tokens: int) -> None:
+        vllm_request = self.v.Request(
+            request_id=request_id,
+            prompt_token_ids=list(prompt),
+            sampling_params=self.v.SamplingParams(max_tokens=max_tokens),
+            pooling_params=None,
+            arrival_time=float(self.num_arrivals),
+        )
+        self.scheduler.add_request(vllm_request)
+        self.num_arrivals += 1
+
+    def model_output(self, scheduler_output: Any) -> Any:
+        """What the V1 model runner returns: one token per request whose prompt is
+        all computed (schedule() has already advanced num_computed_tokens), none
+        for a prefill chunk. The token is the fake model's, as for the reference."""
+        requests = self.scheduler.requests
+        token_at = self.model.token_at
+        req_ids = list(scheduler_output.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            r = requests[rid]
+            known = r.num_tokens
+            sampled.append([token_at(rid, known)] if r.num_computed_tokens >= known else [])
+        return self.v.ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+
+    def step(self) -> VllmStep:
+        """One engine iteration; only schedule() and update_from_output() are timed."""
+        clock = time.perf_counter_ns
+        scheduler = self.scheduler
+        t0 = clock()
+        out = scheduler.schedule()
+        t1 = clock()
+        runner_output = self.model_output(out)  # untimed: the "GPU"
+        t2 = clock()
+        scheduler.update_from_output(out, runner_output)
+        t3 = clock()
+        return VllmStep(
+            schedule_ns=t1 - t0,
+            update_ns=t3 - t2,
+            num_scheduled_tokens=out.num_scheduled_tokens,
+            total_tokens=out.total_num_scheduled_tokens,
+            num_new=len(out.scheduled_new_reqs),
+            num_preempted=len(out.preempted_req_ids or ()),
+            num_finished=len(out.finished_req_ids),
+        )
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.scheduler.has_unfinished_requests())
+
+
+# ------------------------------------------------------- part A: steady decode
+
+
+@dataclass
+class StepTimes:
+    step_ns: list[int] = field(default_factory=list)
+    schedule_ns: list[int] = field(default_factory=list)
+    update_ns: list[int] = field(default_factory=list)
+
+    def add(self, schedule_ns: int, update_ns: int) -> None:
+        self.step_ns.append(schedule_ns + update_ns)
+        self.schedule_ns.append(schedule_ns)
+        self.update_ns.append(update_ns)
+
+    def median_ns(self) -> float:
+        return statistics.median(self.step_ns)
+
+
+@dataclass
+class DecodePair:
+    """The same steady-decode case on both engines."""
+
+    name: str
+    num_decoding: int
+    reference: Scheduler
+    ref_model: FakeModel
+    vllm: VllmDriver
+    ref_times: StepTimes = field(default_factory=StepTimes)
+    vllm_times: StepTimes = field(default_factory=StepTimes)
+
+
+def build_decode_pair(
+    v: VllmNames, name: str, num_decoding: int, num_steps: int, seed: int
+) -> DecodePair:
+    """bench_reference's decode case, and vLLM given the same config and requests."""
+    case = build_decode_case(name, num_decoding, num_steps, seed=seed)
+    config = case.scheduler.config
+    driver = VllmDriver(v, config, model_seed=seed)
+    rng = random.Random(seed)  # the prompts build_decode_case drew
+    for i in range(num_decoding):
+        prompt = [rng.randrange(VOCAB_SIZE) for _ in range(DECODE_PROMPT_LEN)]
+        driver.add_request(f"{name}-{i}", prompt, config.max_model_len)
+    for _ in range(10 * DECODE_PROMPT_LEN):
+        driver.step()
+        running = driver.scheduler.running
+        if len(running) == num_decoding and all(r.num_output_tokens > 0 for r in running):
+            break
+    else:
+        raise RuntimeError(f"{name}: vLLM did not reach steady decode")
+    return DecodePair(name, num_decoding, case.scheduler, case.model, driver)
+
+
+def run_decode_block(pair: DecodePair, engine: str, num_steps: int, record: bool) -> None:
+    n = pair.num_decoding
+    for _ in range(num_steps):
+        if engine == "reference":
+            sample = timed_step(pair.reference, pair.ref_model)
+            out = sample.output
+            steady = not (
+                out.preempted_req_ids
+                or out.scheduled_new_reqs
+                or out.finished_req_ids
+                or len(out.num_scheduled_tokens) != n
+                or out.total_num_scheduled_tokens != n
+            )
+            schedule_ns, update_ns, times = sample.schedule_ns, sample.update_ns, pair.ref_times
+        else:
+            step = pair.vllm.step()
+            steady = not (
+                step.num_preempted
+                or step.num_new
+                or step.num_finished
+                or len(step.num_scheduled_tokens) != n
+                or step.total_tokens != n
+            )
+            schedule_ns, update_ns, times = step.schedule_ns, step.update_ns, pair.vllm_times
+        if not steady:
+            raise RuntimeError(f"{pair.name} ({engine}): left steady decode")
+        if record:
+            times.add(schedule_ns, update_ns)
+
+
+def bench_decode(
+    v: VllmNames, sizes: Sequence[int], warmup: int, timed: int, block: int
+) -> list[DecodePair]:
+    pairs = [
+        build_decode_pair(v, f"decode-{n}", n, warmup + timed, seed) for seed, n in enumerate(sizes)
+    ]
+    for pair in pairs:
+        for engine in ("reference", "vllm"):
+            run_decode_block(pair, engine, warmup, record=False)
+    gc.collect()
+    done = 0
+    while done < timed:
+        n = min(block, timed - done)
+        for pair in pairs:  # round-robin: noise hits every case alike
+            for engine in ("reference", "vllm"):
+                run_decode_block(pair, engine, n, record=True)
+        done += n
+    return pairs
+
+
+def report_decode(pairs: list[DecodePair]) -> list[tuple[str, float]]:
+    print("A. Steady-state decode (1 token per request per step; step = schedule + update)")
+    header = (
+        f"  {'case':<13}{'engine':<11}{'steps':>6}{'median us':>11}{'p99 us':>9}"
+        f"{'sched us':>10}{'update us':>11}{'us/req':>8}"
+    )
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    ratios: list[tuple[str, float]] = []
+    for p in pairs:
+        for engine, t in (("reference", p.ref_times), ("vLLM", p.vllm_times)):
+            print(
+                f"  {p.name:<13}{engine:<11}{len(t.step_ns):>6}{us(t.median_ns()):>11}"
+                f"{us(percentile(sorted(t.step_ns), 99)):>9}"
+                f"{us(statistics.median(t.schedule_ns)):>10}"
+                f"{us(statistics.median(t.update_ns)):>11}"
+                f"{t.median_ns() / p.num_decoding / 1e3:>8.2f}"
+            )
+    print()
+    print("  Ratios reference / vLLM (same run):")
+    for p in pairs:
+        r, vl = p.ref_times, p.vllm_times
+        ratio = r.median_ns() / vl.median_ns()
+        schedule = statistics.median(r.schedule_ns) / statistics.median(vl.schedule_ns)
+        update = statistics.median(r.update_ns) / statistics.median(vl.update_ns)
+        print(
+            f"    {p.name:<13} median step {ratio:.2f}  "
+            f"(median schedule {schedule:.2f}, median update {update:.2f})"
+        )
+        ratios.append((f"{p.name} median step", ratio))
+    print()
+    return ratios
+
+
+# ------------------------------------------------------ part B: mixed workload
+
+
+@dataclass
+class MixedRun:
+    """One engine's run of the mixed workload to completion."""
+
+    engine: str
+    schedule_ns: list[int] = field(default_factory=list)
+    update_ns: list[int] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)  # per step, total scheduled
+    # per step, the tokens scheduled per request, in scheduling order
+    step_scheduled: list[Mapping[str, int]] = field(default_factory=list)
+    preemptions: int = 0
+
+    def add(
+        self, schedule_ns: int, update_ns: int, tokens: int, scheduled: Mapping[str, int]
+    ) -> None:
+        self.schedule_ns.append(schedule_ns)
+        self.update_ns.append(update_ns)
+        self.step_tokens.append(tokens)
+        self.step_scheduled.append(scheduled)
+
+    @property
+    def request_steps(self) -> int:
+        return sum(len(scheduled) for scheduled in self.step_scheduled)
+
+    @property
+    def steps(self) -> int:
+        return len(self.schedule_ns)
+
+    @property
+    def total_ns(self) -> int:
+        return sum(self.schedule_ns) + sum(self.update_ns)
+
+    def step_ns(self) -> list[int]:
+        return [s + u for s, u in zip(self.schedule_ns, self.update_ns, strict=True)]
+
+    def mean_ns(self) -> float:
+        return self.total_ns / self.steps
+
+    def median_ns(self) -> float:
+        return statistics.median(self.step_ns())
+
+
+def run_mixed_reference(
+    workload: list[RequestSpec], config: SchedulerConfig, max_steps: int
+) -> MixedRun:
+    scheduler = Scheduler(config)
+    model = FakeModel(seed=MODEL_SEED, vocab_size=VOCAB_SIZE)
+    for spec in workload:
+        scheduler.add_request(Request(spec.request_id, spec.prompt, spec.max_tokens))
+    gc.collect()
+    run = MixedRun("reference")
+    while scheduler.has_unfinished_requests():
+        if run.steps >= max_steps:
+            raise RuntimeError(f"reference: not finished after {max_steps} steps")
+        sample = timed_step(scheduler, model)
+        out = sample.output
+        run.add(
+            sample.schedule_ns,
+            sample.update_ns,
+            out.total_num_scheduled_tokens,
+            out.num_scheduled_tokens,
+        )
+        run.preemptions += len(out.preempted_req_ids)
+    return run
+
+
+def run_mixed_vllm(
+    v: VllmNames, workload: list[RequestSpec], config: SchedulerConfig, max_steps: int
+) -> MixedRun:
+    driver = VllmDriver(v, config, model_seed=MODEL_SEED)
+    for spec in workload:
+        driver.add_request(spec.request_id, spec.prompt, spec.max_tokens)
+    gc.collect()
+    run = MixedRun("vLLM")
+    while driver.has_unfinished_requests():
+        if run.steps >= max_steps:
+            raise RuntimeError(f"vLLM: not finished after {max_steps} steps")
+        step = driver.step()
+        run.add(step.schedule_ns, step.update_ns, step.total_tokens, step.num_scheduled_tokens)
+        run.preemptions += step.num_preempted
+    return run
+
+
+def bench_mixed(
+    v: VllmNames, workload: list[RequestSpec], config: SchedulerConfig, rounds: int
+) -> tuple[MixedRun, MixedRun]:
+    """Each engine `rounds` times, alternating; the fastest run of each."""
+    max_steps = 1_000_000
+    runners: dict[str, Callable[[], MixedRun]] = {
+        "reference": lambda: run_mixed_reference(workload, config, max_steps),
+        "vLLM": lambda: run_mixed_vllm(v, workload, config, max_steps),
+    }
+    best: dict[str, MixedRun] = {}
+    for i in range(rounds):
+        order = ("reference", "vLLM") if i % 2 == 0 else ("vLLM", "reference")
+        for engine in order:
+            run = runners[engine]()
+            if engine not in best or run.total_ns < best[engine].total_ns:
+                best[engine] = run
+            gc.collect()
+    return best["reference"], best["vLLM"]
+
+
+def first_difference(ref: MixedRun, vl: MixedRun) -> int | None:
+    """The first step at which the engines scheduled different requests or tokens
+    (order included), or None if every step matches."""
+    a, b = ref.step_scheduled, vl.step_scheduled
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if list(x.items()) != list(y.items()):
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def report_mixed(
+    ref: MixedRun, vl: MixedRun, num_requests: int, config: SchedulerConfig, rounds: int
+) -> tuple[list[tuple[str, float]], bool]:
+    print(
+        f"B. Mixed workload: {num_requests} requests, prompts 100-2000, outputs 10-500, "
+        f"{config.num_blocks} blocks of {config.block_size}, budget "
+        f"{config.max_num_batched_tokens}, max_num_seqs {config.max_num_seqs}, max_model_len "
+        f"{config.max_model_len}, prefix caching "
+        f"{'on' if config.enable_prefix_caching else 'off'}; run to completion "
+        f"(fastest of {rounds} run{'s' if rounds > 1 else ''} per engine)"
+    )
+    header = (
+        f"  {'engine':<11}{'steps':>7}{'sched tokens':>14}{'req-steps':>11}{'preempt':>9}"
+        f"{'total s':>9}{'sched s':>9}{'update s':>10}{'mean us':>9}{'median us':>11}"
+        f"{'p99 us':>9}"
+    )
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for r in (ref, vl):
+        print(
+            f"  {r.engine:<11}{r.steps:>7}{sum(r.step_tokens):>14,}{r.request_steps:>11,}"
+            f"{r.preemptions:>9}{r.total_ns / 1e9:>9.3f}{sum(r.schedule_ns) / 1e9:>9.3f}"
+            f"{sum(r.update_ns) / 1e9:>10.3f}{us(r.mean_ns()):>9}{us(r.median_ns()):>11}"
+            f"{us(percentile(sorted(r.step_ns()), 99)):>9}"
+        )
+    print()
+    differ = first_difference(ref, vl)
+    same = differ is None and ref.preemptions == vl.preemptions
+    per_step = "identical" if differ is None else f"first differ at step {differ}"
+    print(
+        f"  Same schedule? steps {ref.steps} / {vl.steps}, scheduled tokens "
+        f"{sum(ref.step_tokens):,} / {sum(vl.step_tokens):,}, request-steps "
+        f"{ref.request_steps:,} / {vl.request_steps:,}, preemptions {ref.preemptions} / "
+        f"{vl.preemptions} (reference / vLLM)"
+    )
+    print(
+        f"  Per step, the requests scheduled and their token counts (in order): {per_step}"
+        f" -> {'SAME' if same else 'DIFFERENT'}"
+    )
+    print()
+    ratios = [
+        ("mixed total time", ref.total_ns / vl.total_ns),
+        ("mixed mean step", ref.mean_ns() / vl.mean_ns()),
+        ("mixed median step", ref.median_ns() / vl.median_ns()),
+    ]
+    print("  Ratios reference / vLLM (same run):")
+    print(
+        f"    total scheduler time {ratios[0][1]:.2f}, mean step {ratios[1][1]:.2f}, "
+        f"median step {ratios[2][1]:.2f}  (schedule "
+        f"{sum(ref.schedule_ns) / sum(vl.schedule_ns):.2f}, update "
+        f"{sum(ref.update_ns) / sum(vl.update_ns):.2f})"
+    )
+    print()
+    return ratios, same
+
+
+# ------------------------------------------------------------------------ main
+
+
+@dataclass(frozen=True)
+class Plan:
+    decode_sizes: tuple[int, ...]
+    decode_warmup: int
+    decode_steps: int
+    decode_block: int
+    mixed_requests: int
+    mixed_rounds: int
+    warmup_requests: int
+
+
+DEFAULT = Plan(
+    decode_sizes=(256, 1024),
+    decode_warmup=100,
+    decode_steps=1000,
+    decode_block=50,
+    mixed_requests=2000,
+    mixed_rounds=3,
+    warmup_requests=150,
+)
+QUICK = Plan(
+    decode_sizes=(256, 1024),
+    decode_warmup=10,
+    decode_steps=60,
+    decode_block=20,
+    mixed_requests=150,
+    mixed_rounds=1,
+    warmup_requests=20,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (seconds)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the mixed workload")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else DEFAULT
+    v = load_vllm()
+    started = time.perf_counter_ns()
+    print(
+        f"reference vs vLLM {v.version} Scheduler, per-step time "
+        f"({'quick' if args.quick else 'default'}); Python {platform.python_version()} "
+        f"{platform.machine()}, gc {'on' if gc.isenabled() else 'off'} "
+        "(start-up heap frozen, env lookups cached, as vLLM's EngineCore does)"
+    )
+    print()
+
+    # Warm-up: prefill, decode and preemption paths of both engines, once.
+    config = mixed_config(2048, False, 4096)
+    warm = make_mixed_workload(plan.warmup_requests, seed=args.seed + 1000)
+    bench_mixed(v, warm, config, rounds=1)
+    # As vLLM's EngineCore does after start-up, for both engines alike: the heap
+    # so far (modules, vLLM's config objects) is left out of gc's oldest
+    # generation, and vLLM's environment variables are read once.
+    v.enable_envs_cache()
+    gc.collect()
+    gc.freeze()
+
+    ratios = report_decode(
+        bench_decode(v, plan.decode_sizes, plan.decode_warmup, plan.decode_steps, plan.decode_block)
+    )
+    gc.collect()
+
+    workload = make_mixed_workload(plan.mixed_requests, seed=args.seed)
+    ref, vl = bench_mixed(v, workload, config, plan.mixed_rounds)
+    mixed_ratios, same = report_mixed(ref, vl, plan.mixed_requests, config, plan.mixed_rounds)
+    ratios += mixed_ratios
+
+    print(f"Target: reference time per step <= {TARGET_RATIO:.2f}x vLLM's")
+    for what, ratio in ratios:
+        verdict = "met" if ratio <= TARGET_RATIO else "NOT met"
+        print(f"  {what:<27} {ratio:>5.2f}x  {verdict}")
+    met = all(ratio <= TARGET_RATIO for _, ratio in ratios)
+    print(f"  -> target {'MET' if met else 'NOT MET'} on every measure")
+    if not same:
+        print("  (the engines did not schedule the mixed workload alike: see part B)")
+    print()
+    elapsed = (time.perf_counter_ns() - started) / 1e9
+    print(f"wall time of the whole benchmark (setup and fake model included): {elapsed:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
