@@ -452,9 +452,14 @@ def _ours(block_ids: Sequence[Sequence[int]] | None) -> tuple[int, ...]:
 
 
 class VllmEngine:
-    """vLLM V1's Scheduler seen through the spec. `profiles` = {"safety"}."""
+    """vLLM V1's Scheduler seen through the spec.
 
-    profiles: frozenset[Profile] = frozenset({"safety"})
+    It claims vllm-v1 too: without drafts it makes every decision the profile
+    pins down (over 120,000 checked steps); with drafts it breaks safety
+    invariants by design (docs/FINDINGS.md, F1).
+    """
+
+    profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
