@@ -143,6 +143,8 @@ def make_target_machine(
             # with the defaults (no forced stop, greedy verification).
             self.apply(Step(self._decisions(code)))
             for _ in range(num_steps - 1):
+                if not self.engine().state.requests:
+                    break  # an idle engine has nothing more to show this rule
                 self.apply(Step())
 
         def _decisions(self, code: int) -> StepDecisions:
