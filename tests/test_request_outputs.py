@@ -21,13 +21,14 @@ def test_reference_reports_kept_tokens_and_why_it_finished() -> None:
     out = scheduler.schedule()
     reported = scheduler.update_from_output(out, ModelRunnerOutput({"a": [50], "b": [60]}))
     assert reported == {
-        "a": RequestOutput("a", (50,), None),
-        "b": RequestOutput("b", (60,), RequestStatus.FINISHED_LENGTH_CAPPED),
+        "a": RequestOutput("a", (50,), None, 5),
+        "b": RequestOutput("b", (60,), RequestStatus.FINISHED_LENGTH_CAPPED, 5),
     }
     scheduler.update_draft_token_ids({"a": [51, 2, 53]})
     out = scheduler.schedule()
     reported = scheduler.update_from_output(out, ModelRunnerOutput({"a": [51, 2, 60]}))
-    assert reported == {"a": RequestOutput("a", (51, 2), RequestStatus.FINISHED_STOPPED)}
+    # 51 accepted, EOS (2) stops it, 60 dropped: 6 + 2 tokens, all but the last computed.
+    assert reported == {"a": RequestOutput("a", (51, 2), RequestStatus.FINISHED_STOPPED, 7)}
 
 
 def _stop_transition() -> UpdateTransition:
@@ -44,7 +45,9 @@ def _stop_transition() -> UpdateTransition:
 def test_stop_checks_the_report() -> None:
     good = _stop_transition()
     assert CHECKS["STOP"](good) == []
-    assert good.request_outputs == {"a": RequestOutput("a", (9,), RequestStatus.FINISHED_STOPPED)}
+    assert good.request_outputs == {
+        "a": RequestOutput("a", (9,), RequestStatus.FINISHED_STOPPED, 3)
+    }
     capped = RequestOutput("a", (9,), RequestStatus.FINISHED_LENGTH_CAPPED)
     (violation,) = CHECKS["STOP"](dataclasses.replace(good, request_outputs={"a": capped}))
     assert violation.message == "reported finish status"
@@ -55,3 +58,13 @@ def test_stop_checks_the_report() -> None:
     assert "no output reported" in violation.message
     # An engine that reports nothing is not held to a report.
     assert CHECKS["STOP"](dataclasses.replace(good, request_outputs=None)) == []
+
+
+def test_rollback_checks_a_finished_requests_reported_computed_count() -> None:
+    good = _stop_transition()
+    assert CHECKS["ROLLBACK"](good) == []
+    # A stop that forgets to pull back the dropped tokens' count is visible here only.
+    stale = RequestOutput("a", (9,), RequestStatus.FINISHED_STOPPED, 4)
+    (violation,) = CHECKS["ROLLBACK"](dataclasses.replace(good, request_outputs={"a": stale}))
+    assert violation.message == "reported num_computed_tokens after the output"
+    assert (violation.expected, violation.actual) == (3, 4)

@@ -283,7 +283,7 @@ class Scheduler:
             kept = append_output_tokens(request, tokens, max_model_len)
             finish = request.status if request.is_finished else None
             outputs[request.request_id] = RequestOutput(
-                request.request_id, tuple(tokens[:kept]), finish
+                request.request_id, tuple(tokens[:kept]), finish, request.num_computed_tokens
             )
             if caches_on_output:
                 # Accepted drafts filled blocks the schedule-time registration

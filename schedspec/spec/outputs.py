@@ -58,6 +58,8 @@ class RequestOutput(NamedTuple):
     request_id: str
     new_token_ids: tuple[int, ...]  # kept: tokens past a stop are dropped
     finish_status: RequestStatus | None  # a FINISHED_* status, or None while live
+    # After this output: all kept tokens but the last have KV (None: not reported).
+    num_computed_tokens: int | None = None
 
 
 @dataclass(frozen=True)

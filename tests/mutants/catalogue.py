@@ -104,10 +104,6 @@ def chunking_off_tight_budget() -> st.SearchStrategy[SchedulerConfig]:
 
 
 # Known gaps: the test expects these mutants to survive the CI profile (xfail).
-STOP_TRIM_GAP = (
-    "invisible to the abstract model: a finished request leaves State at once, so what "
-    "it kept past a stop (its outputs, its num_computed_tokens) is never observed"
-)
 REACH_GAP = (
     "the CI profile rarely reaches it (a more urgent request behind a running one, then "
     "KV pressure in a step where the victim's chunk fills a block); the invariants do "
@@ -340,9 +336,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "            request.num_computed_tokens -= len(tokens) - kept\n",
         "",
         "A stop in the middle of the sampled tokens drops the tokens past it but does "
-        "not pull num_computed_tokens back over them.",
+        "not pull num_computed_tokens back over them (visible in the engine's report).",
         {"ROLLBACK", CRASH},
-        gap=STOP_TRIM_GAP,
+        configs=spec_decode,
+        examples=300,
     ),
     mutant(
         "finish-not-reported",

@@ -118,7 +118,7 @@ def _check_reported(
     "safety",
     "update_from_output pulls num_computed_tokens back by exactly the rejected drafts (and "
     "the tokens dropped past a stop): a decoding request ends with num_computed_tokens == "
-    "num_tokens - 1.",
+    "num_tokens - 1, finished ones too (as the engine reports them).",
 )
 def check_rollback(t: UpdateTransition) -> list[Violation]:
     out: list[Violation] = []
@@ -154,6 +154,31 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
                     None,
                     post.num_tokens - 1,
                     post.num_computed_tokens,
+                )
+            )
+    if t.request_outputs is not None:
+        out.extend(_check_reported_computed(t))
+    return out
+
+
+def _check_reported_computed(t: UpdateTransition) -> list[Violation]:
+    """A reported computed count, finished requests included (the state forgets them):
+    every kept token but the last has KV, so it is the old token count + kept - 1."""
+    out: list[Violation] = []
+    for rid, reported in t.request_outputs.items() if t.request_outputs else ():
+        pre = t.pre.requests.get(rid)
+        if pre is None or reported.num_computed_tokens is None:
+            continue
+        expected = pre.num_tokens + len(reported.new_token_ids) - 1
+        if reported.num_computed_tokens != expected:
+            out.append(
+                Violation(
+                    "ROLLBACK",
+                    "reported num_computed_tokens after the output",
+                    rid,
+                    None,
+                    expected,
+                    reported.num_computed_tokens,
                 )
             )
     return out
