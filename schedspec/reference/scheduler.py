@@ -41,8 +41,6 @@ class Scheduler:
         self.running: list[Request] = []  # admission order
         self.finished_req_ids: set[str] = set()  # since the previous schedule()
         self._num_arrivals = 0
-        # request id -> (change key, RequestState) from the last snapshot()
-        self._snapshot_cache: dict[str, tuple[tuple[object, ...], RequestState]] = {}
 
     # ----------------------------------------------------------------- requests
 
@@ -363,34 +361,13 @@ class Scheduler:
     # --------------------------------------------------------------- inspection
 
     def snapshot(self) -> State:
-        """The abstract state (spec.State) of this scheduler, for the invariant checks.
-
-        Checkers snapshot after every call, so a request whose visible fields
-        did not change reuses its RequestState from the previous snapshot.
-        """
+        """The abstract state (spec.State) of this scheduler, for the invariant checks."""
         kv = self.kv_cache_manager
-        previous = self._snapshot_cache
-        current: dict[str, tuple[tuple[object, ...], RequestState]] = {}
-        for rid, request in self.requests.items():
-            table = kv.req_to_blocks.get(rid, ())
-            key = (
-                request.arrival,  # a finished id can come back as a new request
-                request.status,
-                request.num_computed_tokens,
-                len(request.all_token_ids),
-                tuple(request.spec_token_ids),
-                request.num_preemptions,
-                len(table),
-                table[-1].block_id if table else -1,
-            )
-            cached = previous.get(rid)
-            if cached is None or cached[0] != key:
-                cached = (key, RequestState.of(request, kv.get_block_ids(rid)))
-            current[rid] = cached
-        self._snapshot_cache = current
         return State(
             config=self.config,
-            requests={rid: entry[1] for rid, entry in current.items()},
+            requests={
+                rid: RequestState.of(r, kv.get_block_ids(rid)) for rid, r in self.requests.items()
+            },
             waiting=tuple(r.request_id for r in self.waiting),
             running=tuple(r.request_id for r in self.running),
             kv=kv.snapshot(),
