@@ -41,6 +41,7 @@ from schedspec.properties.adapter import (
     load_config_strategy,
     load_engine_factory,
 )
+from schedspec.properties.parallel import run_suite_parallel
 from schedspec.properties.state_machine import SuiteRecorder
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
 from schedspec.properties.trace import Trace, TraceError
@@ -121,6 +122,7 @@ class CheckOptions:
     junit: Path | None = None
     json: Path | None = None
     configs: str | None = None  # module:strategy, or None for the suite's own
+    workers: int = 1  # processes; more than one splits the examples over seeds
 
 
 class RunShape(Protocol):
@@ -184,10 +186,13 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
     )
     # Relative by default, so the printed replay command stays short.
     trace_dir = options.trace_dir if options.trace_dir is not None else Path()
-    with suite_progress(chosen.examples, options.progress) as on_example:
-        result = run_suite(
-            factory, profile, chosen, config_strategy(options.configs), trace_dir, on_example
-        )
+    configs = config_strategy(options.configs)
+    if options.workers > 1:
+        # One Hypothesis run per process (seed, seed + 1, ...); no progress bar.
+        result = run_suite_parallel(factory, profile, chosen, options.workers, configs, trace_dir)
+    else:
+        with suite_progress(chosen.examples, options.progress) as on_example:
+            result = run_suite(factory, profile, chosen, configs, trace_dir, on_example)
     replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
     if not result.passed:
         click.echo()

@@ -113,6 +113,13 @@ pair_options = _stack(
 @click.command()
 @click.option("--engine", default="reference", show_default=True, help=ENGINE_HELP)
 @click.option("--profile", type=click.Choice(PROFILES), default=None, help=PROFILE_HELP)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes: the examples are split over seeds seed, seed + 1, ... (one per core).",
+)
 @run_options
 def check(
     engine: str,

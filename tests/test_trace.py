@@ -106,3 +106,7 @@ def test_not_json_is_a_trace_error(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(TraceError, match="not JSON"):
         Trace.load(path)
+
+
+def test_round_trip_in_memory() -> None:
+    assert trace_from_json(_trace().to_json()) == _trace()

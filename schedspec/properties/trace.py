@@ -65,7 +65,11 @@ class Trace:
 
 def _event_to_json(event: Event) -> dict[str, Any]:
     if isinstance(event, AddRequest):
-        return {"op": "add_request", **dataclasses.asdict(event)}
+        record = dataclasses.asdict(event)
+        # JSON types in memory too, so to_json() round-trips without a file.
+        record["prompt_token_ids"] = list(event.prompt_token_ids)
+        record["stop_token_ids"] = list(event.stop_token_ids)
+        return {"op": "add_request", **record}
     if isinstance(event, Abort):
         return {"op": "abort", "request_ids": list(event.request_ids)}
     if isinstance(event, ProposeDrafts):
