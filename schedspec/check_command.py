@@ -198,19 +198,32 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
         click.echo()
         for line in failure_report(result, factory, options.engine):
             click.echo(line)
-    failing = [v.invariant for v in result.error.violations] if result.error else []
-    click.echo()
-    for line in format_table(result.stats, profile, failing):
-        click.echo(line)
-    click.echo(format_totals(result.examples, result.stats, result.seconds))
+    failing = echo_checks(result, profile)
     report = suite_report("check", engines, result, replay, {"step_timeout": options.step_timeout})
     if report.outcome is Outcome.PASSED:
         click.echo(f"PASSED: every invariant of profile {profile} held")
-    elif result.other_error is not None:
-        click.echo(f"FAILED: {error_verdict(result.other_error)} (seed {seed})")
     else:
-        click.echo(f"FAILED: {', '.join(sorted(set(failing)))} (seed {seed})")
+        click.echo(failed_verdict(result, failing, seed))
     return report.exit_code, report
+
+
+def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = None) -> list[str]:
+    """Print the per-invariant table and the totals; return the ids that failed."""
+    failing = [v.invariant for v in result.error.violations] if result.error else []
+    click.echo()
+    if heading is not None:
+        click.echo(heading)
+    for line in format_table(result.stats, profile, failing):
+        click.echo(line)
+    click.echo(format_totals(result.examples, result.stats, result.seconds))
+    return failing
+
+
+def failed_verdict(result: SuiteResult, failing: list[str], seed: int) -> str:
+    """The last line of a run that failed on an engine error or on invariants."""
+    if result.other_error is not None:
+        return f"FAILED: {error_verdict(result.other_error)} (seed {seed})"
+    return f"FAILED: {', '.join(sorted(set(failing)))} (seed {seed})"
 
 
 def suite_report(

@@ -16,8 +16,9 @@ import click
 from schedspec.check_command import (
     choose_seed,
     config_strategy,
+    echo_checks,
     engine_failed,
-    error_verdict,
+    failed_verdict,
     load_engine,
     load_trace,
     suite_progress,
@@ -27,13 +28,12 @@ from schedspec.check_command import (
 from schedspec.check_report import (
     PROBE_CONFIG,
     default_profile,
-    format_table,
-    format_totals,
     plural,
 )
 from schedspec.diff_report import diff_failure_report, format_diff_log, replay_header
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace, run_diff
+from schedspec.properties.suite import SuiteResult
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import (
     DEFAULT_STEP_TIMEOUT,
@@ -139,26 +139,23 @@ def _diff(
             click.echo(line)
         if result.trace_path is not None:
             click.echo(f"replay it: {replay}")
-    failing = [v.invariant for v in result.error.violations] if result.error else []
-    click.echo()
-    click.echo("checks per engine (both engines were checked the same until the failure):")
-    for line in format_table(result.stats, profile, failing):
-        click.echo(line)
-    click.echo(format_totals(result.examples, result.stats, result.seconds))
+    failing = echo_checks(
+        result,
+        profile,
+        "checks per engine (both engines were checked the same until the failure):",
+    )
     report = suite_report("diff", engines, result, replay, settings_of_run)
-    click.echo(_verdict(report, result.other_error, failing, seed))
+    click.echo(_verdict(report, result, failing, seed))
     return report.exit_code, report
 
 
-def _verdict(report: RunReport, error: BaseException | None, failing: list[str], seed: int) -> str:
+def _verdict(report: RunReport, result: SuiteResult, failing: list[str], seed: int) -> str:
     if report.outcome is Outcome.PASSED:
         profile = report.profile
         return f"PASSED: the engines agreed at every step; each held every invariant of {profile}"
     if report.divergence is not None:
         return f"FAILED: the engines diverged on {report.divergence.path} (seed {seed})"
-    if error is not None:
-        return f"FAILED: {error_verdict(error)} (seed {seed})"
-    return f"FAILED: {', '.join(sorted(set(failing)))} (seed {seed})"
+    return failed_verdict(result, failing, seed)
 
 
 def _replay_command(trace_path: Path | None, options: DiffCommandOptions, profile: Profile) -> str:
