@@ -14,7 +14,6 @@ from schedspec.spec.invariants.transitions import (
     AbortTransition,
     ScheduleTransition,
     UpdateTransition,
-    computed_before,
 )
 from schedspec.spec.state import KVState, RequestState, State
 
@@ -101,7 +100,7 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
 def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
     config = t.pre.config
     cap = long_prefill_cap(t.pre)
-    before = computed_before(t.output)
+    before = t.computed_before
     admitted = set(_admitted(t))
     budget = config.max_num_batched_tokens
     out: list[Violation] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.transitions import ScheduleTransition, computed_before
+from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.request import RequestStatus
 
 
@@ -49,7 +49,7 @@ def check_budget(t: ScheduleTransition) -> list[Violation]:
     "the token the step samples.",
 )
 def check_no_overshoot(t: ScheduleTransition) -> list[Violation]:
-    before = computed_before(t.output)
+    before = t.computed_before
     last_position = t.post.config.max_model_len - 1
     out: list[Violation] = []
     for rid, num in t.output.num_scheduled_tokens.items():
@@ -111,7 +111,7 @@ def check_kv_cover(t: ScheduleTransition) -> list[Violation]:
     "the prefix-cache hit for an admitted request); preemption is the only way to 0.",
 )
 def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
-    before = computed_before(t.output)
+    before = t.computed_before
     scheduled = t.output.num_scheduled_tokens
     out: list[Violation] = []
     for rid, post in t.post.requests.items():
@@ -159,7 +159,7 @@ def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
     "scheduled request leaves schedule() with no drafts.",
 )
 def check_drafts(t: ScheduleTransition) -> list[Violation]:
-    before = computed_before(t.output)
+    before = t.computed_before
     limit = t.post.config.num_speculative_tokens
     out: list[Violation] = []
     for rid, drafts in t.output.scheduled_spec_decode_tokens.items():
@@ -333,7 +333,7 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
     admitted = [d.request_id for d in t.output.scheduled_new_reqs]
     admitted += [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
-    before = computed_before(t.output)
+    before = t.computed_before
     hashes = t.post.kv.block_hashes
     for rid in admitted:
         post = t.post.requests.get(rid)
@@ -429,7 +429,7 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
 def check_cache_computed(t: ScheduleTransition) -> list[Violation]:
     bs = t.post.config.block_size
     out: list[Violation] = []
-    before = computed_before(t.output)
+    before = t.computed_before
     admitted = [d.request_id for d in t.output.scheduled_new_reqs]
     admitted += [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
     for rid in admitted:
@@ -461,7 +461,7 @@ def _computed_this_step(t: ScheduleTransition, block: int, index: int, reader: s
     so a hit on a block completed earlier in the same batch is sound.)
     """
     end = (index + 1) * t.post.config.block_size
-    before = computed_before(t.output)
+    before = t.computed_before
     for rid in t.output.num_scheduled_tokens:
         holder = t.post.requests.get(rid)
         if (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes
 from schedspec.spec.outputs import ModelRunnerOutput, RequestOutput, SchedulerOutput
@@ -42,6 +43,11 @@ class ScheduleTransition:
     finished_since_last_schedule: frozenset[str] = frozenset()
     # Block -> the content hash whose KV earlier steps fully computed into it.
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
+
+    @cached_property
+    def computed_before(self) -> Mapping[str, int]:
+        """computed_before(output), worked out once for all the predicates."""
+        return computed_before(self.output)
 
 
 @dataclass(frozen=True)
