@@ -9,6 +9,7 @@ cli_suite.py, their work in check_command.py and diff_command.py).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,7 +121,30 @@ def _build_config(**fields: Any) -> SchedulerConfig:
         raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
 
 
-@click.group()
+# Commands whose modules import heavy libraries (z3, torch, matplotlib) load
+# only when invoked, so `schedspec run` and `check` start fast and work
+# without them. Name -> "module:attribute" of a click command.
+LAZY_COMMANDS: dict[str, str] = {
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports the commands of LAZY_COMMANDS on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = LAZY_COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attribute = target.partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command), target
+        return command
+
+
+@click.group(cls=LazyGroup)
 def main() -> None:
     """schedspec: an executable specification of LLM-serving schedulers."""
 
