@@ -61,20 +61,11 @@ class ShortPrefillEngine(ReferenceEngine):
     allows a shorter first chunk (more than one token to go)."""
 
     profiles = SAFETY
-    _admitting = False
 
-    def _schedule_waiting(self, step: StepPlan, cap: int) -> None:
-        self._admitting = True
-        try:
-            super()._schedule_waiting(step, cap)
-        finally:
-            self._admitting = False
-
-    def _apply_cap(self, num_tokens: int, cap: int) -> int:  # type: ignore[override]
-        # The reference's is a staticmethod; an instance method is needed to
-        # know whether the request is being admitted.
-        chunk = ReferenceEngine._apply_cap(num_tokens, cap)
-        if self._admitting and self.config.enable_chunked_prefill and chunk > 1:
+    def _admission_chunk(self, num_to_compute: int, cap: int) -> int:  # type: ignore[override]
+        # The reference's is a staticmethod; this one reads the config.
+        chunk = ReferenceEngine._admission_chunk(num_to_compute, cap)
+        if self.config.enable_chunked_prefill and chunk > 1:
             return chunk - 1
         return chunk
 

@@ -7,6 +7,12 @@ from itertools import islice
 
 from schedspec.reference.block_pool import BlockPool
 from schedspec.reference.free_block_queue import KVCacheBlock
+from schedspec.reference.sizing import (
+    blocks_to_allocate,
+    cdiv,
+    max_prefix_hit_blocks,
+    num_slots,
+)
 from schedspec.spec import (
     BlockHash,
     KVState,
@@ -15,10 +21,6 @@ from schedspec.spec import (
     SchedulerConfig,
     extend_block_hashes,
 )
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class KVCacheManager:
@@ -58,7 +60,7 @@ class KVCacheManager:
         """
         if not self.enable_caching:
             return [], 0
-        max_hit_blocks = (request.num_tokens - 1) // self.block_size
+        max_hit_blocks = max_prefix_hit_blocks(request.num_tokens, self.block_size)
         hits: list[KVCacheBlock] = []
         for block_hash in islice(self.block_hashes(request), max_hit_blocks):
             block = self.block_pool.get_cached_block(block_hash)
@@ -71,16 +73,6 @@ class KVCacheManager:
         if self.enable_caching:
             self.prefix_cache_queries += request.num_tokens
             self.prefix_cache_hits += num_hit_tokens
-
-    def _num_blocks_to_allocate(
-        self, num_held: int, num_tokens: int, num_hit_blocks: int, num_evictable_hits: int
-    ) -> int:
-        """Free blocks consumed to give a request holding num_held blocks, plus
-        num_hit_blocks prefix hits (num_evictable_hits of them free), slots
-        for num_tokens tokens."""
-        # max(.., 0): rejected drafts leave a table longer than it needs to be.
-        missing = cdiv(num_tokens, self.block_size) - num_held - num_hit_blocks
-        return max(missing, 0) + num_evictable_hits
 
     def allocate_slots(
         self,
@@ -108,7 +100,13 @@ class KVCacheManager:
         rid = request.request_id
         max_model_len = self.max_model_len
         total_computed = min(request.num_computed_tokens + num_new_computed_tokens, max_model_len)
-        num_slots = min(total_computed + num_new_tokens + num_lookahead_tokens, max_model_len)
+        slots = num_slots(
+            request.num_computed_tokens,
+            num_new_computed_tokens,
+            num_new_tokens,
+            num_lookahead_tokens,
+            max_model_len,
+        )
         table = self.req_to_blocks.get(rid)
         num_held = len(table) if table is not None else 0
         # The decode fast path: a running request whose table already covers
@@ -117,7 +115,7 @@ class KVCacheManager:
             table is not None
             and not new_computed_blocks
             and not full_sequence_must_fit
-            and num_slots <= num_held * self.block_size
+            and slots <= num_held * self.block_size
             and request.status is RequestStatus.RUNNING
         ):
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
@@ -135,10 +133,12 @@ class KVCacheManager:
         num_hit_blocks = len(new_computed_blocks)
         if full_sequence_must_fit:
             full_tokens = min(request.num_tokens, max_model_len)
-            needed = self._num_blocks_to_allocate(num_held, full_tokens, num_hit_blocks, evictable)
+            needed = blocks_to_allocate(
+                num_held, full_tokens, num_hit_blocks, evictable, self.block_size
+            )
             if needed + watermark > free:
                 return None
-        needed = self._num_blocks_to_allocate(num_held, num_slots, num_hit_blocks, evictable)
+        needed = blocks_to_allocate(num_held, slots, num_hit_blocks, evictable, self.block_size)
         if needed + watermark > free:
             return None
 
@@ -150,7 +150,7 @@ class KVCacheManager:
             table.extend(new_computed_blocks)
             self.num_cached_block[rid] = len(table)
         new_blocks = self.block_pool.get_new_blocks(
-            max(cdiv(num_slots, self.block_size) - len(table), 0)
+            max(cdiv(slots, self.block_size) - len(table), 0)
         )
         table.extend(new_blocks)
         # Blocks are registered at schedule time; drafts are not known tokens

@@ -12,6 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from schedspec.reference.kv_cache_manager import KVCacheManager
 from schedspec.reference.request_queue import WaitingQueue, make_waiting_queue
+from schedspec.reference.sizing import (
+    apply_long_prefill_cap,
+    num_drafts_to_schedule,
+    rolled_back_computed,
+    running_new_tokens,
+)
 from schedspec.reference.step_plan import StepPlan
 from schedspec.reference.stop_checker import append_output_tokens
 from schedspec.spec import (
@@ -107,10 +113,6 @@ class Scheduler:
             return self.config.long_prefill_token_threshold
         return 0
 
-    @staticmethod
-    def _apply_cap(num_tokens: int, cap: int) -> int:
-        return cap if 0 < cap < num_tokens else num_tokens
-
     def _schedule_running(self, step: StepPlan, cap: int) -> None:
         # Locals: this loop runs once per running request per step.
         is_priority = self.config.policy == "priority"
@@ -120,9 +122,13 @@ class Scheduler:
         while req_index < len(running) and step.token_budget > 0:
             request = running[req_index]
             computed = request.num_computed_tokens
-            num_new = self._apply_cap(request.num_tokens_with_spec - computed, cap)
             # Leave room for the token this step samples: positions stay < max_model_len.
-            num_new = min(num_new, step.token_budget, last_position - computed)
+            num_new = running_new_tokens(
+                request.num_tokens_with_spec - computed,
+                cap,
+                step.token_budget,
+                last_position - computed,
+            )
             assert num_new >= 0, f"{request} is past max_model_len"
             if num_new == 0:
                 req_index += 1  # skip, not break: later requests may still fit
@@ -191,10 +197,18 @@ class Scheduler:
         The request's drafts are consumed either way: fresh ones arrive
         through update_draft_token_ids before the next step.
         """
-        num_drafts = num_new + request.num_computed_tokens - request.num_tokens
+        num_drafts = num_drafts_to_schedule(
+            num_new, request.num_computed_tokens, request.num_tokens
+        )
         if num_drafts > 0:
             step.spec_decode_tokens[request.request_id] = tuple(request.spec_token_ids[:num_drafts])
         request.spec_token_ids = []
+
+    @staticmethod
+    def _admission_chunk(num_to_compute: int, cap: int) -> int:
+        """The first chunk of an admitted request, before the budget: its tokens
+        past the prefix hit, under the long-prefill cap."""
+        return apply_long_prefill_cap(num_to_compute, cap)
 
     def _schedule_waiting(self, step: StepPlan, cap: int) -> None:
         config = self.config
@@ -204,7 +218,7 @@ class Scheduler:
                 break
             request = self.waiting.peek()
             hit_blocks, num_hit = kv.get_computed_blocks(request)
-            num_new = self._apply_cap(request.num_tokens - num_hit, cap)
+            num_new = self._admission_chunk(request.num_tokens - num_hit, cap)
             if not config.enable_chunked_prefill and num_new > step.token_budget:
                 break  # head-of-line: nothing behind it is tried this step
             num_new = min(num_new, step.token_budget)
@@ -279,7 +293,9 @@ class Scheduler:
         for request, tokens, num_drafts in self._sampling_requests(
             scheduler_output, model_runner_output.sampled_token_ids
         ):
-            request.num_computed_tokens -= num_drafts - (len(tokens) - 1)  # rejected drafts
+            request.num_computed_tokens = rolled_back_computed(
+                request.num_computed_tokens, num_drafts, len(tokens)
+            )
             kept = append_output_tokens(request, tokens, max_model_len)
             finish = request.status if request.is_finished else None
             outputs[request.request_id] = RequestOutput(

@@ -166,8 +166,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "blocks-needed-floor-div",
         "kv_cache_manager.py",
-        "            max(cdiv(num_slots, self.block_size) - len(table), 0)",
-        "            max(num_slots // self.block_size - len(table), 0)",
+        "            max(cdiv(slots, self.block_size) - len(table), 0)",
+        "            max(slots // self.block_size - len(table), 0)",
         "allocate_slots sizes the new blocks with floor division: a partly filled last "
         "block is never allocated.",
         {"KV-COVER"},
@@ -242,9 +242,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # ----------------------------------------------------------- prefix cache
     mutant(
         "prefix-hit-covers-last-token",
-        "kv_cache_manager.py",
-        "        max_hit_blocks = (request.num_tokens - 1) // self.block_size\n",
-        "        max_hit_blocks = request.num_tokens // self.block_size\n",
+        "sizing.py",
+        "    return (num_tokens - 1) // block_size\n",
+        "    return num_tokens // block_size\n",
         "get_computed_blocks may hit the block holding the last token (num_tokens, not "
         "num_tokens - 1).",
         {"CACHE-CONTENT", "BUDGET"},
@@ -311,10 +311,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # ---------------------------------------------------- outputs and drafts
     mutant(
         "rejected-drafts-kept",
-        "scheduler.py",
-        "            request.num_computed_tokens -= num_drafts - (len(tokens) - 1)"
-        "  # rejected drafts\n",
-        "",
+        "sizing.py",
+        "    return num_computed - (num_drafts - (num_sampled - 1))\n",
+        "    return num_computed\n",
         "update_from_output does not roll num_computed_tokens back over rejected drafts.",
         {"ROLLBACK", CRASH},
         configs=spec_decode,
@@ -323,7 +322,9 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "drafts-on-partial-chunk",
         "scheduler.py",
-        "        num_drafts = num_new + request.num_computed_tokens - request.num_tokens\n",
+        "        num_drafts = num_drafts_to_schedule(\n"
+        "            num_new, request.num_computed_tokens, request.num_tokens\n"
+        "        )\n",
         "        num_drafts = len(request.spec_token_ids)\n",
         "All drafts are scheduled even when the budget or the long-prefill cap cut the "
         "step short of the known tokens.",
