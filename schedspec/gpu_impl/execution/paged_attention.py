@@ -1,0 +1,75 @@
+"""The paged KV cache and attention that reads it only through block tables.
+
+One tensor [num_blocks, block_size, heads, head_dim] per layer for keys and
+one for values. A step first writes every scheduled token's K/V at its slot
+(slot_mapping), then each request attends, causally, over the slots its own
+block table names for positions 0..seq_len-1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from schedspec.gpu_impl.execution.input_batch import InputBatch
+from schedspec.gpu_impl.execution.tiny_model import TinyModelConfig, causal_attention
+
+
+class PagedKVCache:
+    def __init__(
+        self,
+        model: TinyModelConfig,
+        num_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        shape = (num_blocks, block_size, model.num_heads, model.head_dim)
+        self.block_size = block_size
+        self.num_slots = num_blocks * block_size
+        self.keys = [
+            torch.zeros(shape, dtype=dtype, device=device) for _ in range(model.num_layers)
+        ]
+        self.values = [torch.zeros_like(k) for k in self.keys]
+
+    def _flat(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views [num_slots, heads, head_dim]: slot = block_id * block_size + offset."""
+        k, v = self.keys[layer], self.values[layer]
+        return k.view(self.num_slots, *k.shape[2:]), v.view(self.num_slots, *v.shape[2:])
+
+    def write(
+        self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Store each token's K/V at its slot; slot -1 means no write (vLLM's padding slot)."""
+        keys, values = self._flat(layer)
+        keep = slot_mapping >= 0
+        keys[slot_mapping[keep]] = k[keep]
+        values[slot_mapping[keep]] = v[keep]
+
+    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self._flat(layer)
+        return keys[slots], values[slots]
+
+
+def context_slots(block_table_row: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
+    """The slots of positions 0..seq_len-1 of one request, through its block table."""
+    positions = torch.arange(seq_len, device=block_table_row.device)
+    return block_table_row[positions // block_size] * block_size + positions % block_size
+
+
+def paged_attention(
+    cache: PagedKVCache,
+    layer: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    batch: InputBatch,
+    contexts: tuple[torch.Tensor, ...],
+) -> torch.Tensor:
+    """Write this step's K/V, then attend per request over its context slots."""
+    cache.write(layer, batch.slot_mapping, k, v)
+    out = torch.empty_like(q)
+    for entry, slots in zip(batch.requests, contexts, strict=True):
+        rows = slice(entry.start, entry.start + entry.num_tokens)
+        keys, values = cache.gather(layer, slots)
+        out[rows] = causal_attention(q[rows], keys, values, batch.positions[rows])
+    return out
