@@ -83,11 +83,16 @@ def load_config_strategy(name: str) -> SearchStrategy[SchedulerConfig]:
 
 
 def load_engine_factory(name: str) -> EngineFactory:
-    """ "reference", or "module:attribute" naming a factory (config -> EngineAdapter)."""
+    """ "reference", "gpu" (gpu_impl with B = 1), or "module:attribute" naming a factory
+    (config -> EngineAdapter)."""
     if name == "reference":
         from schedspec.properties.reference_adapter import reference_engine
 
         return reference_engine
+    if name == "gpu":
+        from schedspec.properties.adapters.gpu import gpu_engine
+
+        return gpu_engine
     factory = _load_attribute(name, "engine", "'reference' or 'module:factory'", "callable")
     if not callable(factory):
         module_name, _, attribute = name.partition(":")

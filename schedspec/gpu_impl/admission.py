@@ -1,0 +1,139 @@
+"""The waiting loop of schedule(): admit queue heads while budget, seats and blocks last.
+
+Each admission's prefix-cache hits depend on the blocks the admission before
+it registered and evicted in the same step, so admissions are taken one
+queue position at a time; each round admits (or stops at) the head of
+every instance's queue at once, so the rounds are bounded by max_num_seqs,
+not by the number of instances. An instance stops at its first refusal:
+the reference breaks at the head of the line too.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from schedspec.gpu_impl.batch_state import (
+    BIG,
+    NO_HASH,
+    PREEMPTED,
+    RUNNING,
+    WAITING,
+    BatchState,
+    num_free_blocks,
+)
+from schedspec.gpu_impl.step_plan import (
+    SCHEDULED_NEW,
+    SCHEDULED_RESUMED,
+    StepPlan,
+    apply_cap,
+    blocks_to_allocate,
+    commit,
+)
+from schedspec.spec import SchedulerConfig
+
+
+def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan) -> None:
+    # A step that preempted admits nothing: freed blocks go to running requests first.
+    open_ = ~plan.preempted.any(dim=1) & (plan.budget > 0)
+    while True:
+        waiting = (state.status == WAITING) | (state.status == PREEMPTED)
+        seats = (state.status == RUNNING).sum(dim=1) < config.max_num_seqs
+        open_ &= waiting.any(dim=1) & seats & (plan.budget > 0)
+        inst = torch.nonzero(open_).squeeze(1)
+        if inst.numel() == 0:
+            return
+        admitted = _admit_heads(state, config, plan, inst)
+        open_[inst] = admitted
+
+
+def longest_cached_prefix(
+    state: BatchState, config: SchedulerConfig, inst: torch.Tensor, slot: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """get_computed_blocks: the cached blocks ([I, M], -1 padded) holding the request's
+    longest prefix of whole blocks, never its last token, and how many there are."""
+    m = state.table.shape[2]
+    hashes = state.req_hash[inst, slot]  # [I, M]
+    if not config.enable_prefix_caching:
+        return torch.full_like(hashes, -1), torch.zeros_like(slot)
+    max_hit = (state.num_tokens[inst, slot] - 1) // config.block_size
+    pool = state.block_hash[inst]  # [I, N]
+    match = (pool.unsqueeze(1) == hashes.unsqueeze(2)) & (hashes.unsqueeze(2) != NO_HASH)
+    seq = torch.where(match, state.reg_seq[inst].unsqueeze(1), BIG)
+    oldest = seq.min(dim=2)  # among holders of one hash, the first registered
+    j = torch.arange(m, device=inst.device)
+    found = (oldest.values < BIG) & (j < max_hit.unsqueeze(1))
+    # Hashes are chained: nothing after a miss can hit.
+    chain = torch.cumprod(found.long(), dim=1).bool()
+    return torch.where(chain, oldest.indices, -1), chain.sum(dim=1)
+
+
+def _admit_heads(
+    state: BatchState, config: SchedulerConfig, plan: StepPlan, inst: torch.Tensor
+) -> torch.Tensor:
+    """Try to admit each instance's queue head; True where it was admitted."""
+    status = state.status[inst]
+    waiting = (status == WAITING) | (status == PREEMPTED)
+    head = torch.argmin(torch.where(waiting, state.wait_key[inst], BIG), dim=1)
+    hits, num_hit_blocks = longest_cached_prefix(state, config, inst, head)
+    num_hit = num_hit_blocks * config.block_size
+    num_tokens = state.num_tokens[inst, head]
+    budget = plan.budget[inst]
+    tokens = apply_cap(num_tokens - num_hit, plan.cap[inst])
+    ok = torch.ones_like(head, dtype=torch.bool)
+    if not config.enable_chunked_prefill:
+        ok &= tokens <= budget  # head-of-line: nothing behind it is tried this step
+    tokens = torch.minimum(tokens, budget)
+    # The watermark is charged to admissions only while something runs.
+    running = (status == RUNNING).any(dim=1)
+    spare = torch.where(running, config.watermark_blocks, 0)
+    hit_refs = torch.gather(state.ref_cnt[inst], 1, hits.clamp(min=0))
+    evictable = ((hits >= 0) & (hit_refs == 0)).sum(dim=1)  # hits still in the free queue
+    free = num_free_blocks(state)[inst]
+    zero = torch.zeros_like(tokens)
+    # The whole known sequence must fit today's free blocks, and so must this chunk.
+    whole = blocks_to_allocate(config, zero, num_tokens, num_hit_blocks, evictable)
+    slots_needed = num_hit + tokens + config.lookahead_tokens
+    chunk = blocks_to_allocate(config, zero, slots_needed, num_hit_blocks, evictable)
+    ok &= (whole + spare <= free) & (chunk + spare <= free)
+    _take_hits(state, inst[ok], head[ok], hits[ok], num_hit_blocks[ok])
+    state.num_computed[inst[ok], head[ok]] = num_hit[ok]
+    plan.computed_before[inst[ok], head[ok]] = num_hit[ok]
+    kind = torch.where(
+        status.gather(1, head.unsqueeze(1)).squeeze(1) == WAITING, SCHEDULED_NEW, SCHEDULED_RESUMED
+    )
+    slots = torch.where(ok, head, -1).unsqueeze(1)
+    commit(
+        state,
+        config,
+        plan,
+        inst,
+        slots,
+        tokens.unsqueeze(1),
+        (chunk - evictable).unsqueeze(1),
+        kind.unsqueeze(1),
+    )
+    admitted = inst[ok]
+    state.status[admitted, head[ok]] = RUNNING
+    state.run_key[admitted, head[ok]] = state.next_run[admitted]
+    state.next_run[admitted] += 1
+    return ok
+
+
+def _take_hits(
+    state: BatchState,
+    inst: torch.Tensor,
+    slot: torch.Tensor,
+    hits: torch.Tensor,
+    count: torch.Tensor,
+) -> None:
+    """touch(): the hit blocks start the table, one more reference each (a free one
+    leaves the free queue), and count as already registered."""
+    if inst.numel() == 0:
+        return
+    m = hits.shape[1]
+    use = hits >= 0
+    rows = inst.unsqueeze(1).expand(-1, m)[use]
+    state.ref_cnt[rows, hits[use]] += 1
+    state.table[inst, slot] = torch.where(use, hits, state.table[inst, slot])
+    state.num_held[inst, slot] = count
+    state.num_cached_block[inst, slot] = count

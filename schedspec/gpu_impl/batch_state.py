@@ -1,0 +1,188 @@
+"""The scheduler state of B instances as tensors on one device.
+
+Every per-request tensor is [B, S, ...]: instance, request slot. A slot is
+EMPTY until a request is added there and EMPTY again once it finishes; the
+caller names the slot (the B = 1 adapter keeps id <-> slot on the host).
+Queue orders are keys, not lists, so that a step never shuffles memory:
+
+- the running list is the RUNNING slots sorted by `run_key` (a counter
+  bumped on admission: appending to the list);
+- the waiting queue is the WAITING/PREEMPTED slots sorted by `wait_key`
+  (fcfs: a back counter for arrivals, a front counter going down for
+  preempted requests put back at the head; priority: (priority, arrival));
+- the free-block queue is the blocks with ref count 0 sorted by `free_key`
+  (front keys go down, back keys go up), so popping the front is taking
+  the smallest keys;
+- the prefix cache is implicit: a block is cached under `block_hash`
+  (-1: not cached), and among blocks holding one hash the lookup takes the
+  smallest `reg_seq` (the oldest registration), as the reference's map does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from schedspec.spec import SchedulerConfig
+
+# Slot status codes (finished requests leave their slot: EMPTY).
+EMPTY = 0
+WAITING = 1
+RUNNING = 2
+PREEMPTED = 3
+
+# Finish codes reported by update_from_output and abort.
+NOT_FINISHED = 0
+FINISHED_STOPPED = 1
+FINISHED_LENGTH_CAPPED = 2
+FINISHED_ABORTED = 3
+
+NO_BLOCK = -1
+NO_HASH = -1
+NO_TOKEN = -1
+# Larger than any key a run can reach, smaller than int64 overflow in sums.
+BIG = 2**62
+# Priorities are packed with the arrival index into one int64 sort key.
+PRIORITY_LIMIT = 2**30
+ARRIVAL_SHIFT = 2**32
+
+
+@dataclass
+class BatchState:
+    """All mutable scheduler state of B instances (one config for all)."""
+
+    # --- per request slot [B, S]
+    status: torch.Tensor  # EMPTY / WAITING / RUNNING / PREEMPTED
+    arrival: torch.Tensor  # position in the instance's add order
+    priority: torch.Tensor
+    num_prompt: torch.Tensor
+    num_tokens: torch.Tensor  # prompt + kept outputs
+    num_computed: torch.Tensor
+    max_tokens: torch.Tensor
+    num_preemptions: torch.Tensor
+    eos: torch.Tensor  # NO_TOKEN: none
+    stops: torch.Tensor  # [B, S, Q] stop token ids, NO_TOKEN padded
+    spec: torch.Tensor  # [B, S, K] drafts to verify next step
+    num_spec: torch.Tensor
+    is_prefill_chunk: torch.Tensor  # bool: the last step stopped short of num_tokens
+    table: torch.Tensor  # [B, S, M] block ids, NO_BLOCK padded
+    num_held: torch.Tensor  # blocks in the table
+    num_cached_block: torch.Tensor  # leading table blocks registered in the prefix cache
+    req_hash: torch.Tensor  # [B, S, M] content id of each full block of known tokens
+    hash_acc: torch.Tensor  # running sum of token mixes over all known tokens
+    run_key: torch.Tensor
+    wait_key: torch.Tensor
+    # --- per block [B, N]
+    ref_cnt: torch.Tensor
+    free_key: torch.Tensor  # order in the free queue (meaningful while ref_cnt == 0)
+    block_hash: torch.Tensor  # NO_HASH: not in the prefix cache
+    reg_seq: torch.Tensor  # registration order of the cached content
+    # --- per instance [B]
+    next_arrival: torch.Tensor
+    free_front: torch.Tensor  # the next front key is free_front - 1
+    free_back: torch.Tensor  # the next back key
+    next_reg: torch.Tensor
+    next_run: torch.Tensor
+    wait_front: torch.Tensor
+    wait_back: torch.Tensor
+
+    @property
+    def device(self) -> torch.device:
+        return self.status.device
+
+    @property
+    def batch(self) -> int:
+        return int(self.status.shape[0])
+
+    @property
+    def slots(self) -> int:
+        return int(self.status.shape[1])
+
+
+def max_blocks_per_request(config: SchedulerConfig) -> int:
+    return -(-config.max_model_len // config.block_size)
+
+
+def empty_state(
+    config: SchedulerConfig, batch: int, slots: int, max_stops: int, device: torch.device
+) -> BatchState:
+    """B idle instances: every slot EMPTY, every block free in id order."""
+
+    def full(shape: tuple[int, ...], value: int) -> torch.Tensor:
+        return torch.full(shape, value, dtype=torch.int64, device=device)
+
+    b, s, n = batch, slots, config.num_blocks
+    m = max_blocks_per_request(config)
+    k = max(config.num_speculative_tokens, 1)
+    return BatchState(
+        status=full((b, s), EMPTY),
+        arrival=full((b, s), 0),
+        priority=full((b, s), 0),
+        num_prompt=full((b, s), 0),
+        num_tokens=full((b, s), 0),
+        num_computed=full((b, s), 0),
+        max_tokens=full((b, s), 0),
+        num_preemptions=full((b, s), 0),
+        eos=full((b, s), NO_TOKEN),
+        stops=full((b, s, max(max_stops, 1)), NO_TOKEN),
+        spec=full((b, s, k), NO_TOKEN),
+        num_spec=full((b, s), 0),
+        is_prefill_chunk=torch.zeros((b, s), dtype=torch.bool, device=device),
+        table=full((b, s, m), NO_BLOCK),
+        num_held=full((b, s), 0),
+        num_cached_block=full((b, s), 0),
+        req_hash=full((b, s, m), NO_HASH),
+        hash_acc=full((b, s), 0),
+        run_key=full((b, s), 0),
+        wait_key=full((b, s), 0),
+        ref_cnt=full((b, n), 0),
+        free_key=torch.arange(n, dtype=torch.int64, device=device).expand(b, n).clone(),
+        block_hash=full((b, n), NO_HASH),
+        reg_seq=full((b, n), 0),
+        next_arrival=full((b,), 0),
+        free_front=full((b,), 0),
+        free_back=full((b,), n),
+        next_reg=full((b,), 0),
+        next_run=full((b,), 0),
+        wait_front=full((b,), 0),
+        wait_back=full((b,), 0),
+    )
+
+
+# Fill values of the per-slot tensors, for growing the slot dimension.
+_SLOT_FILL = {"eos": NO_TOKEN, "stops": NO_TOKEN, "spec": NO_TOKEN, "table": NO_BLOCK}
+_SLOT_FILL["req_hash"] = NO_HASH
+
+
+def grow(state: BatchState, slots: int, max_stops: int) -> BatchState:
+    """The same state with at least `slots` slots and `max_stops` stop ids per request."""
+    changes: dict[str, torch.Tensor] = {}
+    for field in dataclasses.fields(state):
+        tensor: torch.Tensor = getattr(state, field.name)
+        if tensor.dim() < 2 or field.name in ("ref_cnt", "free_key", "block_hash", "reg_seq"):
+            continue
+        fill = _SLOT_FILL.get(field.name, 0)
+        extra = slots - tensor.shape[1]
+        if extra > 0:
+            pad = torch.full(
+                (tensor.shape[0], extra, *tensor.shape[2:]), fill, dtype=tensor.dtype
+            ).to(tensor.device)
+            tensor = torch.cat([tensor, pad], dim=1)
+        if field.name == "stops" and tensor.shape[2] < max_stops:
+            pad = torch.full(
+                (*tensor.shape[:2], max_stops - tensor.shape[2]), fill, dtype=tensor.dtype
+            ).to(tensor.device)
+            tensor = torch.cat([tensor, pad], dim=2)
+        changes[field.name] = tensor
+    return dataclasses.replace(state, **changes)
+
+
+def num_free_blocks(state: BatchState) -> torch.Tensor:
+    """[B] blocks in the free queue (ref count 0)."""
+    return (state.ref_cnt == 0).sum(dim=1)
+
+
+def cdiv(a: torch.Tensor, b: int) -> torch.Tensor:
+    return torch.div(a + (b - 1), b, rounding_mode="floor")

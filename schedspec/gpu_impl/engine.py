@@ -1,0 +1,216 @@
+"""BatchedScheduler: B scheduler instances with one config, stepped in lockstep on tensors.
+
+The batched API speaks tensors indexed [instance, slot]; the B = 1 adapter
+(schedspec.properties.adapters.gpu) translates the spec's types. The step
+never reads a value back per request: the only host reads are loop
+conditions (is any instance still preempting, still admitting?).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from schedspec.gpu_impl.admission import schedule_waiting
+from schedspec.gpu_impl.batch_state import (
+    EMPTY,
+    FINISHED_LENGTH_CAPPED,
+    FINISHED_STOPPED,
+    NO_HASH,
+    NOT_FINISHED,
+    PRIORITY_LIMIT,
+    RUNNING,
+    WAITING,
+    empty_state,
+    grow,
+    max_blocks_per_request,
+)
+from schedspec.gpu_impl.block_ops import register_blocks, release_tables
+from schedspec.gpu_impl.hashing import extend_hashes
+from schedspec.gpu_impl.running_phase import schedule_running
+from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
+from schedspec.spec import RequestError, SchedulerConfig
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass
+class NewRequests:
+    """R requests to add, at most one per instance: where they go and what they are."""
+
+    inst: torch.Tensor  # [R]
+    slot: torch.Tensor  # [R] an EMPTY slot of that instance
+    prompt: torch.Tensor  # [R, P] token ids, padded past prompt_len
+    prompt_len: torch.Tensor  # [R]
+    max_tokens: torch.Tensor  # [R]
+    eos: torch.Tensor  # [R], NO_TOKEN (-1): none
+    stops: torch.Tensor  # [R, Q] stop token ids, -1 padded
+    priority: torch.Tensor  # [R]
+
+
+@dataclass
+class UpdateResult:
+    kept: torch.Tensor  # [B, S] sampled tokens kept (tokens past a stop are dropped)
+    finish: torch.Tensor  # [B, S] NOT_FINISHED or a FINISHED_* code
+
+
+class BatchedScheduler:
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        batch: int = 1,
+        slots: int = 8,
+        device: torch.device | str | None = None,
+        max_stops: int = 2,
+    ) -> None:
+        self.config = config
+        self.device = torch.device(device) if device is not None else default_device()
+        self.state = empty_state(config, batch, slots, max_stops, self.device)
+        self.max_blocks = max_blocks_per_request(config)
+
+    def grow(self, slots: int, max_stops: int) -> None:
+        """Room for at least `slots` requests and `max_stops` stop ids per request."""
+        self.state = grow(self.state, slots, max_stops)
+
+    # ----------------------------------------------------------------- requests
+
+    def add_requests(self, new: NewRequests) -> None:
+        """Queue fresh requests (the caller checked them against the spec's door)."""
+        if new.inst.numel() == 0:
+            return
+        if bool((new.priority.abs() >= PRIORITY_LIMIT).any()):
+            raise RequestError(
+                "priority",
+                f"gpu_impl packs priorities into int64 keys: |priority| < {PRIORITY_LIMIT}",
+            )
+        st, config = self.state, self.config
+        i, s = new.inst, new.slot
+        st.status[i, s] = WAITING
+        st.arrival[i, s] = st.next_arrival[i]
+        st.next_arrival[i] += 1
+        st.priority[i, s] = new.priority
+        st.num_prompt[i, s] = new.prompt_len
+        st.num_tokens[i, s] = new.prompt_len
+        st.num_computed[i, s] = 0
+        st.max_tokens[i, s] = new.max_tokens
+        st.num_preemptions[i, s] = 0
+        st.eos[i, s] = new.eos
+        st.stops[i, s] = -1
+        st.stops[i, s, : new.stops.shape[1]] = new.stops
+        st.num_spec[i, s] = 0
+        st.is_prefill_chunk[i, s] = False
+        st.req_hash[i, s] = NO_HASH
+        zero = torch.zeros_like(new.prompt_len)
+        acc, index, ids = extend_hashes(zero, zero, new.prompt, new.prompt_len, config.block_size)
+        self._store_block_ids(i, s, index, ids)
+        st.hash_acc[i, s] = acc
+        if config.policy == "fcfs":
+            st.wait_key[i, s] = st.wait_back[i]
+            st.wait_back[i] += 1
+        else:
+            st.wait_key[i, s] = waiting_priority_key(new.priority, st.arrival[i, s])
+
+    def _store_block_ids(
+        self, inst: torch.Tensor, slot: torch.Tensor, index: torch.Tensor, ids: torch.Tensor
+    ) -> None:
+        complete = index >= 0
+        rows = inst.unsqueeze(1).expand_as(index)[complete]
+        slots = slot.unsqueeze(1).expand_as(index)[complete]
+        self.state.req_hash[rows, slots, index[complete]] = ids[complete]
+
+    def finish_requests(self, mask: torch.Tensor, rank: torch.Tensor) -> None:
+        """Abort the masked slots ([B, S]), freeing their blocks in rank order."""
+        everyone = torch.arange(self.state.batch, device=self.device)
+        release_tables(self.state, everyone, mask, rank)
+        self.state.status[mask] = EMPTY
+
+    # ----------------------------------------------------------------- schedule
+
+    def schedule(self, active: torch.Tensor | None = None) -> StepPlan:
+        """One schedule() for every instance (or those `active`): the running loop, then
+        admissions where nothing was preempted; computed counts advance at once."""
+        st = self.state
+        if active is None:
+            active = torch.ones(st.batch, dtype=torch.bool, device=self.device)
+        plan = StepPlan.start(st, self.config, active)
+        schedule_running(st, self.config, plan)
+        schedule_waiting(st, self.config, plan)
+        st.num_computed += plan.scheduled
+        scheduled = plan.scheduled > 0
+        st.is_prefill_chunk = torch.where(
+            scheduled, st.num_computed < st.num_tokens, st.is_prefill_chunk
+        )
+        return plan
+
+    # ------------------------------------------------------------------ outputs
+
+    def update_from_output(
+        self,
+        tokens: torch.Tensor,
+        count: torch.Tensor,
+        num_drafts: torch.Tensor,
+        rank: torch.Tensor,
+    ) -> UpdateResult:
+        """Apply the model's tokens ([B, S, T], count[b, s] of them; 0: nothing sampled):
+        roll back rejected drafts, append up to a stop, register, free the finished
+        in scheduling order (rank)."""
+        st, config = self.state, self.config
+        sampling = (count > 0) & (st.status != EMPTY)
+        count = torch.where(sampling, count, 0)
+        st.num_computed -= torch.where(sampling, num_drafts - (count - 1), 0)
+        j = torch.arange(tokens.shape[2], device=self.device)
+        valid = j < count.unsqueeze(-1)
+        stopped = (tokens == st.eos.unsqueeze(-1)) | (
+            tokens.unsqueeze(-1) == st.stops.unsqueeze(2)
+        ).any(dim=-1)
+        appended = j + 1
+        capped = (st.num_tokens.unsqueeze(-1) + appended >= config.max_model_len) | (
+            st.num_tokens.unsqueeze(-1) - st.num_prompt.unsqueeze(-1) + appended
+            >= st.max_tokens.unsqueeze(-1)
+        )
+        # EOS and stop tokens win over the length caps.
+        code = torch.where(
+            stopped, FINISHED_STOPPED, torch.where(capped, FINISHED_LENGTH_CAPPED, 0)
+        )
+        code = torch.where(valid, code, NOT_FINISHED)
+        ends = code > 0
+        first = ends.long().argmax(dim=-1)
+        has_end = ends.any(dim=-1)
+        kept = torch.where(has_end, first + 1, count)
+        finish = torch.where(has_end, code.gather(2, first.unsqueeze(-1)).squeeze(-1), 0)
+        st.num_computed -= count - kept
+        acc, index, ids = extend_hashes(st.hash_acc, st.num_tokens, tokens, kept, config.block_size)
+        everyone = torch.arange(st.batch, device=self.device)
+        rows = everyone.unsqueeze(1).expand_as(count)
+        complete = index >= 0
+        st.req_hash[
+            rows.unsqueeze(-1).expand_as(index)[complete],
+            torch.arange(st.slots, device=self.device).view(1, -1, 1).expand_as(index)[complete],
+            index[complete],
+        ] = ids[complete]
+        st.hash_acc = acc
+        st.num_tokens += kept
+        in_order = torch.argsort(torch.where(sampling, rank, 2**40), dim=1, stable=True)
+        ordered = torch.where(torch.gather(sampling, 1, in_order), in_order, -1)
+        if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
+            # Accepted drafts filled blocks the schedule-time registration could not know.
+            upto = torch.gather(st.num_computed, 1, in_order)
+            register_blocks(st, everyone, ordered, upto, config.block_size)
+        finished = finish > 0
+        release_tables(st, everyone, finished, rank.clamp(min=0, max=2**19))
+        st.status[finished] = EMPTY
+        return UpdateResult(kept=kept, finish=finish)
+
+    def update_draft_token_ids(
+        self, mask: torch.Tensor, drafts: torch.Tensor, count: torch.Tensor
+    ) -> None:
+        """Drafts to verify next step for the masked slots; dropped for a request that is
+        not running or stopped mid-prefill."""
+        st = self.state
+        usable = mask & (st.status == RUNNING) & ~st.is_prefill_chunk
+        width = drafts.shape[2]
+        st.spec[..., :width] = torch.where(usable.unsqueeze(-1), drafts, st.spec[..., :width])
+        st.num_spec = torch.where(mask, torch.where(usable, count, 0), st.num_spec)

@@ -1,0 +1,71 @@
+"""Content ids of full KV blocks, computed on the device.
+
+Prefix-cache decisions depend only on whether two blocks hold the same
+token prefix, so any injective naming of prefixes makes the reference's
+decisions. The reference names them by chained BLAKE2b; here the id of the
+block ending at position p is a 64-bit mix of (sum of per-token mixes of
+tokens 0..p-1, p), which extends by a sum as tokens arrive, in parallel
+over every request. Distinct prefixes share an id with probability about
+2**-62 per pair; the B = 1 adapter keeps the BLAKE2b hash beside each id
+and raises if two differ under one id, so a collision cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_C1 = 0xBF58476D1CE4E5B9 - 2**64  # splitmix64's multipliers, as signed int64
+_C2 = 0x94D049BB133111EB - 2**64
+_POSITION_SALT = 0x2545F4914F6CDD1D
+_LENGTH_SALT = 0x1B873593
+_NON_NEGATIVE = 2**63 - 1
+
+
+def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift on int64 (torch's >> is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def mix64(x: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (wrapping arithmetic)."""
+    x = x ^ _shift_right(x, 30)
+    x = x * _C1
+    x = x ^ _shift_right(x, 27)
+    x = x * _C2
+    return x ^ _shift_right(x, 31)
+
+
+def token_mix(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The mix of each token at its position; summed, they name a prefix."""
+    return mix64(tokens + mix64(positions + _POSITION_SALT))
+
+
+def prefix_id(acc: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+    """The content id (>= 0) of the prefix of `length` tokens whose mixes sum to acc."""
+    return mix64(acc ^ mix64(length + _LENGTH_SALT)) & _NON_NEGATIVE
+
+
+def extend_hashes(
+    acc: torch.Tensor,
+    start: torch.Tensor,
+    tokens: torch.Tensor,
+    count: torch.Tensor,
+    block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Append tokens[..., :count] at positions start.. to prefixes summed in acc.
+
+    Returns (new acc, block index, block id) where the last two are
+    [..., T]: for each appended token that completes a block, the index of
+    that block and its content id; -1 as the index where none completes.
+    """
+    t = tokens.shape[-1]
+    offsets = torch.arange(t, device=tokens.device)
+    positions = start.unsqueeze(-1) + offsets
+    valid = offsets < count.unsqueeze(-1)
+    mixes = torch.where(valid, token_mix(tokens, positions), torch.zeros_like(tokens))
+    sums = acc.unsqueeze(-1) + torch.cumsum(mixes, dim=-1)
+    lengths = positions + 1
+    completes = valid & (lengths % block_size == 0)
+    index = torch.where(completes, lengths // block_size - 1, torch.full_like(lengths, -1))
+    ids = prefix_id(sums, lengths)
+    return sums[..., -1] if t else acc, index, ids

@@ -1,0 +1,143 @@
+"""What one schedule() call decides for B instances, and the moves both phases share.
+
+The plan's tensors are the batched SchedulerOutput: tokens per slot, the
+scheduling order, which kind of entry (running, new, resumed), where each
+table's new blocks start, the drafts verified and who was preempted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from schedspec.gpu_impl.batch_state import (
+    ARRIVAL_SHIFT,
+    BIG,
+    PREEMPTED,
+    BatchState,
+    cdiv,
+)
+from schedspec.gpu_impl.block_ops import register_blocks, release_tables, take_free_blocks
+from schedspec.spec import SchedulerConfig
+
+# Entry kinds in a step.
+NOT_SCHEDULED = 0
+SCHEDULED_RUNNING = 1
+SCHEDULED_NEW = 2
+SCHEDULED_RESUMED = 3
+
+
+@dataclass
+class StepPlan:
+    budget: torch.Tensor  # [B] tokens left
+    scheduled: torch.Tensor  # [B, S] tokens this step
+    rank: torch.Tensor  # [B, S] scheduling order (BIG: not scheduled)
+    next_rank: torch.Tensor  # [B]
+    kind: torch.Tensor  # [B, S] NOT_SCHEDULED / SCHEDULED_*
+    computed_before: torch.Tensor  # [B, S] num_computed_tokens before the step
+    new_from: torch.Tensor  # [B, S] table index where this step's new blocks start
+    drafts: torch.Tensor  # [B, S, K] the drafts each request held at the start
+    num_drafts: torch.Tensor  # [B, S] drafts verified this step
+    preempted: torch.Tensor  # [B, S] bool
+    cap: torch.Tensor  # [B] the long-prefill cap (0: none)
+
+    @staticmethod
+    def start(state: BatchState, config: SchedulerConfig, active: torch.Tensor) -> StepPlan:
+        """A fresh plan; instances not `active` get no budget (they sit this step out)."""
+        zeros = torch.zeros_like(state.status)
+        live = (state.status != 0).sum(dim=1)
+        cap = torch.where(live > 1, config.long_prefill_token_threshold, 0)
+        budget = torch.where(active, config.max_num_batched_tokens, 0)
+        return StepPlan(
+            budget=budget,
+            scheduled=zeros.clone(),
+            rank=torch.full_like(zeros, BIG),
+            next_rank=torch.zeros_like(state.next_arrival),
+            kind=zeros.clone(),
+            computed_before=state.num_computed.clone(),
+            new_from=zeros.clone(),
+            drafts=state.spec.clone(),
+            num_drafts=zeros.clone(),
+            preempted=torch.zeros_like(state.is_prefill_chunk),
+            cap=cap,
+        )
+
+
+def apply_cap(num_tokens: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
+    """The long-prefill cap: cap if 0 < cap < num_tokens, else num_tokens."""
+    return torch.where((cap > 0) & (cap < num_tokens), cap, num_tokens)
+
+
+def blocks_to_allocate(
+    config: SchedulerConfig,
+    held: torch.Tensor,
+    tokens: torch.Tensor,
+    num_hit_blocks: torch.Tensor,
+    evictable_hits: torch.Tensor,
+) -> torch.Tensor:
+    """Free blocks consumed to cover `tokens` tokens (capped at max_model_len) for a
+    request holding `held` blocks plus `num_hit_blocks` prefix hits, of which
+    `evictable_hits` are free; a table longer than needed consumes none."""
+    covered = cdiv(torch.clamp(tokens, max=config.max_model_len), config.block_size)
+    return (covered - held - num_hit_blocks).clamp(min=0) + evictable_hits
+
+
+def commit(
+    state: BatchState,
+    config: SchedulerConfig,
+    plan: StepPlan,
+    inst: torch.Tensor,
+    slots: torch.Tensor,
+    tokens: torch.Tensor,
+    new_blocks: torch.Tensor,
+    kind: torch.Tensor,
+) -> None:
+    """Schedule slots[i, r] (-1: none) for tokens[i, r] tokens, in order: take their new
+    blocks, register their full blocks, and record them in the plan."""
+    real = slots >= 0
+    take_free_blocks(state, inst, slots, new_blocks)
+    rows = inst.unsqueeze(1).expand_as(slots)
+    safe = slots.clamp(min=0)
+    computed = state.num_computed[rows, safe]
+    if config.enable_prefix_caching:
+        upto = torch.minimum(computed + tokens, state.num_tokens[rows, safe])
+        register_blocks(state, inst, slots, upto, config.block_size)
+    order = torch.cumsum(real.long(), dim=1) - 1
+    r, s = rows[real], slots[real]
+    plan.scheduled[r, s] = tokens[real]
+    plan.kind[r, s] = kind[real]
+    plan.rank[r, s] = (plan.next_rank[inst].unsqueeze(1) + order)[real]
+    plan.next_rank[inst] += real.sum(dim=1)
+    plan.budget[inst] -= torch.where(real, tokens, 0).sum(dim=1)
+
+
+def preempt(
+    state: BatchState,
+    config: SchedulerConfig,
+    plan: StepPlan,
+    inst: torch.Tensor,
+    slot: torch.Tensor,
+) -> None:
+    """Preemption by recomputation of slot[i] in instance inst[i]: drop all KV, keep the
+    tokens, queue it again at the head (fcfs) or where its key puts it (priority)."""
+    mask = torch.zeros((inst.numel(), state.slots), dtype=torch.bool, device=inst.device)
+    mask[torch.arange(inst.numel(), device=inst.device), slot] = True
+    release_tables(state, inst, mask, torch.zeros_like(state.status[inst]))
+    state.status[inst, slot] = PREEMPTED
+    state.num_computed[inst, slot] = 0
+    state.num_spec[inst, slot] = 0
+    state.num_preemptions[inst, slot] += 1
+    if config.policy == "fcfs":
+        state.wait_front[inst] -= 1
+        state.wait_key[inst, slot] = state.wait_front[inst]
+    else:
+        state.wait_key[inst, slot] = waiting_priority_key(
+            state.priority[inst, slot], state.arrival[inst, slot]
+        )
+    plan.preempted[inst, slot] = True
+
+
+def waiting_priority_key(priority: torch.Tensor, arrival: torch.Tensor) -> torch.Tensor:
+    """(priority, arrival) packed into one sortable int64."""
+    return priority * ARRIVAL_SHIFT + arrival
