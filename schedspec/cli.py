@@ -125,6 +125,7 @@ def _build_config(**fields: Any) -> SchedulerConfig:
 # only when invoked, so `schedspec run` and `check` start fast and work
 # without them. Name -> "module:attribute" of a click command.
 LAZY_COMMANDS: dict[str, str] = {
+    "simulate": "schedspec.simulate.command:simulate_command",
 }
 
 

@@ -85,23 +85,25 @@ class StepRecord:
         return self.total_scheduled - self.prefill_tokens - self.draft_tokens
 
 
-def record_step(
-    iteration: int,
-    arrived: Iterable[str],
-    scheduler_output: SchedulerOutput,
-    model_output: ModelRunnerOutput,
-    num_tokens_at_schedule: Mapping[str, int],
-    requests: Mapping[str, Request],
-    token_budget: int,
-    kv_usage: float,
-) -> StepRecord:
-    """Build a StepRecord; call after the step's update_from_output."""
-    out = scheduler_output
-    # Before this step; for new and resumed requests that is the prefix-cache hit.
+def computed_before(out: SchedulerOutput) -> tuple[dict[str, int], set[str]]:
+    """Each scheduled request's num_computed_tokens before this step, and the
+    requests admitted or resumed in it (for those, the count is the prefix-cache hit)."""
     computed = {d.request_id: d.num_computed_tokens for d in out.scheduled_new_reqs}
     fresh = set(computed)
     computed.update((d.request_id, d.num_computed_tokens) for d in out.scheduled_cached_reqs)
     fresh.update(d.request_id for d in out.scheduled_cached_reqs if d.resumed)
+    return computed, fresh
+
+
+def scheduled_entries(
+    out: SchedulerOutput,
+    model_output: ModelRunnerOutput,
+    num_tokens_at_schedule: Mapping[str, int],
+    computed: Mapping[str, int],
+    fresh: set[str],
+) -> list[ScheduledEntry]:
+    """What each scheduled request did in the step, in scheduling order
+    (computed and fresh as computed_before returns them)."""
     entries = []
     for rid, num in out.num_scheduled_tokens.items():
         num_drafts = len(out.scheduled_spec_decode_tokens.get(rid, ()))
@@ -115,10 +117,26 @@ def record_step(
                 num_accepted=max(sampled - 1, 0) if entry.kind == "spec" else 0,
             )
         )
+    return entries
+
+
+def record_step(
+    iteration: int,
+    arrived: Iterable[str],
+    scheduler_output: SchedulerOutput,
+    model_output: ModelRunnerOutput,
+    num_tokens_at_schedule: Mapping[str, int],
+    requests: Mapping[str, Request],
+    token_budget: int,
+    kv_usage: float,
+) -> StepRecord:
+    """Build a StepRecord; call after the step's update_from_output."""
+    out = scheduler_output
+    computed, fresh = computed_before(out)
     return StepRecord(
         iteration=iteration,
         arrived=list(arrived),
-        entries=entries,
+        entries=scheduled_entries(out, model_output, num_tokens_at_schedule, computed, fresh),
         total_scheduled=out.total_num_scheduled_tokens,
         token_budget=token_budget,
         kv_usage=kv_usage,

@@ -1,0 +1,187 @@
+"""`schedspec simulate`: latency, throughput and pictures of a scheduling policy.
+
+Registered lazily (schedspec.cli.LAZY_COMMANDS) since it imports matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from schedspec.properties.adapter import load_engine_factory
+from schedspec.simulate.configs import parse_assignments, resolve_configs
+from schedspec.simulate.cost_model import CostModel
+from schedspec.simulate.errors import SimulationInputError
+from schedspec.simulate.experiment import format_trade_offs, trade_off
+from schedspec.simulate.metrics import format_table
+from schedspec.simulate.progress import simulation_progress
+from schedspec.simulate.runs import FORMATS, ConfigRun, run_configs, runs_document, write_plots
+from schedspec.simulate.simulator import SimulationStalledError
+from schedspec.simulate.trace_file import load_trace
+from schedspec.simulate.workloads import (
+    BUILTIN_WORKLOADS,
+    LONG_PROMPT_ID,
+    LengthDistribution,
+    SimRequest,
+    SyntheticWorkload,
+    builtin_workload,
+    with_fields,
+)
+
+
+def _cost_model(cost_json: Path | None, cost: tuple[str, ...]) -> CostModel:
+    model = CostModel.from_json(cost_json) if cost_json is not None else CostModel()
+    for text in cost:
+        model = model.with_fields(parse_assignments(text, "cost"), "--cost")
+    return model
+
+
+def _workload(
+    name: str, seed: int, max_model_len: int, synthetic: dict[str, object]
+) -> list[SimRequest]:
+    given = {k: v for k, v in synthetic.items() if v is not None}
+    if name in BUILTIN_WORKLOADS:
+        if given and name != "mixed":
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise SimulationInputError("workload", f"{flags} shape(s) only the mixed workload")
+        for field in ("prompt_len", "output_len"):
+            if isinstance(given.get(field), str):
+                given[field] = LengthDistribution.parse(str(given[field]), field)
+        return builtin_workload(
+            name, seed, max_model_len, with_fields(SyntheticWorkload(), **given)
+        )
+    if given:
+        raise SimulationInputError("workload", "a trace file sets its own lengths and arrivals")
+    return load_trace(Path(name), seed)
+
+
+def _trade_off_lines(runs: list[ConfigRun], workload: list[SimRequest]) -> list[str]:
+    long_len = next(len(r.prompt_token_ids) for r in workload if r.request_id == LONG_PROMPT_ID)
+    return format_trade_offs([trade_off(r.result.name, r.metrics) for r in runs], long_len)
+
+
+@click.command("simulate")
+@click.option(
+    "--engine",
+    default="reference",
+    show_default=True,
+    help="'reference', or 'module:factory' of an engine adapter.",
+)
+@click.option(
+    "--workload",
+    default="mixed",
+    show_default=True,
+    help=f"{' | '.join(BUILTIN_WORKLOADS)} | a JSONL trace "
+    "(arrival_time, prompt_tokens, output_tokens per line).",
+)
+@click.option("--num-requests", type=int, help="mixed workload: requests [400].")
+@click.option("--rate", type=float, help="mixed workload: Poisson arrivals per second [20].")
+@click.option(
+    "--prompt-len",
+    help="mixed: fixed:N | uniform:LO:HI | lognormal:MEDIAN:SIGMA[:MAX] [lognormal:400:0.8:2500].",
+)
+@click.option("--output-len", help="mixed: output lengths, same forms [lognormal:150:0.7:1000].")
+@click.option("--prefix-groups", type=int, help="mixed: shared system prompts [4].")
+@click.option("--prefix-len", type=int, help="mixed: tokens per shared system prompt [256].")
+@click.option("--prefix-share", type=float, help="mixed: share of requests with one [0.5].")
+@click.option(
+    "--config",
+    "config_specs",
+    multiple=True,
+    help="NAME[:field=value,...] (repeatable); NAME may be a preset: chunked, no-chunking, "
+    "chunked-512, no-prefix-cache, spec-decode, small-kv.",
+)
+@click.option("--compare", is_flag=True, help="Without --config: compare the presets.")
+@click.option(
+    "--experiment",
+    type=click.Choice(["chunked-prefill"]),
+    help="The chunked-prefill trade-off: long-prompt workload, no-chunking vs chunked-512.",
+)
+@click.option("--set", "common", multiple=True, help="field=value,... for every config.")
+@click.option("--cost", multiple=True, help="Cost-model field=value,... (see docs/SIMULATE.md).")
+@click.option(
+    "--cost-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Cost-model fields from a JSON object.",
+)
+@click.option("--seed", default=0, show_default=True, help="Seeds the workload and the model.")
+@click.option("--max-steps", default=1_000_000, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("simulate-out"),
+    show_default=True,
+    help="Folder for the plots and summary.json.",
+)
+@click.option(
+    "--format",
+    "formats",
+    multiple=True,
+    type=click.Choice(FORMATS),
+    help="Picture formats [png and svg].",
+)
+@click.option("--no-plots", is_flag=True, help="Skip the pictures.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document, not the table.")
+@click.option("--progress", is_flag=True, help="Report progress on stderr even off a terminal.")
+def simulate_command(
+    engine: str,
+    workload: str,
+    config_specs: tuple[str, ...],
+    compare: bool,
+    experiment: str | None,
+    common: tuple[str, ...],
+    cost: tuple[str, ...],
+    cost_json: Path | None,
+    seed: int,
+    max_steps: int,
+    out: Path,
+    formats: tuple[str, ...],
+    no_plots: bool,
+    as_json: bool,
+    progress: bool,
+    **synthetic: object,
+) -> None:
+    """Simulate a workload through an engine with a step-time cost model.
+
+    Prints per-config TTFT, TPOT, worst gap between tokens and E2E latency
+    (p50/p90/p99), throughput, preemptions, recomputed tokens, prefix-cache hit
+    rate and KV usage; writes Gantt, KV/queue and latency-CDF plots and
+    summary.json (with every request's metrics) to --out.
+    """
+    try:
+        factory = load_engine_factory(engine)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="'--engine'") from None
+    try:
+        cost_model = _cost_model(cost_json, cost)
+        fields: dict[str, object] = {}
+        for text in common:
+            fields.update(parse_assignments(text, "set"))
+        configs = resolve_configs(config_specs, compare, experiment is not None, fields, cost_model)
+        if experiment is not None and workload == "mixed":
+            workload = "long-prompt"
+        max_model_len = min(c.config.max_model_len for c in configs)
+        requests = _workload(workload, seed, max_model_len, synthetic)
+        with simulation_progress(len(requests) * len(configs), progress) as on_progress:
+            runs = run_configs(configs, requests, factory, cost_model, seed, max_steps, on_progress)
+    except SimulationInputError as err:  # names the field (and the line of a trace)
+        raise click.UsageError(str(err)) from None
+    except SimulationStalledError as err:
+        raise click.ClickException(str(err)) from None
+    document = runs_document(runs, seed, workload)
+    paths = [] if no_plots else write_plots(runs, out, formats or FORMATS)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(document, indent=2))
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+        return
+    for line in format_table([r.summary for r in runs]):
+        click.echo(line)
+    if workload == "long-prompt":
+        click.echo()
+        for line in _trade_off_lines(runs, requests):
+            click.echo(line)
+    click.echo()
+    click.echo(f"Wrote {out / 'summary.json'}" + (f" and {len(paths)} pictures" if paths else ""))

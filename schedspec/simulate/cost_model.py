@@ -1,0 +1,127 @@
+"""How long one engine iteration takes: a roofline of the work the scheduler chose.
+
+The scheduler decides how many prefill and decode tokens run in a step and
+therefore how much KV each request's attention reads. The step time is
+
+    step_overhead_s
+    + max(weight_bytes / hbm_bandwidth,                        # read every weight once
+          (prefill_tokens + decode_tokens) * flops_per_token / peak_flops)   # matmuls
+    + kv_tokens_read * kv_bytes_per_token / hbm_bandwidth      # attention reads the KV
+
+The first term is the floor of any step: a decode batch is memory bound and
+costs at least one pass over the weights; a big prefill is compute bound.
+Attention's own FLOPs and everything below the roofline (kernel launches,
+sampling, the CPU side) are left out, so this is a lower bound: set
+step_overhead_s or lower peak_flops to fit a measured engine.
+
+Defaults: Llama-2-7B in bf16 on one NVIDIA H100 SXM 80 GB.
+- Llama-2-7B: 6.74e9 parameters (Touvron et al. 2023, table 1), 32 layers,
+  hidden size 4096, 32 KV heads (no grouped-query attention). Weights:
+  6.74e9 * 2 bytes = 13.48 GB; a forward pass: 2 FLOPs per parameter per
+  token = 13.48 GFLOP; KV per token: 2 (K and V) * 32 layers * 4096 * 2 bytes
+  = 524,288 bytes.
+- H100 SXM (NVIDIA H100 Tensor Core GPU datasheet): 3.35 TB/s HBM3,
+  989 TFLOPS dense BF16 (the sheet's 1,979 is with 2:4 sparsity), 80 GB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedspec.simulate.errors import SimulationInputError
+
+LLAMA2_7B_PARAMS = 6.74e9
+BF16_BYTES = 2
+
+
+class CostModelError(SimulationInputError):
+    """A cost-model field out of range; `field` names it."""
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What the scheduler asked the model to do in one iteration."""
+
+    prefill_tokens: int  # prompt chunks and recomputation after preemption
+    decode_tokens: int  # one per decoding request, plus drafts to verify
+    kv_tokens_read: int  # sum over scheduled requests of the context attention reads
+
+
+@dataclass(frozen=True)
+class CostModel:
+    weight_bytes: float = LLAMA2_7B_PARAMS * BF16_BYTES
+    flops_per_token: float = 2 * LLAMA2_7B_PARAMS
+    kv_bytes_per_token: float = 2 * 32 * 4096 * BF16_BYTES
+    hbm_bandwidth: float = 3.35e12  # bytes/s
+    peak_flops: float = 989e12  # FLOP/s
+    step_overhead_s: float = 0.0
+    # For default_num_blocks: the KV cache gets what the weights leave of
+    # this share of GPU memory (vLLM's gpu_memory_utilization defaults to 0.9).
+    gpu_memory_bytes: float = 80e9
+    gpu_memory_utilization: float = 0.9
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise CostModelError(f.name, f"must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise CostModelError(f.name, f"must be finite, got {value!r}")
+            if f.name == "step_overhead_s":
+                if value < 0:
+                    raise CostModelError(f.name, f"must be >= 0, got {value}")
+            elif value <= 0:
+                raise CostModelError(f.name, f"must be > 0, got {value}")
+        if self.gpu_memory_utilization > 1:
+            raise CostModelError(
+                "gpu_memory_utilization", f"must be <= 1, got {self.gpu_memory_utilization}"
+            )
+
+    def step_time(self, work: StepWork) -> float:
+        """Seconds one iteration takes (the formula in the module docstring)."""
+        weights = self.weight_bytes / self.hbm_bandwidth
+        compute = (work.prefill_tokens + work.decode_tokens) * self.flops_per_token
+        attention = work.kv_tokens_read * self.kv_bytes_per_token / self.hbm_bandwidth
+        return self.step_overhead_s + max(weights, compute / self.peak_flops) + attention
+
+    def default_num_blocks(self, block_size: int) -> int:
+        """KV blocks that fit in the memory the weights leave free."""
+        free = self.gpu_memory_bytes * self.gpu_memory_utilization - self.weight_bytes
+        if free <= 0:
+            raise CostModelError(
+                "weight_bytes",
+                f"the weights ({self.weight_bytes:.3g} B) leave no KV memory in "
+                f"gpu_memory_bytes * gpu_memory_utilization",
+            )
+        return max(1, int(free // (self.kv_bytes_per_token * block_size)))
+
+    def with_fields(self, fields: dict[str, object], where: str) -> CostModel:
+        """A copy with these fields replaced; unknown names are an error naming `where`."""
+        known = {f.name for f in dataclasses.fields(self)}
+        for name in fields:
+            if name not in known:
+                raise CostModelError(
+                    name, f"{where}: unknown cost-model field; known: {', '.join(sorted(known))}"
+                )
+        try:
+            return dataclasses.replace(self, **fields)  # type: ignore[arg-type]
+        except CostModelError as err:
+            raise CostModelError(err.field, f"{where}: {err.detail}") from None
+
+    @classmethod
+    def from_json(cls, path: Path) -> CostModel:
+        """The defaults with the fields of a JSON object file replaced."""
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise CostModelError("cost_json", f"{path}: {err}") from None
+        if not isinstance(document, dict):
+            raise CostModelError("cost_json", f"{path}: expected a JSON object of fields")
+        return cls().with_fields(document, str(path))
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,79 @@
+"""Run one workload under several configs and gather what the report needs."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedspec.properties.adapter import EngineFactory
+from schedspec.simulate.configs import NamedConfig
+from schedspec.simulate.cost_model import CostModel
+from schedspec.simulate.metrics import (
+    RequestMetrics,
+    Summary,
+    request_metrics,
+    summarize,
+    summary_document,
+)
+from schedspec.simulate.progress import ProgressCallback
+from schedspec.simulate.simulator import SimulationResult, simulate
+from schedspec.simulate.workloads import SimRequest
+
+FORMATS = ("png", "svg")
+
+
+@dataclass(frozen=True)
+class ConfigRun:
+    result: SimulationResult
+    metrics: list[RequestMetrics]  # in arrival order
+    summary: Summary
+
+
+def run_configs(
+    configs: Sequence[NamedConfig],
+    workload: list[SimRequest],
+    factory: EngineFactory,
+    cost_model: CostModel,
+    seed: int,
+    max_steps: int,
+    progress: ProgressCallback | None = None,
+) -> list[ConfigRun]:
+    runs = []
+    for named in configs:
+        on_step = None if progress is None else functools.partial(progress, named.name)
+        result = simulate(
+            named.name, factory, named.config, workload, cost_model, seed, max_steps, on_step
+        )
+        metrics = [request_metrics(t) for t in result.requests.values()]
+        runs.append(ConfigRun(result, metrics, summarize(result, metrics)))
+    return runs
+
+
+def write_plots(runs: Sequence[ConfigRun], out_dir: Path, formats: Sequence[str]) -> list[Path]:
+    """A Gantt chart per config; KV/queue and latency CDFs overlaying all configs."""
+    # Imported here: a simulation without pictures must not need matplotlib.
+    from schedspec.simulate.plots import (
+        gantt_figure,
+        kv_queue_figure,
+        latency_cdf_figure,
+        save_figure,
+    )
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for run in runs:
+        paths += save_figure(gantt_figure(run.result), out_dir, f"gantt-{run.result.name}", formats)
+    results = [r.result for r in runs]
+    paths += save_figure(kv_queue_figure(results), out_dir, "kv-queue", formats)
+    cdfs = latency_cdf_figure([(r.result, r.metrics) for r in runs])
+    return paths + save_figure(cdfs, out_dir, "latency-cdf", formats)
+
+
+def runs_document(runs: Sequence[ConfigRun], seed: int, workload: str) -> dict[str, object]:
+    return {
+        "workload": workload,
+        "seed": seed,
+        "runs": [summary_document(r.result, r.summary, r.metrics) for r in runs],
+    }

@@ -1,0 +1,235 @@
+"""Drive an engine over a timed workload with a step-time cost model.
+
+The clock starts at 0. Before each iteration the requests that have arrived
+by then are added; an idle engine jumps the clock to the next arrival. The
+iteration runs (schedule -> harness model -> update_from_output -> drafts,
+fake_model.run_step_reporting), the cost model prices the work the scheduler
+chose, and the clock moves on by that much: tokens emitted in the step are
+stamped with its end. Everything is read from what the engine publishes
+(SchedulerOutput and the RequestOutputs of update_from_output), so any engine
+behind the adapter protocol can be simulated; for an engine whose
+update_from_output returns None, the length caps are applied here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.properties.fake_model import FakeModel, run_step_reporting
+from schedspec.simulate.block_ledger import BlockLedger
+from schedspec.simulate.cost_model import CostModel, StepWork
+from schedspec.simulate.errors import SimulationInputError
+from schedspec.simulate.workloads import SimRequest
+from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus, SchedulerConfig
+from schedspec.timeline import ScheduledEntry, computed_before, scheduled_entries
+
+
+class SimulationStalledError(Exception):
+    """The engine stopped making progress, or ran past max_steps."""
+
+
+@dataclass(frozen=True)
+class SimStep:
+    """One iteration on the simulated clock."""
+
+    start: float  # s
+    duration: float  # s, from the cost model
+    entries: list[ScheduledEntry]  # in scheduling order
+    work: StepWork
+    kv_usage: float  # after the step
+    num_waiting: int  # arrived, unfinished and not running, after the step
+    num_running: int
+    preempted: list[str]
+
+
+@dataclass
+class RequestTimeline:
+    """One request's life on the simulated clock, as the engine reported it."""
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    max_tokens: int
+    first_scheduled: float | None = None
+    emit_times: list[float] = field(default_factory=list)  # end of each step that emitted
+    emit_counts: list[int] = field(default_factory=list)  # tokens emitted in that step
+    finish_time: float | None = None
+    finish_status: str | None = None
+    num_preemptions: int = 0
+    recomputed_tokens: int = 0  # KV computed again after preemption
+    cached_tokens: int = 0  # prefix-cache hits at admissions (resumptions included)
+    queried_tokens: int = 0  # known tokens at those admissions
+    _high_water: int = 0  # most tokens ever computed
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(self.emit_counts)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + self.num_output_tokens
+
+    def account(self, entry: ScheduledEntry, before: int, fresh: bool, start: float) -> None:
+        if self.first_scheduled is None:
+            self.first_scheduled = start
+        if fresh:
+            self.cached_tokens += entry.num_cached
+            self.queried_tokens += self.num_tokens
+        after = before + entry.num_scheduled - (entry.num_drafts - entry.num_accepted)
+        if entry.kind == "prefill":
+            self.recomputed_tokens += max(0, min(self._high_water, after) - before)
+        self._high_water = max(self._high_water, after)
+
+
+@dataclass
+class SimulationResult:
+    name: str
+    config: SchedulerConfig
+    cost_model: CostModel
+    steps: list[SimStep]
+    requests: dict[str, RequestTimeline]  # in arrival order
+
+
+def simulate(
+    name: str,
+    factory: EngineFactory,
+    config: SchedulerConfig,
+    workload: list[SimRequest],
+    cost_model: CostModel,
+    seed: int,
+    max_steps: int,
+    on_step: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    """Run the workload to completion; on_step gets the number of finished requests."""
+    engine = factory(config)
+    model = FakeModel(seed=seed, num_speculative_tokens=config.num_speculative_tokens)
+    pending = deque(sorted(workload, key=lambda r: r.arrival_time))
+    timelines: dict[str, RequestTimeline] = {}
+    ledger = BlockLedger(config.num_blocks)
+    live: set[str] = set()  # arrived and unfinished
+    running: set[str] = set()
+    steps: list[SimStep] = []
+    clock = 0.0
+    finished = 0
+    while pending or live:
+        if len(steps) >= max_steps:
+            raise SimulationStalledError(
+                f"{len(live) + len(pending)} requests unfinished after max_steps={max_steps}"
+            )
+        if not live:
+            clock = max(clock, pending[0].arrival_time)
+        while pending and pending[0].arrival_time <= clock:
+            request = pending.popleft()
+            _add(engine, request)
+            timelines[request.request_id] = RequestTimeline(
+                request.request_id,
+                request.arrival_time,
+                len(request.prompt_token_ids),
+                request.max_tokens,
+            )
+            live.add(request.request_id)
+        out, model_output, reported = run_step_reporting(engine, model)
+        if out.total_num_scheduled_tokens == 0:
+            if not pending:
+                raise SimulationStalledError(
+                    f"{name}: the engine scheduled nothing with {len(live)} requests unfinished"
+                )
+            clock = max(clock, pending[0].arrival_time)  # wait for the next arrival
+            continue
+        if reported is None:
+            reported = _length_capped_outputs(model_output, timelines, config.max_model_len)
+        assert isinstance(reported, Mapping), reported
+        computed, fresh = computed_before(out)
+        num_tokens = {rid: timelines[rid].num_tokens for rid in out.num_scheduled_tokens}
+        entries = scheduled_entries(out, model_output, num_tokens, computed, fresh)
+        ledger.apply(out)
+        work = _work(entries, computed)
+        end = clock + cost_model.step_time(work)
+        for entry in entries:
+            rid = entry.request_id
+            timelines[rid].account(entry, computed[rid], rid in fresh, clock)
+        for rid in out.preempted_req_ids:
+            running.discard(rid)
+            timelines[rid].num_preemptions += 1
+        running.update(out.num_scheduled_tokens)
+        finished += _apply_outputs(reported, timelines, end, ledger, live, running)
+        steps.append(
+            SimStep(
+                start=clock,
+                duration=end - clock,
+                entries=entries,
+                work=work,
+                kv_usage=ledger.usage,
+                num_waiting=len(live) - len(running),
+                num_running=len(running),
+                preempted=sorted(out.preempted_req_ids),
+            )
+        )
+        clock = end
+        if on_step is not None:
+            on_step(finished)
+    return SimulationResult(name, config, cost_model, steps, timelines)
+
+
+def _add(engine: EngineAdapter, request: SimRequest) -> None:
+    """Add a request; a refusal names where the request came from."""
+    try:
+        engine.add_request(request.to_request())
+    except ValueError as err:
+        where = request.source or f"request {request.request_id!r}"
+        raise SimulationInputError("workload", f"{where}: the engine refused it: {err}") from None
+
+
+def _work(entries: list[ScheduledEntry], computed: Mapping[str, int]) -> StepWork:
+    prefill = sum(e.num_scheduled for e in entries if e.kind == "prefill")
+    total = sum(e.num_scheduled for e in entries)
+    # Attention reads the request's whole context up to the last token of the step.
+    kv_read = sum(computed[e.request_id] + e.num_scheduled for e in entries)
+    return StepWork(prefill_tokens=prefill, decode_tokens=total - prefill, kv_tokens_read=kv_read)
+
+
+def _length_capped_outputs(
+    model_output: ModelRunnerOutput, timelines: Mapping[str, RequestTimeline], max_model_len: int
+) -> dict[str, RequestOutput]:
+    """What an engine that reports no RequestOutputs kept: workload requests carry
+    no EOS or stop tokens, so only max_tokens and max_model_len trim the sampled
+    tokens, and reaching either finishes the request."""
+    outputs = {}
+    for rid, sampled in model_output.sampled_token_ids.items():
+        t = timelines[rid]
+        room = min(t.max_tokens - t.num_output_tokens, max_model_len - t.num_tokens)
+        kept = tuple(sampled[:room])
+        done = len(kept) == room
+        status = RequestStatus.FINISHED_LENGTH_CAPPED if done else None
+        outputs[rid] = RequestOutput(rid, kept, status)
+    return outputs
+
+
+def _apply_outputs(
+    reported: Mapping[object, object],
+    timelines: dict[str, RequestTimeline],
+    end: float,
+    ledger: BlockLedger,
+    live: set[str],
+    running: set[str],
+) -> int:
+    """Stamp emitted tokens with the step's end; retire finished requests. Returns
+    how many finished."""
+    finished = 0
+    for output in reported.values():
+        assert isinstance(output, RequestOutput), output
+        timeline = timelines[output.request_id]
+        if output.new_token_ids:
+            timeline.emit_times.append(end)
+            timeline.emit_counts.append(len(output.new_token_ids))
+        if output.finish_status is not None:
+            timeline.finish_time = end
+            timeline.finish_status = output.finish_status.name
+            ledger.release(output.request_id)
+            live.discard(output.request_id)
+            running.discard(output.request_id)
+            finished += 1
+    return finished
