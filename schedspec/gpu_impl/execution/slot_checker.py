@@ -41,8 +41,7 @@ class SlotSafetyChecker:
             return
         sequences: dict[str, tuple[int, ...]] = {}
         tags: dict[str, list[int]] = {}
-        for rid in scheduler_output.num_scheduled_tokens:
-            request = state.requests[rid]
+        for rid, request in state.requests.items():
             known = request.prompt_token_ids + request.output_token_ids
             drafts = tuple(scheduler_output.scheduled_spec_decode_tokens.get(rid, ()))
             sequences[rid] = known + drafts

@@ -9,8 +9,9 @@ or None when it holds.
 - BATCH-LAYOUT: each request's slice of the batch holds its own tokens at
   positions computed_before .. computed_before + scheduled - 1.
 - SLOT-UNIQUE: no two tokens of a step write the same slot.
-- WRITE-EXCLUSIVE: every write lands in a block of the writer's own table
-  that no other live request holds (a shared block is a prefix-cache block).
+- WRITE-NO-CLOBBER: every write lands in a block of the writer's own table,
+  and in a block another live request holds (a prefix-cache block) only as
+  the KV that request expects there: shared content is filled, never changed.
 - READ-OWN-TABLE: a request's attention reads exactly the slots its own block
   table gives for positions 0 .. seq_len - 1.
 - READ-FRESH: every slot read holds the KV of the reader's own prefix
@@ -40,7 +41,8 @@ class StepView:
     scheduler_output: SchedulerOutput
     state: State  # the engine's snapshot right after schedule()
     step: ExecutedStep
-    sequences: Mapping[str, tuple[int, ...]]  # per scheduled request: known tokens + drafts
+    # Per live request: known tokens, then the drafts scheduled this step.
+    sequences: Mapping[str, tuple[int, ...]]
     tags: Mapping[str, list[int]]  # the prefix tag of each position of `sequences`
 
     def table(self, request_id: str) -> torch.Tensor:
@@ -89,22 +91,46 @@ def slot_unique(view: StepView, ctx: CheckContext) -> str | None:
     return None
 
 
-def write_exclusive(view: StepView, ctx: CheckContext) -> str | None:
-    holders: dict[int, set[str]] = {}
-    for rid, request in view.state.requests.items():
-        for block in request.block_ids:
-            holders.setdefault(block, set()).add(rid)
+def write_no_clobber(view: StepView, ctx: CheckContext) -> str | None:
+    """Writes go to the writer's own blocks, and a block another live request also
+    holds may only be filled with the KV that request expects there.
+
+    Not plain exclusivity: like vLLM, a scheduler registers a block in the
+    prefix cache when it schedules the block's computation, so a request
+    admitted later in the same step can hit a block its first owner is
+    writing right now. That is safe because every layer writes the whole
+    batch's KV before any request reads (paged_attention.py).
+    """
     block_size = ctx.runner.block_size
+    holders: dict[int, list[tuple[str, int]]] = {}  # block -> (request, index in its table)
+    for rid, request in view.state.requests.items():
+        for index, block in enumerate(request.block_ids):
+            holders.setdefault(block, []).append((rid, index))
     batch = view.step.batch
     for entry in batch.requests:
-        slots = batch.slot_mapping[entry.start : entry.start + entry.num_tokens]
-        for block in sorted(set((slots[slots >= 0] // block_size).tolist())):
-            owners = holders.get(block, set())
-            if entry.request_id not in owners:
-                return f"request {entry.request_id!r} writes block {block}, not in its table"
-            if len(owners) > 1:
-                others = sorted(owners - {entry.request_id})
-                return f"request {entry.request_id!r} writes block {block}, shared with {others}"
+        rid = entry.request_id
+        rows = slice(entry.start, entry.start + entry.num_tokens)
+        for slot, position in zip(
+            batch.slot_mapping[rows].tolist(), batch.positions[rows].tolist(), strict=True
+        ):
+            if slot < 0:
+                continue
+            block, offset = divmod(slot, block_size)
+            owners = holders.get(block, [])
+            if all(holder != rid for holder, _ in owners):
+                return f"request {rid!r} writes block {block}, not in its table"
+            for holder, index in owners:
+                theirs = index * block_size + offset
+                tags = view.tags[holder]
+                if holder != rid and (
+                    theirs != position
+                    or theirs >= len(tags)
+                    or tags[theirs] != view.tags[rid][position]
+                ):
+                    return (
+                        f"request {rid!r} writes position {position} into block {block}, "
+                        f"which {holder!r} holds with other content"
+                    )
     return None
 
 
@@ -164,8 +190,9 @@ def cached_kv_fresh(view: StepView, ctx: CheckContext) -> str | None:
 PREDICATES: tuple[tuple[str, Predicate], ...] = (
     ("BATCH-LAYOUT", batch_layout),
     ("SLOT-UNIQUE", slot_unique),
-    ("WRITE-EXCLUSIVE", write_exclusive),
+    ("WRITE-NO-CLOBBER", write_no_clobber),
     ("READ-OWN-TABLE", read_own_table),
-    ("READ-FRESH", read_fresh),
+    # Before READ-FRESH: a bad hit is reported as what it is, not as a stale read.
     ("CACHED-KV-FRESH", cached_kv_fresh),
+    ("READ-FRESH", read_fresh),
 )
