@@ -13,7 +13,7 @@ Time is split by wrapping, in this script only, with time.perf_counter_ns accumu
                      update_draft_token_ids (wrapped on each engine the factory builds)
   (b) snapshots      the engine's snapshot() (the refinement mapping)
   (c) checks         every CHECKS entry, per invariant id (wrapped before any
-                     CheckedEngine copies them)
+                     CheckedEngine copies them), and the fused state fast path
   (d) fake model     FakeModel.execute and FakeModel.drafts_for
   (e1) harness       the rest of CheckedEngine.apply: building transitions, the KV
                      content oracle, the loop over the checks
@@ -58,7 +58,7 @@ from schedspec.properties.strategies import (
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.properties.trace import ModelParams
 from schedspec.spec import SchedulerConfig, SchedulerOutput
-from schedspec.spec.invariants import CHECKS, Profile
+from schedspec.spec.invariants import CHECKS, Profile, state_fast_path
 
 PROFILE: Profile = "vllm-v1"
 TARGET_STEPS_PER_S = 5_000
@@ -71,6 +71,9 @@ ENGINE_CALLS = (
 )
 SNAPSHOT = ("snapshot",)
 MODEL_CALLS = ("execute", "drafts_for")
+# The fused pass that vouches for most state invariants (the named ones then run
+# only when it cannot), timed as a check.
+FAST_PATH_KEY = "(state fast path)"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -170,15 +173,19 @@ def instrumented(accounts: Accounts) -> Iterator[None]:
     saved_checks = dict(CHECKS)
     saved_model = {name: getattr(FakeModel, name) for name in MODEL_CALLS}
     saved_apply = CheckedEngine.apply
+    saved_fast_path = state_fast_path.state_holds
     try:
         for invariant_id, check in saved_checks.items():
             CHECKS[invariant_id] = accounts.checks.wrap(invariant_id, check)
+        fast_path = accounts.checks.wrap(FAST_PATH_KEY, saved_fast_path)
+        setattr(state_fast_path, "state_holds", fast_path)  # noqa: B010
         for name, method in saved_model.items():
             setattr(FakeModel, name, accounts.model.wrap(name, method))
         setattr(CheckedEngine, "apply", accounts.harness.wrap("apply", saved_apply))  # noqa: B010
         yield
     finally:
         CHECKS.update(saved_checks)
+        setattr(state_fast_path, "state_holds", saved_fast_path)  # noqa: B010
         for name, method in saved_model.items():
             setattr(FakeModel, name, method)
         setattr(CheckedEngine, "apply", saved_apply)  # noqa: B010

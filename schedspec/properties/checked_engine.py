@@ -29,6 +29,7 @@ from schedspec.spec.invariants import (
     computed_before,
     drain_step_bound,
     ids_for,
+    state_fast_path,
 )
 
 DEFAULT_MODEL = ModelParams()
@@ -102,6 +103,10 @@ class CheckedEngine:
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
         }
+        # What still runs on a state the fused fast path vouched for.
+        self._unfused_state_checks = [
+            CHECKS[i] for i in ids_for("state", profile) if i not in state_fast_path.FAST_PATH_IDS
+        ]
 
     @staticmethod
     def from_factory(
@@ -141,8 +146,13 @@ class CheckedEngine:
         key = (kind, self.profile)
         runs = self.stats.kind_runs
         runs[key] = runs.get(key, 0) + 1
+        checks = self._checks[kind]
+        # One fused pass vouches for most state invariants; only when it cannot
+        # do the named predicates run (and word what they find).
+        if kind == "state" and state_fast_path.state_holds(subject):  # type: ignore[arg-type]
+            checks = self._unfused_state_checks
         found: list[Violation] = []
-        for check in self._checks[kind]:
+        for check in checks:
             found.extend(check(subject))
         return found
 

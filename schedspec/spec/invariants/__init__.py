@@ -10,6 +10,7 @@ from schedspec.spec.invariants import (  # noqa: F401  (importing registers the 
     liveness_invariants,
     policy_invariants,
     schedule_invariants,
+    state_fast_path,
     state_invariants,
     update_invariants,
 )

@@ -1,0 +1,119 @@
+"""One pass over a state that vouches for every state invariant at once.
+
+The six state invariants each walk the whole snapshot; on a busy engine they
+are checked twice per step. `state_holds` walks the requests once and the KV
+arrays once, and answers only "every one of FAST_PATH_IDS holds" or "maybe
+not". On "maybe not" the checker runs the named predicates, which find and
+word the violations; so the fast path never reports anything itself, and it may
+be stricter than the predicates (a false alarm costs only the slow path), but
+never laxer: True must imply that every predicate in FAST_PATH_IDS returns [].
+The tests hold it to that on every hand-built bad state of the catalogue.
+"""
+
+from __future__ import annotations
+
+from schedspec.spec.request import RequestStatus
+from schedspec.spec.state import State
+
+# The state invariants this pass covers; any other state invariant registered
+# later still runs on its own.
+FAST_PATH_IDS = frozenset({"CONSERVATION", "EXCLUSIVE", "CACHE-INDEX", "QUEUES", "SEQS", "LENGTH"})
+
+_RUNNING = RequestStatus.RUNNING
+_WAITING = RequestStatus.WAITING
+_PREEMPTED = RequestStatus.PREEMPTED
+
+
+def state_holds(state: State) -> bool:
+    """True only if CONSERVATION, EXCLUSIVE, CACHE-INDEX, QUEUES, SEQS and LENGTH all hold."""
+    config = state.config
+    kv = state.kv
+    requests = state.requests
+    running = set(state.running)
+    waiting = set(state.waiting)
+    # QUEUES and SEQS: each live request queued exactly once, nothing else queued.
+    if (
+        len(state.running) > config.max_num_seqs
+        or len(running) != len(state.running)
+        or len(waiting) != len(state.waiting)
+        or len(running) + len(waiting) != len(requests)
+        or not running.isdisjoint(waiting)
+    ):
+        return False
+    num_blocks = kv.num_blocks
+    hashes = kv.block_hashes
+    if len(hashes) != num_blocks:
+        return False
+    bs = config.block_size
+    max_model_len = config.max_model_len
+    counts = [0] * num_blocks
+    # For a block seen once so far: its index in that table and that request's
+    # length, so that a second holder can be checked against the first (EXCLUSIVE).
+    first_seen: dict[int, tuple[int, int]] = {}
+    for rid, request in requests.items():
+        status = request.status
+        num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
+        if status is _RUNNING:
+            if rid not in running:
+                return False
+        elif status is _WAITING or status is _PREEMPTED:
+            if (
+                rid not in waiting
+                or request.block_ids
+                or request.spec_token_ids
+                or request.num_computed_tokens
+                or (status is _PREEMPTED and request.num_preemptions < 1)
+            ):
+                return False
+        else:
+            return False
+        # LENGTH
+        outputs = request.output_token_ids
+        if num_tokens >= max_model_len or len(outputs) >= request.max_tokens:
+            return False
+        if outputs:
+            eos = request.eos_token_id
+            if eos is not None and eos in outputs:
+                return False
+            for stop in request.stop_token_ids:
+                if stop in outputs:
+                    return False
+        # CONSERVATION's counts and EXCLUSIVE's sharing rule
+        for index, block in enumerate(request.block_ids):
+            if not 0 <= block < num_blocks:
+                return False
+            held = counts[block]
+            counts[block] = held + 1
+            if held == 0:
+                first_seen[block] = (index, num_tokens)
+                continue
+            first_index, first_tokens = first_seen[block]
+            # Shared: a cached full block at the same position of every table
+            # (a table holding one block twice shows up here as two positions).
+            if (
+                index != first_index
+                or hashes[block] is None
+                or (index + 1) * bs > num_tokens
+                or (first_index + 1) * bs > first_tokens
+            ):
+                return False
+    # CONSERVATION: ref counts are the holders; the free queue is exactly the
+    # unheld blocks, each once.
+    if tuple(counts) != kv.ref_counts:
+        return False
+    free = kv.free_block_ids
+    if len(free) != counts.count(0) or len(set(free)) != len(free):
+        return False
+    for block in free:
+        if not 0 <= block < num_blocks or counts[block]:
+            return False
+    # CACHE-INDEX: the map and the blocks' hashes agree, no empty entry.
+    indexed: list[object] = [None] * num_blocks
+    for block_hash, block_ids in kv.prefix_cache:
+        if not block_ids:
+            return False
+        for block in block_ids:
+            if not 0 <= block < num_blocks or indexed[block] is not None:
+                return False
+            indexed[block] = block_hash
+    return tuple(indexed) == hashes

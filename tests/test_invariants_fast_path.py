@@ -1,0 +1,124 @@
+"""The fused state fast path never vouches for a state that some covered invariant rejects.
+
+state_holds may be stricter than the named predicates (the checker then runs them)
+but never laxer. Worked examples: every good and bad state case of the catalogue;
+corrupted snapshots of real reference runs; and a lax fast path that these tests
+catch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schedspec.properties.checked_engine import CheckedEngine, CheckStats
+from schedspec.properties.events import Step
+from schedspec.properties.reference_adapter import reference_engine
+from schedspec.properties.strategies import (
+    RequestDraw,
+    build_add_request,
+    configs,
+    request_draws,
+)
+from schedspec.spec import RequestStatus, SchedulerConfig, State
+from schedspec.spec.invariants import CHECKS, ids_for
+from schedspec.spec.invariants.state_fast_path import FAST_PATH_IDS, state_holds
+from tests.invariant_builders import CaseBuilder, with_kv, with_request
+from tests.test_invariants_state import cases
+
+FastPath = Callable[[State], bool]
+
+
+def covered_violations(state: State) -> list[str]:
+    return [str(v) for i in sorted(FAST_PATH_IDS) for v in CHECKS[i](state)]
+
+
+def assert_sound(fast_path: FastPath, state: State) -> None:
+    """If the fast path vouches for the state, every covered predicate agrees."""
+    if fast_path(state):
+        assert covered_violations(state) == [], "the fast path vouched for a bad state"
+
+
+def test_fast_path_covers_state_invariants_only() -> None:
+    assert set(ids_for("state", "vllm-v1")) >= FAST_PATH_IDS
+
+
+@pytest.mark.parametrize("build", cases.params())
+def test_fast_path_vouches_for_every_good_case(build: CaseBuilder) -> None:
+    good = build().good
+    assert isinstance(good, State)
+    assert state_holds(good)
+
+
+@pytest.mark.parametrize("build", cases.params())
+def test_fast_path_rejects_every_bad_case(build: CaseBuilder) -> None:
+    bad = build().bad
+    assert isinstance(bad, State)
+    assert not state_holds(bad)
+    assert_sound(state_holds, bad)
+
+
+def test_a_lax_fast_path_is_caught() -> None:
+    """The soundness check has teeth: a fast path that skips EXCLUSIVE's sharing rule fails it."""
+    (build,) = [b for i, b in cases.builders if b.__name__ == "case_uncached_block_shared"]
+    bad = build().bad
+    assert isinstance(bad, State)
+    with pytest.raises(AssertionError, match="vouched for a bad state"):
+        assert_sound(lambda state: True, bad)
+
+
+def _corruptions(state: State) -> list[State]:
+    """Small single-field corruptions of a real snapshot (most break some invariant)."""
+    out: list[State] = []
+    kv = state.kv
+    for block in range(min(kv.num_blocks, 4)):
+        refs = list(kv.ref_counts)
+        refs[block] += 1
+        out.append(with_kv(state, ref_counts=tuple(refs)))
+    if kv.free_block_ids:
+        out.append(with_kv(state, free_block_ids=kv.free_block_ids[1:]))
+        out.append(with_kv(state, free_block_ids=(*kv.free_block_ids, kv.free_block_ids[0])))
+    if kv.prefix_cache:
+        out.append(with_kv(state, prefix_cache=kv.prefix_cache[1:]))
+    for rid, request in state.requests.items():
+        if request.block_ids:
+            table = request.block_ids
+            out.append(with_request(state, rid, block_ids=table[:-1]))
+            out.append(with_request(state, rid, block_ids=(*table, table[0])))
+            out.append(with_request(state, rid, status=RequestStatus.WAITING))
+        out.append(with_request(state, rid, status=RequestStatus.FINISHED_ABORTED))
+        out.append(with_request(state, rid, max_tokens=len(request.output_token_ids)))
+        if request.output_token_ids:
+            out.append(with_request(state, rid, eos_token_id=request.output_token_ids[-1]))
+    if state.running:
+        out.append(dataclasses.replace(state, running=state.running[:-1]))
+        out.append(
+            dataclasses.replace(state, config=dataclasses.replace(state.config, max_num_seqs=1))
+            if len(state.running) > 1
+            else dataclasses.replace(state, running=(*state.running, state.running[0]))
+        )
+    return out
+
+
+@given(
+    config=configs(),
+    draws=st.lists(request_draws, min_size=1, max_size=6),
+    num_steps=st.integers(1, 8),
+)
+def test_fast_path_on_real_and_corrupted_snapshots(
+    config: SchedulerConfig, draws: list[RequestDraw], num_steps: int
+) -> None:
+    checked = CheckedEngine.from_factory(reference_engine, config, "vllm-v1", stats=CheckStats())
+    for index, drawn in enumerate(draws):
+        ok = dataclasses.replace(drawn, door=0)
+        checked.apply(build_add_request(config, f"r{index}", checked.state.requests, ok))
+    for _ in range(num_steps):
+        checked.apply(Step())
+        state = checked.state
+        assert state_holds(state), "a real snapshot must pass the fast path"
+        for corrupted in _corruptions(state):
+            assert_sound(state_holds, corrupted)
