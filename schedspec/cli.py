@@ -207,9 +207,21 @@ def main() -> None:
 )
 @click.option("--quiet", is_flag=True, help="Print the summary only.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document: config, steps, summary.")
-def run(seed: int, max_steps: int, quiet: bool, as_json: bool, **config_fields: Any) -> None:
+@click.option(
+    "--execute",
+    is_flag=True,
+    help="Run the workload through a tiny paged-attention model instead of the fake one, "
+    "check slot safety on every step, and fail unless every request's output matches a "
+    "dense one-request-at-a-time run.",
+)
+def run(
+    seed: int, max_steps: int, quiet: bool, as_json: bool, execute: bool, **config_fields: Any
+) -> None:
     """Run the built-in mixed workload through the reference scheduler."""
     config = _build_config(**config_fields)
+    if execute:
+        _execute(config, seed, max_steps, as_json)
+        return
     model = FakeModel(seed=seed, num_speculative_tokens=config.num_speculative_tokens)
     workload = build_workload(config.max_model_len, seed, model.token_at)
     printer = None if quiet or as_json else lambda r: click.echo(format_step(r))
@@ -228,6 +240,28 @@ def run(seed: int, max_steps: int, quiet: bool, as_json: bool, **config_fields: 
         click.echo()
     for line in format_summary(result.summary):
         click.echo(line)
+
+
+def _execute(config: SchedulerConfig, seed: int, max_steps: int, as_json: bool) -> None:
+    """`run --execute`: torch is imported only here, so a plain `run` stays light."""
+    if as_json:
+        raise click.UsageError("--execute prints a text report; drop --json")
+    import torch
+
+    from schedspec.gpu_impl.execution.builtin_workload import execute_builtin_workload
+
+    torch.set_num_threads(1)  # a tiny model: threads only add overhead
+    ok, lines = execute_builtin_workload(
+        lambda token_at: build_workload(config.max_model_len, seed, token_at),
+        Scheduler,
+        config,
+        seed,
+        max_steps,
+    )
+    for line in lines:
+        click.echo(line)
+    if not ok:
+        raise click.ClickException("the paged run failed its checks (see above)")
 
 
 for _command in COMMANDS:  # check, replay, diff, diff-replay: cli_suite.py

@@ -41,6 +41,7 @@ class InvarianceReport:
     num_requests: int
     num_output_tokens: int  # of the dense run
     mismatches: tuple[Mismatch, ...]
+    slot_checks: Mapping[str, int]  # predicate -> steps checked (empty: checks off)
 
     @property
     def matched(self) -> bool:
@@ -76,6 +77,7 @@ def check_output_invariance(
     runner_factory: Callable[[TinyModel, SchedulerConfig], PagedModelRunner] = PagedModelRunner,
     check_slots: bool = True,
     draft_seed: int = 1,
+    max_steps: int = 100_000,
 ) -> InvarianceReport:
     """Run the arrivals through a fresh engine and the paged runner, slot checks on
     every step unless check_slots is off, and compare with the dense baseline.
@@ -93,10 +95,11 @@ def check_output_invariance(
             config.max_model_len,
         )
     checker = SlotSafetyChecker(runner) if check_slots else None
-    run = execute_run(engine_factory(config), arrivals, runner, drafter, checker)
+    run = execute_run(engine_factory(config), arrivals, runner, drafter, checker, max_steps)
     return InvarianceReport(
         run=run,
         num_requests=len(dense),
         num_output_tokens=sum(len(t) for t in dense.values()),
         mismatches=compare_outputs(run.outputs, dense),
+        slot_checks=dict(checker.counts) if checker is not None else {},
     )
