@@ -55,9 +55,23 @@ def test_causal_attention_hides_the_future() -> None:
     q = torch.ones(2, 1, 2, dtype=torch.float64)
     keys = torch.zeros(3, 1, 2, dtype=torch.float64)
     values = torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]], [[9.0, 9.0]]], dtype=torch.float64)
-    out = causal_attention(q, keys, values, torch.tensor([0, 1]))
+    out = causal_attention(q[None], keys[None], values[None], torch.tensor([[0, 1]]))[0]
     assert out[0, 0].tolist() == [1.0, 0.0]
     assert out[1, 0].tolist() == [0.5, 0.5]  # equal scores over keys 0 and 1, none on 2
+
+
+def test_grouped_requests_attend_only_to_their_own_keys() -> None:
+    """Two requests in one call: each query mixes only its own request's values,
+    and a padded key past the shorter context (position 2 of request 0) is hidden."""
+    q = torch.ones(2, 1, 1, 2, dtype=torch.float64)
+    keys = torch.zeros(2, 3, 1, 2, dtype=torch.float64)
+    values = torch.tensor(
+        [[[[1.0, 0.0]], [[0.0, 1.0]], [[99.0, 99.0]]], [[[2.0, 0.0]], [[0.0, 2.0]], [[0.0, 5.0]]]],
+        dtype=torch.float64,
+    )
+    out = causal_attention(q, keys, values, torch.tensor([[1], [2]]))
+    assert out[0, 0, 0].tolist() == [0.5, 0.5]
+    assert out[1, 0, 0].tolist() == pytest.approx([2 / 3, 7 / 3])
 
 
 def test_feeding_token_by_token_equals_feeding_at_once() -> None:

@@ -14,6 +14,7 @@ from schedspec.gpu_impl.execution.invariance import (
     InvarianceReport,
     Mismatch,
     check_output_invariance,
+    compare_outputs,
     dense_outputs,
 )
 from schedspec.gpu_impl.execution.model_runner import PagedModelRunner
@@ -36,6 +37,7 @@ __all__ = [
     "TinyModel",
     "TinyModelConfig",
     "check_output_invariance",
+    "compare_outputs",
     "dense_generate",
     "dense_outputs",
     "execute_run",

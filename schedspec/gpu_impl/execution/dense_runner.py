@@ -37,7 +37,8 @@ class DenseSequence:
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             self.keys[layer][start:end] = k
             self.values[layer][start:end] = v
-            return causal_attention(q, self.keys[layer][:end], self.values[layer][:end], positions)
+            keys, values = self.keys[layer][:end], self.values[layer][:end]
+            return causal_attention(q[None], keys[None], values[None], positions[None])[0]
 
         tokens = torch.tensor(list(token_ids), dtype=torch.long, device=self.model.device)
         hidden = self.model.forward(tokens, positions, attend)

@@ -65,11 +65,44 @@ def paged_attention(
     batch: InputBatch,
     contexts: tuple[torch.Tensor, ...],
 ) -> torch.Tensor:
-    """Write this step's K/V, then attend per request over its context slots."""
+    """Write this step's K/V, then attend: prefills one request at a time, decodes
+    in one batched call (as vLLM splits them), each over its own context slots."""
     cache.write(layer, batch.slot_mapping, k, v)
     out = torch.empty_like(q)
-    for entry, slots in zip(batch.requests, contexts, strict=True):
+    decodes = []
+    for index, entry in enumerate(batch.requests):
+        if entry.is_decode:
+            decodes.append(index)
+            continue
         rows = slice(entry.start, entry.start + entry.num_tokens)
-        keys, values = cache.gather(layer, slots)
-        out[rows] = causal_attention(q[rows], keys, values, batch.positions[rows])
+        keys, values = cache.gather(layer, contexts[index])
+        out[rows] = causal_attention(
+            q[rows][None], keys[None], values[None], batch.positions[rows][None]
+        )[0]
+    if decodes:
+        _decode_attention(cache, layer, q, batch, contexts, decodes, out)
     return out
+
+
+def _decode_attention(
+    cache: PagedKVCache,
+    layer: int,
+    q: torch.Tensor,
+    batch: InputBatch,
+    contexts: tuple[torch.Tensor, ...],
+    decodes: list[int],
+    out: torch.Tensor,
+) -> None:
+    """Decodes (1 + drafts queries each) padded to one [R, Q] query block and one
+    [R, C] context block; padded keys sit past each context and are masked."""
+    entries = [batch.requests[i] for i in decodes]
+    width = max(e.num_tokens for e in entries)
+    rows = torch.tensor(
+        [[e.start + min(j, e.num_tokens - 1) for j in range(width)] for e in entries],
+        device=q.device,
+    )
+    slots = torch.nn.utils.rnn.pad_sequence([contexts[i] for i in decodes], batch_first=True)
+    keys, values = cache.gather(layer, slots)
+    result = causal_attention(q[rows], keys, values, batch.positions[rows])
+    for r, entry in enumerate(entries):
+        out[entry.start : entry.start + entry.num_tokens] = result[r, : entry.num_tokens]

@@ -168,15 +168,17 @@ class TinyModel:
 def causal_attention(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, q_positions: torch.Tensor
 ) -> torch.Tensor:
-    """One request's attention: queries at q_positions over keys at positions 0..len-1.
+    """Attention of a group of requests, each over its own keys, causally masked.
 
-    A query sees the keys at its own position and before (causal mask). The
-    paged and the dense paths both call this, so they differ only in where
-    the keys come from.
+    q [R, Q, heads, dim] at q_positions [R, Q]; keys and values [R, C, heads,
+    dim] at positions 0..C-1. A query sees the keys at its own position and
+    before. Keys past a request's context are padding: the mask hides them,
+    since its queries sit before its context's end. The paged and the dense
+    paths both call this, so they differ only in where the keys come from.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = torch.einsum("nhd,chd->hnc", q, keys) * scale
-    key_positions = torch.arange(keys.shape[0], device=q.device)
-    future = key_positions[None, :] > q_positions[:, None]
-    scores = scores.masked_fill(future[None, :, :], float("-inf"))
-    return torch.einsum("hnc,chd->nhd", torch.softmax(scores, dim=-1), values)
+    scores = torch.einsum("rnhd,rchd->rhnc", q, keys) * scale
+    key_positions = torch.arange(keys.shape[1], device=q.device)
+    future = key_positions[None, None, :] > q_positions[:, :, None]
+    scores = scores.masked_fill(future[:, None, :, :], float("-inf"))
+    return torch.einsum("rhnc,rchd->rnhd", torch.softmax(scores, dim=-1), values)
