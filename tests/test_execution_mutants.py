@@ -28,8 +28,9 @@ from schedspec.gpu_impl.execution.paged_attention import context_slots
 from schedspec.gpu_impl.execution.request_states import RunnerRequestState
 from schedspec.gpu_impl.execution.slot_safety import StepView, batch_layout
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.reference.free_block_queue import KVCacheBlock
 from schedspec.reference.kv_cache_manager import KVCacheManager
-from schedspec.spec import Request, SchedulerConfig, extend_block_hashes
+from schedspec.spec import Request, RequestStatus, SchedulerConfig, extend_block_hashes
 from schedspec.spec.block_hash import BlockHash
 from tests.test_execution_invariance import (  # noqa: F401 (one_thread is an autouse fixture)
     TIGHT,
@@ -103,6 +104,29 @@ class ContentBlindKV(KVCacheManager):
         return extend_block_hashes(hashes, [0] * request.num_tokens, self.block_size)
 
 
+class ResumeSkipsABlock(KVCacheManager):
+    """A resumed request 'hits' one block past its real cache hit: a free block
+    with stale content, so the block's tokens are never recomputed."""
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
+        hits, num_hit = super().get_computed_blocks(request)
+        if request.status is not RequestStatus.PREEMPTED:
+            return hits, num_hit
+        if num_hit + self.block_size > request.num_tokens - 1:
+            return hits, num_hit  # the last token is always recomputed
+        free = (b for b in self.block_pool.blocks if b.ref_cnt == 0 and b not in hits)
+        stale = next(free, None)
+        if stale is None:
+            return hits, num_hit
+        return [*hits, stale], num_hit + self.block_size
+
+
+def resume_skipping_engine(config: SchedulerConfig) -> ReferenceEngine:
+    engine = ReferenceEngine(config)
+    engine.kv_cache_manager = ResumeSkipsABlock(config)
+    return engine
+
+
 def content_blind_engine(config: SchedulerConfig) -> ReferenceEngine:
     engine = ReferenceEngine(config)
     engine.kv_cache_manager = ContentBlindKV(config)
@@ -121,6 +145,7 @@ EngineFactory = Callable[[SchedulerConfig], ExecEngine]
 RunnerFactory = Callable[..., PagedModelRunner]
 
 # mutant name -> (engine, runner, workload, the predicate that must catch it)
+# Runner mutants first, then the scheduler mutants (the last two).
 MUTANTS: dict[str, tuple[EngineFactory, RunnerFactory, Callable[[], list[Arrival]], str]] = {
     "wrong slot offset": (
         reference_engine,
@@ -145,6 +170,12 @@ MUTANTS: dict[str, tuple[EngineFactory, RunnerFactory, Callable[[], list[Arrival
         SkipsARecomputedBlock,
         lambda: shared_prefix_workload(6, 9, 20),
         "READ-FRESH",
+    ),
+    "scheduler resumes past a block it never recomputes": (
+        resume_skipping_engine,
+        PagedModelRunner,
+        lambda: shared_prefix_workload(6, 9, 20),
+        "CACHED-KV-FRESH",
     ),
     "reads another request's table": (
         reference_engine,
