@@ -11,7 +11,6 @@ gpu_impl scheduler once its adapter exists, CUDA when a GPU is present.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -35,9 +34,7 @@ from schedspec.spec import Request, SchedulerConfig
 
 MODEL = TinyModelConfig(vocab_size=96, hidden_size=32, num_layers=2, num_heads=4, max_positions=256)
 
-ENGINES = ["reference"]
-if importlib.util.find_spec("schedspec.properties.adapters.gpu") is not None:
-    ENGINES.append("schedspec.properties.adapters.gpu:gpu_engine")
+ENGINES = ["reference", "gpu"]  # load_engine_factory names: the two schedulers of this repo
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 EngineFactory = Callable[[SchedulerConfig], ExecEngine]
