@@ -95,7 +95,7 @@ def test_a_resumed_request_gets_a_new_table_and_keeps_its_tokens() -> None:
     assert states.get("a").block_ids == []
     states.apply(output(cached=(CachedRequestData("a", True, (7, 3), 4, 2),), scheduled={"a": 3}))
     a = states.get("a")
-    assert (a.block_ids, a.token_ids, a.resumed_at) == ([7, 3], [1, 2, 3, 4, 5, 6, 7], 4)
+    assert (a.block_ids, a.token_ids, a.num_computed_tokens) == ([7, 3], [1, 2, 3, 4, 5, 6, 7], 4)
 
 
 def test_finished_requests_are_forgotten() -> None:

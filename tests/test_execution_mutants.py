@@ -19,6 +19,7 @@ from schedspec.gpu_impl.execution import (
     PagedModelRunner,
     SlotSafetyChecker,
     SlotSafetyError,
+    TinyModel,
     check_output_invariance,
     execute_run,
 )
@@ -30,7 +31,14 @@ from schedspec.gpu_impl.execution.slot_safety import StepView, batch_layout
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.reference.free_block_queue import KVCacheBlock
 from schedspec.reference.kv_cache_manager import KVCacheManager
-from schedspec.spec import Request, RequestStatus, SchedulerConfig, extend_block_hashes
+from schedspec.spec import (
+    ModelRunnerOutput,
+    Request,
+    RequestStatus,
+    SchedulerConfig,
+    SchedulerOutput,
+    extend_block_hashes,
+)
 from schedspec.spec.block_hash import BlockHash
 from tests.test_execution_invariance import (  # noqa: F401 (one_thread is an autouse fixture)
     TIGHT,
@@ -74,13 +82,23 @@ class DecodeWritesFirstBlock(PagedModelRunner):
 class SkipsARecomputedBlock(PagedModelRunner):
     """After a preemption, the first block it recomputes is never written."""
 
+    def __init__(self, model: TinyModel, config: SchedulerConfig) -> None:
+        super().__init__(model, config)
+        self.resumed_at: dict[str, int] = {}  # request -> tokens with KV when it resumed
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        for cached in scheduler_output.scheduled_cached_reqs:
+            if cached.resumed:
+                self.resumed_at[cached.request_id] = cached.num_computed_tokens
+        return super().execute_model(scheduler_output)
+
     def write_slots(
         self, state: RunnerRequestState, positions: range, block_size: int
     ) -> list[int]:
         slots = table_slots(state, positions, block_size)
-        if state.resumed_at is None:
+        if state.request_id not in self.resumed_at:
             return slots
-        skipped = state.resumed_at // block_size
+        skipped = self.resumed_at[state.request_id] // block_size
         return [
             -1 if p // block_size == skipped else s for p, s in zip(positions, slots, strict=True)
         ]

@@ -21,8 +21,6 @@ class RunnerRequestState:
     token_ids: list[int]  # prompt, then the outputs this runner sampled
     block_ids: list[int]  # the block table
     num_computed_tokens: int = 0  # before the current step
-    # Tokens with KV at the last resume after preemption (None: never resumed).
-    resumed_at: int | None = None
 
 
 @dataclass
@@ -48,7 +46,6 @@ class RequestStates:
             state = self.get(cached.request_id)
             if cached.resumed:
                 state.block_ids = list(cached.new_block_ids)
-                state.resumed_at = cached.num_computed_tokens
             else:
                 state.block_ids.extend(cached.new_block_ids)
             state.num_computed_tokens = cached.num_computed_tokens
