@@ -56,15 +56,24 @@ def longest_cached_prefix(
     if not config.enable_prefix_caching:
         return torch.full_like(hashes, -1), torch.zeros_like(slot)
     max_hit = (state.num_tokens[inst, slot] - 1) // config.block_size
-    pool = state.block_hash[inst]  # [I, N]
-    match = (pool.unsqueeze(1) == hashes.unsqueeze(2)) & (hashes.unsqueeze(2) != NO_HASH)
-    seq = torch.where(match, state.reg_seq[inst].unsqueeze(1), BIG)
-    oldest = seq.min(dim=2)  # among holders of one hash, the first registered
+    # The pool sorted by (content id, registration order): a binary search finds
+    # each hash's oldest holder in log N, not by comparing with every block.
+    by_age = torch.argsort(state.reg_seq[inst], dim=1, stable=True)
+    ids_by_age = torch.gather(state.block_hash[inst], 1, by_age)
+    by_id = torch.argsort(ids_by_age, dim=1, stable=True)
+    sorted_ids = torch.gather(ids_by_age, 1, by_id)
+    holders = torch.gather(by_age, 1, by_id)
+    where_ = torch.searchsorted(sorted_ids, hashes).clamp(max=sorted_ids.shape[1] - 1)
     j = torch.arange(m, device=inst.device)
-    found = (oldest.values < BIG) & (j < max_hit.unsqueeze(1))
+    found = (
+        (torch.gather(sorted_ids, 1, where_) == hashes)
+        & (hashes != NO_HASH)
+        & (j < max_hit.unsqueeze(1))
+    )
     # Hashes are chained: nothing after a miss can hit.
     chain = torch.cumprod(found.long(), dim=1).bool()
-    return torch.where(chain, oldest.indices, -1), chain.sum(dim=1)
+    oldest = torch.gather(holders, 1, where_)
+    return torch.where(chain, oldest, -1), chain.sum(dim=1)
 
 
 def _admit_heads(

@@ -23,6 +23,18 @@ def _rows(inst: torch.Tensor, *shape: int) -> torch.Tensor:
     return inst.view(-1, *([1] * len(shape))).expand(-1, *shape)
 
 
+def _busy(
+    inst: torch.Tensor, counts: torch.Tensor, *others: torch.Tensor
+) -> tuple[int, torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """The rows with any count, and the widest count (0: nothing to do). One host read:
+    loops over [I, R, width] stay as wide as the work, not as max_model_len."""
+    busy = torch.nonzero((counts > 0).any(dim=1)).squeeze(1)
+    if busy.numel() == 0:
+        return 0, inst[:0], counts[:0], tuple(o[:0] for o in others)
+    width = int(counts[busy].max())
+    return width, inst[busy], counts[busy], tuple(o[busy] for o in others)
+
+
 def take_free_blocks(
     state: BatchState, inst: torch.Tensor, slots: torch.Tensor, counts: torch.Tensor
 ) -> None:
@@ -31,23 +43,25 @@ def take_free_blocks(
 
     The caller has checked that each instance has enough free blocks.
     """
-    num_inst, num_req = slots.shape
-    if num_inst == 0:
-        return
-    m = state.table.shape[2]
-    n = state.ref_cnt.shape[1]
     counts = torch.where(slots >= 0, counts, torch.zeros_like(counts))
-    keys = torch.where(state.ref_cnt[inst] == 0, state.free_key[inst], BIG)
-    order = torch.argsort(keys, dim=1, stable=True)  # free queue, front first
+    width, inst, counts, (slots,) = _busy(inst, counts, slots)
+    if width == 0:
+        return
+    num_inst, num_req = slots.shape
+    n = state.ref_cnt.shape[1]
     start = torch.cumsum(counts, dim=1) - counts
-    j = torch.arange(m, device=slots.device)
-    valid = j < counts.unsqueeze(-1)  # [I, R, M]
-    pos = (start.unsqueeze(-1) + j).clamp(max=n - 1)
-    blocks = torch.gather(order, 1, pos.view(num_inst, -1)).view(num_inst, num_req, m)
+    keys = torch.where(state.ref_cnt[inst] == 0, state.free_key[inst], BIG)
+    # The front of the free queue: the smallest keys, in order (free keys are distinct).
+    most = min(int(counts.sum(dim=1).max()), n)
+    order = torch.topk(keys, most, dim=1, largest=False, sorted=True).indices
+    j = torch.arange(width, device=slots.device)
+    valid = j < counts.unsqueeze(-1)  # [I, R, W]
+    pos = (start.unsqueeze(-1) + j).clamp(max=most - 1)
+    blocks = torch.gather(order, 1, pos.view(num_inst, -1)).view(num_inst, num_req, width)
     safe_slots = slots.clamp(min=0)
     held = state.num_held[inst.unsqueeze(1), safe_slots]
-    rows = _rows(inst, num_req, m)[valid]
-    slot_e = safe_slots.unsqueeze(-1).expand(-1, -1, m)[valid]
+    rows = _rows(inst, num_req, width)[valid]
+    slot_e = safe_slots.unsqueeze(-1).expand(-1, -1, width)[valid]
     block_e = blocks[valid]
     state.table[rows, slot_e, (held.unsqueeze(-1) + j)[valid]] = block_e
     state.ref_cnt[rows, block_e] = 1
@@ -66,28 +80,29 @@ def register_blocks(
     """cache_blocks: register each request's full blocks among its first upto[i, r]
     tokens in the prefix cache, request after request (registration order is the
     lookup's tie-break)."""
-    num_inst, num_req = slots.shape
-    if num_inst == 0:
-        return
-    m = state.table.shape[2]
     real = slots >= 0
     safe_slots = slots.clamp(min=0)
-    rows2 = inst.unsqueeze(1)
-    num_cached = state.num_cached_block[rows2, safe_slots]
+    num_cached = state.num_cached_block[inst.unsqueeze(1), safe_slots]
     num_full = upto // block_size
     counts = torch.where(real, (num_full - num_cached).clamp(min=0), torch.zeros_like(upto))
+    width, inst, counts, (slots, num_cached, num_full) = _busy(
+        inst, counts, slots, num_cached, num_full
+    )
+    if width == 0:
+        return
+    num_req = slots.shape[1]
+    m = state.table.shape[2]
+    safe_slots = slots.clamp(min=0)
     start = torch.cumsum(counts, dim=1) - counts
-    j = torch.arange(m, device=slots.device)
+    j = torch.arange(width, device=slots.device)
     valid = j < counts.unsqueeze(-1)
     k = (num_cached.unsqueeze(-1) + j).clamp(max=m - 1)
-    rows3 = _rows(inst, num_req, m)
-    slot3 = safe_slots.unsqueeze(-1).expand(-1, -1, m)
-    blocks = state.table[rows3, slot3, k]
-    hashes = state.req_hash[rows3, slot3, k]
+    rows3 = _rows(inst, num_req, width)
+    slot3 = safe_slots.unsqueeze(-1).expand(-1, -1, width)
+    rows_e, slot_e, k_e = rows3[valid], slot3[valid], k[valid]
+    blocks_e = state.table[rows_e, slot_e, k_e]
     seq = state.next_reg[inst].view(-1, 1, 1) + start.unsqueeze(-1) + j
-    rows_e = rows3[valid]
-    blocks_e = blocks[valid]
-    state.block_hash[rows_e, blocks_e] = hashes[valid]
+    state.block_hash[rows_e, blocks_e] = state.req_hash[rows_e, slot_e, k_e]
     state.reg_seq[rows_e, blocks_e] = seq[valid]
     state.next_reg[inst] += counts.sum(dim=1)
     grew = counts > 0
@@ -121,65 +136,73 @@ def release_tables(
     A block nobody holds any more goes to the front of the free queue without
     cached content, to the back with it; the request that drops the last
     reference places it. Requests freed later put their front blocks ahead of
-    earlier ones' and their back blocks behind.
+    earlier ones' and their back blocks behind. Laid out as [request in rank
+    order, table position from the tail], the back of the queue is filled in
+    reading order and the front in reading order with the requests reversed:
+    both are prefix sums, no sort.
     """
-    num_inst, s = mask.shape
-    if num_inst == 0:
+    per_row = mask.sum(dim=1, keepdim=True)
+    width, inst, _, (mask, rank) = _busy(inst, per_row, mask, rank)
+    if width == 0:
         return
+    num_inst = inst.numel()
     m = state.table.shape[2]
-    k = torch.arange(m, device=mask.device)
-    held = state.num_held[inst]
-    valid = mask.unsqueeze(-1) & (k < held.unsqueeze(-1))  # [I, S, M]
-    blocks = state.table[inst].clamp(min=0)
+    order = torch.argsort(torch.where(mask, rank, BIG), dim=1, stable=True)[:, :width]
+    real = torch.gather(mask, 1, order)  # [I, R] the freed requests, in rank order
+    rows2 = inst.unsqueeze(1).expand_as(order)
+    held = torch.where(real, state.num_held[rows2, order], 0)
+    j = torch.arange(m, device=mask.device)
+    valid = j < held.unsqueeze(-1)  # [I, R, M]
+    tables = state.table[rows2, order]
+    tail_first = (held.unsqueeze(-1) - 1 - j).clamp(min=0)
+    blocks = torch.gather(tables, 2, tail_first).clamp(min=0)
     flat_blocks = blocks.view(num_inst, -1)
     flat_valid = valid.view(num_inst, -1)
-    rev = held.unsqueeze(-1) - 1 - k  # position from the tail: the tail goes first
-    rank3 = rank.unsqueeze(-1).expand(-1, -1, m)
+    n = state.ref_cnt.shape[1]
+    # Padding entries scatter into a spare column n: piling them onto one real
+    # block would serialise the scatter on it.
+    target = torch.where(flat_valid, flat_blocks, n)
     ref = state.ref_cnt[inst]
-    ref_after = ref - torch.zeros_like(ref).scatter_add_(1, flat_blocks, flat_valid.long())
-    last_rank = torch.full_like(ref, -1).scatter_reduce_(
-        1, flat_blocks, torch.where(valid, rank3, -1).view(num_inst, -1), "amax"
-    )
+    dropped = torch.zeros((num_inst, n + 1), dtype=ref.dtype, device=ref.device)
+    ref_after = ref - dropped.scatter_add_(1, target, flat_valid.long())[:, :n]
+    request = torch.arange(width, device=mask.device).view(1, -1, 1).expand_as(blocks)
+    flat_request = torch.where(valid, request, -1).reshape(num_inst, -1)
+    last = torch.full_like(dropped, -1).scatter_reduce_(1, target, flat_request, "amax")
     zeroes = (
         flat_valid
         & (torch.gather(ref_after, 1, flat_blocks) == 0)
-        & (rank3.reshape(num_inst, -1) == torch.gather(last_rank, 1, flat_blocks))
+        & (flat_request == torch.gather(last, 1, flat_blocks))
     )
     hashed = torch.gather(state.block_hash[inst], 1, flat_blocks) != NO_HASH
-    flat_rank = rank3.reshape(num_inst, -1)
-    flat_rev = rev.reshape(num_inst, -1)
-    front = zeroes & ~hashed
-    back = zeroes & hashed
-    _place(state, inst, flat_blocks, front, (RANK_LIMIT - flat_rank) * m + flat_rev, True)
-    _place(state, inst, flat_blocks, back, flat_rank * m + flat_rev, False)
+    back = (zeroes & hashed).view(num_inst, width, m)
+    front = (zeroes & ~hashed).view(num_inst, width, m)
+    back_pos = _positions(back)
+    front_pos = _positions(front.flip(1)).flip(1)
+    front_total = front.sum(dim=(1, 2))
+    front_base = state.free_front[inst] - front_total
+    _assign_keys(state, inst, blocks, back, state.free_back[inst].view(-1, 1, 1) + back_pos)
+    _assign_keys(state, inst, blocks, front, front_base.view(-1, 1, 1) + front_pos)
+    state.free_back[inst] += back.sum(dim=(1, 2))
+    state.free_front[inst] = front_base
     state.ref_cnt[inst] = ref_after
-    rows = inst.unsqueeze(1).expand(-1, s)[mask]
-    slots = torch.arange(s, device=mask.device).expand(num_inst, -1)[mask]
+    rows, slots = rows2[real], order[real]
     state.table[rows, slots] = NO_BLOCK
     state.num_held[rows, slots] = 0
     state.num_cached_block[rows, slots] = 0
 
 
-def _place(
+def _positions(chosen: torch.Tensor) -> torch.Tensor:
+    """Each chosen entry's position among the chosen ones, in reading order."""
+    flat = chosen.reshape(chosen.shape[0], -1).long()
+    return (torch.cumsum(flat, dim=1) - 1).view(chosen.shape)
+
+
+def _assign_keys(
     state: BatchState,
     inst: torch.Tensor,
     blocks: torch.Tensor,
     chosen: torch.Tensor,
-    order_key: torch.Tensor,
-    at_front: bool,
+    keys: torch.Tensor,
 ) -> None:
-    """Give the chosen blocks consecutive free keys in order_key order, at the front
-    of the queue (below every key) or at the back (above every key)."""
-    num_inst, width = blocks.shape
-    order = torch.argsort(torch.where(chosen, order_key, BIG), dim=1, stable=True)
-    total = chosen.sum(dim=1)
-    pos = torch.arange(width, device=blocks.device).expand(num_inst, -1)
-    take = pos < total.unsqueeze(1)
-    base = state.free_front[inst] - total if at_front else state.free_back[inst]
-    keys = base.unsqueeze(1) + pos
-    rows = inst.unsqueeze(1).expand(-1, width)[take]
-    state.free_key[rows, torch.gather(blocks, 1, order)[take]] = keys[take]
-    if at_front:
-        state.free_front[inst] -= total
-    else:
-        state.free_back[inst] += total
+    rows = inst.view(-1, 1, 1).expand_as(blocks)[chosen]
+    state.free_key[rows, blocks[chosen]] = keys[chosen]

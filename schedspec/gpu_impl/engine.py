@@ -70,6 +70,8 @@ class BatchedScheduler:
         self.device = torch.device(device) if device is not None else default_device()
         self.state = empty_state(config, batch, slots, max_stops, self.device)
         self.max_blocks = max_blocks_per_request(config)
+        # Positions a token can take: the prompt and outputs, plus drafts past them.
+        self.max_positions = config.max_model_len + config.num_speculative_tokens + 1
 
     def grow(self, slots: int, max_stops: int) -> None:
         """Room for at least `slots` requests and `max_stops` stop ids per request."""
@@ -104,22 +106,18 @@ class BatchedScheduler:
         st.is_prefill_chunk[i, s] = False
         st.req_hash[i, s] = NO_HASH
         zero = torch.zeros_like(new.prompt_len)
-        acc, index, ids = extend_hashes(zero, zero, new.prompt, new.prompt_len, config.block_size)
-        self._store_block_ids(i, s, index, ids)
+        acc, done = extend_hashes(
+            zero, zero, new.prompt, new.prompt_len, config.block_size, self.max_positions
+        )
+        rows = i.unsqueeze(1).expand_as(done.mask)[done.mask]
+        slots = s.unsqueeze(1).expand_as(done.mask)[done.mask]
+        st.req_hash[rows, slots, done.index] = done.ids
         st.hash_acc[i, s] = acc
         if config.policy == "fcfs":
             st.wait_key[i, s] = st.wait_back[i]
             st.wait_back[i] += 1
         else:
             st.wait_key[i, s] = waiting_priority_key(new.priority, st.arrival[i, s])
-
-    def _store_block_ids(
-        self, inst: torch.Tensor, slot: torch.Tensor, index: torch.Tensor, ids: torch.Tensor
-    ) -> None:
-        complete = index >= 0
-        rows = inst.unsqueeze(1).expand_as(index)[complete]
-        slots = slot.unsqueeze(1).expand_as(index)[complete]
-        self.state.req_hash[rows, slots, index[complete]] = ids[complete]
 
     def finish_requests(self, mask: torch.Tensor, rank: torch.Tensor) -> None:
         """Abort the masked slots ([B, S]), freeing their blocks in rank order."""
@@ -182,15 +180,13 @@ class BatchedScheduler:
         kept = torch.where(has_end, first + 1, count)
         finish = torch.where(has_end, code.gather(2, first.unsqueeze(-1)).squeeze(-1), 0)
         st.num_computed -= count - kept
-        acc, index, ids = extend_hashes(st.hash_acc, st.num_tokens, tokens, kept, config.block_size)
+        acc, done = extend_hashes(
+            st.hash_acc, st.num_tokens, tokens, kept, config.block_size, self.max_positions
+        )
         everyone = torch.arange(st.batch, device=self.device)
-        rows = everyone.unsqueeze(1).expand_as(count)
-        complete = index >= 0
-        st.req_hash[
-            rows.unsqueeze(-1).expand_as(index)[complete],
-            torch.arange(st.slots, device=self.device).view(1, -1, 1).expand_as(index)[complete],
-            index[complete],
-        ] = ids[complete]
+        rows = everyone.view(-1, 1, 1).expand_as(done.mask)[done.mask]
+        slots = torch.arange(st.slots, device=self.device).view(1, -1, 1).expand_as(done.mask)
+        st.req_hash[rows, slots[done.mask], done.index] = done.ids
         st.hash_acc = acc
         st.num_tokens += kept
         in_order = torch.argsort(torch.where(sampling, rank, 2**40), dim=1, stable=True)

@@ -12,6 +12,9 @@ and raises if two differ under one id, so a collision cannot go unnoticed.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import torch
 
 _C1 = 0xBF58476D1CE4E5B9 - 2**64  # splitmix64's multipliers, as signed int64
@@ -35,14 +38,25 @@ def mix64(x: torch.Tensor) -> torch.Tensor:
     return x ^ _shift_right(x, 31)
 
 
-def token_mix(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The mix of each token at its position; summed, they name a prefix."""
-    return mix64(tokens + mix64(positions + _POSITION_SALT))
+@functools.lru_cache(maxsize=16)
+def _position_mixes(length: int, device: torch.device) -> torch.Tensor:
+    """mix64 of each position (salted), computed once per length and device."""
+    return mix64(torch.arange(length, dtype=torch.int64, device=device) + _POSITION_SALT)
 
 
 def prefix_id(acc: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
     """The content id (>= 0) of the prefix of `length` tokens whose mixes sum to acc."""
     return mix64(acc ^ mix64(length + _LENGTH_SALT)) & _NON_NEGATIVE
+
+
+@dataclass
+class CompletedBlocks:
+    """The blocks that appended tokens completed: where (a mask over the tokens,
+    [..., T]) and, for each completing token in mask order, its block's index and id."""
+
+    mask: torch.Tensor
+    index: torch.Tensor
+    ids: torch.Tensor
 
 
 def extend_hashes(
@@ -51,21 +65,18 @@ def extend_hashes(
     tokens: torch.Tensor,
     count: torch.Tensor,
     block_size: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Append tokens[..., :count] at positions start.. to prefixes summed in acc.
-
-    Returns (new acc, block index, block id) where the last two are
-    [..., T]: for each appended token that completes a block, the index of
-    that block and its content id; -1 as the index where none completes.
-    """
+    max_positions: int,
+) -> tuple[torch.Tensor, CompletedBlocks]:
+    """Append tokens[..., :count] at positions start.. to prefixes summed in acc
+    (positions stay below max_positions); returns the new acc and the blocks completed."""
     t = tokens.shape[-1]
     offsets = torch.arange(t, device=tokens.device)
-    positions = start.unsqueeze(-1) + offsets
+    positions = (start.unsqueeze(-1) + offsets).clamp(max=max_positions - 1)
     valid = offsets < count.unsqueeze(-1)
-    mixes = torch.where(valid, token_mix(tokens, positions), torch.zeros_like(tokens))
-    sums = acc.unsqueeze(-1) + torch.cumsum(mixes, dim=-1)
+    mixes = mix64(tokens + _position_mixes(max_positions, tokens.device)[positions])
+    sums = acc.unsqueeze(-1) + torch.cumsum(torch.where(valid, mixes, 0), dim=-1)
     lengths = positions + 1
-    completes = valid & (lengths % block_size == 0)
-    index = torch.where(completes, lengths // block_size - 1, torch.full_like(lengths, -1))
-    ids = prefix_id(sums, lengths)
-    return sums[..., -1] if t else acc, index, ids
+    mask = valid & (lengths % block_size == 0)
+    done = lengths[mask]
+    completed = CompletedBlocks(mask, done // block_size - 1, prefix_id(sums[mask], done))
+    return (sums[..., -1] if t else acc), completed
