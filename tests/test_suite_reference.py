@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -9,9 +10,23 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from schedspec.properties.checked_engine import CheckedEngine
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.state_machine import SuiteRecorder, make_state_machine
+from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.properties.state_machine import (
+    MAX_INITIAL_ARRIVALS,
+    SuiteRecorder,
+    make_state_machine,
+)
+from schedspec.properties.strategies import (
+    EOS_CHOICES,
+    SHARED_PREFIXES,
+    STOP_TOKEN_CHOICES,
+    URGENT,
+    RequestDraw,
+    build_add_request,
+    decode_request_draw,
+)
 from schedspec.properties.suite import SuiteSettings, run_suite
+from schedspec.spec import Request, SchedulerConfig, SchedulerOutput
 from schedspec.spec.invariants import CATALOGUE, Profile, in_profile
 from tests.sched_helpers import make_config
 
@@ -56,3 +71,69 @@ def test_profile_not_claimed_is_refused() -> None:
     engine.profiles = frozenset({"safety"})
     with pytest.raises(ValueError, match="profile"):
         CheckedEngine(engine, make_config(), "vllm-v1")
+
+
+# ------------------------------------------------------------------ the workload
+
+
+def test_every_example_starts_with_arrivals() -> None:
+    """Swarm testing may turn the add_request rule off for a whole example; the
+    initial arrivals still give every engine work before its first step."""
+    engines: list[ArrivalCountingEngine] = []
+
+    def factory(config: SchedulerConfig) -> ArrivalCountingEngine:
+        engines.append(ArrivalCountingEngine(config))
+        return engines[-1]
+
+    result = run_suite(factory, "vllm-v1", SuiteSettings(examples=20, seed=3, shrink=False))
+    assert result.passed, result.error or result.other_error
+    assert len(engines) >= 20
+    assert all(1 <= e.arrivals_before_first_step <= MAX_INITIAL_ARRIVALS for e in engines)
+
+
+class ArrivalCountingEngine(ReferenceEngine):
+    """The reference, counting the add_request calls it got before its first schedule()."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        super().__init__(config)
+        self.arrivals_before_first_step = 0
+        self.stepped = False
+
+    def add_request(self, request: Request) -> None:
+        self.arrivals_before_first_step += not self.stepped
+        super().add_request(request)
+
+    def schedule(self) -> SchedulerOutput:
+        self.stepped = True
+        return super().schedule()
+
+
+def test_an_urgent_arrival_is_more_urgent_than_every_live_request() -> None:
+    config = make_config()
+    urgent = RequestDraw(1, 0, 0, 0, 4, 0, 0, URGENT, 0)
+    assert build_add_request(config, "u", ("a", "b"), urgent, (2, 0, 3)).priority == -1
+    assert build_add_request(config, "u", ("a",), urgent, (-4,)).priority == -5
+    assert build_add_request(config, "u", (), urgent).priority == -1  # nothing live: below 0
+    plain = dataclasses.replace(urgent, priority=2)
+    assert build_add_request(config, "u", ("a",), plain, (0,)).priority == 2
+
+
+def test_request_draw_decoding() -> None:
+    """Five integers decode to every field; 0 decodes to the simplest request."""
+    assert decode_request_draw(0, 0, 0, 0, 0) == RequestDraw(0, 0, 0, 0, 1, 0, 0, 0, 0)
+    last = decode_request_draw(9, 7, 256 * len(SHARED_PREFIXES) + 255, 127, 899)
+    assert last == RequestDraw(9, 7, len(SHARED_PREFIXES), 255, 64, 2, 2, URGENT, 19)
+    # max_tokens: half of the draws 1-8, the other half 1-64.
+    assert [decode_request_draw(0, 0, 0, m, 0).max_tokens for m in (7, 8, 63, 64, 65)] == [
+        8,
+        1,
+        8,
+        1,
+        2,
+    ]
+    # Every (door, priority, eos, stop ids) combination has exactly one sampling value.
+    combos = {
+        (d.door, d.priority, d.eos, d.stop_ids)
+        for d in (decode_request_draw(0, 0, 0, 0, s) for s in range(900))
+    }
+    assert len(combos) == 900 == 20 * (URGENT + 1) * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES)

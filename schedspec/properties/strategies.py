@@ -7,7 +7,7 @@ force chunking, short max_model_len makes the length cap and the
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -60,6 +60,13 @@ def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
     )
 
 
+# A priority draw of URGENT stands for an urgent arrival: a request more urgent
+# than every live one. Under the priority policy it lands behind less urgent
+# requests in the running list, the order in which a running request can be
+# preempted after it was scheduled in the same step (a priority victim). Plain
+# draws of 0-3 reach that order only when the less urgent request happened to
+# be admitted first and was still running when a smaller number arrived.
+URGENT = 4
 STOP_TOKEN_CHOICES: tuple[tuple[int, ...], ...] = ((), (3,), (4, 1))
 EOS_CHOICES: tuple[int | None, ...] = (None, 2, 5)
 
@@ -80,23 +87,48 @@ class RequestDraw:
     max_tokens: int
     eos: int  # index into EOS_CHOICES
     stop_ids: int  # index into STOP_TOKEN_CHOICES
-    priority: int
+    priority: int  # 0-3; URGENT: more urgent than every live request
     door: int  # 1-4 of 0-19: a request the spec refuses, to test the door
 
 
+NUM_DOOR_DRAWS = 20  # door values 1-4 of 0-19 are refused requests
+NUM_PRIORITY_DRAWS = URGENT + 1
+
+
+def decode_request_draw(
+    length_kind: int, anything: int, content: int, max_tokens: int, sampling: int
+) -> RequestDraw:
+    """Five drawn integers to a RequestDraw. Each Hypothesis choice costs about as
+    much as a small scheduler step, so the fields share integers (0 still decodes
+    to the simplest value of each, where shrinking goes)."""
+    sampling, door = divmod(sampling, NUM_DOOR_DRAWS)
+    sampling, priority = divmod(sampling, NUM_PRIORITY_DRAWS)
+    stop_ids, eos = divmod(sampling, len(EOS_CHOICES))
+    prefix, variety = divmod(content, 256)
+    return RequestDraw(
+        length_kind=length_kind,
+        anything=anything,
+        prefix=prefix,
+        variety=variety,
+        # Half short (1-8), half 1-64: long enough to keep a request decoding
+        # (and growing into preemption) across many steps.
+        max_tokens=1 + max_tokens % 8 if max_tokens < 64 else max_tokens - 63,
+        eos=eos,
+        stop_ids=stop_ids,
+        priority=priority,
+        door=door,
+    )
+
+
 request_draws: st.SearchStrategy[RequestDraw] = st.builds(
-    RequestDraw,
+    decode_request_draw,
     length_kind=st.integers(0, 9),
     anything=st.integers(0, 2**16),
-    prefix=st.integers(0, len(SHARED_PREFIXES)),
-    variety=st.integers(0, 255),
-    # Mostly short, sometimes long enough to keep a request decoding (and
-    # growing into preemption) across many steps.
-    max_tokens=st.integers(1, 8) | st.integers(1, 64),
-    eos=st.integers(0, len(EOS_CHOICES) - 1),
-    stop_ids=st.integers(0, len(STOP_TOKEN_CHOICES) - 1),
-    priority=st.integers(0, 3),
-    door=st.integers(0, 19),
+    content=st.integers(0, 256 * (len(SHARED_PREFIXES) + 1) - 1),
+    max_tokens=st.integers(0, 127),
+    sampling=st.integers(
+        0, NUM_DOOR_DRAWS * NUM_PRIORITY_DRAWS * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES) - 1
+    ),
 )
 
 
@@ -116,10 +148,15 @@ def _filler(variety: int, length: int) -> tuple[int, ...]:
 
 
 def build_add_request(
-    config: SchedulerConfig, request_id: str, live_ids: Collection[str], drawn: RequestDraw
+    config: SchedulerConfig,
+    request_id: str,
+    live_ids: Collection[str],
+    drawn: RequestDraw,
+    live_priorities: Iterable[int] = (),
 ) -> AddRequest:
     """The request a draw stands for under this config; door values 1-4 make one
-    the spec refuses (too long, empty, max_tokens 0, a live duplicate id)."""
+    the spec refuses (too long, empty, max_tokens 0, a live duplicate id). An
+    URGENT priority is one below the smallest of live_priorities (and of 0)."""
     length = prompt_length(config, drawn.length_kind, drawn.anything)
     prefix = ((), *SHARED_PREFIXES)[drawn.prefix][:length]
     prompt = prefix + _filler(drawn.variety, length - len(prefix))
@@ -138,5 +175,5 @@ def build_add_request(
         max_tokens,
         EOS_CHOICES[drawn.eos],
         STOP_TOKEN_CHOICES[drawn.stop_ids],
-        drawn.priority,
+        drawn.priority if drawn.priority < URGENT else min(live_priorities, default=0) - 1,
     )
