@@ -27,10 +27,12 @@ class NamedConfig:
     config: SchedulerConfig
 
 
-def base_fields(cost_model: CostModel) -> Fields:
-    return {
+def base_fields(cost_model: CostModel, common: Fields) -> Fields:
+    """The base config with `common` (--set) applied; the KV pool is sized from
+    the cost model only when --set does not give num_blocks."""
+    block_size = common.get("block_size", 16)
+    fields: Fields = {
         "block_size": 16,
-        "num_blocks": cost_model.default_num_blocks(16),
         "max_num_batched_tokens": 2048,
         "max_num_seqs": 128,
         "max_model_len": 4096,
@@ -40,7 +42,13 @@ def base_fields(cost_model: CostModel) -> Fields:
         "watermark": 0.01,
         "policy": "fcfs",
         "num_speculative_tokens": 0,
+        **common,
     }
+    if "num_blocks" not in common:
+        valid = isinstance(block_size, int) and not isinstance(block_size, bool) and block_size >= 1
+        # A bad block_size is left for SchedulerConfig to name; any count will do then.
+        fields["num_blocks"] = cost_model.default_num_blocks(block_size) if valid else 1  # type: ignore[arg-type]
+    return fields
 
 
 # Each preset maps the base fields to the changed ones.
@@ -113,7 +121,7 @@ def resolve_configs(
 ) -> list[NamedConfig]:
     """The configs to run: --config specs, else the compare or experiment presets,
     else the base alone; `common` (from --set) applies to every one."""
-    base = {**base_fields(cost_model), **common}
+    base = base_fields(cost_model, common)
     chosen = list(specs)
     if not chosen:
         chosen = list(

@@ -36,6 +36,7 @@ from schedspec.simulate.errors import SimulationInputError
 
 LLAMA2_7B_PARAMS = 6.74e9
 BF16_BYTES = 2
+MAX_DEFAULT_BLOCKS = 10_000_000
 
 
 class CostModelError(SimulationInputError):
@@ -97,7 +98,15 @@ class CostModel:
                 f"the weights ({self.weight_bytes:.3g} B) leave no KV memory in "
                 f"gpu_memory_bytes * gpu_memory_utilization",
             )
-        return max(1, int(free // (self.kv_bytes_per_token * block_size)))
+        blocks = int(free // (self.kv_bytes_per_token * block_size))
+        if blocks > MAX_DEFAULT_BLOCKS:
+            # A pool this big takes minutes to build: the model's KV size is off.
+            raise CostModelError(
+                "kv_bytes_per_token",
+                f"{self.kv_bytes_per_token:.3g} B leaves room for {blocks} KV blocks, over "
+                f"{MAX_DEFAULT_BLOCKS}; set num_blocks yourself (--set num_blocks=N)",
+            )
+        return max(1, blocks)
 
     def with_fields(self, fields: dict[str, object], where: str) -> CostModel:
         """A copy with these fields replaced; unknown names are an error naming `where`."""
