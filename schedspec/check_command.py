@@ -123,6 +123,7 @@ class CheckOptions:
     json: Path | None = None
     configs: str | None = None  # module:strategy, or None for the suite's own
     workers: int = 1  # processes; more than one splits the examples over seeds
+    instances: int = 1  # more than one: swarm mode (gpu engine), properties/swarm_command.py
 
 
 class RunShape(Protocol):
@@ -163,6 +164,10 @@ def choose_seed(given: int | None) -> int:
 
 
 def run_check(options: CheckOptions) -> int:
+    if options.instances > 1:
+        from schedspec.properties.swarm_command import run_swarm_check
+
+        return run_swarm_check(options)
     factory = load_engine(options.engine)
     with Watchdog(options.step_timeout) as watchdog:
         code, report = _check(options, time_limited(factory, watchdog))

@@ -120,6 +120,14 @@ pair_options = _stack(
     show_default=True,
     help="Processes: the examples are split over seeds seed, seed + 1, ... (one per core).",
 )
+@click.option(
+    "--instances",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Swarm mode (--engine gpu): this many gpu_impl instances stepped at once on device "
+    "workloads, device checks after every step; --examples counts configs, --max-steps ticks.",
+)
 @run_options
 def check(
     engine: str,

@@ -15,6 +15,7 @@ Step decisions then say everything the model decided.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -83,12 +84,15 @@ class SwarmWorkload:
         lanes = torch.arange(width, device=self.ids.device)
         return mix64(base.unsqueeze(1) + lanes * 104_729) & (2**62 - 1)
 
-    def tick(self) -> Tick:
+    def tick(self, after_schedule: Callable[[StepPlan], None] | None = None) -> Tick:
+        """One tick for every instance; after_schedule sees the plan before the model runs."""
         engine = self.engine
         aborted = self._abort()
         added = self._add()
         drafts = self._propose()
         plan = engine.schedule()
+        if after_schedule is not None:
+            after_schedule(plan)
         accepted, stopped, tokens, count = self._model(plan)
         result = engine.update_from_output(tokens, count, plan.num_drafts, plan.rank)
         self.tick_index += 1

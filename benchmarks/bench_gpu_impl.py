@@ -1,0 +1,190 @@
+"""gpu_impl against the reference: instance-steps per second, and single-instance step time.
+
+Part 1 steps B instances of one random workload (gpu_impl's SwarmWorkload:
+arrivals, aborts, drafts, prefix sharing, forced stops) for B = 1, 64,
+1024, 4096: gpu_impl all B at once, the reference one instance after
+another. The reference's rate does not depend on B (it steps instances one
+by one), so it is measured once, on the first instances of the same swarm
+replayed as traces (swarm_trace.record_instance: the same requests and
+the same model decisions), over the same ticks; each ratio below divides
+two rates measured in this run.
+
+Part 2 times one instance with 256 and 1024 running requests (all past
+their prefill, decoding one token per step): gpu_impl with B = 1 and the
+reference, same requests, same one-token model.
+
+    .venv/bin/python benchmarks/bench_gpu_impl.py                 # CPU, about a minute
+    .venv/bin/python benchmarks/bench_gpu_impl.py --quick         # smoke run (seconds)
+    .venv/bin/python benchmarks/bench_gpu_impl.py --device cuda   # a GPU, when one is present
+
+The numbers are for reading, never for asserting: nothing here checks a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Callable
+
+import torch
+
+from schedspec.gpu_impl.batch_state import EMPTY, RUNNING
+from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
+from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
+from schedspec.properties.reference_adapter import reference_engine
+from schedspec.properties.swarm_trace import SwarmRun, drive, record_instance
+from schedspec.reference import Scheduler
+from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig
+
+WORKLOAD = SwarmRun(
+    SchedulerConfig(
+        block_size=16,
+        num_blocks=256,
+        max_num_batched_tokens=256,
+        max_num_seqs=16,
+        max_model_len=256,
+        long_prefill_token_threshold=64,
+        enable_prefix_caching=True,
+        watermark=0.05,
+        num_speculative_tokens=2,
+    ),
+    seed=7,
+    shape=WorkloadShape(add_chance=512, max_new_tokens=24),
+    slots=24,
+)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gpu_rate(batch: int, warm: int, ticks: int, device: torch.device) -> tuple[float, float]:
+    """(instance-steps/s, mean running requests per instance) over `ticks` ticks
+    after `warm` ticks of filling up."""
+    engine = BatchedScheduler(WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device)
+    workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
+    for _ in range(warm):
+        workload.tick()
+    sync(device)
+    running = torch.zeros((), dtype=torch.int64, device=device)
+    started = time.perf_counter()
+    for _ in range(ticks):
+        workload.tick()
+        running += (engine.state.status == RUNNING).sum()
+    sync(device)
+    seconds = time.perf_counter() - started
+    return batch * ticks / seconds, int(running) / (ticks * batch)
+
+
+def reference_rate(instances: int, warm: int, ticks: int) -> float:
+    """Instance-steps/s of the reference on the same instances' ticks warm..warm+ticks."""
+    traces = [record_instance(WORKLOAD, i, warm + ticks) for i in range(instances)]
+    seconds = 0.0
+    for trace in traces:
+        steps = drive(reference_engine(WORKLOAD.config), trace)
+        for _ in range(warm):
+            next(steps)
+        started = time.perf_counter()
+        for _ in steps:
+            pass
+        seconds += time.perf_counter() - started
+    return instances * ticks / seconds
+
+
+# ---------------------------------------------------------- one big instance
+
+
+def decode_config(running: int) -> SchedulerConfig:
+    return SchedulerConfig(
+        block_size=16,
+        num_blocks=running * 4,
+        max_num_batched_tokens=running * 64,
+        max_num_seqs=running,
+        max_model_len=1024,
+        enable_prefix_caching=True,
+    )
+
+
+PROMPT = 32
+
+
+def gpu_step_time(running: int, steps: int, device: torch.device) -> float:
+    config = decode_config(running)
+    engine = BatchedScheduler(config, batch=1, slots=running, device=device)
+    one = torch.zeros(1, dtype=torch.int64, device=device)
+    for i in range(running):
+        prompt = torch.arange(PROMPT, device=device).unsqueeze(0) + i * PROMPT
+        engine.add_requests(
+            NewRequests(
+                one, one + i, prompt, one + PROMPT, one + 900, one - 1, one.view(1, 1) - 1, one
+            )
+        )
+
+    def step() -> None:
+        plan = engine.schedule()
+        count = (plan.scheduled > 0).long()
+        tokens = torch.full((1, running, 3), 5, dtype=torch.int64, device=device)
+        engine.update_from_output(tokens, count, plan.num_drafts, plan.rank)
+
+    step()  # every prompt prefills in the first step
+    assert int((engine.state.status == EMPTY).sum()) == 0
+    return _time_steps(step, steps, device)
+
+
+def reference_step_time(running: int, steps: int) -> float:
+    config = decode_config(running)
+    scheduler = Scheduler(config)
+    for i in range(running):
+        prompt = list(range(i * PROMPT, (i + 1) * PROMPT))
+        scheduler.add_request(Request(f"r{i}", prompt, max_tokens=900))
+
+    def step() -> None:
+        output = scheduler.schedule()
+        sampled = {rid: [5] for rid in output.num_scheduled_tokens}
+        scheduler.update_from_output(output, ModelRunnerOutput(sampled_token_ids=sampled))
+
+    step()
+    return _time_steps(step, steps, torch.device("cpu"))
+
+
+def _time_steps(step: Callable[[], None], steps: int, device: torch.device) -> float:
+    sync(device)
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return (time.perf_counter() - started) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (seconds)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads [default: 1, like the reference]"
+    )
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    batches = (1, 64, 256) if args.quick else (1, 64, 1024, 4096)
+    warm, ticks = (10, 5) if args.quick else (30, 15)
+    print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
+    print(f"workload: {WORKLOAD.config}")
+    ref = reference_rate(4 if args.quick else 16, warm, ticks)
+    print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
+    print(f"{'B':>6} {'gpu_impl inst-steps/s':>22} {'x reference':>12} {'running/inst':>13}")
+    for batch in batches:
+        rate, running = gpu_rate(batch, warm, ticks, device)
+        print(f"{batch:>6} {rate:>22,.0f} {rate / ref:>11.1f}x {running:>13.1f}")
+    print(f"\n{'running':>8} {'gpu_impl ms/step':>17} {'reference ms/step':>18} {'ratio':>7}")
+    for running in (64,) if args.quick else (256, 1024):
+        steps = 3 if args.quick else 10
+        gpu = gpu_step_time(running, steps, device) * 1e3
+        reference = reference_step_time(running, steps) * 1e3
+        print(f"{running:>8} {gpu:>17.2f} {reference:>18.2f} {reference / gpu:>6.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Safety invariants checked on the device, for all B instances at once.
+
+Each check returns a [B] bool tensor, True where the instance breaks it;
+nothing is read back. They are the tensor forms of catalogue invariants
+(docs/SPEC.md) over what the tensors hold, named by the same ids; the
+full predicates run when a finding is replayed through the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from schedspec.gpu_impl.batch_state import (
+    BIG,
+    EMPTY,
+    NO_BLOCK,
+    NO_HASH,
+    PREEMPTED,
+    RUNNING,
+    BatchState,
+)
+from schedspec.gpu_impl.step_plan import StepPlan
+from schedspec.spec import SchedulerConfig
+
+StateCheck = Callable[[BatchState, SchedulerConfig], torch.Tensor]
+StepCheck = Callable[[BatchState, StepPlan, SchedulerConfig], torch.Tensor]
+
+
+def conservation(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """CONSERVATION: each ref count equals the number of tables holding the block, and
+    the free queue (ref 0) holds each free block once (distinct keys)."""
+    b, n = state.ref_cnt.shape
+    tables = state.table.view(b, -1)
+    held = tables != NO_BLOCK
+    counts = torch.zeros((b, n + 1), dtype=torch.int64, device=state.device)
+    counts.scatter_add_(1, torch.where(held, tables, n), held.long())
+    wrong_refs = (counts[:, :n] != state.ref_cnt).any(dim=1)
+    keys = torch.sort(torch.where(state.ref_cnt == 0, state.free_key, BIG), dim=1).values
+    repeated = ((keys[:, 1:] == keys[:, :-1]) & (keys[:, 1:] < BIG)).any(dim=1)
+    return wrong_refs | repeated | (state.ref_cnt < 0).any(dim=1)
+
+
+def exclusive(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """EXCLUSIVE: a block held by two tables is cached content (a prefix hit)."""
+    return ((state.ref_cnt > 1) & (state.block_hash == NO_HASH)).any(dim=1)
+
+
+def seqs(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """SEQS: at most max_num_seqs requests run."""
+    return (state.status == RUNNING).sum(dim=1) > config.max_num_seqs
+
+
+def queued_hold_nothing(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """QUEUES (the table part): waiting, preempted and empty slots hold no blocks."""
+    return ((state.status != RUNNING) & (state.num_held > 0)).any(dim=1)
+
+
+def no_leak(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """NO-LEAK: an instance with no live request has every block free."""
+    idle = (state.status == EMPTY).all(dim=1)
+    return idle & (state.ref_cnt != 0).any(dim=1)
+
+
+def budget(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """BUDGET: the step's tokens fit the budget, and no entry is negative."""
+    over = plan.scheduled.sum(dim=1) > config.max_num_batched_tokens
+    return over | (plan.scheduled < 0).any(dim=1)
+
+
+def no_overshoot(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """NO-OVERSHOOT: a scheduled request computes at most its tokens and verified drafts,
+    and stays below max_model_len (the sampled token needs a position)."""
+    scheduled = plan.scheduled > 0
+    past_known = state.num_computed > state.num_tokens + plan.num_drafts
+    past_len = state.num_computed >= config.max_model_len
+    return (scheduled & (past_known | past_len)).any(dim=1)
+
+
+def kv_cover(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """KV-COVER: a scheduled request's table covers its computed tokens plus lookahead."""
+    scheduled = plan.scheduled > 0
+    need = torch.clamp(state.num_computed + config.lookahead_tokens, max=config.max_model_len)
+    return (scheduled & (state.num_held * config.block_size < need)).any(dim=1)
+
+
+def preempt_reset(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """PREEMPT-RESET: a request preempted this step is PREEMPTED with nothing computed,
+    no blocks and no drafts, and was not scheduled."""
+    reset = (
+        (state.status == PREEMPTED)
+        & (state.num_computed == 0)
+        & (state.num_held == 0)
+        & (state.num_spec == 0)
+        & (plan.scheduled == 0)
+    )
+    return (plan.preempted & ~reset).any(dim=1)
+
+
+STATE_CHECKS: tuple[tuple[str, StateCheck], ...] = (
+    ("CONSERVATION", conservation),
+    ("EXCLUSIVE", exclusive),
+    ("SEQS", seqs),
+    ("QUEUES", queued_hold_nothing),
+    ("NO-LEAK", no_leak),
+)
+STEP_CHECKS: tuple[tuple[str, StepCheck], ...] = (
+    ("BUDGET", budget),
+    ("NO-OVERSHOOT", no_overshoot),
+    ("KV-COVER", kv_cover),
+    ("PREEMPT-RESET", preempt_reset),
+)
+CHECK_IDS: tuple[str, ...] = tuple(name for name, _ in (*STATE_CHECKS, *STEP_CHECKS))
+
+
+def check_step(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """[B, len(CHECK_IDS)] violations right after schedule(), in CHECK_IDS order."""
+    columns = [check(state, config) for _, check in STATE_CHECKS]
+    columns += [check(state, plan, config) for _, check in STEP_CHECKS]
+    return torch.stack(columns, dim=1)
+
+
+def check_state(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """[B, len(CHECK_IDS)] violations of the state checks (step columns False)."""
+    columns = [check(state, config) for _, check in STATE_CHECKS]
+    false = torch.zeros_like(columns[0])
+    return torch.stack(columns + [false] * len(STEP_CHECKS), dim=1)

@@ -1,0 +1,110 @@
+"""The device checks: silent on a good batch, and each one firing on a hand-broken instance."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from schedspec.gpu_impl.batch_state import EMPTY, RUNNING, WAITING, BatchState
+from schedspec.gpu_impl.device_checks import CHECK_IDS, check_state, check_step
+from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
+from schedspec.gpu_impl.step_plan import StepPlan
+from schedspec.spec import SchedulerConfig
+
+CONFIG = SchedulerConfig(
+    block_size=2, num_blocks=12, max_num_batched_tokens=16, max_num_seqs=3, max_model_len=12
+)
+
+
+def _two_busy_instances() -> tuple[BatchedScheduler, StepPlan]:
+    """Two instances, each running two requests (prompts of 3 and 4 tokens) after one step."""
+    engine = BatchedScheduler(CONFIG, batch=2, slots=4, device="cpu")
+    for slot, length in ((0, 3), (1, 4)):
+        both = torch.tensor([0, 1])
+        engine.add_requests(
+            NewRequests(
+                inst=both,
+                slot=torch.tensor([slot, slot]),
+                prompt=torch.arange(length).expand(2, -1),
+                prompt_len=torch.tensor([length, length]),
+                max_tokens=torch.tensor([5, 5]),
+                eos=torch.tensor([-1, -1]),
+                stops=torch.full((2, 1), -1),
+                priority=torch.tensor([0, 0]),
+            )
+        )
+    return engine, engine.schedule()
+
+
+def _break_conservation(state: BatchState, plan: StepPlan) -> None:
+    state.ref_cnt[1, state.table[1, 0, 0]] += 1
+
+
+def _break_exclusive(state: BatchState, plan: StepPlan) -> None:
+    # Block of request 0 also in request 1's table, ref count kept honest: shared, uncached.
+    block = state.table[1, 0, 0]
+    state.table[1, 1, state.num_held[1, 1]] = block
+    state.num_held[1, 1] += 1
+    state.ref_cnt[1, block] = 2
+
+
+def _break_seqs(state: BatchState, plan: StepPlan) -> None:
+    state.status[1, 2:] = RUNNING  # four running, max_num_seqs is 3
+
+
+def _break_queues(state: BatchState, plan: StepPlan) -> None:
+    state.status[1, 0] = WAITING  # waiting, yet holding its blocks
+
+
+def _break_no_leak(state: BatchState, plan: StepPlan) -> None:
+    state.status[1] = EMPTY  # nobody left, blocks still referenced
+
+
+def _break_budget(state: BatchState, plan: StepPlan) -> None:
+    plan.scheduled[1, 0] = CONFIG.max_num_batched_tokens + 1
+
+
+def _break_no_overshoot(state: BatchState, plan: StepPlan) -> None:
+    state.num_computed[1, 0] = state.num_tokens[1, 0] + 1
+
+
+def _break_kv_cover(state: BatchState, plan: StepPlan) -> None:
+    state.num_held[1, 1] -= 1  # 4 computed tokens, one 2-token block
+
+
+def _break_preempt_reset(state: BatchState, plan: StepPlan) -> None:
+    plan.preempted[1, 0] = True  # reported preempted, still running with its blocks
+
+
+BREAKERS: dict[str, Callable[[BatchState, StepPlan], None]] = {
+    "CONSERVATION": _break_conservation,
+    "EXCLUSIVE": _break_exclusive,
+    "SEQS": _break_seqs,
+    "QUEUES": _break_queues,
+    "NO-LEAK": _break_no_leak,
+    "BUDGET": _break_budget,
+    "NO-OVERSHOOT": _break_no_overshoot,
+    "KV-COVER": _break_kv_cover,
+    "PREEMPT-RESET": _break_preempt_reset,
+}
+
+
+def test_every_check_has_a_breaker() -> None:
+    assert set(BREAKERS) == set(CHECK_IDS)
+
+
+def test_a_good_batch_passes_every_check() -> None:
+    engine, plan = _two_busy_instances()
+    assert (plan.scheduled > 0).sum() == 4
+    assert not check_step(engine.state, plan, CONFIG).any()
+    assert not check_state(engine.state, CONFIG).any()
+
+
+@pytest.mark.parametrize("check_id", CHECK_IDS)
+def test_each_check_fires_on_the_broken_instance_only(check_id: str) -> None:
+    engine, plan = _two_busy_instances()
+    BREAKERS[check_id](engine.state, plan)
+    column = check_step(engine.state, plan, CONFIG)[:, CHECK_IDS.index(check_id)]
+    assert column.tolist() == [False, True]

@@ -1,0 +1,153 @@
+"""gpu_impl's rules on worked examples, and B instances stepping exactly as each would alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import schedspec.gpu_impl.hashing as hashing
+from schedspec.gpu_impl.engine import BatchedScheduler
+from schedspec.gpu_impl.hashing import extend_hashes
+from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
+from schedspec.properties.adapters.gpu import GpuEngine, HashCollisionError
+from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.spec import ModelRunnerOutput, Request, RequestError, SchedulerConfig
+
+CACHED = SchedulerConfig(
+    block_size=2,
+    num_blocks=8,
+    max_num_batched_tokens=16,
+    max_num_seqs=4,
+    max_model_len=16,
+    enable_prefix_caching=True,
+)
+
+
+def _prefill(engine: GpuEngine, request: Request) -> None:
+    engine.add_request(request)
+    output = engine.schedule()
+    engine.update_from_output(output, ModelRunnerOutput({request.request_id: [7]}))
+
+
+class TestBlockPool:
+    def test_a_freed_table_goes_tail_first_unhashed_to_the_front_hashed_to_the_back(
+        self,
+    ) -> None:
+        engine = GpuEngine(CACHED, device="cpu")
+        _prefill(engine, Request("a", (1, 2, 3, 4, 5), max_tokens=4))
+        state = engine.snapshot()
+        # Five prompt tokens and one sampled: blocks 0, 1 full and cached, 2 half.
+        assert state.requests["a"].block_ids == (0, 1, 2)
+        assert state.kv.block_hashes[:3] == (*state.kv.block_hashes[:2], None)
+        engine.finish_requests(["a"])
+        assert engine.snapshot().kv.free_block_ids == (2, 3, 4, 5, 6, 7, 1, 0)
+
+    def test_new_blocks_come_from_the_front_and_hits_leave_the_queue(self) -> None:
+        engine = GpuEngine(CACHED, device="cpu")
+        _prefill(engine, Request("a", (1, 2, 3, 4, 5), max_tokens=4))
+        engine.finish_requests(["a"])
+        engine.add_request(Request("b", (1, 2, 3, 4, 9, 9), max_tokens=4))
+        output = engine.schedule()
+        # Two cached blocks hit (0 and 1, pulled out of the queue), the rest from the front.
+        assert output.scheduled_new_reqs[0].block_ids == (0, 1, 2)
+        assert output.scheduled_new_reqs[0].num_computed_tokens == 4
+        assert engine.snapshot().kv.free_block_ids == (3, 4, 5, 6, 7)
+
+    def test_the_same_moves_as_the_reference(self) -> None:
+        # The worked example above, step for step beside the reference.
+        engines: list[GpuEngine | ReferenceEngine] = [
+            GpuEngine(CACHED, device="cpu"),
+            reference_engine(CACHED),
+        ]
+        for engine in engines:
+            engine.add_request(Request("a", (1, 2, 3, 4, 5), max_tokens=4))
+            output = engine.schedule()
+            engine.update_from_output(output, ModelRunnerOutput({"a": [7]}))
+            engine.finish_requests(["a"])
+            engine.add_request(Request("b", (1, 2, 3, 4, 9, 9), max_tokens=4))
+            engine.schedule()
+        gpu, ref = (e.snapshot() for e in engines)
+        assert gpu.kv == ref.kv
+        assert gpu.requests == ref.requests
+
+
+class TestContentIds:
+    def test_equal_prefixes_share_ids_and_a_changed_token_changes_every_later_one(self) -> None:
+        tokens = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 5, 6]])
+        zero = torch.zeros(2, dtype=torch.int64)
+        _, done = extend_hashes(zero, zero, tokens, torch.tensor([6, 6]), 2, 16)
+        ids = done.ids.view(2, 3)
+        assert ids[0, 0] == ids[1, 0]  # (1, 2) in both
+        assert (ids[0, 1:] != ids[1, 1:]).all()  # the chain differs from block 1 on
+        assert done.index.tolist() == [0, 1, 2, 0, 1, 2]
+
+    def test_hashing_in_pieces_equals_hashing_at_once(self) -> None:
+        whole = torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
+        zero = torch.zeros(1, dtype=torch.int64)
+        acc_all, all_at_once = extend_hashes(zero, zero, whole, torch.tensor([7]), 3, 16)
+        acc, first = extend_hashes(zero, zero, whole[:, :4], torch.tensor([4]), 3, 16)
+        acc, second = extend_hashes(acc, torch.tensor([4]), whole[:, 4:], torch.tensor([3]), 3, 16)
+        assert torch.equal(torch.cat([first.ids, second.ids]), all_at_once.ids)
+        assert torch.equal(acc, acc_all)
+
+    def test_a_device_id_collision_is_refused_not_trusted(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(
+            hashing, "prefix_id", lambda acc, length: torch.zeros_like(acc)
+        )  # every block gets id 0
+        engine = GpuEngine(CACHED, device="cpu")
+        engine.add_request(Request("a", (1, 2), max_tokens=2))
+        with pytest.raises(HashCollisionError, match="names two block hashes"):
+            engine.add_request(Request("b", (3, 4), max_tokens=2))
+
+
+class TestDoor:
+    def test_a_priority_past_the_packed_key_is_refused_naming_the_field(self) -> None:
+        engine = GpuEngine(CACHED, device="cpu")
+        with pytest.raises(RequestError, match="priority") as refused:
+            engine.add_request(Request("a", (1,), max_tokens=1, priority=2**40))
+        assert refused.value.field == "priority"
+        assert engine.snapshot().requests == {}
+
+    def test_slots_grow_past_the_first_eight(self) -> None:
+        engine = GpuEngine(dataclasses.replace(CACHED, max_num_seqs=16), device="cpu")
+        for i in range(20):
+            engine.add_request(Request(f"r{i}", (i, 1), max_tokens=2, stop_token_ids=(1, 2, 3)))
+        state = engine.snapshot()
+        assert list(state.waiting) == [f"r{i}" for i in range(20)]
+        assert engine.engine.state.slots == 32
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
+    """Instances share tensors, never state: instance 5 of 8 ends exactly as it does alone."""
+    config = SchedulerConfig(
+        block_size=4,
+        num_blocks=24,
+        max_num_batched_tokens=48,
+        max_num_seqs=6,
+        max_model_len=64,
+        long_prefill_token_threshold=16,
+        enable_prefix_caching=True,
+        watermark=0.1,
+        num_speculative_tokens=2,
+        policy=policy,  # type: ignore[arg-type]
+    )
+    shape = WorkloadShape(add_chance=700)
+    batch = BatchedScheduler(config, batch=8, slots=10, device="cpu")
+    alone = BatchedScheduler(config, batch=1, slots=10, device="cpu")
+    workloads = [
+        SwarmWorkload(batch, 11, torch.arange(8), shape),
+        SwarmWorkload(alone, 11, torch.tensor([5]), shape),
+    ]
+    preempted = 0
+    for _ in range(40):
+        ticks = [w.tick() for w in workloads]
+        preempted += int(ticks[1].plan.preempted.sum())
+        assert torch.equal(ticks[0].plan.scheduled[5], ticks[1].plan.scheduled[0])
+    for field in dataclasses.fields(batch.state):
+        assert torch.equal(getattr(batch.state, field.name)[5], getattr(alone.state, field.name)[0])
+    assert preempted > 0  # the example reached the sequential corner

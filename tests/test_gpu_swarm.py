@@ -1,0 +1,121 @@
+"""Swarm mode: many instances checked on the device, and a planted bug found, replayed, shrunk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import schedspec.gpu_impl.step_plan as step_plan
+from schedspec.cli import main
+from schedspec.gpu_impl.engine import BatchedScheduler
+from schedspec.gpu_impl.swarm_workload import SwarmWorkload
+from schedspec.properties.adapters.gpu import gpu_engine
+from schedspec.properties.harness import SingleEngine
+from schedspec.properties.minimize import failure_signature
+from schedspec.properties.recording import RecordingEngine
+from schedspec.properties.reference_adapter import reference_engine
+from schedspec.properties.swarm import run_swarm
+from schedspec.properties.swarm_trace import SwarmRun, drive, record_instance
+from schedspec.spec import SchedulerConfig
+
+# Small and tight: 24 blocks of 4 tokens for up to 12 requests of up to 64 tokens.
+TIGHT = SchedulerConfig(
+    block_size=4,
+    num_blocks=24,
+    max_num_batched_tokens=64,
+    max_num_seqs=8,
+    max_model_len=64,
+    long_prefill_token_threshold=16,
+    enable_prefix_caching=True,
+    watermark=0.1,
+    num_speculative_tokens=2,
+    policy="priority",
+)
+RUN = SwarmRun(TIGHT, seed=1)
+
+
+def _keep_blocks_on_preemption(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted bug: preemption forgets to free the victim's table."""
+    monkeypatch.setattr(step_plan, "release_tables", lambda *args: None)
+
+
+def test_a_correct_swarm_passes_every_device_check() -> None:
+    result = run_swarm(RUN, instances=64, ticks=25)
+    assert result.finding is None
+    assert result.ticks == 25 and result.instance_steps == 64 * 25
+    assert set(result.checks.values()) == {64 * 25 * 2}
+
+
+def test_a_recorded_instance_replays_on_the_reference_with_the_swarm_schedule() -> None:
+    engine = BatchedScheduler(TIGHT, batch=8, slots=RUN.slots, device="cpu")
+    workload = SwarmWorkload(engine, RUN.seed, torch.arange(8), RUN.shape)
+    swarm_totals = [int(workload.tick().plan.scheduled[3].sum()) for _ in range(30)]
+    recorder = RecordingEngine(reference_engine(TIGHT))
+    steps = sum(drive(recorder, record_instance(RUN, 3, 30)))
+    assert steps == 30
+    assert [o.total_num_scheduled_tokens for o in recorder.outputs] == swarm_totals
+    assert sum(swarm_totals) > 0
+
+
+def test_a_planted_bug_is_found_replayed_and_shrunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    _keep_blocks_on_preemption(monkeypatch)
+    result = run_swarm(RUN, instances=256, ticks=40, shrink_seconds=10)
+    finding = result.finding
+    assert finding is not None
+    assert "PREEMPT-RESET" in finding.device_checks
+    assert result.ticks == finding.tick + 1  # it stopped at the first failing tick
+    # The harness confirms it on the gpu engine; the reference holds on the same trace.
+    assert "PREEMPT-RESET" in finding.on_gpu
+    assert finding.on_reference == frozenset()
+    assert finding.shrunk is not None
+    assert len(finding.shrunk.events) <= len(finding.trace.events)
+    assert failure_signature(finding.shrunk, SingleEngine(gpu_engine, "safety"))
+
+
+def _swarm_cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["check", "--engine", "gpu", "--seed", "3", *args])
+    return result.exit_code, result.output
+
+
+def test_the_command_passes_on_the_correct_engine() -> None:
+    code, output = _swarm_cli("--instances", "32", "--examples", "1", "--max-steps", "10")
+    assert code == 0, output
+    assert "32 instances of gpu_impl" in output
+    assert "PASSED: every device check held (1 configs, seed 3)" in output
+
+
+def test_the_command_writes_a_shrunk_trace_for_a_finding(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _keep_blocks_on_preemption(monkeypatch)
+    code, output = _swarm_cli(
+        "--instances",
+        "256",
+        "--examples",
+        "3",
+        "--max-steps",
+        "40",
+        "--configs",
+        "tests.test_gpu_swarm:tight_configs",
+        "--trace-dir",
+        str(tmp_path),
+    )
+    assert code == 1, output
+    assert "VIOLATION on the device" in output
+    assert "replayed on reference" in output and "holds every invariant" in output
+    assert (tmp_path / "schedspec-swarm-3.json").exists()
+
+
+def tight_configs() -> object:
+    from hypothesis import strategies as st
+
+    return st.just(TIGHT)
+
+
+def test_swarm_mode_needs_the_gpu_engine() -> None:
+    result = CliRunner().invoke(main, ["check", "--instances", "4"])
+    assert result.exit_code == 2
+    assert "needs --engine gpu" in result.output
