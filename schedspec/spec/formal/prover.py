@@ -1,0 +1,137 @@
+"""What `schedspec prove` runs: for each invariant, the proof for every N, then the
+monolithic cross-checks for N = 1..max_n, which must agree with it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from schedspec.spec.formal.monolithic import check_step
+from schedspec.spec.formal.parametric import (
+    GLUES,
+    SLOT_LEMMA_IDS,
+    glue_induction,
+    need_lemma,
+    prefix_sum_update_lemma,
+    slot_lemma,
+)
+from schedspec.spec.formal.progress import PROGRESS_ID, check_progress, progress_lemmas
+from schedspec.spec.formal.properties import ORDER_ID, PROVED_IDS
+from schedspec.spec.formal.solving import Outcome, Verdict
+from schedspec.spec.formal.variants import FAITHFUL, Variant
+
+ALL_IDS: tuple[str, ...] = (*PROVED_IDS, PROGRESS_ID, ORDER_ID)
+ALL_N = "all"
+# The claims whose glue sums over the slots rest on the prefix-sum lemma.
+SUMMED_IDS = frozenset({"BUDGET", "CONSERVATION", "SEQS"})
+
+
+@dataclass(frozen=True)
+class ProofRow:
+    """One line of the table: an invariant, for all N or for one N, and the Z3 verdicts."""
+
+    invariant: str
+    n: str  # "all" or a number
+    outcomes: tuple[Outcome, ...]
+
+    @property
+    def verdict(self) -> Verdict:
+        verdicts = {o.verdict for o in self.outcomes}
+        if "counterexample" in verdicts:
+            return "counterexample"
+        return "unknown" if "unknown" in verdicts else "proved"
+
+    @property
+    def seconds(self) -> float:
+        return sum(o.seconds for o in self.outcomes)
+
+    @property
+    def failure(self) -> Outcome | None:
+        """The first query that did not prove its claim."""
+        return next((o for o in self.outcomes if not o.proved), None)
+
+
+@dataclass(frozen=True)
+class ProveSettings:
+    max_n: int = 8  # monolithic cross-checks for N = 1..max_n
+    timeout_s: float = 60.0  # per Z3 query
+    block_size: int = 2  # of the monolithic queries (the parametric ones keep it symbolic)
+    only: tuple[str, ...] = ALL_IDS
+    variant: Variant = FAITHFUL
+
+    def __post_init__(self) -> None:
+        if self.max_n < 0:
+            raise ValueError(f"max_n: must be >= 0, got {self.max_n}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size: must be >= 1, got {self.block_size}")
+        unknown = sorted(set(self.only) - set(ALL_IDS))
+        if unknown:
+            raise ValueError(f"only: unknown invariant {unknown[0]!r}; one of {', '.join(ALL_IDS)}")
+
+
+@cache
+def _prefix_sums(timeout_s: float) -> tuple[Outcome, ...]:
+    return tuple(prefix_sum_update_lemma(timeout_s))
+
+
+def prove_for_all_n(invariant_id: str, settings: ProveSettings) -> ProofRow:
+    t, v = settings.timeout_s, settings.variant
+    if invariant_id == PROGRESS_ID:
+        return ProofRow(invariant_id, ALL_N, tuple(progress_lemmas(t)))
+    outcomes: list[Outcome] = []
+    if invariant_id in SLOT_LEMMA_IDS:
+        outcomes.append(slot_lemma(invariant_id, t, v))
+    if invariant_id in GLUES:
+        if invariant_id in SUMMED_IDS:
+            outcomes.extend(_prefix_sums(t))
+        outcomes.append(need_lemma(t, v))
+        outcomes.extend(glue_induction(invariant_id, t, v))
+    return ProofRow(invariant_id, ALL_N, tuple(outcomes))
+
+
+def cross_check(invariant_id: str, n: int, settings: ProveSettings) -> ProofRow:
+    if invariant_id == PROGRESS_ID:
+        outcome = check_progress(n, settings.block_size, settings.timeout_s)
+    else:
+        outcome, _ = check_step(
+            invariant_id, n, settings.block_size, settings.timeout_s, settings.variant
+        )
+    return ProofRow(invariant_id, str(n), (outcome,))
+
+
+def prove(
+    settings: ProveSettings, on_row: Callable[[ProofRow], None] | None = None
+) -> list[ProofRow]:
+    """Every selected invariant for all N, then its cross-checks; on_row sees each row."""
+    rows: list[ProofRow] = []
+    for invariant_id in settings.only:
+        for make in _row_makers(invariant_id, settings):
+            row = make()
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows
+
+
+def _row_makers(invariant_id: str, settings: ProveSettings) -> list[Callable[[], ProofRow]]:
+    makers: list[Callable[[], ProofRow]] = []
+    if invariant_id != ORDER_ID:
+        makers.append(lambda: prove_for_all_n(invariant_id, settings))
+    for n in range(1, settings.max_n + 1):
+        makers.append(lambda n=n: cross_check(invariant_id, n, settings))  # type: ignore[misc]
+    return makers
+
+
+def disagreements(rows: Sequence[ProofRow]) -> list[str]:
+    """Invariants whose cross-checks contradict the proof for all N (a bug in the model)."""
+    found = []
+    for invariant_id in dict.fromkeys(r.invariant for r in rows):
+        mine = [r for r in rows if r.invariant == invariant_id]
+        general = [r for r in mine if r.n == ALL_N]
+        proved = bool(general) and general[0].verdict == "proved"
+        if proved and any(r.verdict == "counterexample" for r in mine if r.n != ALL_N):
+            found.append(invariant_id)
+    return found
