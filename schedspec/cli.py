@@ -126,6 +126,7 @@ def _build_config(**fields: Any) -> SchedulerConfig:
 # without them. Name -> "module:attribute" of a click command.
 LAZY_COMMANDS: dict[str, str] = {
     "simulate": "schedspec.simulate.command:simulate_command",
+    "prove": "schedspec.prove_command:prove_command",
 }
 
 
