@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerOutput
@@ -39,7 +39,13 @@ class ScheduledEntry:
 
 
 def classify(
-    request_id: str, num_computed_before: int, num_scheduled: int, num_drafts: int, num_tokens: int
+    request_id: str,
+    num_computed_before: int,
+    num_scheduled: int,
+    num_drafts: int,
+    num_tokens: int,
+    num_cached: int = 0,
+    num_accepted: int = 0,
 ) -> ScheduledEntry:
     """Name the work a request does in a step: prefill N, decode 1 or spec 1+k.
 
@@ -50,12 +56,16 @@ def classify(
     known token (whose KV is never computed before it is sampled), plus any
     drafts: a decode or a speculative step. A chunk that computes just the
     last known token is therefore reported as a decode: it is the same work.
+    num_cached and num_accepted are carried into the entry (accepted drafts
+    only for a spec step).
     """
     if num_computed_before < num_tokens - 1:
-        return ScheduledEntry(request_id, "prefill", num_scheduled, 0)
+        return ScheduledEntry(request_id, "prefill", num_scheduled, 0, num_cached)
     if num_drafts > 0:
-        return ScheduledEntry(request_id, "spec", num_scheduled, num_drafts)
-    return ScheduledEntry(request_id, "decode", num_scheduled, 0)
+        return ScheduledEntry(
+            request_id, "spec", num_scheduled, num_drafts, num_cached, num_accepted
+        )
+    return ScheduledEntry(request_id, "decode", num_scheduled, 0, num_cached)
 
 
 @dataclass(frozen=True)
@@ -105,17 +115,15 @@ def scheduled_entries(
     """What each scheduled request did in the step, in scheduling order
     (computed and fresh as computed_before returns them)."""
     entries = []
+    drafts, sampled = out.scheduled_spec_decode_tokens, model_output.sampled_token_ids
     for rid, num in out.num_scheduled_tokens.items():
-        num_drafts = len(out.scheduled_spec_decode_tokens.get(rid, ()))
-        entry = classify(rid, computed[rid], num, num_drafts, num_tokens_at_schedule[rid])
+        before = computed[rid]
         # The model emits 1 + accepted drafts for a spec step.
-        sampled = len(model_output.sampled_token_ids.get(rid, ()))
+        accepted = max(len(sampled.get(rid, ())) - 1, 0)
+        cached = before if rid in fresh else 0
+        num_drafts = len(drafts.get(rid, ()))
         entries.append(
-            replace(
-                entry,
-                num_cached=computed[rid] if rid in fresh else 0,
-                num_accepted=max(sampled - 1, 0) if entry.kind == "spec" else 0,
-            )
+            classify(rid, before, num, num_drafts, num_tokens_at_schedule[rid], cached, accepted)
         )
     return entries
 

@@ -73,9 +73,12 @@ def two_runs() -> list[ConfigRun]:
 
 
 def test_overlays_have_a_line_per_config(two_runs: list[ConfigRun]) -> None:
-    kv_ax, queue_ax = kv_queue_figure([r.result for r in two_runs]).axes
+    kv_ax, queue_ax, step_ax = kv_queue_figure([r.result for r in two_runs]).axes
     assert [line.get_label() for line in kv_ax.lines] == ["no-chunking", "chunked-512"]
     assert len(queue_ax.lines) == 2
+    # The whole long prompt is one ~50 ms iteration; chunked, no iteration comes close.
+    peaks = [max(np.asarray(line.get_ydata())) for line in step_ax.lines]
+    assert peaks[0] > 40 > 10 > peaks[1]
     cdf_axes = latency_cdf_figure([(r.result, r.metrics) for r in two_runs]).axes
     assert [len(ax.lines) for ax in cdf_axes] == [2, 2, 2]
     # A CDF ends at 1 with every request counted.

@@ -90,19 +90,22 @@ def gantt_figure(result: SimulationResult) -> Figure:
 
 
 def kv_queue_figure(results: Sequence[SimulationResult]) -> Figure:
-    """KV usage and the waiting queue after each iteration, one line per config."""
-    fig = Figure(figsize=(10, 6))
-    kv_ax, queue_ax = fig.subplots(2, 1, sharex=True)
+    """KV usage, the waiting queue and the iteration time after each iteration,
+    one line per config (a long step shows as a spike in the last panel)."""
+    fig = Figure(figsize=(10, 8))
+    kv_ax, queue_ax, step_ax = fig.subplots(3, 1, sharex=True)
     for result in results:
         ends = [s.start + s.duration for s in result.steps]
         kv_ax.step(ends, [100 * s.kv_usage for s in result.steps], where="post", label=result.name)
         queue_ax.step(ends, [s.num_waiting for s in result.steps], where="post", label=result.name)
+        step_ax.plot(ends, [1000 * s.duration for s in result.steps], label=result.name)
     kv_ax.set_ylabel("KV blocks in use (%)")
     kv_ax.set_ylim(0, 105)
     queue_ax.set_ylabel("waiting requests")
-    queue_ax.set_xlabel("simulated time (s)")
+    step_ax.set_ylabel("iteration time (ms)")
+    step_ax.set_xlabel("simulated time (s)")
     kv_ax.legend(fontsize="small")
-    kv_ax.set_title("KV usage and waiting queue")
+    kv_ax.set_title("KV usage, waiting queue and iteration time")
     fig.tight_layout()
     return fig
 
