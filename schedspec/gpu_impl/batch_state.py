@@ -33,11 +33,10 @@ WAITING = 1
 RUNNING = 2
 PREEMPTED = 3
 
-# Finish codes reported by update_from_output and abort.
+# Finish codes reported by update_from_output (aborts are the caller's to report).
 NOT_FINISHED = 0
 FINISHED_STOPPED = 1
 FINISHED_LENGTH_CAPPED = 2
-FINISHED_ABORTED = 3
 
 NO_BLOCK = -1
 NO_HASH = -1

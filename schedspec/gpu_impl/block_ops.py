@@ -14,9 +14,6 @@ import torch
 
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
 
-# Ranks order the requests of one release; they stay below this.
-RANK_LIMIT = 2**20
-
 
 def _rows(inst: torch.Tensor, *shape: int) -> torch.Tensor:
     """inst broadcast to [I, *shape]."""

@@ -14,6 +14,7 @@ import torch
 
 from schedspec.gpu_impl.admission import schedule_waiting
 from schedspec.gpu_impl.batch_state import (
+    BIG,
     EMPTY,
     FINISHED_LENGTH_CAPPED,
     FINISHED_STOPPED,
@@ -24,7 +25,6 @@ from schedspec.gpu_impl.batch_state import (
     WAITING,
     empty_state,
     grow,
-    max_blocks_per_request,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables
 from schedspec.gpu_impl.hashing import extend_hashes
@@ -69,7 +69,6 @@ class BatchedScheduler:
         self.config = config
         self.device = torch.device(device) if device is not None else default_device()
         self.state = empty_state(config, batch, slots, max_stops, self.device)
-        self.max_blocks = max_blocks_per_request(config)
         # Positions a token can take: the prompt and outputs, plus drafts past them.
         self.max_positions = config.max_model_len + config.num_speculative_tokens + 1
 
@@ -180,23 +179,33 @@ class BatchedScheduler:
         kept = torch.where(has_end, first + 1, count)
         finish = torch.where(has_end, code.gather(2, first.unsqueeze(-1)).squeeze(-1), 0)
         st.num_computed -= count - kept
+        # Hash only the requests that kept tokens: a small share of the slots.
+        b, s = torch.nonzero(kept > 0, as_tuple=True)
         acc, done = extend_hashes(
-            st.hash_acc, st.num_tokens, tokens, kept, config.block_size, self.max_positions
+            st.hash_acc[b, s],
+            st.num_tokens[b, s],
+            tokens[b, s],
+            kept[b, s],
+            config.block_size,
+            self.max_positions,
         )
-        everyone = torch.arange(st.batch, device=self.device)
-        rows = everyone.view(-1, 1, 1).expand_as(done.mask)[done.mask]
-        slots = torch.arange(st.slots, device=self.device).view(1, -1, 1).expand_as(done.mask)
-        st.req_hash[rows, slots[done.mask], done.index] = done.ids
-        st.hash_acc = acc
+        width = done.mask.shape[1]
+        st.req_hash[
+            b.unsqueeze(1).expand(-1, width)[done.mask],
+            s.unsqueeze(1).expand(-1, width)[done.mask],
+            done.index,
+        ] = done.ids
+        st.hash_acc[b, s] = acc
         st.num_tokens += kept
-        in_order = torch.argsort(torch.where(sampling, rank, 2**40), dim=1, stable=True)
+        everyone = torch.arange(st.batch, device=self.device)
+        in_order = torch.argsort(torch.where(sampling, rank, BIG), dim=1, stable=True)
         ordered = torch.where(torch.gather(sampling, 1, in_order), in_order, -1)
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
             # Accepted drafts filled blocks the schedule-time registration could not know.
             upto = torch.gather(st.num_computed, 1, in_order)
             register_blocks(st, everyone, ordered, upto, config.block_size)
         finished = finish > 0
-        release_tables(st, everyone, finished, rank.clamp(min=0, max=2**19))
+        release_tables(st, everyone, finished, rank)
         st.status[finished] = EMPTY
         return UpdateResult(kept=kept, finish=finish)
 
