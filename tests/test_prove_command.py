@@ -1,0 +1,64 @@
+"""`schedspec prove`: the table, the exit status, counterexample state and trace, bad flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from schedspec.cli import main
+from schedspec.properties.trace import Trace
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["prove", *args])
+    return result.exit_code, result.output
+
+
+def test_proves_and_exits_zero() -> None:
+    code, out = run("--max-n", "1", "--only", "BUDGET", "--only", "NO-EMPTY-STEP")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[1].split() == ["invariant", "N", "result", "seconds"]
+    rows = [line.split() for line in lines[2:6]]
+    assert [r[:3] for r in rows] == [
+        ["BUDGET", "all", "proved"],
+        ["BUDGET", "1", "proved"],
+        ["NO-EMPTY-STEP", "all", "proved"],
+        ["NO-EMPTY-STEP", "1", "proved"],
+    ]
+    assert "2/2 invariants proved for all N; 2/2 monolithic cross-checks proved" in out
+
+
+def test_broken_variant_prints_the_state_writes_a_trace_and_exits_one(tmp_path: Path) -> None:
+    code, out = run(
+        "--max-n",
+        "0",
+        "--only",
+        "SEQS",
+        "--variant",
+        "max-num-seqs-off-by-one",
+        "--trace-dir",
+        str(tmp_path),
+    )
+    assert code == 1, out
+    assert "SEQS                      all  counterexample" in out
+    assert "counterexample: SEQS glue max-num-seqs-off-by-one step admit" in out
+    assert "  max_num_seqs = " in out and "  k.running = " in out
+    path = tmp_path / "schedspec-formal-SEQS-max-num-seqs-off-by-one.json"
+    assert f"trace of a run that reaches it: {path}" in out
+    trace = Trace.load(path)
+    assert "max-num-seqs-off-by-one breaks SEQS" in trace.note
+
+
+def test_unknown_invariant_is_a_usage_error_naming_the_flag() -> None:
+    code, out = run("--only", "NOPE")
+    assert code == 2
+    assert "--only" in out and "NOPE" in out
+
+
+def test_bad_numbers_name_the_flag_and_bound() -> None:
+    code, out = run("--max-n", "-1")
+    assert code == 2 and "--max-n" in out and "0<=x<=16" in out
+    code, out = run("--timeout", "0")
+    assert code == 2 and "--timeout" in out and "x>0" in out
