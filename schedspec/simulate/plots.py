@@ -98,7 +98,10 @@ def kv_queue_figure(results: Sequence[SimulationResult]) -> Figure:
         ends = [s.start + s.duration for s in result.steps]
         kv_ax.step(ends, [100 * s.kv_usage for s in result.steps], where="post", label=result.name)
         queue_ax.step(ends, [s.num_waiting for s in result.steps], where="post", label=result.name)
-        step_ax.plot(ends, [1000 * s.duration for s in result.steps], label=result.name)
+        # An iteration time holds over the interval that ends with its step.
+        step_ax.step(
+            ends, [1000 * s.duration for s in result.steps], where="pre", label=result.name
+        )
     kv_ax.set_ylabel("KV blocks in use (%)")
     kv_ax.set_ylim(0, 105)
     queue_ax.set_ylabel("waiting requests")
