@@ -19,23 +19,67 @@ from schedspec.gpu_impl.batch_state import BatchState
 from schedspec.properties.adapter import load_engine_factory
 from schedspec.properties.adapters.gpu import gpu_engine
 from schedspec.properties.differential import DiffOptions, diff_trace, run_diff
+from schedspec.properties.events import AddRequest, Drain, Step
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings
 from schedspec.properties.trace import Trace
+from schedspec.spec import SchedulerConfig
 from tests.test_differential import BUSY, PREEMPTING
 
 EXACT = DiffOptions(compare_block_ids=True)
+
+# A priority victim scheduled earlier in its step: a (priority 1) decodes first and
+# registers its third block, then b needs a block and a is preempted after all, so
+# its budget comes back and the registration of KV it never computes is taken back.
+UNSCHEDULE = Trace(
+    SchedulerConfig(
+        block_size=4,
+        num_blocks=5,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        max_model_len=20,
+        enable_prefix_caching=True,
+        policy="priority",
+    ),
+    (
+        AddRequest("a", tuple(range(1000, 1010)), 8, priority=1),
+        Step(),
+        AddRequest("b", tuple(range(2000, 2008)), 8, priority=0),
+        Step(),
+        Step(),
+        Drain(),
+    ),
+)
 
 
 def test_engine_name_gpu_loads_the_adapter() -> None:
     assert load_engine_factory("gpu") is gpu_engine
 
 
-@pytest.mark.parametrize("trace", [BUSY, PREEMPTING], ids=["busy", "preempting"])
+@pytest.mark.parametrize(
+    "trace", [BUSY, PREEMPTING, UNSCHEDULE], ids=["busy", "preempting", "unschedule"]
+)
 def test_hand_made_traces_agree_block_for_block(trace: Trace) -> None:
     result = diff_trace(trace, reference_engine, gpu_engine, "vllm-v1", EXACT)
     assert result.passed, result.divergence or result.violation or result.error
     assert result.stats.steps > 3
+
+
+def test_the_unschedule_trace_reaches_the_priority_corner(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken_back: list[int] = []
+    original = block_ops.uncache_uncomputed
+
+    def counted(state: BatchState, inst: torch.Tensor, slot: torch.Tensor, size: int) -> None:
+        taken_back.append(int(state.num_cached_block[inst, slot].sum()))
+        original(state, inst, slot, size)
+
+    monkeypatch.setattr(running_phase, "uncache_uncomputed", counted)
+    result = diff_trace(UNSCHEDULE, reference_engine, gpu_engine, "vllm-v1", EXACT)
+    assert result.passed
+    third_step = result.entries[4].outputs[1][0]
+    assert dict(third_step.num_scheduled_tokens) == {"b": 1}
+    assert third_step.preempted_req_ids == frozenset({"a"})
+    assert taken_back == [3]  # a had registered three blocks; the third goes back
 
 
 def test_random_workloads_over_every_config_strategy_agree() -> None:
