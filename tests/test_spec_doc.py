@@ -71,3 +71,38 @@ def test_section_states_profile_kind_and_why(invariant_id: str) -> None:
     assert fields == [(info.profile, info.kind)]
     for label in ("**Statement:**", "**Why it matters:**", "**Checked by:**"):
         assert label in body, f"{invariant_id}: no {label}"
+
+
+# ------------------------------------------------------------------ checked by Z3
+
+Z3_PROVED = "proved, every N"
+
+
+def test_z3_column_matches_what_schedspec_prove_proves() -> None:
+    """The Z3 column says "proved, every N" for exactly the ids `schedspec prove` proves."""
+    from schedspec.spec.formal.prover import ALL_IDS as PROVE_IDS
+    from schedspec.spec.formal.prover import ALL_N, ProveSettings, prove_for_all_n
+
+    rows = table_rows(spec_text())
+    claimed = sorted(rid for rid, cells in rows.items() if cells[3] == Z3_PROVED)
+    proved = sorted(rid for rid in PROVE_IDS if rid in CATALOGUE)
+    assert claimed == proved
+    for rid in proved:
+        row = prove_for_all_n(rid, ProveSettings(max_n=0, timeout_s=60))
+        assert (row.n, row.verdict) == (ALL_N, "proved")
+
+
+def test_sections_of_z3_proved_ids_name_the_broken_variant_and_trace() -> None:
+    from schedspec.spec.formal.variants import BREAKS
+
+    bodies = sections(spec_text())
+    for rid, cells in table_rows(spec_text()).items():
+        body = " ".join(bodies[rid].split())
+        if cells[3] != Z3_PROVED:
+            assert "Z3: proved" not in body, rid
+            continue
+        assert "Z3: proved for every N by `schedspec prove`" in body, rid
+        if rid in BREAKS:
+            assert f"`{BREAKS[rid].mutant}`" in body, rid
+            trace = SPEC.parent.parent / "tests" / "formal_traces" / f"{rid}.json"
+            assert f"tests/formal_traces/{rid}.json" in body and trace.is_file(), rid
