@@ -213,7 +213,9 @@ class TestJsonlTrace:
         assert str(err.value).startswith(f"{path} line 2: ")
 
     def test_empty_or_missing_file(self, tmp_path: Path) -> None:
-        with pytest.raises(TraceRecordError, match="no records"):
-            load_trace(self._write(tmp_path, ""), seed=0)
-        with pytest.raises(TraceRecordError, match="cannot read"):
+        empty = self._write(tmp_path, "")
+        with pytest.raises(TraceRecordError, match="no records") as err:
+            load_trace(empty, seed=0)
+        assert str(err.value) == f"{empty}: the trace has no records"
+        with pytest.raises(TraceRecordError, match=r"absent\.jsonl: cannot read"):
             load_trace(tmp_path / "absent.jsonl", seed=0)

@@ -14,10 +14,12 @@ class SimulationInputError(SpecInputError):
 
 
 class TraceRecordError(SimulationInputError):
-    """A bad record in a JSONL workload trace; the message names the line and field."""
+    """A bad record in a JSONL workload trace; the message names the line and field
+    (line 0: the file as a whole)."""
 
     def __init__(self, path: str, line: int, field: str, detail: str) -> None:
-        super().__init__(field, f"{path} line {line}: {detail}")
+        where = f"{path} line {line}" if line else path
+        super().__init__(field, f"{where}: {detail}")
         self.line = line
         # The location first: "trace.jsonl line 4: field 'output_tokens' must be ...".
-        self.args = (f"{path} line {line}: {detail}",)
+        self.args = (f"{where}: {detail}",)
