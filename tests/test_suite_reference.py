@@ -11,11 +11,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
-from schedspec.properties.state_machine import (
-    MAX_INITIAL_ARRIVALS,
-    SuiteRecorder,
-    make_state_machine,
-)
+from schedspec.properties.state_machine import SuiteRecorder, make_state_machine
 from schedspec.properties.strategies import (
     EOS_CHOICES,
     SHARED_PREFIXES,
@@ -88,7 +84,7 @@ def test_every_example_starts_with_arrivals() -> None:
     result = run_suite(factory, "vllm-v1", SuiteSettings(examples=20, seed=3, shrink=False))
     assert result.passed, result.error or result.other_error
     assert len(engines) >= 20
-    assert all(1 <= e.arrivals_before_first_step <= MAX_INITIAL_ARRIVALS for e in engines)
+    assert all(e.arrivals_before_first_step >= 1 for e in engines)
 
 
 class ArrivalCountingEngine(ReferenceEngine):

@@ -35,9 +35,11 @@ MAX_STEPS_PER_RULE = 12
 # Hypothesis' swarm testing turns whole rules off for an example: without the
 # add_request rule an example ran on an idle engine, without the step rule its
 # arrivals met only the final drain (a third of the examples each). So every
-# example starts with a few arrivals, and an arrival may bring its own steps.
+# example starts with a few arrivals, and every rule may bring its own steps
+# (which also spreads a rule's cost in Hypothesis choices over more checked
+# steps). 0, where shrinking goes, is the bare event.
 MAX_INITIAL_ARRIVALS = 4
-MAX_STEPS_AFTER_ARRIVAL = 4
+THEN_STEPS = st.integers(0, 8)
 
 
 @dataclass
@@ -116,16 +118,13 @@ def make_target_machine(
         # No preconditions: every rule applies in every state, and each draws
         # a fixed shape of choices, so shrinking can delete rules freely.
 
-        @rule(drawn=request_draws, then_steps=st.integers(0, MAX_STEPS_AFTER_ARRIVAL))
+        @rule(drawn=request_draws, then_steps=THEN_STEPS)
         def add_request(self, drawn: RequestDraw, then_steps: int) -> None:
-            """An arrival, then (usually) a step or two: arrivals land on a working engine
-            even in examples where swarm testing turned the step rule off."""
             if len(self.engine().state.requests) >= MAX_LIVE_REQUESTS:
                 self.apply(Step())  # full: let the engine make room instead
                 return
             self._arrive(drawn)
-            for _ in range(then_steps):
-                self.apply(Step())
+            self._steps(then_steps)
 
         def _arrive(self, drawn: RequestDraw) -> None:
             checked = self.engine()
@@ -135,17 +134,18 @@ def make_target_machine(
             self.apply(event)
             self.next_id += 1
 
-        @rule(pick=st.integers(0, 2**16), unknown=st.integers(0, 3))
-        def cancel(self, pick: int, unknown: int) -> None:
+        @rule(pick=st.integers(0, 2**16), unknown=st.integers(0, 3), then_steps=THEN_STEPS)
+        def cancel(self, pick: int, unknown: int, then_steps: int) -> None:
             """Abort a live request (now and then with an unknown id, which is ignored)."""
             live = sorted(self.engine().state.requests)
             ids = (live[pick % len(live)],) if live else ()
             if unknown == 3 or not ids:
                 ids = (*ids, "no-such-request")
             self.apply(Abort(ids))
+            self._steps(then_steps)
 
-        @rule(count=st.integers(0, 7))
-        def propose_drafts(self, count: int) -> None:
+        @rule(count=st.integers(0, 7), then_steps=THEN_STEPS)
+        def propose_drafts(self, count: int, then_steps: int) -> None:
             """The drafter proposes the same number of drafts for every running request.
 
             One count for all keeps the draw independent of which requests run,
@@ -153,20 +153,25 @@ def make_target_machine(
             """
             checked = self.engine()
             limit = checked.config.num_speculative_tokens
-            if not limit:
-                return
-            drafts = count % (limit + 1)
-            self.apply(ProposeDrafts(dict.fromkeys(checked.state.running, drafts)))
+            if limit:
+                drafts = count % (limit + 1)
+                self.apply(ProposeDrafts(dict.fromkeys(checked.state.running, drafts)))
+            self._steps(then_steps)
 
         @rule(num_steps=st.integers(1, MAX_STEPS_PER_RULE), code=st.integers(0, 1023))
         def step(self, num_steps: int, code: int) -> None:
             # The drawn decisions shape the rule's first step; the rest run
             # with the defaults (no forced stop, greedy verification).
-            self.apply(Step(self._decisions(code)))
-            for _ in range(num_steps - 1):
-                if not self.engine().state.requests:
-                    break  # an idle engine has nothing more to show this rule
-                self.apply(Step())
+            self._steps(num_steps, Step(self._decisions(code)))
+
+        def _steps(self, count: int, first: Step | None = None) -> None:
+            """Up to `count` engine steps, stopping once the engine is idle: it has
+            nothing more to show this rule. A step rule's own first step (`first`)
+            runs even on an idle engine, which must then schedule nothing."""
+            for index in range(count):
+                if (index or first is None) and not self.engine().state.requests:
+                    break
+                self.apply(first if index == 0 and first is not None else Step())
 
         def _decisions(self, code: int) -> StepDecisions:
             """Which running request emits a stop token, and how many drafts pass.
