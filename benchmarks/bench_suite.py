@@ -1,11 +1,15 @@
 """Invariant-checked steps per second through the reference, and where the time goes.
 
 Part A runs the suite as `schedspec check` does: `run_suite` on the reference with every
-invariant of the vllm-v1 profile, a fixed seed, and the quick profile's sizes (100
-examples of 40 rules; --long: 2000 of 100). Part B drives the same CheckedEngine from a
-seeded `random` event loop shaped like the state machine (same config ranges, same
-rules, at most 32 live requests, a drain at the end of each example) with no Hypothesis
-at all, so that Hypothesis' share shows as a ratio of the two.
+invariant of the vllm-v1 profile, and the quick profile's sizes (100 examples of 40
+rules; --long: 2000 of 100), once per seed for --suite-seeds fixed seeds, totalled (one
+seed's examples vary a lot in size). Part B drives the same CheckedEngine from a seeded
+`random` event loop shaped like the state machine (same config ranges, same request
+decoding, initial arrivals, same rules with their steps, at most 32 live requests, a
+drain at the end of each example) with no Hypothesis at all, so that Hypothesis' share
+shows as a ratio of the two. Rates are per CPU second of this process
+(time.process_time), which others' load on the machine disturbs less than wall time;
+the load average is printed first.
 
 Time is split by wrapping, in this script only, with time.perf_counter_ns accumulators:
 
@@ -23,13 +27,14 @@ Time is split by wrapping, in this script only, with time.perf_counter_ns accumu
 Each part also runs once unwrapped with the same seed, to show what the wrappers cost.
 The numbers are for reading, never for asserting.
 
-    .venv/bin/python benchmarks/bench_suite.py           # quick sizes (about 30 s)
+    .venv/bin/python benchmarks/bench_suite.py           # quick sizes (about a minute)
     .venv/bin/python benchmarks/bench_suite.py --long    # the long profile's sizes
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import gc
 import os
@@ -47,13 +52,21 @@ from schedspec.properties.checked_engine import CheckedEngine, CheckStats
 from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import FakeModel, StepDecisions
 from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.state_machine import MAX_LIVE_REQUESTS, MAX_STEPS_PER_RULE
+from schedspec.properties.state_machine import (
+    MAX_INITIAL_ARRIVALS,
+    MAX_LIVE_REQUESTS,
+    MAX_STEPS_AFTER_EVENT,
+    MAX_STEPS_PER_RULE,
+)
 from schedspec.properties.strategies import (
     BLOCK_SIZES,
+    EOS_CHOICES,
+    NUM_DOOR_DRAWS,
+    NUM_PRIORITY_DRAWS,
     SHARED_PREFIXES,
     STOP_TOKEN_CHOICES,
-    VOCAB,
-    prompt_length,
+    build_add_request,
+    decode_request_draw,
 )
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.properties.trace import ModelParams
@@ -71,6 +84,9 @@ ENGINE_CALLS = (
 )
 SNAPSHOT = ("snapshot",)
 MODEL_CALLS = ("execute", "drafts_for")
+NUM_SAMPLING_DRAWS = (
+    NUM_DOOR_DRAWS * NUM_PRIORITY_DRAWS * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES)
+)
 # The fused pass that vouches for most state invariants (the named ones then run
 # only when it cannot), timed as a check.
 FAST_PATH_KEY = "(state fast path)"
@@ -211,20 +227,29 @@ class RunResult:
         return self.steps / (self.cpu_ns / 1e9)
 
 
-def run_hypothesis(settings: SuiteSettings, accounts: Accounts | None) -> RunResult:
+def run_hypothesis(settings: SuiteSettings, seeds: int, accounts: Accounts | None) -> RunResult:
+    """run_suite once per seed (settings.seed, + 1, ...), totalled: one seed's examples
+    vary a lot in size, so one seed alone says little about the rate."""
     factory: EngineFactory = instrumented_factory(accounts) if accounts else reference_engine
-    gc.collect()
-    start, cpu_start = time.perf_counter_ns(), time.process_time_ns()
-    if accounts is not None:
-        with instrumented(accounts):
-            result = run_suite(factory, PROFILE, settings)
-    else:
-        result = run_suite(factory, PROFILE, settings)
-    wall, cpu = time.perf_counter_ns() - start, time.process_time_ns() - cpu_start
-    if not result.passed:
-        raise RuntimeError(f"the suite failed: {result.error or result.other_error}")
-    stats = result.stats
-    return RunResult("suite", wall, cpu, stats.steps, stats.events, result.examples, accounts)
+    assert settings.seed is not None
+    total = RunResult("suite", 0, 0, 0, 0, 0, accounts)
+    for offset in range(seeds):
+        one_seed = dataclasses.replace(settings, seed=settings.seed + offset)
+        gc.collect()
+        start, cpu_start = time.perf_counter_ns(), time.process_time_ns()
+        if accounts is not None:
+            with instrumented(accounts):
+                result = run_suite(factory, PROFILE, one_seed)
+        else:
+            result = run_suite(factory, PROFILE, one_seed)
+        total.wall_ns += time.perf_counter_ns() - start
+        total.cpu_ns += time.process_time_ns() - cpu_start
+        if not result.passed:
+            raise RuntimeError(f"the suite failed: {result.error or result.other_error}")
+        total.steps += result.stats.steps
+        total.events += result.stats.events
+        total.examples += result.examples
+    return total
 
 
 def random_config(rng: random.Random, max_model_len_cap: int = 96) -> SchedulerConfig:
@@ -254,34 +279,18 @@ def random_config(rng: random.Random, max_model_len_cap: int = 96) -> SchedulerC
 
 
 def random_add(rng: random.Random, checked: CheckedEngine, request_id: str) -> AddRequest:
-    """strategies.add_request_events(), drawn from `random` (door cases included)."""
-    config = checked.config
-    length = prompt_length(config, rng.randint(0, 9), rng.randint(0, 2**16))
-    prefix = ((), *SHARED_PREFIXES)[rng.randint(0, len(SHARED_PREFIXES))][:length]
-    variety = rng.randint(0, 255)
-    filler = tuple(
-        (variety * (i + 1) * 2654435761 >> 11) % VOCAB for i in range(length - len(prefix))
+    """The state machine's add_request, its five integers drawn from `random` and decoded
+    by the same strategies code (door cases and urgent arrivals included)."""
+    drawn = decode_request_draw(
+        rng.randint(0, 9),
+        rng.randint(0, 2**16),
+        rng.randint(0, 256 * (len(SHARED_PREFIXES) + 1) - 1),
+        rng.randint(0, 127),
+        rng.randint(0, NUM_SAMPLING_DRAWS - 1),
     )
-    prompt = prefix + filler
-    max_tokens = rng.randint(1, 24)
-    door = rng.randint(0, 19)
-    live = sorted(checked.state.requests)
-    if door == 1:
-        prompt = (0,) * config.max_model_len
-    elif door == 2:
-        prompt = ()
-    elif door == 3:
-        max_tokens = 0
-    elif door == 4 and live:
-        request_id = rng.choice(live)
-    return AddRequest(
-        request_id,
-        prompt,
-        max_tokens,
-        rng.choice((None, 2, 5)),
-        rng.choice(STOP_TOKEN_CHOICES),
-        rng.randint(0, 3),
-    )
+    live = checked.state.requests
+    priorities = [r.priority for r in live.values()]
+    return build_add_request(checked.config, request_id, live, drawn, priorities)
 
 
 def random_decisions(rng: random.Random, checked: CheckedEngine) -> StepDecisions:
@@ -301,24 +310,28 @@ def random_decisions(rng: random.Random, checked: CheckedEngine) -> StepDecision
     return StepDecisions(stops=stops, accepted=accepted)
 
 
-# Rule weights (step, add, abort, drafts) and most steps per step rule. "like the
-# state machine": its rules, picked uniformly among those that apply, 1-12 steps each.
-# "busy": arrivals outpace steps, so the engine holds many requests (up to 32).
-LOOPS: dict[str, tuple[tuple[int, int, int, int], int]] = {
-    "like the state machine": ((1, 1, 1, 1), MAX_STEPS_PER_RULE),
-    "busy": ((2, 6, 1, 1), 2),
+# Rule weights (step, add, abort, drafts), most steps per step rule, and most steps
+# after another rule's event. "like the state machine": its rules, picked uniformly
+# among those that apply, 1-12 steps each, 0-8 after an event. "busy": arrivals
+# outpace steps, so the engine holds many requests (up to 32).
+LOOPS: dict[str, tuple[tuple[int, int, int, int], int, int]] = {
+    "like the state machine": ((1, 1, 1, 1), MAX_STEPS_PER_RULE, MAX_STEPS_AFTER_EVENT),
+    "busy": ((2, 6, 1, 1), 2, 0),
 }
 
 
 def random_example(
     rng: random.Random, factory: EngineFactory, stats: CheckStats, rules: int, loop: str
 ) -> None:
-    """One example: a config, `rules` rules picked among those that apply, then a drain."""
+    """One example: a config, initial arrivals, `rules` rules picked among those that
+    apply (each event followed by a few steps, never on an idle engine), then a drain."""
     checked = CheckedEngine.from_factory(
         factory, random_config(rng), PROFILE, ModelParams(seed=rng.randint(0, 2**16)), stats
     )
-    weights, max_steps = LOOPS[loop]
-    next_id = 0
+    weights, max_steps, max_then = LOOPS[loop]
+    for next_id in range(rng.randint(1, MAX_INITIAL_ARRIVALS)):
+        checked.apply(random_add(rng, checked, f"r{next_id}"))
+    next_id += 1
     for _ in range(rules):
         state = checked.state
         applies = (
@@ -349,6 +362,10 @@ def random_example(
                 checked.apply(Step())
         for event in events:
             checked.apply(event)
+            for _ in range(rng.randint(0, max_then)):
+                if not checked.state.requests:
+                    break
+                checked.apply(Step())
     checked.apply(Drain())
 
 
@@ -455,7 +472,13 @@ def report(run: RunResult, plain: RunResult, title: str, driver: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--long", action="store_true", help="the long profile's sizes")
-    parser.add_argument("--seed", type=int, default=20261129, help="seed of both parts")
+    parser.add_argument("--seed", type=int, default=20261129, help="seed of all parts")
+    parser.add_argument(
+        "--suite-seeds",
+        type=int,
+        default=4,
+        help="suite runs in part A (seeds seed, seed + 1, ...)",
+    )
     args = parser.parse_args(argv)
     chosen = SuiteSettings.long() if args.long else SuiteSettings.quick()
     settings = SuiteSettings(
@@ -465,17 +488,19 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"schedspec suite benchmark ({'long' if args.long else 'quick'}: {settings.examples} "
         f"examples x {settings.rules_per_example} rules, seed {args.seed}, profile {PROFILE}, "
+        f"load average {os.getloadavg()[0]:.1f} at the start, "
         f"at most {MAX_LIVE_REQUESTS} live requests); Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs"
     )
     print()
 
-    suite = run_hypothesis(settings, Accounts())
-    suite_plain = run_hypothesis(settings, None)
+    suite = run_hypothesis(settings, args.suite_seeds, Accounts())
+    suite_plain = run_hypothesis(settings, args.suite_seeds, None)
     report(
         suite,
         suite_plain,
-        "A. run_suite: the Hypothesis state machine, every invariant on",
+        f"A. run_suite: the Hypothesis state machine, every invariant on ({args.suite_seeds} "
+        "seeds, totalled)",
         "Hypothesis + state machine",
     )
 

@@ -39,7 +39,8 @@ MAX_STEPS_PER_RULE = 12
 # (which also spreads a rule's cost in Hypothesis choices over more checked
 # steps). 0, where shrinking goes, is the bare event.
 MAX_INITIAL_ARRIVALS = 4
-THEN_STEPS = st.integers(0, 8)
+MAX_STEPS_AFTER_EVENT = 8
+THEN_STEPS = st.integers(0, MAX_STEPS_AFTER_EVENT)
 
 
 @dataclass
