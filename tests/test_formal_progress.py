@@ -26,8 +26,11 @@ def test_without_the_precondition_the_step_stalls_forever() -> None:
     num_blocks = int(value(model, z3.Int("num_blocks")))
     max_model_len = int(value(model, z3.Int("max_model_len")))
     tokens = int(value(model, z3.Int("s[0].tokens")))
-    # The request needs more blocks than the cache has: nothing can ever run it.
-    assert -(-tokens // 2) > num_blocks
+    lookahead = int(value(model, z3.Int("lookahead")))
+    # The request (its tokens and lookahead slots, capped at max_model_len) needs more
+    # blocks than the cache has: nothing can ever run it.
+    assert -(-min(tokens + lookahead, max_model_len) // 2) > num_blocks
+    assert num_blocks * 2 < max_model_len
     # The config checks refuse exactly this config, naming the field and the bound.
     with pytest.raises(ConfigError, match="num_blocks \\* block_size") as refused:
         SchedulerConfig(
