@@ -56,24 +56,41 @@ def longest_cached_prefix(
     if not config.enable_prefix_caching:
         return torch.full_like(hashes, -1), torch.zeros_like(slot)
     max_hit = (state.num_tokens[inst, slot] - 1) // config.block_size
-    # The pool sorted by (content id, registration order): a binary search finds
-    # each hash's oldest holder in log N, not by comparing with every block.
-    by_age = torch.argsort(state.reg_seq[inst], dim=1, stable=True)
-    ids_by_age = torch.gather(state.block_hash[inst], 1, by_age)
-    by_id = torch.argsort(ids_by_age, dim=1, stable=True)
-    sorted_ids = torch.gather(ids_by_age, 1, by_id)
-    holders = torch.gather(by_age, 1, by_id)
-    where_ = torch.searchsorted(sorted_ids, hashes).clamp(max=sorted_ids.shape[1] - 1)
+    # One sort of the pool by content id: a binary search finds each hash's run of
+    # holders in log N, not by comparing with every block.
+    sorted_ids, by_id = torch.sort(state.block_hash[inst], dim=1)
+    first = torch.searchsorted(sorted_ids, hashes)
+    runs = torch.searchsorted(sorted_ids, hashes, right=True) - first
     j = torch.arange(m, device=inst.device)
-    found = (
-        (torch.gather(sorted_ids, 1, where_) == hashes)
-        & (hashes != NO_HASH)
-        & (j < max_hit.unsqueeze(1))
-    )
+    found = (runs > 0) & (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
     # Hashes are chained: nothing after a miss can hit.
     chain = torch.cumprod(found.long(), dim=1).bool()
-    oldest = torch.gather(holders, 1, where_)
+    oldest = _oldest_holder(state, inst, by_id, first, torch.where(chain, runs, 0))
     return torch.where(chain, oldest, -1), chain.sum(dim=1)
+
+
+def _oldest_holder(
+    state: BatchState,
+    inst: torch.Tensor,
+    by_id: torch.Tensor,
+    first: torch.Tensor,
+    runs: torch.Tensor,
+) -> torch.Tensor:
+    """Among the runs[i, j] holders of a hash starting at sorted position first[i, j],
+    the block registered first (smallest reg_seq), as the reference's map keeps it.
+    Runs longer than one are rare (two requests computed the same block); one host
+    read of the longest run bounds the candidates looked at."""
+    n = by_id.shape[1]
+    width = int(runs.max()) if runs.numel() else 0
+    holder = torch.gather(by_id, 1, first.clamp(max=n - 1))
+    if width <= 1:
+        return holder
+    t = torch.arange(width, device=inst.device)
+    pos = (first.unsqueeze(-1) + t).clamp(max=n - 1)  # [I, M, W]
+    candidates = torch.gather(by_id, 1, pos.view(pos.shape[0], -1)).view(pos.shape)
+    ages = torch.gather(state.reg_seq[inst], 1, candidates.view(pos.shape[0], -1))
+    ages = torch.where(t < runs.unsqueeze(-1), ages.view(pos.shape), BIG)
+    return torch.gather(candidates, 2, ages.argmin(dim=2, keepdim=True)).squeeze(2)
 
 
 def _admit_heads(
@@ -104,7 +121,7 @@ def _admit_heads(
     slots_needed = num_hit + tokens + config.lookahead_tokens
     chunk = blocks_to_allocate(config, zero, slots_needed, num_hit_blocks, evictable)
     ok &= (whole + spare <= free) & (chunk + spare <= free)
-    _take_hits(state, inst[ok], head[ok], hits[ok], num_hit_blocks[ok])
+    _take_hits(state, inst[ok], head[ok], hits[ok], num_hit_blocks[ok], evictable[ok])
     state.num_computed[inst[ok], head[ok]] = num_hit[ok]
     plan.computed_before[inst[ok], head[ok]] = num_hit[ok]
     kind = torch.where(
@@ -134,15 +151,18 @@ def _take_hits(
     slot: torch.Tensor,
     hits: torch.Tensor,
     count: torch.Tensor,
+    evictable: torch.Tensor,
 ) -> None:
-    """touch(): the hit blocks start the table, one more reference each (a free one
-    leaves the free queue), and count as already registered."""
+    """touch(): the hit blocks start the table, one more reference each (the
+    `evictable` free ones leave the free queue), and count as already registered."""
     if inst.numel() == 0:
         return
     m = hits.shape[1]
     use = hits >= 0
     rows = inst.unsqueeze(1).expand(-1, m)[use]
     state.ref_cnt[rows, hits[use]] += 1
+    state.free_key[rows, hits[use]] = BIG
+    state.num_free[inst] -= evictable
     state.table[inst, slot] = torch.where(use, hits, state.table[inst, slot])
     state.num_held[inst, slot] = count
     state.num_cached_block[inst, slot] = count

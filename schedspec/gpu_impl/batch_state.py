@@ -12,7 +12,9 @@ Queue orders are keys, not lists, so that a step never shuffles memory:
   preempted requests put back at the head; priority: (priority, arrival));
 - the free-block queue is the blocks with ref count 0 sorted by `free_key`
   (front keys go down, back keys go up), so popping the front is taking
-  the smallest keys;
+  the smallest keys; a held block's key is BIG, so the smallest keys of a
+  row are free blocks without masking by ref count, and `num_free` counts
+  the queue without a pass over the pool;
 - the prefix cache is implicit: a block is cached under `block_hash`
   (-1: not cached), and among blocks holding one hash the lookup takes the
   smallest `reg_seq` (the oldest registration), as the reference's map does.
@@ -75,10 +77,11 @@ class BatchState:
     wait_key: torch.Tensor
     # --- per block [B, N]
     ref_cnt: torch.Tensor
-    free_key: torch.Tensor  # order in the free queue (meaningful while ref_cnt == 0)
+    free_key: torch.Tensor  # order in the free queue; BIG while the block is held
     block_hash: torch.Tensor  # NO_HASH: not in the prefix cache
     reg_seq: torch.Tensor  # registration order of the cached content
     # --- per instance [B]
+    num_free: torch.Tensor  # blocks with ref count 0 (the free queue's length)
     next_arrival: torch.Tensor
     free_front: torch.Tensor  # the next front key is free_front - 1
     free_back: torch.Tensor  # the next back key
@@ -140,6 +143,7 @@ def empty_state(
         free_key=torch.arange(n, dtype=torch.int64, device=device).expand(b, n).clone(),
         block_hash=full((b, n), NO_HASH),
         reg_seq=full((b, n), 0),
+        num_free=full((b,), n),
         next_arrival=full((b,), 0),
         free_front=full((b,), 0),
         free_back=full((b,), n),
@@ -179,8 +183,8 @@ def grow(state: BatchState, slots: int, max_stops: int) -> BatchState:
 
 
 def num_free_blocks(state: BatchState) -> torch.Tensor:
-    """[B] blocks in the free queue (ref count 0)."""
-    return (state.ref_cnt == 0).sum(dim=1)
+    """[B] blocks in the free queue (ref count 0), kept as a counter by the block moves."""
+    return state.num_free
 
 
 def cdiv(a: torch.Tensor, b: int) -> torch.Tensor:

@@ -47,8 +47,9 @@ def take_free_blocks(
     num_inst, num_req = slots.shape
     n = state.ref_cnt.shape[1]
     start = torch.cumsum(counts, dim=1) - counts
-    keys = torch.where(state.ref_cnt[inst] == 0, state.free_key[inst], BIG)
-    # The front of the free queue: the smallest keys, in order (free keys are distinct).
+    keys = state.free_key[inst]
+    # The front of the free queue: the smallest keys, in order (free keys are distinct,
+    # held blocks' keys are BIG).
     most = min(int(counts.sum(dim=1).max()), n)
     order = torch.topk(keys, most, dim=1, largest=False, sorted=True).indices
     j = torch.arange(width, device=slots.device)
@@ -62,7 +63,9 @@ def take_free_blocks(
     block_e = blocks[valid]
     state.table[rows, slot_e, (held.unsqueeze(-1) + j)[valid]] = block_e
     state.ref_cnt[rows, block_e] = 1
+    state.free_key[rows, block_e] = BIG
     state.block_hash[rows, block_e] = NO_HASH
+    state.num_free[inst] -= counts.sum(dim=1)
     real = slots >= 0
     state.num_held[_rows(inst, num_req)[real], slots[real]] = (held + counts)[real]
 
@@ -182,6 +185,7 @@ def release_tables(
     state.free_back[inst] += back.sum(dim=(1, 2))
     state.free_front[inst] = front_base
     state.ref_cnt[inst] = ref_after
+    state.num_free[inst] += zeroes.sum(dim=1)
     rows, slots = rows2[real], order[real]
     state.table[rows, slots] = NO_BLOCK
     state.num_held[rows, slots] = 0
