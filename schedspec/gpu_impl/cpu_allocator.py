@@ -43,8 +43,8 @@ def retain_freed_memory(
     libc = _glibc()
     if libc is None:
         return False
-    mmap_ok = libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold) == 1
-    trim_ok = libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1
+    mmap_ok = int(libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) == 1
+    trim_ok = int(libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)) == 1
     return mmap_ok and trim_ok
 
 

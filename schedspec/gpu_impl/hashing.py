@@ -26,16 +26,20 @@ _NON_NEGATIVE = 2**63 - 1
 
 def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
     """Logical right shift on int64 (torch's >> is arithmetic)."""
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
+    shifted = x >> bits
+    shifted &= (1 << (64 - bits)) - 1
+    return shifted
 
 
 def mix64(x: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finaliser on int64 tensors (wrapping arithmetic)."""
+    """splitmix64's finaliser on int64 tensors (wrapping arithmetic). The first xor makes
+    a fresh tensor; the rest work in place on it (fewer large temporaries per call)."""
     x = x ^ _shift_right(x, 30)
-    x = x * _C1
-    x = x ^ _shift_right(x, 27)
-    x = x * _C2
-    return x ^ _shift_right(x, 31)
+    x *= _C1
+    x ^= _shift_right(x, 27)
+    x *= _C2
+    x ^= _shift_right(x, 31)
+    return x
 
 
 @functools.lru_cache(maxsize=16)
