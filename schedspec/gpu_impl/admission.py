@@ -88,7 +88,8 @@ def _oldest_holder(
     t = torch.arange(width, device=inst.device)
     pos = (first.unsqueeze(-1) + t).clamp(max=n - 1)  # [I, M, W]
     candidates = torch.gather(by_id, 1, pos.view(pos.shape[0], -1)).view(pos.shape)
-    ages = torch.gather(state.reg_seq[inst], 1, candidates.view(pos.shape[0], -1))
+    # Index the rows in place: copying [I, N] rows to gather a few entries costs more.
+    ages = state.reg_seq[inst.unsqueeze(1), candidates.view(pos.shape[0], -1)]
     ages = torch.where(t < runs.unsqueeze(-1), ages.view(pos.shape), BIG)
     return torch.gather(candidates, 2, ages.argmin(dim=2, keepdim=True)).squeeze(2)
 
@@ -112,7 +113,7 @@ def _admit_heads(
     # The watermark is charged to admissions only while something runs.
     running = (status == RUNNING).any(dim=1)
     spare = torch.where(running, config.watermark_blocks, 0)
-    hit_refs = torch.gather(state.ref_cnt[inst], 1, hits.clamp(min=0))
+    hit_refs = state.ref_cnt[inst.unsqueeze(1), hits.clamp(min=0)]
     evictable = ((hits >= 0) & (hit_refs == 0)).sum(dim=1)  # hits still in the free queue
     free = num_free_blocks(state)[inst]
     zero = torch.zeros_like(tokens)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
+from schedspec.gpu_impl.flat_index import flat_rows, put_at, take_at
 
 
 def _rows(inst: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -150,10 +151,10 @@ def release_tables(
     order = torch.argsort(torch.where(mask, rank, BIG), dim=1, stable=True)[:, :width]
     real = torch.gather(mask, 1, order)  # [I, R] the freed requests, in rank order
     rows2 = inst.unsqueeze(1).expand_as(order)
-    held = torch.where(real, state.num_held[rows2, order], 0)
+    held = torch.where(real, take_at(state.num_held, rows2, order), 0)
     j = torch.arange(m, device=mask.device)
     valid = j < held.unsqueeze(-1)  # [I, R, M]
-    tables = state.table[rows2, order]
+    tables = take_at(state.table, rows2, order)
     tail_first = (held.unsqueeze(-1) - 1 - j).clamp(min=0)
     blocks = torch.gather(tables, 2, tail_first).clamp(min=0)
     flat_blocks = blocks.view(num_inst, -1)
@@ -162,7 +163,7 @@ def release_tables(
     # Padding entries scatter into a spare column n: piling them onto one real
     # block would serialise the scatter on it.
     target = torch.where(flat_valid, flat_blocks, n)
-    ref = state.ref_cnt[inst]
+    ref = state.ref_cnt.index_select(0, inst)
     dropped = torch.zeros((num_inst, n + 1), dtype=ref.dtype, device=ref.device)
     ref_after = ref - dropped.scatter_add_(1, target, flat_valid.long())[:, :n]
     request = torch.arange(width, device=mask.device).view(1, -1, 1).expand_as(blocks)
@@ -173,7 +174,9 @@ def release_tables(
         & (torch.gather(ref_after, 1, flat_blocks) == 0)
         & (flat_request == torch.gather(last, 1, flat_blocks))
     )
-    hashed = torch.gather(state.block_hash[inst], 1, flat_blocks) != NO_HASH
+    hashed = (
+        take_at(state.block_hash, inst.unsqueeze(1).expand_as(flat_blocks), flat_blocks) != NO_HASH
+    )
     back = (zeroes & hashed).view(num_inst, width, m)
     front = (zeroes & ~hashed).view(num_inst, width, m)
     back_pos = _positions(back)
@@ -184,12 +187,17 @@ def release_tables(
     _assign_keys(state, inst, blocks, front, front_base.view(-1, 1, 1) + front_pos)
     state.free_back[inst] += back.sum(dim=(1, 2))
     state.free_front[inst] = front_base
-    state.ref_cnt[inst] = ref_after
-    state.num_free[inst] += zeroes.sum(dim=1)
-    rows, slots = rows2[real], order[real]
-    state.table[rows, slots] = NO_BLOCK
-    state.num_held[rows, slots] = 0
-    state.num_cached_block[rows, slots] = 0
+    state.ref_cnt.index_copy_(0, inst, ref_after)
+    state.num_free.index_add_(0, inst, zeroes.sum(dim=1))
+    # `order` is a permutation of each row's slots: every (row, slot) pair is distinct,
+    # so the unfreed ones can be written back unchanged.
+    flat_tables = state.table.view(-1, m)
+    cleared = torch.where(real.unsqueeze(-1), NO_BLOCK, tables)
+    flat_tables.index_copy_(
+        0, flat_rows(state.table, rows2, order).reshape(-1), cleared.view(-1, m)
+    )
+    put_at(state.num_held, rows2, order, 0, real)
+    put_at(state.num_cached_block, rows2, order, 0, real)
 
 
 def _positions(chosen: torch.Tensor) -> torch.Tensor:
@@ -205,5 +213,5 @@ def _assign_keys(
     chosen: torch.Tensor,
     keys: torch.Tensor,
 ) -> None:
-    rows = inst.view(-1, 1, 1).expand_as(blocks)[chosen]
-    state.free_key[rows, blocks[chosen]] = keys[chosen]
+    rows = inst.view(-1, 1, 1).expand_as(blocks)
+    put_at(state.free_key, rows, blocks, keys, chosen)

@@ -158,26 +158,7 @@ class BatchedScheduler:
         sampling = (count > 0) & (st.status != EMPTY)
         count = torch.where(sampling, count, 0)
         st.num_computed -= torch.where(sampling, num_drafts - (count - 1), 0)
-        j = torch.arange(tokens.shape[2], device=self.device)
-        valid = j < count.unsqueeze(-1)
-        stopped = (tokens == st.eos.unsqueeze(-1)) | (
-            tokens.unsqueeze(-1) == st.stops.unsqueeze(2)
-        ).any(dim=-1)
-        appended = j + 1
-        capped = (st.num_tokens.unsqueeze(-1) + appended >= config.max_model_len) | (
-            st.num_tokens.unsqueeze(-1) - st.num_prompt.unsqueeze(-1) + appended
-            >= st.max_tokens.unsqueeze(-1)
-        )
-        # EOS and stop tokens win over the length caps.
-        code = torch.where(
-            stopped, FINISHED_STOPPED, torch.where(capped, FINISHED_LENGTH_CAPPED, 0)
-        )
-        code = torch.where(valid, code, NOT_FINISHED)
-        ends = code > 0
-        first = ends.long().argmax(dim=-1)
-        has_end = ends.any(dim=-1)
-        kept = torch.where(has_end, first + 1, count)
-        finish = torch.where(has_end, code.gather(2, first.unsqueeze(-1)).squeeze(-1), 0)
+        kept, finish = self._first_finish(tokens, count)
         st.num_computed -= count - kept
         # Hash only the requests that kept tokens: a small share of the slots.
         b, s = torch.nonzero(kept > 0, as_tuple=True)
@@ -208,6 +189,35 @@ class BatchedScheduler:
         release_tables(st, everyone, finished, rank)
         st.status[finished] = EMPTY
         return UpdateResult(kept=kept, finish=finish)
+
+    def _first_finish(
+        self, tokens: torch.Tensor, count: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens kept per slot (up to and including the first that ends the request)
+        and the finish code. A loop over the T token positions (T = drafts + 1, fixed
+        by the config) keeps every op on [B, S]: on the CPU, [B, S, T] ops with a
+        broadcast innermost dimension cost several times as much."""
+        st = self.state
+        kept = count.clone()
+        finish = torch.full_like(count, NOT_FINISHED)
+        ended = torch.zeros_like(st.is_prefill_chunk)
+        room_len = self.config.max_model_len - st.num_tokens
+        room_out = st.max_tokens - (st.num_tokens - st.num_prompt)
+        for t in range(tokens.shape[2]):
+            token = tokens[:, :, t]
+            stopped = token == st.eos
+            for q in range(st.stops.shape[2]):
+                stopped |= token == st.stops[:, :, q]
+            capped = (room_len <= t + 1) | (room_out <= t + 1)
+            # EOS and stop tokens win over the length caps.
+            code = torch.where(
+                stopped, FINISHED_STOPPED, torch.where(capped, FINISHED_LENGTH_CAPPED, 0)
+            )
+            new_end = ~ended & (count > t) & (code > 0)
+            finish = torch.where(new_end, code, finish)
+            kept = torch.where(new_end, t + 1, kept)
+            ended |= new_end
+        return kept, finish
 
     def update_draft_token_ids(
         self, mask: torch.Tensor, drafts: torch.Tensor, count: torch.Tensor

@@ -22,6 +22,7 @@ import torch
 
 from schedspec.gpu_impl.batch_state import BIG, RUNNING, BatchState, num_free_blocks
 from schedspec.gpu_impl.block_ops import uncache_uncomputed
+from schedspec.gpu_impl.flat_index import put_at, take_at
 from schedspec.gpu_impl.step_plan import (
     NOT_SCHEDULED,
     SCHEDULED_RUNNING,
@@ -63,8 +64,8 @@ def _demand(
 ) -> torch.Tensor:
     """Tokens each running request would take with the budget unlimited."""
     rows = inst.unsqueeze(1).expand_as(slots)
-    computed = state.num_computed[rows, slots]
-    want = state.num_tokens[rows, slots] + state.num_spec[rows, slots] - computed
+    computed = take_at(state.num_computed, rows, slots)
+    want = take_at(state.num_tokens, rows, slots) + take_at(state.num_spec, rows, slots) - computed
     want = apply_cap(want, plan.cap[inst].unsqueeze(1))
     # Leave room for the token this step samples: positions stay < max_model_len.
     return torch.minimum(want, config.max_model_len - 1 - computed).clamp(min=0)
@@ -78,8 +79,8 @@ def _blocks_needed(
     tokens: torch.Tensor,
 ) -> torch.Tensor:
     rows = inst.unsqueeze(1).expand_as(slots)
-    computed = state.num_computed[rows, slots]
-    held = state.num_held[rows, slots]
+    computed = take_at(state.num_computed, rows, slots)
+    held = take_at(state.num_held, rows, slots)
     zero = torch.zeros_like(tokens)
     need = blocks_to_allocate(config, held, computed + tokens + config.lookahead_tokens, zero, zero)
     return torch.where(tokens > 0, need, zero)
@@ -190,9 +191,9 @@ def _commit_running(
     real = slots >= 0
     rows = inst.unsqueeze(1).expand_as(slots)
     safe = slots.clamp(min=0)
-    plan.new_from[rows[real], slots[real]] = state.num_held[rows, safe][real]
-    kind = torch.full_like(slots, SCHEDULED_RUNNING)
-    commit(state, config, plan, inst, slots, tokens, blocks, kind)
-    verified = tokens + state.num_computed[rows, safe] - state.num_tokens[rows, safe]
-    plan.num_drafts[rows[real], slots[real]] = verified.clamp(min=0)[real]
-    state.num_spec[rows[real], slots[real]] = 0
+    put_at(plan.new_from, rows, safe, take_at(state.num_held, rows, safe), real)
+    commit(state, config, plan, inst, slots, tokens, blocks, SCHEDULED_RUNNING)
+    computed = take_at(state.num_computed, rows, safe)
+    verified = tokens + computed - take_at(state.num_tokens, rows, safe)
+    put_at(plan.num_drafts, rows, safe, verified.clamp(min=0), real)
+    put_at(state.num_spec, rows, safe, 0, real)

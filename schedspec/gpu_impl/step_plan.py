@@ -19,6 +19,7 @@ from schedspec.gpu_impl.batch_state import (
     cdiv,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables, take_free_blocks
+from schedspec.gpu_impl.flat_index import put_at, take_at
 from schedspec.spec import SchedulerConfig
 
 # Entry kinds in a step.
@@ -91,7 +92,7 @@ def commit(
     slots: torch.Tensor,
     tokens: torch.Tensor,
     new_blocks: torch.Tensor,
-    kind: torch.Tensor,
+    kind: torch.Tensor | int,
 ) -> None:
     """Schedule slots[i, r] (-1: none) for tokens[i, r] tokens, in order: take their new
     blocks, register their full blocks, and record them in the plan."""
@@ -99,17 +100,16 @@ def commit(
     take_free_blocks(state, inst, slots, new_blocks)
     rows = inst.unsqueeze(1).expand_as(slots)
     safe = slots.clamp(min=0)
-    computed = state.num_computed[rows, safe]
     if config.enable_prefix_caching:
-        upto = torch.minimum(computed + tokens, state.num_tokens[rows, safe])
+        computed = take_at(state.num_computed, rows, safe)
+        upto = torch.minimum(computed + tokens, take_at(state.num_tokens, rows, safe))
         register_blocks(state, inst, slots, upto, config.block_size)
-    order = torch.cumsum(real.long(), dim=1) - 1
-    r, s = rows[real], slots[real]
-    plan.scheduled[r, s] = tokens[real]
-    plan.kind[r, s] = kind[real]
-    plan.rank[r, s] = (plan.next_rank[inst].unsqueeze(1) + order)[real]
-    plan.next_rank[inst] += real.sum(dim=1)
-    plan.budget[inst] -= torch.where(real, tokens, 0).sum(dim=1)
+    order = torch.cumsum(real, dim=1) - 1
+    put_at(plan.scheduled, rows, safe, tokens, real)
+    put_at(plan.kind, rows, safe, kind, real)
+    put_at(plan.rank, rows, safe, plan.next_rank.index_select(0, inst).unsqueeze(1) + order, real)
+    plan.next_rank.index_add_(0, inst, real.sum(dim=1))
+    plan.budget.index_add_(0, inst, -torch.where(real, tokens, 0).sum(dim=1))
 
 
 def preempt(
