@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
-from schedspec.gpu_impl.flat_index import flat_rows, put_at, take_at
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at
 
 
 def _rows(inst: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -48,7 +48,7 @@ def take_free_blocks(
     num_inst, num_req = slots.shape
     n = state.ref_cnt.shape[1]
     start = torch.cumsum(counts, dim=1) - counts
-    keys = state.free_key[inst]
+    keys = state.free_key.index_select(0, inst)
     # The front of the free queue: the smallest keys, in order (free keys are distinct,
     # held blocks' keys are BIG).
     most = min(int(counts.sum(dim=1).max()), n)
@@ -58,17 +58,28 @@ def take_free_blocks(
     pos = (start.unsqueeze(-1) + j).clamp(max=most - 1)
     blocks = torch.gather(order, 1, pos.view(num_inst, -1)).view(num_inst, num_req, width)
     safe_slots = slots.clamp(min=0)
-    held = state.num_held[inst.unsqueeze(1), safe_slots]
-    rows = _rows(inst, num_req, width)[valid]
-    slot_e = safe_slots.unsqueeze(-1).expand(-1, -1, width)[valid]
-    block_e = blocks[valid]
-    state.table[rows, slot_e, (held.unsqueeze(-1) + j)[valid]] = block_e
-    state.ref_cnt[rows, block_e] = 1
-    state.free_key[rows, block_e] = BIG
-    state.block_hash[rows, block_e] = NO_HASH
-    state.num_free[inst] -= counts.sum(dim=1)
-    real = slots >= 0
-    state.num_held[_rows(inst, num_req)[real], slots[real]] = (held + counts)[real]
+    rows2 = _rows(inst, num_req)
+    held = take_at(state.num_held, rows2, safe_slots)
+    m = state.table.shape[2]
+    table_pos = (held.unsqueeze(-1) + j).clamp(max=m - 1)
+    real = selected(valid)
+    taken = pick(blocks, real)
+    table_index = pick(_table_index(state, inst, safe_slots, table_pos), real)
+    state.table.view(-1).index_copy_(0, table_index, taken)
+    block_index = pick(_rows(inst, num_req, width), real) * n + taken
+    state.ref_cnt.view(-1).index_fill_(0, block_index, 1)
+    state.free_key.view(-1).index_fill_(0, block_index, BIG)
+    state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
+    state.num_free.index_add_(0, inst, -counts.sum(dim=1))
+    put_at(state.num_held, rows2, safe_slots, held + counts, slots >= 0)
+
+
+def _table_index(
+    state: BatchState, inst: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor
+) -> torch.Tensor:
+    """Flat positions in state.table of (inst[i], slots[i, r], pos[i, r, w])."""
+    s, m = state.table.shape[1:]
+    return (inst.view(-1, 1, 1) * s + slots.unsqueeze(-1)) * m + pos
 
 
 def register_blocks(
@@ -83,7 +94,7 @@ def register_blocks(
     lookup's tie-break)."""
     real = slots >= 0
     safe_slots = slots.clamp(min=0)
-    num_cached = state.num_cached_block[inst.unsqueeze(1), safe_slots]
+    num_cached = take_at(state.num_cached_block, _rows(inst, slots.shape[1]), safe_slots)
     num_full = upto // block_size
     counts = torch.where(real, (num_full - num_cached).clamp(min=0), torch.zeros_like(upto))
     width, inst, counts, (slots, num_cached, num_full) = _busy(
@@ -98,16 +109,18 @@ def register_blocks(
     j = torch.arange(width, device=slots.device)
     valid = j < counts.unsqueeze(-1)
     k = (num_cached.unsqueeze(-1) + j).clamp(max=m - 1)
-    rows3 = _rows(inst, num_req, width)
-    slot3 = safe_slots.unsqueeze(-1).expand(-1, -1, width)
-    rows_e, slot_e, k_e = rows3[valid], slot3[valid], k[valid]
-    blocks_e = state.table[rows_e, slot_e, k_e]
-    seq = state.next_reg[inst].view(-1, 1, 1) + start.unsqueeze(-1) + j
-    state.block_hash[rows_e, blocks_e] = state.req_hash[rows_e, slot_e, k_e]
-    state.reg_seq[rows_e, blocks_e] = seq[valid]
-    state.next_reg[inst] += counts.sum(dim=1)
-    grew = counts > 0
-    state.num_cached_block[_rows(inst, num_req)[grew], slots[grew]] = num_full[grew]
+    real = selected(valid)
+    table_index = pick(_table_index(state, inst, safe_slots, k), real)
+    blocks = state.table.view(-1).index_select(0, table_index)
+    hashes = state.req_hash.view(-1).index_select(0, table_index)
+    block_index = pick(_rows(inst, num_req, width), real) * state.ref_cnt.shape[1] + blocks
+    seq = state.next_reg.index_select(0, inst).view(-1, 1, 1) + start.unsqueeze(-1) + j
+    # A block registered here is in this request's table only (a shared block is a hit,
+    # registered before): the real entries name distinct blocks.
+    state.block_hash.view(-1).index_copy_(0, block_index, hashes)
+    state.reg_seq.view(-1).index_copy_(0, block_index, pick(seq, real))
+    state.next_reg.index_add_(0, inst, counts.sum(dim=1))
+    put_at(state.num_cached_block, _rows(inst, num_req), safe_slots, num_full, counts > 0)
 
 
 def uncache_uncomputed(

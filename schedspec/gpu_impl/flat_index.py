@@ -8,7 +8,9 @@ one row number; masked writes add `new - old` where the mask holds and 0
 elsewhere, so padding entries (clamped to a real slot) may repeat or even
 share a slot with a real entry without clobbering it. Callers guarantee
 that the real pairs are distinct (a request is scheduled, freed or admitted
-once per call).
+once per call). Where the mask is sparse (a few real entries among
+[I, R, W] padded ones), `selected` compacts the positions once and the
+writes go through index_copy_ / index_fill_ on the compacted indices.
 """
 
 from __future__ import annotations
@@ -36,8 +38,26 @@ def put_at(
     mask: torch.Tensor,
 ) -> None:
     """x[rows, cols] = values where mask holds, in place, for an integer x of shape [B, C]."""
-    index = flat_rows(x, rows, cols).reshape(-1)
-    flat = x.view(-1)
+    put_flat(x.view(-1), flat_rows(x, rows, cols), values, mask)
+
+
+def selected(mask: torch.Tensor) -> torch.Tensor:
+    """The flat positions where mask holds: one nonzero pass that every sparse write
+    after it reuses (a dense masked write over [I, R, W] mostly moves padding)."""
+    return torch.nonzero(mask.reshape(-1)).squeeze(1)
+
+
+def pick(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x's entries at flat positions (from `selected` over a mask of x's shape)."""
+    return x.reshape(-1).index_select(0, positions)
+
+
+def put_flat(
+    flat: torch.Tensor, index: torch.Tensor, values: torch.Tensor | int, mask: torch.Tensor
+) -> None:
+    """flat[index] = values where mask holds, in place, for an integer 1-D view."""
+    index = index.reshape(-1)
     old = flat.index_select(0, index)
-    new = torch.as_tensor(values, dtype=x.dtype, device=x.device).expand(rows.shape).reshape(-1)
+    new = torch.as_tensor(values, dtype=flat.dtype, device=flat.device)
+    new = new.expand(mask.shape).reshape(-1)
     flat.scatter_add_(0, index, torch.where(mask.reshape(-1), new - old, 0))

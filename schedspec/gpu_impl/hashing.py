@@ -48,6 +48,13 @@ def _position_mixes(length: int, device: torch.device) -> torch.Tensor:
     return mix64(torch.arange(length, dtype=torch.int64, device=device) + _POSITION_SALT)
 
 
+@functools.lru_cache(maxsize=16)
+def _block_ends(length: int, block_size: int, device: torch.device) -> torch.Tensor:
+    """Whether position p is the last of a block, for p < length (a lookup beats an int64
+    remainder per token)."""
+    return (torch.arange(length, device=device) + 1) % block_size == 0
+
+
 def prefix_id(acc: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
     """The content id (>= 0) of the prefix of `length` tokens whose mixes sum to acc."""
     return mix64(acc ^ mix64(length + _LENGTH_SALT)) & _NON_NEGATIVE
@@ -76,11 +83,14 @@ def extend_hashes(
     t = tokens.shape[-1]
     offsets = torch.arange(t, device=tokens.device)
     positions = (start.unsqueeze(-1) + offsets).clamp(max=max_positions - 1)
+    flat_positions = positions.reshape(-1)
     valid = offsets < count.unsqueeze(-1)
-    mixes = mix64(tokens + _position_mixes(max_positions, tokens.device)[positions])
+    position_mixes = _position_mixes(max_positions, tokens.device)
+    mixes = mix64(tokens + position_mixes.index_select(0, flat_positions).view_as(positions))
     sums = acc.unsqueeze(-1) + torch.cumsum(torch.where(valid, mixes, 0), dim=-1)
     lengths = positions + 1
-    mask = valid & (lengths % block_size == 0)
+    block_ends = _block_ends(max_positions, block_size, tokens.device)
+    mask = valid & block_ends.index_select(0, flat_positions).view_as(positions)
     done = lengths[mask]
     completed = CompletedBlocks(mask, done // block_size - 1, prefix_id(sums[mask], done))
     return (sums[..., -1] if t else acc), completed
