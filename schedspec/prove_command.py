@@ -8,6 +8,7 @@ from fresh requests reaches the violation, writes that run as a trace.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -78,6 +79,13 @@ def write_counterexample_trace(row: ProofRow, variant: Variant, trace_dir: Path)
     help="Prove a deliberately broken variant instead (it must yield counterexamples).",
 )
 @click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=os.cpu_count() or 1,
+    show_default="the number of CPUs",
+    help="Processes that discharge rows side by side (the table keeps its order).",
+)
+@click.option(
     "--trace-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("."),
@@ -90,6 +98,7 @@ def prove_command(
     only: tuple[str, ...],
     block_size: int,
     variant: str | None,
+    jobs: int,
     trace_dir: Path,
 ) -> None:
     """Prove the invariants of one scheduling step with Z3, for every N and for N <= max-n."""
@@ -125,7 +134,7 @@ def prove_command(
                     f"  replay it on an engine: schedspec replay {path} --engine MODULE:FACTORY"
                 )
 
-    rows = prove(settings, on_row)
+    rows = prove(settings, on_row, jobs)
     disagree = disagreements(rows)
     click.echo(summary(rows, time.perf_counter() - started, disagree))
     verdicts = {r.verdict for r in rows}

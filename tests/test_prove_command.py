@@ -38,6 +38,9 @@ def test_broken_variant_prints_the_state_writes_a_trace_and_exits_one(tmp_path: 
         "SEQS",
         "--variant",
         "max-num-seqs-off-by-one",
+        # In a worker process: the Z3 model behind the state is found again here.
+        "--jobs",
+        "2",
         "--trace-dir",
         str(tmp_path),
     )
@@ -49,6 +52,32 @@ def test_broken_variant_prints_the_state_writes_a_trace_and_exits_one(tmp_path: 
     assert f"trace of a run that reaches it: {path}" in out
     trace = Trace.load(path)
     assert "max-num-seqs-off-by-one breaks SEQS" in trace.note
+
+
+def test_processes_give_the_serial_table_in_the_same_order() -> None:
+    args = (
+        "--max-n",
+        "3",
+        "--only",
+        "SEQS",
+        "--only",
+        "ORDER",
+        "--variant",
+        "max-num-seqs-off-by-one",
+    )
+
+    def table(out: str) -> list[list[str]]:
+        return [
+            line.split()[:3]
+            for line in out.splitlines()
+            if line.split()[:1] in (["SEQS"], ["ORDER"])
+        ]
+
+    serial_code, serial = run(*args, "--jobs", "1")
+    parallel_code, parallel = run(*args, "--jobs", "2")
+    assert serial_code == parallel_code
+    assert len(table(serial)) == 7
+    assert table(serial) == table(parallel)
 
 
 def test_unknown_invariant_is_a_usage_error_naming_the_flag() -> None:

@@ -3,8 +3,9 @@ monolithic cross-checks for N = 1..max_n, which must agree with it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from functools import cache
 
 from schedspec.spec.formal.monolithic import check_step
@@ -103,26 +104,65 @@ def cross_check(invariant_id: str, n: int, settings: ProveSettings) -> ProofRow:
 
 
 def prove(
-    settings: ProveSettings, on_row: Callable[[ProofRow], None] | None = None
+    settings: ProveSettings,
+    on_row: Callable[[ProofRow], None] | None = None,
+    jobs: int = 1,
 ) -> list[ProofRow]:
-    """Every selected invariant for all N, then its cross-checks; on_row sees each row."""
+    """Every selected invariant for all N, then its cross-checks; on_row sees each
+    row, in that order. jobs > 1 runs the rows in that many processes."""
+    keys = [
+        (invariant_id, n) for invariant_id in settings.only for n in _row_ns(invariant_id, settings)
+    ]
     rows: list[ProofRow] = []
-    for invariant_id in settings.only:
-        for make in _row_makers(invariant_id, settings):
-            row = make()
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
+    for key, row in zip(keys, _rows(keys, settings, jobs), strict=True):
+        if (
+            row.verdict == "counterexample"
+            and row.failure is not None
+            and row.failure.model is None
+        ):
+            # A worker process cannot send a Z3 model back: find it again here.
+            row = make_row(*key, settings)
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
     return rows
 
 
-def _row_makers(invariant_id: str, settings: ProveSettings) -> list[Callable[[], ProofRow]]:
-    makers: list[Callable[[], ProofRow]] = []
-    if invariant_id != ORDER_ID:
-        makers.append(lambda: prove_for_all_n(invariant_id, settings))
-    for n in range(1, settings.max_n + 1):
-        makers.append(lambda n=n: cross_check(invariant_id, n, settings))  # type: ignore[misc]
-    return makers
+def make_row(invariant_id: str, n: str, settings: ProveSettings) -> ProofRow:
+    if n == ALL_N:
+        return prove_for_all_n(invariant_id, settings)
+    return cross_check(invariant_id, int(n), settings)
+
+
+def _row_ns(invariant_id: str, settings: ProveSettings) -> list[str]:
+    ns = [] if invariant_id == ORDER_ID else [ALL_N]
+    return ns + [str(n) for n in range(1, settings.max_n + 1)]
+
+
+def _rows(
+    keys: Sequence[tuple[str, str]], settings: ProveSettings, jobs: int
+) -> Iterator[ProofRow]:
+    if jobs <= 1:
+        return (make_row(invariant_id, n, settings) for invariant_id, n in keys)
+    return _in_processes(keys, settings, jobs)
+
+
+def _in_processes(
+    keys: Sequence[tuple[str, str]], settings: ProveSettings, jobs: int
+) -> Iterator[ProofRow]:
+    """The rows from a process pool, in table order. The largest cross-checks
+    are submitted first: a long query left to the end would run alone."""
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        by_cost = sorted(keys, key=lambda key: -int(key[1]) if key[1] != ALL_N else 0)
+        futures = {key: pool.submit(_portable_row, settings, *key) for key in by_cost}
+        for key in keys:
+            yield futures[key].result()
+
+
+def _portable_row(settings: ProveSettings, invariant_id: str, n: str) -> ProofRow:
+    """make_row in a worker process, without the Z3 models (they do not pickle)."""
+    row = make_row(invariant_id, n, settings)
+    return ProofRow(row.invariant, row.n, tuple(replace(o, model=None) for o in row.outcomes))
 
 
 def disagreements(rows: Sequence[ProofRow]) -> list[str]:
