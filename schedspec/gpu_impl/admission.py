@@ -21,6 +21,7 @@ from schedspec.gpu_impl.batch_state import (
     BatchState,
     num_free_blocks,
 )
+from schedspec.gpu_impl.flat_index import take_at
 from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
@@ -51,19 +52,42 @@ def longest_cached_prefix(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """get_computed_blocks: the cached blocks ([I, M], -1 padded) holding the request's
     longest prefix of whole blocks, never its last token, and how many there are."""
-    m = state.table.shape[2]
-    hashes = state.req_hash[inst, slot]  # [I, M]
+    hashes = take_at(state.req_hash, inst, slot)  # [I, M]
+    hits = torch.full_like(hashes, -1)
+    count = torch.zeros_like(slot)
     if not config.enable_prefix_caching:
-        return torch.full_like(hashes, -1), torch.zeros_like(slot)
-    max_hit = (state.num_tokens[inst, slot] - 1) // config.block_size
+        return hits, count
+    max_hit = (take_at(state.num_tokens, inst, slot) - 1) // config.block_size
+    pool = state.block_hash.index_select(0, inst)
+    # Hashes are chained: a request whose first block misses misses every block. About
+    # half the heads stop at this one comparison, before the sort below.
+    starts = (pool == hashes[:, :1]).any(dim=1) & (hashes[:, 0] != NO_HASH) & (max_hit > 0)
+    rows = torch.nonzero(starts).squeeze(1)
+    if rows.numel() == 0:
+        return hits, count
+    found, found_count = _sorted_lookup(
+        state, *(t.index_select(0, rows) for t in (inst, pool, hashes, max_hit))
+    )
+    return hits.index_copy_(0, rows, found), count.index_copy_(0, rows, found_count)
+
+
+def _sorted_lookup(
+    state: BatchState,
+    inst: torch.Tensor,
+    pool: torch.Tensor,
+    hashes: torch.Tensor,
+    max_hit: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The longest chain of hits among hashes[:, :max_hit] in each row's pool (its
+    block_hash row), holders and count."""
     # One sort of the pool by content id: a binary search finds each hash's run of
     # holders in log N, not by comparing with every block.
-    sorted_ids, by_id = torch.sort(state.block_hash[inst], dim=1)
+    sorted_ids, by_id = torch.sort(pool, dim=1)
     first = torch.searchsorted(sorted_ids, hashes)
     runs = torch.searchsorted(sorted_ids, hashes, right=True) - first
-    j = torch.arange(m, device=inst.device)
+    j = torch.arange(hashes.shape[1], device=inst.device)
     found = (runs > 0) & (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
-    # Hashes are chained: nothing after a miss can hit.
+    # Nothing after a miss can hit.
     chain = torch.cumprod(found.long(), dim=1).bool()
     oldest = _oldest_holder(state, inst, by_id, first, torch.where(chain, runs, 0))
     return torch.where(chain, oldest, -1), chain.sum(dim=1)

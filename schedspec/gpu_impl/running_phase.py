@@ -96,10 +96,14 @@ def _segment(
     pending_tokens: torch.Tensor,
     active: torch.Tensor,
 ) -> None:
-    s = state.slots
-    run_key = state.run_key[inst]
-    eligible = (state.status[inst] == RUNNING) & (run_key > cursor[inst].unsqueeze(1))
+    run_key = state.run_key.index_select(0, inst)
+    status = state.status.index_select(0, inst)
+    eligible = (status == RUNNING) & (run_key > cursor[inst].unsqueeze(1))
     order = torch.argsort(torch.where(eligible, run_key, BIG), dim=1, stable=True)
+    # The walk is as wide as the longest running list, not the slot count (one host read
+    # per segment): the columns cut off hold no running request.
+    s = max(int(eligible.sum(dim=1).max()), 1)
+    order = order[:, :s]
     valid = torch.gather(eligible, 1, order)
     demand = torch.where(valid, _demand(state, config, plan, inst, order), 0)
     before = torch.cumsum(demand, dim=1) - demand
