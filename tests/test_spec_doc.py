@@ -3,11 +3,13 @@ id, with the profile and kind the code registers, and no id the code does not kn
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
 import pytest
 
+from schedspec.reference import sizing
 from schedspec.spec.invariants import CATALOGUE
 
 SPEC = Path(__file__).resolve().parent.parent / "docs" / "SPEC.md"
@@ -106,3 +108,32 @@ def test_sections_of_z3_proved_ids_name_the_broken_variant_and_trace() -> None:
             assert f"`{BREAKS[rid].mutant}`" in body, rid
             trace = SPEC.parent.parent / "tests" / "formal_traces" / f"{rid}.json"
             assert f"tests/formal_traces/{rid}.json" in body and trace.is_file(), rid
+
+
+def sizing_support() -> dict[str, list[str]]:
+    """Invariant id -> the sizing.py functions whose `Supports:` line names it, in file order."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for name, function in inspect.getmembers(sizing, inspect.isfunction):
+        if function.__module__ != sizing.__name__:
+            continue
+        match = re.search(r"Supports: ([A-Z, -]+)\.", function.__doc__ or "")
+        for invariant_id in match.group(1).split(", ") if match else ():
+            found.setdefault(invariant_id, []).append((function.__code__.co_firstlineno, name))
+    return {i: [name for _, name in sorted(fns)] for i, fns in found.items()}
+
+
+def test_sizing_supports_only_catalogue_ids() -> None:
+    support = sizing_support()
+    assert len(support) >= 8
+    assert sorted(set(support) - set(CATALOGUE)) == []
+
+
+@pytest.mark.parametrize("invariant_id", sorted(CATALOGUE))
+def test_crosshair_column_lists_the_contracts_that_support_the_invariant(
+    invariant_id: str,
+) -> None:
+    crosshair = table_rows(spec_text())[invariant_id][4]
+    functions = sizing_support().get(invariant_id, [])
+    assert crosshair == (", ".join(f"`{f}`" for f in functions) or "none")
+    body = sections(spec_text())[invariant_id]
+    assert ("CrossHair:" in body) == bool(functions)

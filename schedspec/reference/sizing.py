@@ -4,8 +4,9 @@ Pure functions of ints, kept apart from the stateful scheduler so that
 CrossHair can check their contracts over every input (`crosshair check
 schedspec/reference/sizing.py`, run by .ci/run). The contracts are PEP 316
 docstring conditions: `pre:` what a caller guarantees, `post:` what the
-function promises (`__return__` is its result). Each `post:` is the local
-half of an invariant of docs/SPEC.md, named beside it.
+function promises (`__return__` is its result). Each function's `Supports:`
+line names the invariants of docs/SPEC.md whose local half its `post:`
+conditions state; docs/SPEC.md's CrossHair column lists them back.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division: blocks of size b that hold a tokens.
+
+    Supports: KV-COVER.
 
     pre: a >= 0
     pre: b > 0
@@ -25,7 +28,8 @@ def cdiv(a: int, b: int) -> int:
 def apply_long_prefill_cap(num_tokens: int, cap: int) -> int:
     """num_tokens cut to the long-prefill cap; cap 0 means no cap (a lone request).
 
-    LONG-PREFILL-CAP: a capped step never passes the cap, an uncapped one is untouched.
+    A capped step never passes the cap, an uncapped one is untouched.
+    Supports: GREEDY-BUDGET.
     pre: num_tokens >= 0
     pre: cap >= 0
     post: __return__ <= num_tokens
@@ -39,8 +43,9 @@ def running_new_tokens(num_remaining: int, cap: int, token_budget: int, room: in
     """Tokens a running request advances: its remaining known and draft tokens, cut
     by the long-prefill cap, the step's budget left, and the room before max_model_len.
 
-    BUDGET: never more than the budget left. NO-OVERSHOOT: never past the known
-    tokens and drafts, nor past max_model_len - 1 (room).
+    Never more than the budget left; never past the known tokens and drafts, nor
+    past max_model_len - 1 (room).
+    Supports: BUDGET, NO-OVERSHOOT, GREEDY-BUDGET.
     pre: num_remaining >= 0
     pre: cap >= 0
     pre: token_budget > 0
@@ -57,7 +62,8 @@ def max_prefix_hit_blocks(num_tokens: int, block_size: int) -> int:
     """The most whole blocks a prefix-cache hit may cover: never the last token's,
     whose logits are what the step computes.
 
-    PREFIX-HIT (never the last token), and the longest such prefix.
+    Never the last token, and the longest such prefix.
+    Supports: CACHE-CONTENT.
     pre: num_tokens >= 1
     pre: block_size > 0
     post: __return__ >= 0
@@ -73,7 +79,8 @@ def num_slots(
     """KV slots a request needs after a step: computed + hit + new + lookahead
     tokens, capped at max_model_len (lookahead never asks past it).
 
-    KV-COVER: every scheduled token has a slot.
+    Every scheduled token has a slot.
+    Supports: KV-COVER.
     pre: num_computed >= 0 and num_new_computed >= 0 and num_new >= 0 and num_lookahead >= 0
     pre: num_computed + num_new_computed + num_new <= max_model_len
     post: num_computed + num_new_computed + num_new <= __return__ <= max_model_len
@@ -88,10 +95,11 @@ def blocks_to_allocate(held: int, tokens: int, hits: int, evictable: int, size: 
     prefix-hit blocks (`evictable` of them in the free queue), slots for
     `tokens` tokens in blocks of `size`.
 
-    CONSERVATION and KV-COVER: after taking __return__ free blocks the table
+    After taking __return__ free blocks the table
     covers tokens with no block to spare; hits on free blocks are charged,
     hits on held ones are not. max(.., 0): rejected drafts can leave a table
     longer than it needs to be.
+    Supports: CONSERVATION, KV-COVER.
     pre: held >= 0 and tokens >= 0 and size > 0
     pre: 0 <= evictable <= hits
     post: __return__ >= evictable
@@ -106,7 +114,8 @@ def num_drafts_to_schedule(num_new: int, num_computed: int, num_tokens: int) -> 
     """Drafts that ride in a step advancing num_new tokens from num_computed:
     those past the known tokens. A step cut short of them (budget, cap) carries none.
 
-    DRAFTS: drafts only on a step that reaches past every known token.
+    Drafts only on a step that reaches past every known token.
+    Supports: DRAFTS.
     pre: num_new >= 0 and 0 <= num_computed <= num_tokens
     post: 0 <= __return__ <= num_new
     post: __return__ == 0 or num_computed + num_new - __return__ == num_tokens
@@ -118,7 +127,8 @@ def rolled_back_computed(num_computed: int, num_drafts: int, num_sampled: int) -
     """num_computed_tokens after the model answered a step that verified
     num_drafts drafts with num_sampled tokens (1 + the accepted drafts).
 
-    ROLLBACK: rejected drafts' KV is not computed; accepted ones' is.
+    Rejected drafts' KV is not computed; accepted ones' is.
+    Supports: ROLLBACK.
     pre: num_drafts >= 0 and num_computed >= num_drafts
     pre: 1 <= num_sampled <= num_drafts + 1
     post: num_computed - num_drafts <= __return__ <= num_computed
