@@ -25,7 +25,7 @@ from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests, UpdateResul
 from schedspec.gpu_impl.hashing import mix64
 from schedspec.gpu_impl.step_plan import StepPlan
 
-VOCAB = 64  # the model's tokens; the harness model's default vocabulary (a power of 2)
+VOCAB = 64  # the model's tokens; the harness model's default vocabulary (a power of 2, < 128)
 STOP_TOKEN = VOCAB + 36  # never sampled, only forced
 PROMPT_VOCAB = 6  # few distinct prompt tokens: shared prefixes hit the cache
 
@@ -33,7 +33,7 @@ PROMPT_VOCAB = 6  # few distinct prompt tokens: shared prefixes hit the cache
 _ABORT, _ABORT_PICK, _ADD, _LENGTH, _TOKENS, _MAX_TOKENS = 1, 2, 3, 4, 5, 6
 _EOS, _PRIORITY, _DRAFTS, _ACCEPT, _STOP, _SAMPLE, _PREFIX = 7, 8, 9, 10, 11, 12, 13
 _DRAFT_TOKENS = 14
-# Prompt tokens come from 7-bit lanes of a 62-bit draw.
+# Token draws come from 7-bit lanes of a 62-bit draw.
 _LANES_PER_DRAW = 8
 _LANE_SHIFTS = torch.arange(_LANES_PER_DRAW, dtype=torch.int64) * 7
 
@@ -126,7 +126,7 @@ class SwarmWorkload:
         positions = torch.arange(longest, device=st.device)
         # Half the prompts start with a shared pattern, so the prefix cache hits.
         shared = (positions * 5 // 3) % PROMPT_VOCAB
-        own = self._prompt_tokens(inst, longest)
+        own = self.draw_small(_TOKENS, longest, inst) % PROMPT_VOCAB
         prefix_len = torch.where(self.draw(_PREFIX)[inst] % 2 == 0, length, 0)
         prompts = torch.where(positions < prefix_len.unsqueeze(1), shared, own)
         prompts = torch.where(positions < length.unsqueeze(1), prompts, 0)
@@ -144,13 +144,15 @@ class SwarmWorkload:
         self.engine.add_requests(new)
         return new
 
-    def _prompt_tokens(self, inst: torch.Tensor, width: int) -> torch.Tensor:
-        """[I, width] prompt tokens below PROMPT_VOCAB: each draw yields eight 7-bit
-        lanes, a tenth of the mixing of one draw per token (the prompts were most of
-        the workload's own cost)."""
-        lanes = self.draw(_TOKENS, -(-width // _LANES_PER_DRAW), inst)
+    def draw_small(
+        self, purpose: int, width: int, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Draws below 128, [B, width] (or [len(rows), width]): each 62-bit draw yields
+        eight 7-bit lanes, an eighth of the mixing of one draw per value (token draws
+        were most of the workload's own cost)."""
+        lanes = self.draw(purpose, -(-width // _LANES_PER_DRAW), rows)
         pieces = (lanes.unsqueeze(-1) >> _LANE_SHIFTS.to(lanes.device)) & 127
-        return pieces.flatten(1)[:, :width] % PROMPT_VOCAB
+        return pieces.flatten(1)[:, :width]
 
     def _propose(self) -> torch.Tensor:
         st, k = self.engine.state, self.config.num_speculative_tokens
@@ -158,7 +160,8 @@ class SwarmWorkload:
             return torch.full_like(st.status, -1)
         count = self.draw(_DRAFTS, st.slots) % (k + 1)
         mask = st.status == RUNNING
-        tokens = self.draw(_DRAFT_TOKENS, st.slots * k).view(st.batch, st.slots, k) & (VOCAB - 1)
+        tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k).view(st.batch, st.slots, k)
+        tokens &= VOCAB - 1
         self.engine.update_draft_token_ids(mask, tokens, count)
         return torch.where(mask, count, -1)
 
@@ -178,7 +181,8 @@ class SwarmWorkload:
         )
         count = torch.where(samples, accepted + 1, 0)
         j = torch.arange(k + 1, device=st.device)
-        own = self.draw(_SAMPLE, st.slots * (k + 1)).view(st.batch, st.slots, k + 1) & (VOCAB - 1)
+        own = self.draw_small(_SAMPLE, st.slots * (k + 1)).view(st.batch, st.slots, k + 1)
+        own &= VOCAB - 1
         drafts = torch.nn.functional.pad(plan.drafts[..., :k], (0, 1))
         tokens = torch.where(j < accepted.unsqueeze(-1), drafts, own)
         last = j == accepted.unsqueeze(-1)
