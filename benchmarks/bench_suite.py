@@ -5,7 +5,7 @@ invariant of the vllm-v1 profile, and the quick profile's sizes (100 examples of
 rules; --long: 2000 of 100), once per seed for --suite-seeds fixed seeds, totalled (one
 seed's examples vary a lot in size). Part B drives the same CheckedEngine from a seeded
 `random` event loop shaped like the state machine (same config ranges, same request
-decoding, initial arrivals, same rules with their steps, at most 32 live requests, a
+decoding, initial arrivals, the same actions with their steps, at most 32 live requests, a
 drain at the end of each example) with no Hypothesis at all, so that Hypothesis' share
 shows as a ratio of the two. Rates are per CPU second of this process
 (time.process_time), which others' load on the machine disturbs less than wall time;
@@ -49,22 +49,15 @@ from typing import Any, TypeVar
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
-from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.properties.events import Abort, AddRequest, Drain, ProposeDrafts, Step
 from schedspec.properties.fake_model import FakeModel, StepDecisions
 from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.state_machine import (
-    MAX_INITIAL_ARRIVALS,
-    MAX_LIVE_REQUESTS,
-    MAX_STEPS_AFTER_EVENT,
-    MAX_STEPS_PER_RULE,
-)
+from schedspec.properties.state_machine import MAX_INITIAL_ARRIVALS, MAX_LIVE_REQUESTS
 from schedspec.properties.strategies import (
     BLOCK_SIZES,
-    EOS_CHOICES,
-    NUM_DOOR_DRAWS,
-    NUM_PRIORITY_DRAWS,
-    SHARED_PREFIXES,
-    STOP_TOKEN_CHOICES,
+    MAX_STEPS_AFTER_EVENT,
+    MAX_STEPS_PER_ACTION,
+    REQUEST_DRAW_RANGES,
     build_add_request,
     decode_request_draw,
 )
@@ -84,9 +77,6 @@ ENGINE_CALLS = (
 )
 SNAPSHOT = ("snapshot",)
 MODEL_CALLS = ("execute", "drafts_for")
-NUM_SAMPLING_DRAWS = (
-    NUM_DOOR_DRAWS * NUM_PRIORITY_DRAWS * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES)
-)
 # The fused pass that vouches for most state invariants (the named ones then run
 # only when it cannot), timed as a check.
 FAST_PATH_KEY = "(state fast path)"
@@ -281,13 +271,7 @@ def random_config(rng: random.Random, max_model_len_cap: int = 96) -> SchedulerC
 def random_add(rng: random.Random, checked: CheckedEngine, request_id: str) -> AddRequest:
     """The state machine's add_request, its five integers drawn from `random` and decoded
     by the same strategies code (door cases and urgent arrivals included)."""
-    drawn = decode_request_draw(
-        rng.randint(0, 9),
-        rng.randint(0, 2**16),
-        rng.randint(0, 256 * (len(SHARED_PREFIXES) + 1) - 1),
-        rng.randint(0, 127),
-        rng.randint(0, NUM_SAMPLING_DRAWS - 1),
-    )
+    drawn = decode_request_draw(*(rng.randrange(size) for size in REQUEST_DRAW_RANGES))
     live = checked.state.requests
     priorities = [r.priority for r in live.values()]
     return build_add_request(checked.config, request_id, live, drawn, priorities)
@@ -310,21 +294,30 @@ def random_decisions(rng: random.Random, checked: CheckedEngine) -> StepDecision
     return StepDecisions(stops=stops, accepted=accepted)
 
 
-# Rule weights (step, add, abort, drafts), most steps per step rule, and most steps
-# after another rule's event. "like the state machine": its rules, picked uniformly
-# among those that apply, 1-12 steps each, 0-8 after an event. "busy": arrivals
-# outpace steps, so the engine holds many requests (up to 32).
+# Action weights (step, add, abort, drafts), most steps per step action, and most
+# steps after another action's event. "like the state machine": its single rule's
+# four kinds, drawn uniformly, 1-12 steps per step action, 0-8 after an event.
+# "busy": arrivals outpace steps, so the engine holds many requests (up to 32).
 LOOPS: dict[str, tuple[tuple[int, int, int, int], int, int]] = {
-    "like the state machine": ((1, 1, 1, 1), MAX_STEPS_PER_RULE, MAX_STEPS_AFTER_EVENT),
+    "like the state machine": ((1, 1, 1, 1), MAX_STEPS_PER_ACTION, MAX_STEPS_AFTER_EVENT),
     "busy": ((2, 6, 1, 1), 2, 0),
 }
+
+
+def steps_while_busy(checked: CheckedEngine, count: int) -> None:
+    """Up to `count` steps, stopping once the engine is idle (as the state machine)."""
+    for _ in range(count):
+        if not checked.state.requests:
+            break
+        checked.apply(Step())
 
 
 def random_example(
     rng: random.Random, factory: EngineFactory, stats: CheckStats, rules: int, loop: str
 ) -> None:
-    """One example: a config, initial arrivals, `rules` rules picked among those that
-    apply (each event followed by a few steps, never on an idle engine), then a drain."""
+    """One example: a config, initial arrivals, `rules` actions, each as the state
+    machine's rule does it (an event, then a few steps, never on an idle engine
+    except a step action's first), then a drain."""
     checked = CheckedEngine.from_factory(
         factory, random_config(rng), PROFILE, ModelParams(seed=rng.randint(0, 2**16)), stats
     )
@@ -334,38 +327,28 @@ def random_example(
     next_id += 1
     for _ in range(rules):
         state = checked.state
-        applies = (
-            True,
-            len(state.requests) < MAX_LIVE_REQUESTS,
-            bool(state.requests),
-            checked.config.num_speculative_tokens > 0 and bool(state.running),
-        )
-        names = ("step", "add", "abort", "drafts")
-        allowed = [w if ok else 0 for w, ok in zip(weights, applies, strict=True)]
-        rule = rng.choices(names, allowed)[0]
-        events: list[Event] = []
-        if rule == "add":
-            events.append(random_add(rng, checked, f"r{next_id}"))
-            next_id += 1
-        elif rule == "abort":
-            victim = rng.choice(sorted(state.requests))
-            unknown = rng.choice(["", "", "", "no-such-request"])
-            events.append(Abort((victim, unknown) if unknown else (victim,)))
-        elif rule == "drafts":
-            limit = checked.config.num_speculative_tokens
-            chosen = rng.sample(state.running, min(len(state.running), rng.randint(1, 4)))
-            events.append(ProposeDrafts({rid: rng.randint(0, limit) for rid in chosen}))
-        else:
-            # As the state machine's step rule: drawn decisions shape the first step.
+        kind = rng.choices(("step", "add", "abort", "drafts"), weights)[0]
+        if kind == "step":
+            # The drawn decisions shape the first step, which runs even on an idle engine.
             checked.apply(Step(random_decisions(rng, checked)))
-            for _ in range(rng.randint(1, max_steps) - 1):
-                checked.apply(Step())
-        for event in events:
-            checked.apply(event)
-            for _ in range(rng.randint(0, max_then)):
-                if not checked.state.requests:
-                    break
-                checked.apply(Step())
+            steps_while_busy(checked, rng.randint(1, max_steps) - 1)
+            continue
+        if kind == "add" and len(state.requests) >= MAX_LIVE_REQUESTS:
+            checked.apply(Step())  # full: the engine makes room instead
+            continue
+        if kind == "add":
+            checked.apply(random_add(rng, checked, f"r{next_id}"))
+            next_id += 1
+        elif kind == "abort":
+            live = sorted(state.requests)
+            ids = (rng.choice(live),) if live else ()
+            if not ids or rng.random() < 0.25:
+                ids = (*ids, "no-such-request")
+            checked.apply(Abort(ids))
+        elif checked.config.num_speculative_tokens:
+            drafts = rng.randint(0, checked.config.num_speculative_tokens)
+            checked.apply(ProposeDrafts(dict.fromkeys(state.running, drafts)))
+        steps_while_busy(checked, rng.randint(0, max_then))
     checked.apply(Drain())
 
 

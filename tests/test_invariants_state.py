@@ -7,9 +7,11 @@ three invariant test modules.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from schedspec.spec import RequestStatus, State
+from schedspec.spec import Request, RequestState, RequestStatus, State
 from schedspec.spec.invariants import CATALOGUE
 from tests import test_invariants_policy, test_invariants_step
 from tests.invariant_builders import (
@@ -327,3 +329,42 @@ def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
     for registry in registries:
         for invariant_id, build in registry.builders:
             assert build().invariant == invariant_id, build.__name__
+
+
+# ------------------------------------------------- RequestState.of, the snapshot
+
+
+def test_request_state_of_builds_the_same_frozen_record_as_the_constructor() -> None:
+    """RequestState.of fills the instance in one update instead of through __init__:
+    the record must be field for field the constructor's, as frozen, and a copy of
+    the request's lists (an engine mutating its request later changes no snapshot)."""
+    request = Request("r", (1, 2, 3), max_tokens=5, eos_token_id=2, stop_token_ids=(4,))
+    request.output_token_ids.append(7)
+    request.spec_token_ids.extend((8, 9))
+    request.num_computed_tokens = 3
+    request.status = RequestStatus.RUNNING
+    fast = RequestState.of(request, (4, 5))
+    built = RequestState(
+        request_id="r",
+        priority=0,
+        arrival=-1,
+        prompt_token_ids=(1, 2, 3),
+        output_token_ids=(7,),
+        spec_token_ids=(8, 9),
+        num_computed_tokens=3,
+        status=RequestStatus.RUNNING,
+        block_ids=(4, 5),
+        num_preemptions=0,
+        max_tokens=5,
+        eos_token_id=2,
+        stop_token_ids=(4,),
+    )
+    assert fast == built and hash(fast) == hash(built)
+    assert vars(fast) == vars(built)  # every field, and nothing else
+    assert [f.name for f in dataclasses.fields(fast)] == list(vars(fast))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.num_computed_tokens = 0  # type: ignore[misc]
+    assert dataclasses.replace(fast, num_computed_tokens=0).num_computed_tokens == 0
+    request.output_token_ids.append(1)
+    request.spec_token_ids.clear()
+    assert fast.output_token_ids == (7,) and fast.spec_token_ids == (8, 9)

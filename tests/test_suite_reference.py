@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from schedspec.properties.checked_engine import CheckedEngine
@@ -14,14 +15,32 @@ from schedspec.properties.reference_adapter import ReferenceEngine, reference_en
 from schedspec.properties.state_machine import SuiteRecorder, make_state_machine
 from schedspec.properties.strategies import (
     EOS_CHOICES,
+    MAX_STEPS_AFTER_EVENT,
+    MAX_STEPS_PER_ACTION,
+    NUM_DECISION_CODES,
     SHARED_PREFIXES,
     STOP_TOKEN_CHOICES,
     URGENT,
+    ArriveAction,
+    CancelAction,
+    DraftsAction,
     RequestDraw,
+    StepAction,
+    actions,
+    arrive_action,
     build_add_request,
+    cancel_action,
     decode_request_draw,
+    drafts_action,
+    step_action,
+    unpack,
 )
-from schedspec.properties.suite import SuiteSettings, run_suite
+from schedspec.properties.suite import (
+    SUITE_GC_THRESHOLD,
+    SuiteSettings,
+    rarer_collections,
+    run_suite,
+)
 from schedspec.spec import Request, SchedulerConfig, SchedulerOutput
 from schedspec.spec.invariants import CATALOGUE, Profile, in_profile
 from tests.sched_helpers import make_config
@@ -133,3 +152,52 @@ def test_request_draw_decoding() -> None:
         for d in (decode_request_draw(0, 0, 0, 0, s) for s in range(900))
     }
     assert len(combos) == 900 == 20 * (URGENT + 1) * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES)
+
+
+# ------------------------------------------------------------------ the actions
+
+
+def test_zero_unpacks_to_the_simplest_action_of_each_kind() -> None:
+    """Shrinking drives every integer to 0: a single plain step, or a bare event."""
+    assert step_action(0) == StepAction(num_steps=1, code=0)
+    assert arrive_action(0, 0, 0, 0, 0) == ArriveAction(decode_request_draw(0, 0, 0, 0, 0), 0)
+    assert cancel_action(0, 0) == CancelAction(pick=0, unknown=0, then_steps=0)
+    assert drafts_action(0) == DraftsAction(count=0, then_steps=0)
+
+
+def test_packed_fields_unpack_least_significant_first() -> None:
+    assert unpack(7 + 12 * 300, (12, 1024)) == [7, 300]
+    assert step_action(7 + 12 * 300) == StepAction(num_steps=8, code=300)
+    assert step_action(MAX_STEPS_PER_ACTION * NUM_DECISION_CODES - 1) == StepAction(
+        MAX_STEPS_PER_ACTION, NUM_DECISION_CODES - 1
+    )
+    # then_steps is the low digit of every event's packed integer.
+    assert arrive_action(5 + 9 * 4, 1, 2, 3, 4) == ArriveAction(
+        decode_request_draw(4, 1, 2, 3, 4), then_steps=5
+    )
+    assert cancel_action(77, 8 + 9 * 3) == CancelAction(pick=77, unknown=3, then_steps=8)
+    assert drafts_action(2 + 9 * 7) == DraftsAction(count=7, then_steps=2)
+    assert MAX_STEPS_AFTER_EVENT == 8  # the 9 above
+
+
+def test_every_kind_is_drawn_and_only_one_rule_exists() -> None:
+    """One always-enabled rule: no rule selection, nothing for swarm testing to switch off."""
+    machine = make_state_machine(reference_engine, "vllm-v1")
+    assert [r.function.__name__ for r in machine.setup_state().rules] == ["act"]
+    kinds: set[type] = set()
+
+    @settings(max_examples=200, database=None, deadline=None)
+    @given(actions())
+    def record(action: object) -> None:
+        kinds.add(type(action))
+
+    record()
+    assert kinds == {StepAction, ArriveAction, CancelAction, DraftsAction}
+
+
+def test_the_suite_raises_the_collection_threshold_only_while_it_runs() -> None:
+    saved = gc.get_threshold()
+    with rarer_collections():
+        assert gc.get_threshold()[0] == max(saved[0], SUITE_GC_THRESHOLD)
+        assert gc.get_threshold()[1:] == saved[1:]
+    assert gc.get_threshold() == saved

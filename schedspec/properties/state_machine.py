@@ -1,10 +1,11 @@
 """The conformance state machine: random workloads against any engine, every invariant checked.
 
-Rules add requests, abort, propose drafts and step the engine (several
-steps per rule, since a scheduler bug usually needs a few iterations to
-show). Every rule applies in every state (no assume, no precondition), so
-no example is thrown away and shrinking stays aligned. Teardown drains the
-engine with no arrivals and checks the liveness invariants.
+One rule, `act`, applies one action: add a request, abort, propose drafts or
+step the engine (several steps per action, since a scheduler bug usually
+needs a few iterations to show). Every action applies in every state (no
+assume, no precondition), so no example is thrown away and shrinking stays
+aligned. Teardown drains the engine with no arrivals and checks the liveness
+invariants.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from schedspec.properties.events import Abort, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
 from schedspec.properties.harness import Harness, SingleEngine, Target
 from schedspec.properties.strategies import (
+    Action,
+    ArriveAction,
+    CancelAction,
+    DraftsAction,
     RequestDraw,
+    StepAction,
+    actions,
     build_add_request,
     configs,
     request_draws,
@@ -31,16 +38,11 @@ from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
 MAX_LIVE_REQUESTS = 32
-MAX_STEPS_PER_RULE = 12
-# Hypothesis' swarm testing turns whole rules off for an example: without the
-# add_request rule an example ran on an idle engine, without the step rule its
-# arrivals met only the final drain (a third of the examples each). So every
-# example starts with a few arrivals, and every rule may bring its own steps
-# (which also spreads a rule's cost in Hypothesis choices over more checked
-# steps). 0, where shrinking goes, is the bare event.
+# Every example starts with a few arrivals, so that no engine is stepped idle
+# before anything arrived, and every action may bring its own steps (which
+# spreads an action's cost in Hypothesis choices over more checked steps; 0,
+# where shrinking goes, is the bare event).
 MAX_INITIAL_ARRIVALS = 4
-MAX_STEPS_AFTER_EVENT = 8
-THEN_STEPS = st.integers(0, MAX_STEPS_AFTER_EVENT)
 
 
 @dataclass
@@ -116,16 +118,35 @@ def make_target_machine(
                 record.last_failure = self.engine().trace(note=failure_note(err))
                 raise
 
-        # No preconditions: every rule applies in every state, and each draws
-        # a fixed shape of choices, so shrinking can delete rules freely.
+        # One rule, always enabled: its first draw picks the action's kind
+        # (strategies.actions), so Hypothesis spends no choices selecting among
+        # rules, nor retrying rules that swarm testing switched off (with four
+        # rules that was about half of all choices). Each kind draws a fixed
+        # shape of choices and applies in every state, so shrinking can delete
+        # actions freely.
 
-        @rule(drawn=request_draws, then_steps=THEN_STEPS)
-        def add_request(self, drawn: RequestDraw, then_steps: int) -> None:
+        @rule(action=actions())
+        def act(self, action: Action) -> None:
+            if isinstance(action, StepAction):
+                self.step(action)
+            elif isinstance(action, ArriveAction):
+                self.add_request(action)
+            elif isinstance(action, CancelAction):
+                self.cancel(action)
+            else:
+                self.propose_drafts(action)
+
+        def step(self, action: StepAction) -> None:
+            # The drawn decisions shape the action's first step; the rest run
+            # with the defaults (no forced stop, greedy verification).
+            self._steps(action.num_steps, Step(self._decisions(action.code)))
+
+        def add_request(self, action: ArriveAction) -> None:
             if len(self.engine().state.requests) >= MAX_LIVE_REQUESTS:
                 self.apply(Step())  # full: let the engine make room instead
                 return
-            self._arrive(drawn)
-            self._steps(then_steps)
+            self._arrive(action.drawn)
+            self._steps(action.then_steps)
 
         def _arrive(self, drawn: RequestDraw) -> None:
             checked = self.engine()
@@ -135,35 +156,27 @@ def make_target_machine(
             self.apply(event)
             self.next_id += 1
 
-        @rule(pick=st.integers(0, 2**16), unknown=st.integers(0, 3), then_steps=THEN_STEPS)
-        def cancel(self, pick: int, unknown: int, then_steps: int) -> None:
+        def cancel(self, action: CancelAction) -> None:
             """Abort a live request (now and then with an unknown id, which is ignored)."""
             live = sorted(self.engine().state.requests)
-            ids = (live[pick % len(live)],) if live else ()
-            if unknown == 3 or not ids:
+            ids = (live[action.pick % len(live)],) if live else ()
+            if action.unknown == 3 or not ids:
                 ids = (*ids, "no-such-request")
             self.apply(Abort(ids))
-            self._steps(then_steps)
+            self._steps(action.then_steps)
 
-        @rule(count=st.integers(0, 7), then_steps=THEN_STEPS)
-        def propose_drafts(self, count: int, then_steps: int) -> None:
+        def propose_drafts(self, action: DraftsAction) -> None:
             """The drafter proposes the same number of drafts for every running request.
 
             One count for all keeps the draw independent of which requests run,
-            so deleting an earlier rule while shrinking does not change it.
+            so deleting an earlier action while shrinking does not change it.
             """
             checked = self.engine()
             limit = checked.config.num_speculative_tokens
             if limit:
-                drafts = count % (limit + 1)
+                drafts = action.count % (limit + 1)
                 self.apply(ProposeDrafts(dict.fromkeys(checked.state.running, drafts)))
-            self._steps(then_steps)
-
-        @rule(num_steps=st.integers(1, MAX_STEPS_PER_RULE), code=st.integers(0, 1023))
-        def step(self, num_steps: int, code: int) -> None:
-            # The drawn decisions shape the rule's first step; the rest run
-            # with the defaults (no forced stop, greedy verification).
-            self._steps(num_steps, Step(self._decisions(code)))
+            self._steps(action.then_steps)
 
         def _steps(self, count: int, first: Step | None = None) -> None:
             """Up to `count` engine steps, stopping once the engine is idle: it has

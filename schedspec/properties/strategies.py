@@ -7,13 +7,15 @@ force chunking, short max_model_len makes the length cap and the
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import functools
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
 from schedspec.properties.events import AddRequest
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.config import POLICIES
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
 # Few distinct token ids, and prompts built from shared prefixes, so that the
@@ -26,24 +28,48 @@ SHARED_PREFIXES: tuple[tuple[int, ...], ...] = (
 )
 
 
+# Hypothesis works out a strategy's properties (emptiness, labels) on its first
+# draw: strategies whose bounds depend on earlier draws are built once per
+# bounds and kept, not rebuilt for every example.
+_BLOCK_SIZE_DRAWS = st.sampled_from(BLOCK_SIZES)
+_MAX_NUM_SEQS_DRAWS = st.integers(1, 8)
+_NUM_SPEC_DRAWS = st.sampled_from([0, 1, 2, 4])
+_WATERMARK_DRAWS = st.sampled_from([0.0, 0.0, 0.1, 0.3])
+_POLICY_DRAWS = st.sampled_from(POLICIES)
+_LOOKAHEAD_DRAWS = st.sampled_from([None, 0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _integers(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@functools.lru_cache(maxsize=1024)
+def _num_blocks_draws(min_blocks: int) -> st.SearchStrategy[int]:
+    # The tightest legal cache half the time: preemption, the watermark and
+    # head-of-line blocking all live there.
+    return st.sampled_from([min_blocks, min_blocks + 1]) | _integers(min_blocks, 4 * min_blocks + 2)
+
+
+@functools.lru_cache(maxsize=1024)
+def _threshold_draws(max_model_len: int) -> st.SearchStrategy[int]:
+    return st.sampled_from([0, 0, 1]) | _integers(0, max_model_len)
+
+
 @st.composite
 def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
-    block_size = draw(st.sampled_from(BLOCK_SIZES))
-    max_model_len = draw(st.integers(2, max_model_len_cap))
+    block_size = draw(_BLOCK_SIZE_DRAWS)
+    max_model_len = draw(_integers(2, max_model_len_cap))
     # From exactly one max_model_len request of blocks up to four: tiny caches
     # preempt constantly.
     min_blocks = -(-max_model_len // block_size)
-    # The tightest legal cache half the time: preemption, the watermark and
-    # head-of-line blocking all live there.
-    num_blocks = draw(
-        st.sampled_from([min_blocks, min_blocks + 1]) | st.integers(min_blocks, 4 * min_blocks + 2)
-    )
-    max_num_seqs = draw(st.integers(1, 8))
+    num_blocks = draw(_num_blocks_draws(min_blocks))
+    max_num_seqs = draw(_MAX_NUM_SEQS_DRAWS)
     chunked = draw(st.booleans())
     low = max_num_seqs if chunked else max(max_num_seqs, max_model_len)
-    budget = draw(st.integers(low, max(low, 2 * max_model_len)))
-    threshold = draw(st.sampled_from([0, 0, 1]) | st.integers(0, max_model_len))
-    num_spec = draw(st.sampled_from([0, 1, 2, 4]))
+    budget = draw(_integers(low, max(low, 2 * max_model_len)))
+    threshold = draw(_threshold_draws(max_model_len))
+    num_spec = draw(_NUM_SPEC_DRAWS)
     return SchedulerConfig(
         block_size=block_size,
         num_blocks=num_blocks,
@@ -53,10 +79,10 @@ def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=threshold,
         enable_prefix_caching=draw(st.booleans()),
-        watermark=draw(st.sampled_from([0.0, 0.0, 0.1, 0.3])),
-        policy=draw(st.sampled_from(["fcfs", "priority"])),
+        watermark=draw(_WATERMARK_DRAWS),
+        policy=draw(_POLICY_DRAWS),
         num_speculative_tokens=num_spec,
-        num_lookahead_tokens=draw(st.sampled_from([None, 0])) if num_spec else None,
+        num_lookahead_tokens=draw(_LOOKAHEAD_DRAWS) if num_spec else None,
     )
 
 
@@ -120,15 +146,24 @@ def decode_request_draw(
     )
 
 
+NUM_SAMPLING_DRAWS = (
+    NUM_DOOR_DRAWS * NUM_PRIORITY_DRAWS * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES)
+)
+# The ranges of decode_request_draw's five integers, in its argument order.
+REQUEST_DRAW_RANGES = (10, 2**16 + 1, 256 * (len(SHARED_PREFIXES) + 1), 128, NUM_SAMPLING_DRAWS)
+
+
+def unpack(value: int, ranges: Sequence[int]) -> list[int]:
+    """Mixed-radix digits of value, least significant first (each digit below its range)."""
+    digits = []
+    for size in ranges:
+        value, digit = divmod(value, size)
+        digits.append(digit)
+    return digits
+
+
 request_draws: st.SearchStrategy[RequestDraw] = st.builds(
-    decode_request_draw,
-    length_kind=st.integers(0, 9),
-    anything=st.integers(0, 2**16),
-    content=st.integers(0, 256 * (len(SHARED_PREFIXES) + 1) - 1),
-    max_tokens=st.integers(0, 127),
-    sampling=st.integers(
-        0, NUM_DOOR_DRAWS * NUM_PRIORITY_DRAWS * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES) - 1
-    ),
+    decode_request_draw, *(st.integers(0, size - 1) for size in REQUEST_DRAW_RANGES)
 )
 
 
@@ -177,3 +212,104 @@ def build_add_request(
         STOP_TOKEN_CHOICES[drawn.stop_ids],
         drawn.priority if drawn.priority < URGENT else min(live_priorities, default=0) - 1,
     )
+
+
+# ------------------------------------------------------------- the actions
+#
+# The state machine's single rule draws one action: its first choice is the
+# kind (0, where shrinking goes, is a step: the action that changes nothing by
+# itself), then the kind's own fixed shape of choices.
+
+MAX_STEPS_PER_ACTION = 12
+MAX_STEPS_AFTER_EVENT = 8
+NUM_DECISION_CODES = 1024
+
+
+@dataclass(frozen=True)
+class StepAction:
+    """Run num_steps engine steps; `code` shapes the first one's model decisions."""
+
+    num_steps: int  # 1-MAX_STEPS_PER_ACTION
+    code: int  # below NUM_DECISION_CODES, decoded by the state machine's _decisions
+
+
+@dataclass(frozen=True)
+class ArriveAction:
+    """Add the request `drawn` stands for, then step up to then_steps times."""
+
+    drawn: RequestDraw
+    then_steps: int  # 0-MAX_STEPS_AFTER_EVENT
+
+
+@dataclass(frozen=True)
+class CancelAction:
+    """Abort the live request `pick` selects (with an unknown id too when unknown == 3)."""
+
+    pick: int
+    unknown: int  # 0-3
+    then_steps: int
+
+
+@dataclass(frozen=True)
+class DraftsAction:
+    """Propose `count` drafts (mod num_speculative_tokens + 1) for every running request."""
+
+    count: int  # 0-7
+    then_steps: int
+
+
+Action = StepAction | ArriveAction | CancelAction | DraftsAction
+
+# Each Hypothesis choice costs about as much as checking a small step, so an
+# action's small fields share one integer (mixed radix, least significant
+# first; 0 unpacks to all zeros, where shrinking goes). Packed ranges stay near
+# a thousand, where Hypothesis still draws about uniformly.
+_THEN = MAX_STEPS_AFTER_EVENT + 1
+_KIND_DRAWS = st.integers(0, 3)
+_STEP_DRAWS = st.integers(0, MAX_STEPS_PER_ACTION * NUM_DECISION_CODES - 1)
+_LENGTH_KIND_THEN_DRAWS = st.integers(0, REQUEST_DRAW_RANGES[0] * _THEN - 1)
+_REQUEST_REST_DRAWS = tuple(st.integers(0, size - 1) for size in REQUEST_DRAW_RANGES[1:])
+_PICK_DRAWS = st.integers(0, 2**16)
+_UNKNOWN_THEN_DRAWS = st.integers(0, 4 * _THEN - 1)
+_COUNT_THEN_DRAWS = st.integers(0, 8 * _THEN - 1)
+
+
+def step_action(packed: int) -> StepAction:
+    """Kind 0: the number of steps (least significant) and the decisions code."""
+    steps, code = unpack(packed, (MAX_STEPS_PER_ACTION, NUM_DECISION_CODES))
+    return StepAction(1 + steps, code)
+
+
+def arrive_action(
+    packed: int, anything: int, content: int, max_tokens: int, sampling: int
+) -> ArriveAction:
+    """Kind 1: then_steps and the length kind share `packed`; the rest as decode_request_draw."""
+    then_steps, length_kind = unpack(packed, (_THEN, REQUEST_DRAW_RANGES[0]))
+    drawn = decode_request_draw(length_kind, anything, content, max_tokens, sampling)
+    return ArriveAction(drawn, then_steps)
+
+
+def cancel_action(pick: int, packed: int) -> CancelAction:
+    """Kind 2: the pick, then then_steps and `unknown` sharing `packed`."""
+    then_steps, unknown = unpack(packed, (_THEN, 4))
+    return CancelAction(pick, unknown, then_steps)
+
+
+def drafts_action(packed: int) -> DraftsAction:
+    """Kind 3: then_steps and the draft count share `packed`."""
+    then_steps, count = unpack(packed, (_THEN, 8))
+    return DraftsAction(count, then_steps)
+
+
+@st.composite
+def actions(draw: st.DrawFn) -> Action:
+    """One action: its kind, then the kind's fixed shape of packed integers."""
+    kind = draw(_KIND_DRAWS)
+    if kind == 0:
+        return step_action(draw(_STEP_DRAWS))
+    if kind == 1:
+        packed = draw(_LENGTH_KIND_THEN_DRAWS)
+        return arrive_action(packed, *(draw(part) for part in _REQUEST_REST_DRAWS))
+    if kind == 2:
+        return cancel_action(draw(_PICK_DRAWS), draw(_UNKNOWN_THEN_DRAWS))
+    return drafts_action(draw(_COUNT_THEN_DRAWS))

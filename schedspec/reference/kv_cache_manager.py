@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import islice
+from operator import attrgetter
 
 from schedspec.reference.block_pool import BlockPool
 from schedspec.reference.free_block_queue import KVCacheBlock
@@ -21,6 +22,12 @@ from schedspec.spec import (
     SchedulerConfig,
     extend_block_hashes,
 )
+
+# Field readers for snapshot() (and the scheduler's): map() over them walks the
+# blocks in C, and a snapshot is taken twice a checked step.
+BLOCK_ID = attrgetter("block_id")
+_REF_CNT = attrgetter("ref_cnt")
+_BLOCK_HASH = attrgetter("block_hash")
 
 
 class KVCacheManager:
@@ -200,9 +207,9 @@ class KVCacheManager:
         pool = self.block_pool
         return KVState(
             num_blocks=pool.num_blocks,
-            free_block_ids=tuple([b.block_id for b in pool.free_block_queue]),
-            ref_counts=tuple([b.ref_cnt for b in pool.blocks]),
-            block_hashes=tuple([b.block_hash for b in pool.blocks]),
+            free_block_ids=tuple(map(BLOCK_ID, pool.free_block_queue)),
+            ref_counts=tuple(map(_REF_CNT, pool.blocks)),
+            block_hashes=tuple(map(_BLOCK_HASH, pool.blocks)),
             prefix_cache=tuple(
                 [(h, tuple(holders)) for h, holders in pool.cached_block_hash_to_block.items()]
             ),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from schedspec.reference.kv_cache_manager import KVCacheManager
+from schedspec.reference.kv_cache_manager import BLOCK_ID, KVCacheManager
 from schedspec.reference.request_queue import WaitingQueue, make_waiting_queue
 from schedspec.reference.sizing import (
     apply_long_prefill_cap,
@@ -379,10 +379,12 @@ class Scheduler:
     def snapshot(self) -> State:
         """The abstract state (spec.State) of this scheduler, for the invariant checks."""
         kv = self.kv_cache_manager
+        tables = kv.req_to_blocks
         return State(
             config=self.config,
             requests={
-                rid: RequestState.of(r, kv.get_block_ids(rid)) for rid, r in self.requests.items()
+                rid: RequestState.of(r, tuple(map(BLOCK_ID, tables.get(rid, ()))))
+                for rid, r in self.requests.items()
             },
             waiting=tuple(r.request_id for r in self.waiting),
             running=tuple(r.request_id for r in self.running),
