@@ -16,6 +16,11 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py                 # CPU, about a minute
     .venv/bin/python benchmarks/bench_gpu_impl.py --quick         # smoke run (seconds)
     .venv/bin/python benchmarks/bench_gpu_impl.py --device cuda   # a GPU, when one is present
+    .venv/bin/python benchmarks/bench_gpu_impl.py --malloc-default  # glibc's malloc untuned
+
+On the CPU the run first keeps freed memory in the process
+(gpu_impl.cpu_allocator.retain_freed_memory): glibc otherwise unmaps every
+large temporary on free and page-faults it back in on the next step.
 
 The numbers are for reading, never for asserting: nothing here checks a time.
 """
@@ -30,6 +35,7 @@ from collections.abc import Callable
 import torch
 
 from schedspec.gpu_impl.batch_state import EMPTY, RUNNING
+from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
 from schedspec.properties.reference_adapter import reference_engine
@@ -165,19 +171,28 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads [default: 1, like the reference]"
     )
+    parser.add_argument(
+        "--malloc-default",
+        action="store_true",
+        help="leave glibc's malloc thresholds alone (measures what the tuning buys)",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
+    retained = False if args.malloc_default else retain_freed_memory()
     batches = (1, 64, 256) if args.quick else (1, 64, 1024, 4096)
     warm, ticks = (10, 5) if args.quick else (30, 15)
     print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
     print(f"workload: {WORKLOAD.config}")
+    print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
     ref = reference_rate(4 if args.quick else 16, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
-    print(f"{'B':>6} {'gpu_impl inst-steps/s':>22} {'x reference':>12} {'running/inst':>13}")
+    header = f"{'B':>6} {'gpu_impl inst-steps/s':>22} {'ms/tick':>8} {'x reference':>12}"
+    print(f"{header} {'running/inst':>13}")
     for batch in batches:
         rate, running = gpu_rate(batch, warm, ticks, device)
-        print(f"{batch:>6} {rate:>22,.0f} {rate / ref:>11.1f}x {running:>13.1f}")
+        tick_ms = batch / rate * 1e3
+        print(f"{batch:>6} {rate:>22,.0f} {tick_ms:>8.1f} {rate / ref:>11.1f}x {running:>13.1f}")
     print(f"\n{'running':>8} {'gpu_impl ms/step':>17} {'reference ms/step':>18} {'ratio':>7}")
     for running in (64,) if args.quick else (256, 1024):
         steps = 3 if args.quick else 10

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from schedspec.gpu_impl.batch_state import EMPTY, RUNNING, WAITING, BatchState
+from schedspec.gpu_impl.batch_state import BIG, EMPTY, RUNNING, WAITING, BatchState
 from schedspec.gpu_impl.device_checks import CHECK_IDS, check_state, check_step
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.step_plan import StepPlan
@@ -107,4 +107,30 @@ def test_each_check_fires_on_the_broken_instance_only(check_id: str) -> None:
     engine, plan = _two_busy_instances()
     BREAKERS[check_id](engine.state, plan)
     column = check_step(engine.state, plan, CONFIG)[:, CHECK_IDS.index(check_id)]
+    assert column.tolist() == [False, True]
+
+
+def _free_block(state: BatchState) -> int:
+    return int(torch.nonzero(state.ref_cnt[1] == 0)[0])
+
+
+@pytest.mark.parametrize(
+    "breaker",
+    [
+        pytest.param(lambda s: s.free_key[1].__setitem__(int(s.table[1, 0, 0]), 0), id="held-key"),
+        pytest.param(lambda s: s.num_free.__setitem__(1, s.num_free[1] - 1), id="free-count"),
+        pytest.param(lambda s: s.free_key[1].__setitem__(_free_block(s), BIG), id="free-keyed-big"),
+    ],
+)
+def test_conservation_covers_the_free_queue_bookkeeping(
+    breaker: Callable[[BatchState], None],
+) -> None:
+    """The step keeps held blocks' keys at BIG (so taking the smallest keys never needs
+    the ref counts) and a free-block counter (so no step sums the pool): CONSERVATION
+    flags a held block with a queue key, a counter off by one, and two free blocks
+    sharing the key BIG (a free block that lost its place)."""
+    engine, _ = _two_busy_instances()
+    assert engine.state.num_free.tolist() == [8, 8]  # 12 blocks, 2 + 2 held per instance
+    breaker(engine.state)
+    column = check_state(engine.state, CONFIG)[:, CHECK_IDS.index("CONSERVATION")]
     assert column.tolist() == [False, True]

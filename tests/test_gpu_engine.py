@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import schedspec.gpu_impl.hashing as hashing
-from schedspec.gpu_impl.engine import BatchedScheduler
+from schedspec.gpu_impl.admission import longest_cached_prefix
+from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
 from schedspec.properties.adapters.gpu import GpuEngine, HashCollisionError
@@ -151,3 +152,36 @@ def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
     for field in dataclasses.fields(batch.state):
         assert torch.equal(getattr(batch.state, field.name)[5], getattr(alone.state, field.name)[0])
     assert preempted > 0  # the example reached the sequential corner
+
+
+def test_the_lookup_takes_the_oldest_holder_and_stops_at_the_first_miss() -> None:
+    """A 7-token prompt has three full blocks (content ids h0, h1, h2). Instance 0 holds
+    h0 twice (block 5 registered 9th, block 2 registered 4th) and h1 in block 6: the hit
+    is [2, 6], the oldest holder as the reference's insertion-ordered map keeps it.
+    Instance 1 holds h1 but not h0: chained content ids make that a miss from block 0."""
+    engine = BatchedScheduler(CACHED, batch=2, slots=2, device="cpu")
+    both = torch.tensor([0, 1])
+    engine.add_requests(
+        NewRequests(
+            inst=both,
+            slot=torch.tensor([0, 0]),
+            prompt=torch.arange(7).expand(2, -1),
+            prompt_len=torch.tensor([7, 7]),
+            max_tokens=torch.tensor([4, 4]),
+            eos=torch.tensor([-1, -1]),
+            stops=torch.full((2, 1), -1),
+            priority=torch.tensor([0, 0]),
+        )
+    )
+    st = engine.state
+    h0, h1, h2 = st.req_hash[0, 0, :3].tolist()
+    assert min(h0, h1, h2) >= 0 and st.req_hash[0, 0, 3] == -1
+    for block, content, seq in ((5, h0, 9), (2, h0, 4), (6, h1, 1)):
+        st.block_hash[0, block], st.reg_seq[0, block] = content, seq
+    st.block_hash[1, 3], st.reg_seq[1, 3] = h1, 0
+    hits, count = longest_cached_prefix(st, CACHED, both, torch.tensor([0, 0]))
+    assert count.tolist() == [2, 0]
+    assert hits[:, :3].tolist() == [[2, 6, -1], [-1, -1, -1]]
+    st.reg_seq[0, 5] = 3  # now block 5 is the older holder of h0
+    hits, count = longest_cached_prefix(st, CACHED, both, torch.tensor([0, 0]))
+    assert hits[0, :2].tolist() == [5, 6]

@@ -21,7 +21,8 @@ import sys
 # mallopt parameter numbers from glibc's <malloc.h>.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-# glibc refuses an mmap threshold above HEAP_MAX_SIZE / 2: 32 MiB on 64-bit.
+# mallopt(3) documents 32 MiB as the largest mmap threshold on 64-bit systems (some
+# glibc versions accept more; this module stays within the documented bound).
 MAX_MMAP_THRESHOLD = 32 * 1024 * 1024
 DEFAULT_MMAP_THRESHOLD = MAX_MMAP_THRESHOLD
 DEFAULT_TRIM_THRESHOLD = 1024 * 1024 * 1024
@@ -35,7 +36,7 @@ def retain_freed_memory(
     False where there is no glibc (other platforms keep their own allocator)."""
     if not 0 < mmap_threshold <= MAX_MMAP_THRESHOLD:
         raise ValueError(
-            f"mmap_threshold must be in 1..{MAX_MMAP_THRESHOLD} (glibc's limit), "
+            f"mmap_threshold must be in 1..{MAX_MMAP_THRESHOLD} (mallopt's documented limit), "
             f"got {mmap_threshold}"
         )
     if trim_threshold <= 0:

@@ -30,8 +30,8 @@ StepCheck = Callable[[BatchState, StepPlan, SchedulerConfig], torch.Tensor]
 
 def conservation(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     """CONSERVATION: each ref count equals the number of tables holding the block, and
-    the free queue (ref 0) holds each free block once (distinct keys), held blocks sit
-    outside it (key BIG) and the free count is the queue's length."""
+    the free queue (ref 0) holds each free block once (distinct keys below BIG), held
+    blocks sit outside it (key BIG) and the free count is the queue's length."""
     b, n = state.ref_cnt.shape
     tables = state.table.view(b, -1)
     held = tables != NO_BLOCK
@@ -41,9 +41,10 @@ def conservation(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     keys = torch.sort(torch.where(state.ref_cnt == 0, state.free_key, BIG), dim=1).values
     repeated = ((keys[:, 1:] == keys[:, :-1]) & (keys[:, 1:] < BIG)).any(dim=1)
     free = state.ref_cnt == 0
-    held_keyed = (~free & (state.free_key != BIG)).any(dim=1)
+    # Free blocks carry a queue key, held ones BIG: taking the smallest keys relies on it.
+    misplaced = (free == (state.free_key == BIG)).any(dim=1)
     miscounted = free.sum(dim=1) != state.num_free
-    return wrong_refs | repeated | held_keyed | miscounted | (state.ref_cnt < 0).any(dim=1)
+    return wrong_refs | repeated | misplaced | miscounted | (state.ref_cnt < 0).any(dim=1)
 
 
 def exclusive(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
