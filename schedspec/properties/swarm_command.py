@@ -19,6 +19,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from schedspec.check_command import CheckOptions, choose_seed, config_strategy
+from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
 from schedspec.gpu_impl.device_checks import CHECK_IDS
 from schedspec.gpu_impl.engine import default_device
 from schedspec.properties.adapters.gpu import DEVICE_ENV
@@ -49,6 +50,8 @@ def run_swarm_check(options: CheckOptions) -> int:
     if device == "cpu":
         # A tick's tensors are small: intra-op threads cost more in hand-offs than they win.
         torch.set_num_threads(1)
+        # The command owns the process: keep freed temporaries in malloc (cpu_allocator.py).
+        retain_freed_memory()
     seed = choose_seed(options.seed)
     click.echo(
         f"swarm: {instances} instances of gpu_impl on {device}, {num_configs} configs of "
