@@ -171,22 +171,7 @@ def release_tables(
     tail_first = (held.unsqueeze(-1) - 1 - j).clamp(min=0)
     blocks = torch.gather(tables, 2, tail_first).clamp(min=0)
     flat_blocks = blocks.view(num_inst, -1)
-    flat_valid = valid.view(num_inst, -1)
-    n = state.ref_cnt.shape[1]
-    # Padding entries scatter into a spare column n: piling them onto one real
-    # block would serialise the scatter on it.
-    target = torch.where(flat_valid, flat_blocks, n)
-    ref = state.ref_cnt.index_select(0, inst)
-    dropped = torch.zeros((num_inst, n + 1), dtype=ref.dtype, device=ref.device)
-    ref_after = ref - dropped.scatter_add_(1, target, flat_valid.long())[:, :n]
-    request = torch.arange(width, device=mask.device).view(1, -1, 1).expand_as(blocks)
-    flat_request = torch.where(valid, request, -1).reshape(num_inst, -1)
-    last = torch.full_like(dropped, -1).scatter_reduce_(1, target, flat_request, "amax")
-    zeroes = (
-        flat_valid
-        & (torch.gather(ref_after, 1, flat_blocks) == 0)
-        & (flat_request == torch.gather(last, 1, flat_blocks))
-    )
+    zeroes = _drop_references(state, inst, blocks, valid).view(num_inst, -1)
     hashed = (
         take_at(state.block_hash, inst.unsqueeze(1).expand_as(flat_blocks), flat_blocks) != NO_HASH
     )
@@ -200,7 +185,6 @@ def release_tables(
     _assign_keys(state, inst, blocks, front, front_base.view(-1, 1, 1) + front_pos)
     state.free_back[inst] += back.sum(dim=(1, 2))
     state.free_front[inst] = front_base
-    state.ref_cnt.index_copy_(0, inst, ref_after)
     state.num_free.index_add_(0, inst, zeroes.sum(dim=1))
     # `order` is a permutation of each row's slots: every (row, slot) pair is distinct,
     # so the unfreed ones can be written back unchanged.
@@ -211,6 +195,25 @@ def release_tables(
     )
     put_at(state.num_held, rows2, order, 0, real)
     put_at(state.num_cached_block, rows2, order, 0, real)
+
+
+def _drop_references(
+    state: BatchState, inst: torch.Tensor, blocks: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
+    """One reference fewer on each valid block ([I, R, M]), request after request; True
+    where that request dropped the block's last reference. A table names each block
+    once, so within one request no block repeats; a block two freed requests share
+    reaches zero at the later one, as the reference's one-by-one free does. The loop
+    runs over the R freed requests per row (a handful), never over instances."""
+    n = state.ref_cnt.shape[1]
+    refs = state.ref_cnt.view(-1)
+    zeroes = torch.zeros_like(valid)
+    for r in range(blocks.shape[1]):
+        index = (inst.unsqueeze(1) * n + blocks[:, r]).view(-1)
+        held = valid[:, r]
+        refs.scatter_add_(0, index, -held.long().view(-1))
+        zeroes[:, r] = held & (refs.index_select(0, index).view_as(held) == 0)
+    return zeroes
 
 
 def _positions(chosen: torch.Tensor) -> torch.Tensor:
