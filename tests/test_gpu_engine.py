@@ -9,6 +9,8 @@ import torch
 
 import schedspec.gpu_impl.hashing as hashing
 from schedspec.gpu_impl.admission import longest_cached_prefix
+from schedspec.gpu_impl.batch_state import BIG
+from schedspec.gpu_impl.block_ops import release_tables
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
@@ -185,3 +187,33 @@ def test_the_lookup_takes_the_oldest_holder_and_stops_at_the_first_miss() -> Non
     st.reg_seq[0, 5] = 3  # now block 5 is the older holder of h0
     hits, count = longest_cached_prefix(st, CACHED, both, torch.tensor([0, 0]))
     assert hits[0, :2].tolist() == [5, 6]
+
+
+def test_freeing_two_requests_that_share_a_block_queues_it_behind_the_later_one() -> None:
+    """Requests A (rank 0, table [0, 1]) and B (rank 1, table [0, 2]) share cached block 0
+    and finish in one step. Freed one by one, tail first: A drops block 1 (to the back)
+    and one of block 0's references; B drops block 2, then block 0's last reference. The
+    free queue ends 3, 4, 5 (free before), 1, 2, 0, as the reference's free() leaves it."""
+    config = SchedulerConfig(
+        block_size=2,
+        num_blocks=6,
+        max_num_batched_tokens=8,
+        max_num_seqs=2,
+        max_model_len=8,
+        enable_prefix_caching=True,
+    )
+    engine = BatchedScheduler(config, batch=1, slots=2, device="cpu")
+    st = engine.state
+    st.table[0, 0, :2] = torch.tensor([0, 1])
+    st.table[0, 1, :2] = torch.tensor([0, 2])
+    st.num_held[0] = 2
+    st.ref_cnt[0, :3] = torch.tensor([2, 1, 1])
+    st.block_hash[0, :3] = torch.tensor([10, 11, 12])
+    st.free_key[0, :3] = BIG
+    st.num_free[0] = 3
+    release_tables(st, torch.tensor([0]), torch.tensor([[True, True]]), torch.tensor([[0, 1]]))
+    free = (st.ref_cnt[0] == 0).nonzero().squeeze(1)
+    queue = free[torch.argsort(st.free_key[0, free])].tolist()
+    assert queue == [3, 4, 5, 1, 2, 0]
+    assert st.num_free.tolist() == [6]
+    assert st.table[0, :, :2].tolist() == [[-1, -1], [-1, -1]]
