@@ -229,5 +229,8 @@ def _assign_keys(
     chosen: torch.Tensor,
     keys: torch.Tensor,
 ) -> None:
-    rows = inst.view(-1, 1, 1).expand_as(blocks)
-    put_at(state.free_key, rows, blocks, keys, chosen)
+    """Queue keys for the chosen blocks (each chosen once: its last reference's drop)."""
+    at = selected(chosen)
+    rows = pick(inst.view(-1, 1, 1).expand_as(blocks), at)
+    index = rows * state.free_key.shape[1] + pick(blocks, at)
+    state.free_key.view(-1).index_copy_(0, index, pick(keys, at))
