@@ -43,6 +43,12 @@ MAX_LIVE_REQUESTS = 32
 # spreads an action's cost in Hypothesis choices over more checked steps; 0,
 # where shrinking goes, is the bare event).
 MAX_INITIAL_ARRIVALS = 4
+ACTIONS_PER_RULE = 2  # act's two actions
+
+
+def rules_for(actions_per_example: int) -> int:
+    """Hypothesis rules (stateful_step_count) for up to that many actions per example."""
+    return max(1, -(-actions_per_example // ACTIONS_PER_RULE))
 
 
 @dataclass
@@ -118,15 +124,20 @@ def make_target_machine(
                 record.last_failure = self.engine().trace(note=failure_note(err))
                 raise
 
-        # One rule, always enabled: its first draw picks the action's kind
+        # One rule, always enabled: each action's first draw picks its kind
         # (strategies.actions), so Hypothesis spends no choices selecting among
         # rules, nor retrying rules that swarm testing switched off (with four
         # rules that was about half of all choices). Each kind draws a fixed
         # shape of choices and applies in every state, so shrinking can delete
-        # actions freely.
+        # actions freely. A rule applies ACTIONS_PER_RULE actions: Hypothesis
+        # spends as much per rule as on a few choices, whatever the rule draws.
 
-        @rule(action=actions())
-        def act(self, action: Action) -> None:
+        @rule(first=actions(), second=actions())
+        def act(self, first: Action, second: Action) -> None:
+            self.take(first)
+            self.take(second)
+
+        def take(self, action: Action) -> None:
             if isinstance(action, StepAction):
                 self.step(action)
             elif isinstance(action, ArriveAction):

@@ -20,7 +20,12 @@ from schedspec.properties.checked_engine import CheckStats, InvariantViolationEr
 from schedspec.properties.divergence import DivergenceError
 from schedspec.properties.harness import SingleEngine, Target, replay_target
 from schedspec.properties.minimize import minimize_on
-from schedspec.properties.state_machine import SuiteRecorder, failure_note, make_target_machine
+from schedspec.properties.state_machine import (
+    SuiteRecorder,
+    failure_note,
+    make_target_machine,
+    rules_for,
+)
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig
@@ -32,9 +37,11 @@ NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
 
 @dataclass(frozen=True)
 class SuiteSettings:
-    """How hard to look: Hypothesis examples, rules per example, and the seed."""
+    """How hard to look: Hypothesis examples, actions per example, and the seed."""
 
     examples: int = 100
+    # Actions (add, abort, drafts, steps) per example, at most: the state
+    # machine's rule applies ACTIONS_PER_RULE of them (the name predates that).
     rules_per_example: int = 40
     seed: int | None = None  # None: a fresh random seed, reported in the result
     shrink: bool = True  # off: report the first failure found, unshrunk (faster)
@@ -104,7 +111,7 @@ def run_target(
     hypothesis.seed(seed)(machine)
     run_settings = settings(
         max_examples=chosen.examples,
-        stateful_step_count=chosen.rules_per_example,
+        stateful_step_count=rules_for(chosen.rules_per_example),
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
