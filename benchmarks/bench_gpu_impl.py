@@ -17,6 +17,7 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py --quick         # smoke run (seconds)
     .venv/bin/python benchmarks/bench_gpu_impl.py --device cuda   # a GPU, when one is present
     .venv/bin/python benchmarks/bench_gpu_impl.py --malloc-default  # glibc's malloc untuned
+    .venv/bin/python benchmarks/bench_gpu_impl.py --breakdown 4096  # where a tick's time goes
 
 On the CPU the run first keeps freed memory in the process
 (gpu_impl.cpu_allocator.retain_freed_memory): glibc otherwise unmaps every
@@ -28,12 +29,19 @@ The numbers are for reading, never for asserting: nothing here checks a time.
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import platform
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
+import schedspec.gpu_impl.admission as admission
+import schedspec.gpu_impl.engine as engine_module
+import schedspec.gpu_impl.running_phase as running_phase
+import schedspec.gpu_impl.step_plan as step_plan
 from schedspec.gpu_impl.batch_state import EMPTY, RUNNING
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
@@ -164,6 +172,68 @@ def _time_steps(step: Callable[[], None], steps: int, device: torch.device) -> f
     return (time.perf_counter() - started) / steps
 
 
+# ---------------------------------------------------------- where a tick goes
+
+# (owner, attribute, label): the engine's entry points, its phases and the block moves
+# inside them (nested: a phase's time includes its moves), and the workload's events
+# (which include the engine calls they make).
+TIMED: list[tuple[Any, str, str]] = [
+    (BatchedScheduler, "schedule", "engine.schedule"),
+    (running_phase, "_segment", "  running walk (segments)"),
+    (admission, "_admit_heads", "  admission rounds"),
+    (admission, "longest_cached_prefix", "    prefix-cache lookup"),
+    (step_plan, "take_free_blocks", "  take_free_blocks (both phases)"),
+    (step_plan, "register_blocks", "  register_blocks (both phases)"),
+    (BatchedScheduler, "update_from_output", "engine.update_from_output"),
+    (engine_module, "release_tables", "  release_tables (update and abort)"),
+    (BatchedScheduler, "add_requests", "engine.add_requests"),
+    (engine_module, "extend_hashes", "  extend_hashes (add and update)"),
+    (BatchedScheduler, "finish_requests", "engine.finish_requests"),
+    (BatchedScheduler, "update_draft_token_ids", "engine.update_draft_token_ids"),
+    (SwarmWorkload, "_abort", "workload: abort draws + finish_requests"),
+    (SwarmWorkload, "_add", "workload: arrival draws + add_requests"),
+    (SwarmWorkload, "_propose", "workload: draft draws + update_draft_token_ids"),
+    (SwarmWorkload, "_model", "workload: the model's draws"),
+]
+
+
+def breakdown(batch: int, warm: int, ticks: int, device: torch.device) -> None:
+    """CPU time per tick in each entry in TIMED, over `ticks` ticks after `warm`."""
+    spent: collections.defaultdict[str, float] = collections.defaultdict(float)
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in TIMED]
+
+    def timed(function: Callable[..., Any], label: str) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            sync(device)
+            started = time.process_time()
+            result = function(*args, **kwargs)
+            sync(device)
+            spent[label] += time.process_time() - started
+            return result
+
+        return run
+
+    for (owner, name, label), (_, _, function) in zip(TIMED, originals, strict=True):
+        setattr(owner, name, timed(function, label))
+    try:
+        engine = BatchedScheduler(WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device)
+        workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
+        for _ in range(warm):
+            workload.tick()
+        spent.clear()
+        started = time.process_time()
+        for _ in range(ticks):
+            workload.tick()
+        total = time.process_time() - started
+    finally:
+        for owner, name, function in originals:
+            setattr(owner, name, function)
+    print(f"\nB = {batch}: {total / ticks * 1e3:.1f} ms of CPU time per tick")
+    for _, _, label in TIMED:
+        print(f"  {spent[label] / ticks * 1e3:7.2f} ms  {label}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
@@ -176,6 +246,12 @@ def main() -> None:
         action="store_true",
         help="leave glibc's malloc thresholds alone (measures what the tuning buys)",
     )
+    parser.add_argument(
+        "--breakdown",
+        type=int,
+        metavar="B",
+        help="only print where a tick's time goes with B instances",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
@@ -185,6 +261,9 @@ def main() -> None:
     print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
     print(f"workload: {WORKLOAD.config}")
     print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
+    if args.breakdown:
+        breakdown(args.breakdown, 30, 10, device)
+        return
     ref = reference_rate(4 if args.quick else 16, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
     header = f"{'B':>6} {'gpu_impl inst-steps/s':>22} {'ms/tick':>8} {'x reference':>12}"
