@@ -1,12 +1,12 @@
 """Invariant-checked steps per second through the reference, and where the time goes.
 
 Part A runs the suite as `schedspec check` does: `run_suite` on the reference with every
-invariant of the vllm-v1 profile, and the quick profile's sizes (100 examples of 40
-rules; --long: 2000 of 100), once per seed for --suite-seeds fixed seeds, totalled (one
-seed's examples vary a lot in size). Part B drives the same CheckedEngine from a seeded
-`random` event loop shaped like the state machine (same config ranges, same request
-decoding, initial arrivals, the same actions with their steps, at most 32 live requests, a
-drain at the end of each example) with no Hypothesis at all, so that Hypothesis' share
+invariant of the vllm-v1 profile, and the quick profile's sizes (100 examples of up to 40
+actions, two per state-machine rule; --long: 2000 of 100), once per seed for --suite-seeds
+fixed seeds, totalled (one seed's examples vary a lot in size). Part B drives the same
+CheckedEngine from a seeded `random` event loop shaped like the state machine (same
+config ranges, same request decoding, initial arrivals, the same actions with their steps,
+at most 32 live requests, a drain at the end of each example) with no Hypothesis at all, so that Hypothesis' share
 shows as a ratio of the two. Rates are per CPU second of this process
 (time.process_time), which others' load on the machine disturbs less than wall time;
 the load average is printed first.
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter_ns()
     print(
         f"schedspec suite benchmark ({'long' if args.long else 'quick'}: {settings.examples} "
-        f"examples x {settings.rules_per_example} rules, seed {args.seed}, profile {PROFILE}, "
+        f"examples x {settings.rules_per_example} actions, seed {args.seed}, profile {PROFILE}, "
         f"load average {os.getloadavg()[0]:.1f} at the start, "
         f"at most {MAX_LIVE_REQUESTS} live requests); Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs"

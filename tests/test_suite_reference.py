@@ -12,7 +12,12 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
-from schedspec.properties.state_machine import SuiteRecorder, make_state_machine
+from schedspec.properties.state_machine import (
+    ACTIONS_PER_RULE,
+    SuiteRecorder,
+    make_state_machine,
+    rules_for,
+)
 from schedspec.properties.strategies import (
     EOS_CHOICES,
     MAX_STEPS_AFTER_EVENT,
@@ -26,6 +31,7 @@ from schedspec.properties.strategies import (
     DraftsAction,
     RequestDraw,
     StepAction,
+    action_pairs,
     actions,
     arrive_action,
     build_add_request,
@@ -193,6 +199,24 @@ def test_every_kind_is_drawn_and_only_one_rule_exists() -> None:
 
     record()
     assert kinds == {StepAction, ArriveAction, CancelAction, DraftsAction}
+
+
+def test_a_rule_applies_two_actions_so_examples_keep_their_size() -> None:
+    """rules_per_example counts actions: Hypothesis runs half as many rules."""
+    assert ACTIONS_PER_RULE == 2
+    assert [rules_for(n) for n in (1, 2, 9, 40, 100)] == [1, 1, 5, 20, 50]
+    machine = make_state_machine(reference_engine, "vllm-v1")
+    (act,) = machine.setup_state().rules
+    assert list(act.arguments) == ["pair"]
+    pairs: list[tuple[object, object]] = []
+
+    @settings(max_examples=20, database=None, deadline=None)
+    @given(action_pairs())
+    def record(pair: tuple[object, object]) -> None:
+        pairs.append(pair)
+
+    record()
+    assert pairs and all(len(pair) == ACTIONS_PER_RULE for pair in pairs)
 
 
 def test_the_suite_raises_the_collection_threshold_only_while_it_runs() -> None:

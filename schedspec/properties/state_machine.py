@@ -28,7 +28,7 @@ from schedspec.properties.strategies import (
     DraftsAction,
     RequestDraw,
     StepAction,
-    actions,
+    action_pairs,
     build_add_request,
     configs,
     request_draws,
@@ -43,7 +43,7 @@ MAX_LIVE_REQUESTS = 32
 # spreads an action's cost in Hypothesis choices over more checked steps; 0,
 # where shrinking goes, is the bare event).
 MAX_INITIAL_ARRIVALS = 4
-ACTIONS_PER_RULE = 2  # act's two actions
+ACTIONS_PER_RULE = 2  # act applies a pair
 
 
 def rules_for(actions_per_example: int) -> int:
@@ -132,10 +132,10 @@ def make_target_machine(
         # actions freely. A rule applies ACTIONS_PER_RULE actions: Hypothesis
         # spends as much per rule as on a few choices, whatever the rule draws.
 
-        @rule(first=actions(), second=actions())
-        def act(self, first: Action, second: Action) -> None:
-            self.take(first)
-            self.take(second)
+        @rule(pair=action_pairs())
+        def act(self, pair: tuple[Action, Action]) -> None:
+            for action in pair:
+                self.take(action)
 
         def take(self, action: Action) -> None:
             if isinstance(action, StepAction):

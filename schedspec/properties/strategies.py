@@ -265,13 +265,34 @@ Action = StepAction | ArriveAction | CancelAction | DraftsAction
 # first; 0 unpacks to all zeros, where shrinking goes). Packed ranges stay near
 # a thousand, where Hypothesis still draws about uniformly.
 _THEN = MAX_STEPS_AFTER_EVENT + 1
-_KIND_DRAWS = st.integers(0, 3)
+NUM_KINDS = 4  # step, add_request, cancel, propose_drafts
+_KIND_DRAWS = st.integers(0, NUM_KINDS - 1)
 _STEP_DRAWS = st.integers(0, MAX_STEPS_PER_ACTION * NUM_DECISION_CODES - 1)
 _LENGTH_KIND_THEN_DRAWS = st.integers(0, REQUEST_DRAW_RANGES[0] * _THEN - 1)
 _REQUEST_REST_DRAWS = tuple(st.integers(0, size - 1) for size in REQUEST_DRAW_RANGES[1:])
 _PICK_DRAWS = st.integers(0, 2**16)
+
 _UNKNOWN_THEN_DRAWS = st.integers(0, 4 * _THEN - 1)
 _COUNT_THEN_DRAWS = st.integers(0, 8 * _THEN - 1)
+
+
+# Swarm testing (Groce et al., 2012), as Hypothesis does it for rules: each
+# example switches some kinds off, so that some examples only add and step
+# (a full engine: max_num_seqs and preemption bugs), others mostly abort, and
+# so on. A threshold drawn per example is the chance of each kind being off;
+# 0, where shrinking goes, keeps every kind on. An action's drawn kind then
+# picks among the kinds left on.
+_BYTES = st.integers(0, 254)
+
+
+@st.composite
+def _kinds_on(draw: st.DrawFn) -> tuple[int, ...]:
+    threshold = draw(_BYTES)
+    on = tuple(kind for kind in range(NUM_KINDS) if draw(_BYTES) >= threshold)
+    return on or tuple(range(NUM_KINDS))
+
+
+_KINDS_ON = st.shared(_kinds_on(), key="schedspec-action-kinds-on")
 
 
 def step_action(packed: int) -> StepAction:
@@ -301,10 +322,9 @@ def drafts_action(packed: int) -> DraftsAction:
     return DraftsAction(count, then_steps)
 
 
-@st.composite
-def actions(draw: st.DrawFn) -> Action:
+def _action(draw: st.DrawFn, kinds_on: tuple[int, ...]) -> Action:
     """One action: its kind, then the kind's fixed shape of packed integers."""
-    kind = draw(_KIND_DRAWS)
+    kind = kinds_on[draw(_KIND_DRAWS) % len(kinds_on)]
     if kind == 0:
         return step_action(draw(_STEP_DRAWS))
     if kind == 1:
@@ -313,3 +333,17 @@ def actions(draw: st.DrawFn) -> Action:
     if kind == 2:
         return cancel_action(draw(_PICK_DRAWS), draw(_UNKNOWN_THEN_DRAWS))
     return drafts_action(draw(_COUNT_THEN_DRAWS))
+
+
+@st.composite
+def actions(draw: st.DrawFn) -> Action:
+    """One action, of a kind the example left on."""
+    return _action(draw, draw(_KINDS_ON))
+
+
+@st.composite
+def action_pairs(draw: st.DrawFn) -> tuple[Action, Action]:
+    """Two actions (the state machine's rule applies a pair): one strategy draw,
+    one look-up of the example's kinds."""
+    kinds_on = draw(_KINDS_ON)
+    return _action(draw, kinds_on), _action(draw, kinds_on)
