@@ -54,8 +54,10 @@ def test_broken_variant_prints_the_state_writes_a_trace_and_exits_one(tmp_path: 
     assert "max-num-seqs-off-by-one breaks SEQS" in trace.note
 
 
-def test_processes_give_the_serial_table_in_the_same_order() -> None:
+def test_processes_give_the_serial_table_in_the_same_order(tmp_path: Path) -> None:
     args = (
+        "--trace-dir",
+        str(tmp_path),
         "--max-n",
         "3",
         "--only",
