@@ -108,8 +108,7 @@ class BatchedScheduler:
         acc, done = extend_hashes(
             zero, zero, new.prompt, new.prompt_len, config.block_size, self.max_positions
         )
-        rows = i.unsqueeze(1).expand_as(done.mask)[done.mask]
-        slots = s.unsqueeze(1).expand_as(done.mask)[done.mask]
+        rows, slots = i.index_select(0, done.row), s.index_select(0, done.row)
         st.req_hash[rows, slots, done.index] = done.ids
         st.hash_acc[i, s] = acc
         if config.policy == "fcfs":
@@ -170,12 +169,7 @@ class BatchedScheduler:
             config.block_size,
             self.max_positions,
         )
-        width = done.mask.shape[1]
-        st.req_hash[
-            b.unsqueeze(1).expand(-1, width)[done.mask],
-            s.unsqueeze(1).expand(-1, width)[done.mask],
-            done.index,
-        ] = done.ids
+        st.req_hash[b.index_select(0, done.row), s.index_select(0, done.row), done.index] = done.ids
         st.hash_acc[b, s] = acc
         st.num_tokens += kept
         everyone = torch.arange(st.batch, device=self.device)

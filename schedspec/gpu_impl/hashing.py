@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from schedspec.gpu_impl.flat_index import pick, selected
+
 _C1 = 0xBF58476D1CE4E5B9 - 2**64  # splitmix64's multipliers, as signed int64
 _C2 = 0x94D049BB133111EB - 2**64
 _POSITION_SALT = 0x2545F4914F6CDD1D
@@ -62,10 +64,10 @@ def prefix_id(acc: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class CompletedBlocks:
-    """The blocks that appended tokens completed: where (a mask over the tokens,
-    [..., T]) and, for each completing token in mask order, its block's index and id."""
+    """The blocks that appended tokens completed, in (row, position) order: the row of
+    the input each belongs to, its block index in the request and its content id."""
 
-    mask: torch.Tensor
+    row: torch.Tensor
     index: torch.Tensor
     ids: torch.Tensor
 
@@ -78,19 +80,31 @@ def extend_hashes(
     block_size: int,
     max_positions: int,
 ) -> tuple[torch.Tensor, CompletedBlocks]:
-    """Append tokens[..., :count] at positions start.. to prefixes summed in acc
-    (positions stay below max_positions); returns the new acc and the blocks completed."""
-    t = tokens.shape[-1]
-    offsets = torch.arange(t, device=tokens.device)
-    positions = (start.unsqueeze(-1) + offsets).clamp(max=max_positions - 1)
-    flat_positions = positions.reshape(-1)
-    valid = offsets < count.unsqueeze(-1)
+    """Append tokens[r, :count[r]] at positions start[r].. to prefixes summed in acc
+    (positions stay below max_positions); returns the new acc and the blocks completed.
+
+    Only the counted tokens are mixed: they are packed (one nonzero) and summed by one
+    running sum over all rows, each row's sums rebased by the total of the rows before
+    it (wrapping int64 sums, so any order of additions gives the same value). Prompts
+    fill about half of their padded [arrivals, max_model_len] batch.
+    """
+    width = tokens.shape[1]
+    offsets = torch.arange(width, device=tokens.device)
+    packed = selected(offsets < count.unsqueeze(-1))
+    row = torch.div(packed, width, rounding_mode="floor") if width else packed
+    positions = (start.index_select(0, row) + packed - row * width).clamp(max=max_positions - 1)
     position_mixes = _position_mixes(max_positions, tokens.device)
-    mixes = mix64(tokens + position_mixes.index_select(0, flat_positions).view_as(positions))
-    sums = acc.unsqueeze(-1) + torch.cumsum(torch.where(valid, mixes, 0), dim=-1)
-    lengths = positions + 1
-    block_ends = _block_ends(max_positions, block_size, tokens.device)
-    mask = valid & block_ends.index_select(0, flat_positions).view_as(positions)
-    done = lengths[mask]
-    completed = CompletedBlocks(mask, done // block_size - 1, prefix_id(sums[mask], done))
-    return (sums[..., -1] if t else acc), completed
+    mixes = mix64(pick(tokens, packed) + position_mixes.index_select(0, positions))
+    row_total = torch.zeros_like(acc).index_add_(0, row, mixes)
+    rebase = acc - (torch.cumsum(row_total, dim=0) - row_total)
+    sums = torch.cumsum(mixes, dim=0) + rebase.index_select(0, row)
+    ends = selected(
+        _block_ends(max_positions, block_size, tokens.device).index_select(0, positions)
+    )
+    done = positions.index_select(0, ends) + 1
+    completed = CompletedBlocks(
+        row.index_select(0, ends),
+        torch.div(done, block_size, rounding_mode="floor") - 1,
+        prefix_id(sums.index_select(0, ends), done),
+    )
+    return acc + row_total, completed
