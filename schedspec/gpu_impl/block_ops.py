@@ -186,8 +186,8 @@ def release_tables(
     state.free_back[inst] += back.sum(dim=(1, 2))
     state.free_front[inst] = front_base
     state.num_free.index_add_(0, inst, zeroes.sum(dim=1))
-    # `order` is a permutation of each row's slots: every (row, slot) pair is distinct,
-    # so the unfreed ones can be written back unchanged.
+    # `order` names distinct slots of each row (a prefix of a sort's permutation): the
+    # pairs never collide, so the rows not freed can be written back unchanged.
     flat_tables = state.table.view(-1, m)
     cleared = torch.where(real.unsqueeze(-1), NO_BLOCK, tables)
     flat_tables.index_copy_(
