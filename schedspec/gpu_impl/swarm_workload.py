@@ -36,6 +36,7 @@ _DRAFT_TOKENS = 14
 # Token draws come from 7-bit lanes of a 62-bit draw.
 _LANES_PER_DRAW = 8
 _LANE_SHIFTS = torch.arange(_LANES_PER_DRAW, dtype=torch.int64) * 7
+_PROMPT_TOKEN = torch.arange(128, dtype=torch.int64) % PROMPT_VOCAB
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,9 @@ class SwarmWorkload:
         positions = torch.arange(longest, device=st.device)
         # Half the prompts start with a shared pattern, so the prefix cache hits.
         shared = (positions * 5 // 3) % PROMPT_VOCAB
-        own = self.draw_small(_TOKENS, longest, inst) % PROMPT_VOCAB
+        # draw % PROMPT_VOCAB, looked up: an int64 remainder per token costs more.
+        small = self.draw_small(_TOKENS, longest, inst)
+        own = _PROMPT_TOKEN.to(small.device).index_select(0, small.reshape(-1)).view_as(small)
         prefix_len = torch.where(self.draw(_PREFIX)[inst] % 2 == 0, length, 0)
         prompts = torch.where(positions < prefix_len.unsqueeze(1), shared, own)
         prompts = torch.where(positions < length.unsqueeze(1), prompts, 0)
