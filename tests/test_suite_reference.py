@@ -20,9 +20,12 @@ from schedspec.properties.state_machine import (
 )
 from schedspec.properties.strategies import (
     EOS_CHOICES,
+    KIND_WEIGHTS,
     MAX_STEPS_AFTER_EVENT,
     MAX_STEPS_PER_ACTION,
     NUM_DECISION_CODES,
+    NUM_KIND_DRAWS,
+    NUM_KINDS,
     SHARED_PREFIXES,
     STOP_TOKEN_CHOICES,
     URGENT,
@@ -199,6 +202,14 @@ def test_every_kind_is_drawn_and_only_one_rule_exists() -> None:
 
     record()
     assert kinds == {StepAction, ArriveAction, CancelAction, DraftsAction}
+
+
+def test_kinds_left_on_are_picked_in_proportion_to_their_weights() -> None:
+    """Every non-empty set of kinds left on divides the kind draw's range evenly."""
+    for mask in range(1, 2**NUM_KINDS):
+        total = sum(w for kind, w in enumerate(KIND_WEIGHTS) if mask >> kind & 1)
+        assert NUM_KIND_DRAWS % total == 0, (mask, total)
+    assert KIND_WEIGHTS[1] == max(KIND_WEIGHTS)  # arrivals keep requests queueing
 
 
 def test_a_rule_applies_two_actions_so_examples_keep_their_size() -> None:
