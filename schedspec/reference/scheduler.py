@@ -35,6 +35,7 @@ from schedspec.spec import (
     State,
     validate_new_request,
 )
+from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids
 
 
@@ -290,9 +291,11 @@ class Scheduler:
         caches_on_output = self.config.num_speculative_tokens > 0
         stopped: set[str] = set()
         outputs: dict[str, RequestOutput] = {}
-        for request, tokens, num_drafts in self._sampling_requests(
-            scheduler_output, model_runner_output.sampled_token_ids
+        requests = self.requests
+        for rid, tokens, num_drafts in sampling_requests(
+            scheduler_output, model_runner_output.sampled_token_ids, self._num_known_tokens
         ):
+            request = requests[rid]
             request.num_computed_tokens = rolled_back_computed(
                 request.num_computed_tokens, num_drafts, len(tokens)
             )
@@ -312,48 +315,10 @@ class Scheduler:
             self.running = [r for r in self.running if r.request_id not in stopped]
         return outputs
 
-    def _sampling_requests(
-        self, scheduler_output: SchedulerOutput, sampled: Mapping[str, Sequence[int]]
-    ) -> list[tuple[Request, Sequence[int], int]]:
-        """(request, tokens, drafts scheduled) for each live request that sampled this step.
-
-        Refuses an output that does not answer this step before anything
-        changes. Requests aborted while the step ran are skipped.
-        """
-        scheduled = scheduler_output.num_scheduled_tokens
-        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
-        for rid, tokens in sampled.items():
-            if rid not in scheduled:
-                raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
-            check_token_ids("sampled_token_ids", tokens, OutputError)
-        computed_before = {
-            d.request_id: d.num_computed_tokens for d in scheduler_output.scheduled_new_reqs
-        }
-        for cached in scheduler_output.scheduled_cached_reqs:
-            computed_before[cached.request_id] = cached.num_computed_tokens
-        sampling: list[tuple[Request, Sequence[int], int]] = []
-        for rid, num_tokens in scheduled.items():
-            request = self.requests.get(rid)
-            if request is None or request.is_finished:
-                continue
-            tokens = sampled.get(rid, ())
-            drafts = len(spec_tokens[rid]) if rid in spec_tokens else 0
-            if computed_before[rid] + num_tokens - drafts < request.num_tokens:
-                if tokens:
-                    raise OutputError(
-                        "sampled_token_ids",
-                        f"request {rid!r} ran a prefill chunk and must emit no token, "
-                        f"got {len(tokens)}",
-                    )
-            elif not 1 <= len(tokens) <= 1 + drafts:
-                raise OutputError(
-                    "sampled_token_ids",
-                    f"request {rid!r} must emit between 1 and {1 + drafts} tokens "
-                    f"(1 + scheduled drafts), got {len(tokens)}",
-                )
-            else:
-                sampling.append((request, tokens, drafts))
-        return sampling
+    def _num_known_tokens(self, request_id: str) -> int | None:
+        """A live request's prompt + output length; None once aborted or finished."""
+        request = self.requests.get(request_id)
+        return None if request is None or request.is_finished else request.num_tokens
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Set the drafts to verify next step. Drafts for a finished, unknown,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from schedspec.spec.request import RequestStatus
+from schedspec.spec.errors import OutputError
+from schedspec.spec.request import RequestStatus, check_token_ids
 
 
 # The per-request records are NamedTuples: immutable like the rest, and
@@ -71,3 +72,62 @@ class ModelRunnerOutput:
     """
 
     sampled_token_ids: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+
+class SamplingRequest(NamedTuple):
+    """A live request that sampled this step: its tokens and how many drafts it verified."""
+
+    request_id: str
+    token_ids: Sequence[int]
+    num_drafts: int
+
+
+def sampling_requests(
+    scheduler_output: SchedulerOutput,
+    sampled_token_ids: Mapping[str, Sequence[int]],
+    num_known_tokens: Callable[[str], int | None],
+) -> list[SamplingRequest]:
+    """The requests whose step ends with a sampled token, in scheduling order,
+    after checking that the model's answer fits the step; every engine's
+    update_from_output starts here, so a bad output is refused before any
+    state changes.
+
+    num_known_tokens(request_id) is a live request's prompt + output length, or
+    None for one that was aborted or finished while the step ran (it is skipped).
+    A step that ends inside the known tokens (a prefill chunk) must emit
+    nothing; any other emits 1 + the drafts it accepted.
+    """
+    scheduled = scheduler_output.num_scheduled_tokens
+    spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+    for rid, tokens in sampled_token_ids.items():
+        if rid not in scheduled:
+            raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
+        check_token_ids("sampled_token_ids", tokens, OutputError)
+    computed_before = {
+        d.request_id: d.num_computed_tokens for d in scheduler_output.scheduled_new_reqs
+    }
+    for cached in scheduler_output.scheduled_cached_reqs:
+        computed_before[cached.request_id] = cached.num_computed_tokens
+    sampling: list[SamplingRequest] = []
+    for rid, num_tokens in scheduled.items():
+        known = num_known_tokens(rid)
+        if known is None:
+            continue
+        tokens = sampled_token_ids.get(rid, ())
+        drafts = len(spec_tokens[rid]) if rid in spec_tokens else 0
+        if computed_before[rid] + num_tokens - drafts < known:
+            if tokens:
+                raise OutputError(
+                    "sampled_token_ids",
+                    f"request {rid!r} ran a prefill chunk and must emit no token, "
+                    f"got {len(tokens)}",
+                )
+        elif not 1 <= len(tokens) <= 1 + drafts:
+            raise OutputError(
+                "sampled_token_ids",
+                f"request {rid!r} must emit between 1 and {1 + drafts} tokens "
+                f"(1 + scheduled drafts), got {len(tokens)}",
+            )
+        else:
+            sampling.append(SamplingRequest(rid, tokens, drafts))
+    return sampling

@@ -55,6 +55,7 @@ from schedspec.spec import (
     validate_new_request,
 )
 from schedspec.spec.invariants import Profile
+from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids
 
 DEVICE_ENV = "SCHEDSPEC_GPU_DEVICE"
@@ -272,39 +273,17 @@ class GpuEngine:
     ) -> list[tuple[HostRequest, Sequence[int], int]]:
         """(request, tokens, drafts scheduled) per live request that sampled; refuses an
         output that does not answer this step before anything changes."""
-        scheduled = scheduler_output.num_scheduled_tokens
-        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
-        for rid, tokens in sampled.items():
-            if rid not in scheduled:
-                raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
-            check_token_ids("sampled_token_ids", tokens, OutputError)
-        before = {d.request_id: d.num_computed_tokens for d in scheduler_output.scheduled_new_reqs}
-        for cached in scheduler_output.scheduled_cached_reqs:
-            before[cached.request_id] = cached.num_computed_tokens
-        sampling: list[tuple[HostRequest, Sequence[int], int]] = []
-        for rid, num_tokens in scheduled.items():
-            host = self.requests.get(rid)
-            if host is None:
-                continue  # aborted while the step ran
-            tokens = sampled.get(rid, ())
-            num_drafts = len(spec_tokens[rid]) if rid in spec_tokens else 0
-            known = len(host.request.prompt_token_ids) + len(host.outputs)
-            if before[rid] + num_tokens - num_drafts < known:
-                if tokens:
-                    raise OutputError(
-                        "sampled_token_ids",
-                        f"request {rid!r} ran a prefill chunk and must emit no token, "
-                        f"got {len(tokens)}",
-                    )
-            elif not 1 <= len(tokens) <= 1 + num_drafts:
-                raise OutputError(
-                    "sampled_token_ids",
-                    f"request {rid!r} must emit between 1 and {1 + num_drafts} tokens "
-                    f"(1 + scheduled drafts), got {len(tokens)}",
-                )
-            else:
-                sampling.append((host, tokens, num_drafts))
-        return sampling
+
+        def num_known_tokens(request_id: str) -> int | None:
+            host = self.requests.get(request_id)  # None: aborted while the step ran
+            return None if host is None else len(host.request.prompt_token_ids) + len(host.outputs)
+
+        return [
+            (self.requests[rid], tokens, num_drafts)
+            for rid, tokens, num_drafts in sampling_requests(
+                scheduler_output, sampled, num_known_tokens
+            )
+        ]
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         limit = self.config.num_speculative_tokens
