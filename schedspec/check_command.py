@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -35,6 +34,7 @@ from schedspec.check_report import (
     plural,
     replay_with_log,
 )
+from schedspec.progress import progress
 from schedspec.properties.adapter import (
     EngineAdapter,
     EngineFactory,
@@ -259,44 +259,21 @@ def suite_report(
 
 @contextmanager
 def suite_progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecorder], None] | None]:
-    """A progress bar on a terminal; with --progress elsewhere, a plain line per
-    tenth of the run (no carriage returns to litter CI logs); else nothing."""
-    if sys.stderr.isatty():
-        with click.progressbar(
-            length=examples,
-            label="checking",
-            file=sys.stderr,
-            item_show_func=lambda text: text,
-        ) as bar:
+    """Examples and steps so far, on the shared progress display (schedspec/progress.py)."""
+    with progress(examples, "checking", forced) as show:
+        if show is None:
+            yield None
+            return
 
-            def advance(recorder: SuiteRecorder) -> None:
-                if recorder.last_failure is not None:
-                    bar.label = "shrinking"
-                # Hypothesis may run more examples than asked for (and then the
-                # shrinker's): the bar stops at full, the counts keep moving.
-                bar.update(
-                    max(0, min(recorder.examples, examples) - bar.pos),
-                    f"{recorder.examples} examples, {recorder.stats.steps} steps",
-                )
-                bar.render_progress()  # update() draws nothing when the bar did not move
-
-            yield advance
-        return
-    if not forced:
-        yield None
-        return
-    started = time.perf_counter()
-    every = max(1, examples // 10)
-
-    def report(recorder: SuiteRecorder) -> None:
-        if recorder.examples % every == 0:
-            click.echo(
-                f"checked {recorder.examples} examples, {recorder.stats.steps} steps "
-                f"({time.perf_counter() - started:.1f} s)",
-                err=True,
+        def advance(recorder: SuiteRecorder) -> None:
+            now = "shrinking" if recorder.last_failure is not None else "checking"
+            show(
+                recorder.examples,
+                now,
+                f"{recorder.examples} examples, {recorder.stats.steps} steps",
             )
 
-    yield report
+        yield advance
 
 
 # -------------------------------------------------------------------- replay

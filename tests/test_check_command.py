@@ -62,7 +62,7 @@ class TestPassingCheck:
         )
         assert result.exit_code == 0, result.output
         assert "4 examples of up to 7 rules" in result.stdout
-        assert "checked " in result.stderr and "\r" not in result.stderr  # plain lines in logs
+        assert "checking: " in result.stderr and "\r" not in result.stderr  # plain lines in logs
 
     def test_same_seed_same_counts(self) -> None:
         first = _table_rows(_invoke("check", "--examples", "3", "--seed", "9").stdout)

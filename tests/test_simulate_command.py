@@ -168,8 +168,8 @@ def test_bad_trace_record_names_line_and_field(tmp_path: Path) -> None:
 def test_progress_lines_off_a_terminal(tmp_path: Path) -> None:
     result = _run(tmp_path, *SMALL, "--no-plots", "--progress")
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.stderr.splitlines() if line.startswith("simulated ")]
-    assert lines[-1].startswith("simulated 30/30 requests (chunked")
+    lines = [line for line in result.stderr.splitlines() if line.startswith("simulating ")]
+    assert lines[-1].startswith("simulating chunked: 30/30 requests (")
     assert 2 <= len(lines) <= 11
 
 

@@ -1,15 +1,12 @@
-"""Progress on long simulations, the way `schedspec check` shows it: a bar on a
-terminal; with --progress elsewhere, a plain line per tenth of the work (no
-carriage returns to litter CI logs); otherwise nothing."""
+"""Progress on long simulations: requests finished over every config, on the
+shared progress display (schedspec/progress.py)."""
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import click
+from schedspec.progress import progress
 
 # (config name, requests finished in this config) -> None
 ProgressCallback = Callable[[str, int], None]
@@ -37,33 +34,14 @@ def simulation_progress(
 ) -> Iterator[ProgressCallback | None]:
     """total_requests over every config; the callback is told each config's count.
     tty overrides the terminal test (for tests)."""
-    tally = _Tally()
-    if sys.stderr.isatty() if tty is None else tty:
-        with click.progressbar(length=total_requests, label="simulating", file=sys.stderr) as bar:
+    with progress(total_requests, "simulating", forced, tty) as show:
+        if show is None:
+            yield None
+            return
+        tally = _Tally()
 
-            def advance(name: str, finished: int) -> None:
-                position = tally.position(name, finished)
-                bar.label = f"simulating {name}"
-                if position > bar.pos:
-                    bar.update(position - bar.pos)
+        def advance(name: str, finished: int) -> None:
+            position = tally.position(name, finished)
+            show(position, f"simulating {name}", f"{position}/{total_requests} requests")
 
-            yield advance
-        return
-    if not forced:
-        yield None
-        return
-    started = time.perf_counter()
-    every = max(1, total_requests // 10)
-    reported = [0]
-
-    def report(name: str, finished: int) -> None:
-        position = tally.position(name, finished)
-        if position >= reported[0] + every or position == total_requests:
-            reported[0] = position
-            click.echo(
-                f"simulated {position}/{total_requests} requests "
-                f"({name}, {time.perf_counter() - started:.1f} s)",
-                err=True,
-            )
-
-    yield report
+        yield advance
