@@ -1,8 +1,8 @@
 """The conformance state machine: random workloads against any engine, every invariant checked.
 
-One rule, `act`, applies one action: add a request, abort, propose drafts or
-step the engine (several steps per action, since a scheduler bug usually
-needs a few iterations to show). Every action applies in every state (no
+One rule, `act`, applies a pair of actions, each one of: add a request,
+abort, propose drafts, step the engine (several steps per action, since a
+scheduler bug usually needs a few iterations to show). Every action applies in every state (no
 assume, no precondition), so no example is thrown away and shrinking stays
 aligned. Teardown drains the engine with no arrivals and checks the liveness
 invariants.
@@ -125,8 +125,9 @@ def make_target_machine(
                 raise
 
         # One rule, always enabled: each action's first draw picks its kind
-        # (strategies.actions), so Hypothesis spends no choices selecting among
-        # rules, nor retrying rules that swarm testing switched off (with four
+        # (strategies.action_pairs, which also does the swarm testing over
+        # kinds), so Hypothesis spends no choices selecting among rules, nor
+        # retrying rules that its own swarm testing switched off (with four
         # rules that was about half of all choices). Each kind draws a fixed
         # shape of choices and applies in every state, so shrinking can delete
         # actions freely. A rule applies ACTIONS_PER_RULE actions: Hypothesis

@@ -216,9 +216,9 @@ def build_add_request(
 
 # ------------------------------------------------------------- the actions
 #
-# The state machine's single rule draws one action: its first choice is the
-# kind (0, where shrinking goes, is a step: the action that changes nothing by
-# itself), then the kind's own fixed shape of choices.
+# The state machine's single rule draws a pair of actions. An action's first
+# choice is its kind (0, where shrinking goes, is a step: the action that
+# changes nothing by itself), then come the kind's own fixed shape of choices.
 
 MAX_STEPS_PER_ACTION = 12
 MAX_STEPS_AFTER_EVENT = 8
@@ -262,8 +262,9 @@ Action = StepAction | ArriveAction | CancelAction | DraftsAction
 
 # Each Hypothesis choice costs about as much as checking a small step, so an
 # action's small fields share one integer (mixed radix, least significant
-# first; 0 unpacks to all zeros, where shrinking goes). Packed ranges stay near
-# a thousand, where Hypothesis still draws about uniformly.
+# first; 0 unpacks to all zeros, where shrinking goes). Packed ranges stay
+# small: Hypothesis draws integers past a few hundred less and less uniformly,
+# so the least significant digit (then_steps, num_steps) is the most even.
 _THEN = MAX_STEPS_AFTER_EVENT + 1
 NUM_KINDS = 4  # step, add_request, cancel, propose_drafts
 # How often each kind is picked among those left on: arrivals three times as
@@ -278,7 +279,6 @@ _STEP_DRAWS = st.integers(0, MAX_STEPS_PER_ACTION * NUM_DECISION_CODES - 1)
 _LENGTH_KIND_THEN_DRAWS = st.integers(0, REQUEST_DRAW_RANGES[0] * _THEN - 1)
 _REQUEST_REST_DRAWS = tuple(st.integers(0, size - 1) for size in REQUEST_DRAW_RANGES[1:])
 _PICK_DRAWS = st.integers(0, 2**16)
-
 _UNKNOWN_THEN_DRAWS = st.integers(0, 4 * _THEN - 1)
 _COUNT_THEN_DRAWS = st.integers(0, 8 * _THEN - 1)
 
