@@ -21,7 +21,7 @@ from schedspec.gpu_impl.batch_state import (
     BatchState,
     num_free_blocks,
 )
-from schedspec.gpu_impl.flat_index import take_at
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at
 from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
@@ -121,15 +121,16 @@ def _oldest_holder(
 def _admit_heads(
     state: BatchState, config: SchedulerConfig, plan: StepPlan, inst: torch.Tensor
 ) -> torch.Tensor:
-    """Try to admit each instance's queue head; True where it was admitted."""
-    status = state.status[inst]
+    """Try to admit each instance's queue head; True where it was admitted. Reads and
+    writes go through flat_index (one head per instance: the pairs are distinct)."""
+    status = state.status.index_select(0, inst)
     waiting = (status == WAITING) | (status == PREEMPTED)
-    head = torch.argmin(torch.where(waiting, state.wait_key[inst], BIG), dim=1)
+    head = torch.argmin(torch.where(waiting, state.wait_key.index_select(0, inst), BIG), dim=1)
     hits, num_hit_blocks = longest_cached_prefix(state, config, inst, head)
     num_hit = num_hit_blocks * config.block_size
-    num_tokens = state.num_tokens[inst, head]
-    budget = plan.budget[inst]
-    tokens = apply_cap(num_tokens - num_hit, plan.cap[inst])
+    num_tokens = take_at(state.num_tokens, inst, head)
+    budget = plan.budget.index_select(0, inst)
+    tokens = apply_cap(num_tokens - num_hit, plan.cap.index_select(0, inst))
     ok = torch.ones_like(head, dtype=torch.bool)
     if not config.enable_chunked_prefill:
         ok &= tokens <= budget  # head-of-line: nothing behind it is tried this step
@@ -137,18 +138,18 @@ def _admit_heads(
     # The watermark is charged to admissions only while something runs.
     running = (status == RUNNING).any(dim=1)
     spare = torch.where(running, config.watermark_blocks, 0)
-    hit_refs = state.ref_cnt[inst.unsqueeze(1), hits.clamp(min=0)]
+    hit_refs = take_at(state.ref_cnt, inst.unsqueeze(1).expand_as(hits), hits.clamp(min=0))
     evictable = ((hits >= 0) & (hit_refs == 0)).sum(dim=1)  # hits still in the free queue
-    free = num_free_blocks(state)[inst]
+    free = num_free_blocks(state).index_select(0, inst)
     zero = torch.zeros_like(tokens)
     # The whole known sequence must fit today's free blocks, and so must this chunk.
     whole = blocks_to_allocate(config, zero, num_tokens, num_hit_blocks, evictable)
     slots_needed = num_hit + tokens + config.lookahead_tokens
     chunk = blocks_to_allocate(config, zero, slots_needed, num_hit_blocks, evictable)
     ok &= (whole + spare <= free) & (chunk + spare <= free)
-    _take_hits(state, inst[ok], head[ok], hits[ok], num_hit_blocks[ok], evictable[ok])
-    state.num_computed[inst[ok], head[ok]] = num_hit[ok]
-    plan.computed_before[inst[ok], head[ok]] = num_hit[ok]
+    _take_hits(state, inst, head, hits, num_hit_blocks, evictable, ok)
+    put_at(state.num_computed, inst, head, num_hit, ok)
+    put_at(plan.computed_before, inst, head, num_hit, ok)
     kind = torch.where(
         status.gather(1, head.unsqueeze(1)).squeeze(1) == WAITING, SCHEDULED_NEW, SCHEDULED_RESUMED
     )
@@ -163,10 +164,9 @@ def _admit_heads(
         (chunk - evictable).unsqueeze(1),
         kind.unsqueeze(1),
     )
-    admitted = inst[ok]
-    state.status[admitted, head[ok]] = RUNNING
-    state.run_key[admitted, head[ok]] = state.next_run[admitted]
-    state.next_run[admitted] += 1
+    put_at(state.status, inst, head, RUNNING, ok)
+    put_at(state.run_key, inst, head, state.next_run.index_select(0, inst), ok)
+    state.next_run.index_add_(0, inst, ok.long())
     return ok
 
 
@@ -177,17 +177,21 @@ def _take_hits(
     hits: torch.Tensor,
     count: torch.Tensor,
     evictable: torch.Tensor,
+    ok: torch.Tensor,
 ) -> None:
-    """touch(): the hit blocks start the table, one more reference each (the
+    """touch(): where ok, the hit blocks start the table, one more reference each (the
     `evictable` free ones leave the free queue), and count as already registered."""
-    if inst.numel() == 0:
-        return
     m = hits.shape[1]
-    use = hits >= 0
-    rows = inst.unsqueeze(1).expand(-1, m)[use]
-    state.ref_cnt[rows, hits[use]] += 1
-    state.free_key[rows, hits[use]] = BIG
-    state.num_free[inst] -= evictable
-    state.table[inst, slot] = torch.where(use, hits, state.table[inst, slot])
-    state.num_held[inst, slot] = count
-    state.num_cached_block[inst, slot] = count
+    use = (hits >= 0) & ok.unsqueeze(1)
+    at = selected(use)
+    # Hits name distinct blocks within a row and rows are distinct instances.
+    block_index = pick(inst.unsqueeze(1).expand(-1, m), at) * state.ref_cnt.shape[1]
+    block_index += pick(hits, at)
+    state.ref_cnt.view(-1).index_add_(0, block_index, torch.ones_like(block_index))
+    state.free_key.view(-1).index_fill_(0, block_index, BIG)
+    state.num_free.index_add_(0, inst, -torch.where(ok, evictable, 0))
+    row = flat_rows(state.table, inst, slot)
+    old = state.table.view(-1, m).index_select(0, row)
+    state.table.view(-1, m).index_copy_(0, row, torch.where(use, hits, old))
+    put_at(state.num_held, inst, slot, count, ok)
+    put_at(state.num_cached_block, inst, slot, count, ok)

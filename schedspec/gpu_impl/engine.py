@@ -19,6 +19,7 @@ from schedspec.gpu_impl.batch_state import (
     FINISHED_LENGTH_CAPPED,
     FINISHED_STOPPED,
     NO_HASH,
+    NO_TOKEN,
     NOT_FINISHED,
     PRIORITY_LIMIT,
     RUNNING,
@@ -27,6 +28,7 @@ from schedspec.gpu_impl.batch_state import (
     grow,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
@@ -89,39 +91,48 @@ class BatchedScheduler:
             )
         st, config = self.state, self.config
         i, s = new.inst, new.slot
-        st.status[i, s] = WAITING
-        st.arrival[i, s] = st.next_arrival[i]
-        st.next_arrival[i] += 1
-        st.priority[i, s] = new.priority
-        st.num_prompt[i, s] = new.prompt_len
-        st.num_tokens[i, s] = new.prompt_len
-        st.num_computed[i, s] = 0
-        st.max_tokens[i, s] = new.max_tokens
-        st.num_preemptions[i, s] = 0
-        st.eos[i, s] = new.eos
-        st.stops[i, s] = -1
-        st.stops[i, s, : new.stops.shape[1]] = new.stops
-        st.num_spec[i, s] = 0
-        st.is_prefill_chunk[i, s] = False
-        st.req_hash[i, s] = NO_HASH
+        # Each request names a distinct (instance, slot): writes go to flat rows.
+        row = flat_rows(st.status, i, s)
+        arrival = st.next_arrival.index_select(0, i)
+        st.next_arrival.index_add_(0, i, torch.ones_like(i))
+        for field, value in (
+            (st.status, WAITING),
+            (st.arrival, arrival),
+            (st.priority, new.priority),
+            (st.num_prompt, new.prompt_len),
+            (st.num_tokens, new.prompt_len),
+            (st.num_computed, 0),
+            (st.max_tokens, new.max_tokens),
+            (st.num_preemptions, 0),
+            (st.eos, new.eos),
+            (st.num_spec, 0),
+        ):
+            _write_rows(field, row, value)
+        _write_rows(st.is_prefill_chunk, row, False)
+        stops = torch.full((i.numel(), st.stops.shape[2]), NO_TOKEN, device=self.device)
+        stops[:, : new.stops.shape[1]] = new.stops
+        st.stops.view(-1, st.stops.shape[2]).index_copy_(0, row, stops)
+        m = st.req_hash.shape[2]
+        st.req_hash.view(-1, m).index_fill_(0, row, NO_HASH)
         zero = torch.zeros_like(new.prompt_len)
         acc, done = extend_hashes(
             zero, zero, new.prompt, new.prompt_len, config.block_size, self.max_positions
         )
-        rows, slots = i.index_select(0, done.row), s.index_select(0, done.row)
-        st.req_hash[rows, slots, done.index] = done.ids
-        st.hash_acc[i, s] = acc
+        st.req_hash.view(-1).index_copy_(
+            0, row.index_select(0, done.row) * m + done.index, done.ids
+        )
+        _write_rows(st.hash_acc, row, acc)
         if config.policy == "fcfs":
-            st.wait_key[i, s] = st.wait_back[i]
-            st.wait_back[i] += 1
+            _write_rows(st.wait_key, row, st.wait_back.index_select(0, i))
+            st.wait_back.index_add_(0, i, torch.ones_like(i))
         else:
-            st.wait_key[i, s] = waiting_priority_key(new.priority, st.arrival[i, s])
+            _write_rows(st.wait_key, row, waiting_priority_key(new.priority, arrival))
 
     def finish_requests(self, mask: torch.Tensor, rank: torch.Tensor) -> None:
         """Abort the masked slots ([B, S]), freeing their blocks in rank order."""
         everyone = torch.arange(self.state.batch, device=self.device)
         release_tables(self.state, everyone, mask, rank)
-        self.state.status[mask] = EMPTY
+        self.state.status.masked_fill_(mask, EMPTY)
 
     # ----------------------------------------------------------------- schedule
 
@@ -160,17 +171,20 @@ class BatchedScheduler:
         kept, finish = self._first_finish(tokens, count)
         st.num_computed -= count - kept
         # Hash only the requests that kept tokens: a small share of the slots.
-        b, s = torch.nonzero(kept > 0, as_tuple=True)
+        row = selected(kept > 0)
+        t, m = tokens.shape[2], st.req_hash.shape[2]
         acc, done = extend_hashes(
-            st.hash_acc[b, s],
-            st.num_tokens[b, s],
-            tokens[b, s],
-            kept[b, s],
+            pick(st.hash_acc, row),
+            pick(st.num_tokens, row),
+            tokens.reshape(-1, t).index_select(0, row),
+            pick(kept, row),
             config.block_size,
             self.max_positions,
         )
-        st.req_hash[b.index_select(0, done.row), s.index_select(0, done.row), done.index] = done.ids
-        st.hash_acc[b, s] = acc
+        st.req_hash.view(-1).index_copy_(
+            0, row.index_select(0, done.row) * m + done.index, done.ids
+        )
+        st.hash_acc.view(-1).index_copy_(0, row, acc)
         st.num_tokens += kept
         everyone = torch.arange(st.batch, device=self.device)
         in_order = torch.argsort(torch.where(sampling, rank, BIG), dim=1, stable=True)
@@ -181,7 +195,7 @@ class BatchedScheduler:
             register_blocks(st, everyone, ordered, upto, config.block_size)
         finished = finish > 0
         release_tables(st, everyone, finished, rank)
-        st.status[finished] = EMPTY
+        st.status.masked_fill_(finished, EMPTY)
         return UpdateResult(kept=kept, finish=finish)
 
     def _first_finish(
@@ -223,3 +237,12 @@ class BatchedScheduler:
         width = drafts.shape[2]
         st.spec[..., :width] = torch.where(usable.unsqueeze(-1), drafts, st.spec[..., :width])
         st.num_spec = torch.where(mask, torch.where(usable, count, 0), st.num_spec)
+
+
+def _write_rows(field: torch.Tensor, row: torch.Tensor, value: torch.Tensor | int | bool) -> None:
+    """field[b, s] = value at the flat rows `row` of a [B, S] tensor (distinct rows)."""
+    flat = field.view(-1)
+    if isinstance(value, torch.Tensor):
+        flat.index_copy_(0, row, value.to(field.dtype))
+    else:
+        flat.index_fill_(0, row, value)
