@@ -6,10 +6,10 @@ actions, two per state-machine rule; --long: 2000 of 100), once per seed for --s
 fixed seeds, totalled (one seed's examples vary a lot in size). Part B drives the same
 CheckedEngine from a seeded `random` event loop shaped like the state machine (same
 config ranges, same request decoding, initial arrivals, the same actions with their steps,
-at most 32 live requests, a drain at the end of each example) with no Hypothesis at all, so that Hypothesis' share
-shows as a ratio of the two. Rates are per CPU second of this process
-(time.process_time), which others' load on the machine disturbs less than wall time;
-the load average is printed first.
+at most 32 live requests, a drain at the end of each example) with no Hypothesis at all,
+so that Hypothesis' share shows as a ratio of the two. Rates are per CPU second of this
+process (time.process_time), which others' load on the machine disturbs less than wall
+time; the load average is printed first.
 
 Time is split by wrapping, in this script only, with time.perf_counter_ns accumulators:
 
