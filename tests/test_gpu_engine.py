@@ -189,6 +189,39 @@ def test_the_lookup_takes_the_oldest_holder_and_stops_at_the_first_miss() -> Non
     assert hits[0, :2].tolist() == [5, 6]
 
 
+def test_a_content_id_sharing_only_its_low_32_bits_is_no_hit() -> None:
+    """The lookup sorts pools by the low 32 bits of content ids. A 5-token prompt has two
+    full blocks (h0, h1). Block 1 holds h0; block 4, registered earlier, holds h1 with
+    its high bits changed (same sort key, another id): the hit stops after block 1.
+    Then block 3, registered first, holds such an impostor of h0: the run of two
+    candidates is compared in full and the hit is still block 1, not the older block 3."""
+    engine = BatchedScheduler(CACHED, batch=1, slots=1, device="cpu")
+    engine.add_requests(
+        NewRequests(
+            inst=torch.tensor([0]),
+            slot=torch.tensor([0]),
+            prompt=torch.arange(5).unsqueeze(0),
+            prompt_len=torch.tensor([5]),
+            max_tokens=torch.tensor([4]),
+            eos=torch.tensor([-1]),
+            stops=torch.full((1, 1), -1),
+            priority=torch.tensor([0]),
+        )
+    )
+    st = engine.state
+    h0, h1 = st.req_hash[0, 0, :2].tolist()
+    impostor_h0, impostor_h1 = h0 ^ (1 << 40), h1 ^ (1 << 40)
+    assert min(impostor_h0, impostor_h1) >= 0 and (impostor_h1 - h1) % 2**32 == 0
+    st.block_hash[0, 1], st.reg_seq[0, 1] = h0, 5
+    st.block_hash[0, 4], st.reg_seq[0, 4] = impostor_h1, 2
+    zero = torch.tensor([0])
+    hits, count = longest_cached_prefix(st, CACHED, zero, zero)
+    assert count.tolist() == [1] and hits[0, :2].tolist() == [1, -1]
+    st.block_hash[0, 3], st.reg_seq[0, 3] = impostor_h0, 0
+    hits, count = longest_cached_prefix(st, CACHED, zero, zero)
+    assert count.tolist() == [1] and hits[0, :2].tolist() == [1, -1]
+
+
 def test_freeing_two_requests_that_share_a_block_queues_it_behind_the_later_one() -> None:
     """Requests A (rank 0, table [0, 1]) and B (rank 1, table [0, 2]) share cached block 0
     and finish in one step. Freed one by one, tail first: A drops block 1 (to the back)

@@ -80,42 +80,60 @@ def _sorted_lookup(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The longest chain of hits among hashes[:, :max_hit] in each row's pool (its
     block_hash row), holders and count."""
-    # One sort of the pool by content id: a binary search finds each hash's run of
-    # holders in log N, not by comparing with every block.
-    sorted_ids, by_id = torch.sort(pool, dim=1)
-    first = torch.searchsorted(sorted_ids, hashes)
-    runs = torch.searchsorted(sorted_ids, hashes, right=True) - first
+    # One sort of the pool by the low 32 bits of each content id (a 32-bit sort costs
+    # about half a 64-bit one): a binary search finds each hash's run of candidates in
+    # log N, not by comparing with every block. A run can hold blocks whose ids share
+    # only the low bits; the candidates are compared in full below.
+    sorted_keys, by_key = torch.sort(_low_bits(pool), dim=1)
+    keys = _low_bits(hashes)
+    first = torch.searchsorted(sorted_keys, keys)
+    runs = torch.searchsorted(sorted_keys, keys, right=True) - first
     j = torch.arange(hashes.shape[1], device=inst.device)
-    found = (runs > 0) & (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
+    wanted = (runs > 0) & (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
+    # Only wanted ids count their runs (NO_HASH's run is every uncached block).
+    runs = torch.where(wanted, runs, 0)
+    found, oldest = _oldest_holder(state, inst, pool, hashes, by_key, first, runs)
     # Nothing after a miss can hit.
-    chain = torch.cumprod(found.long(), dim=1).bool()
-    oldest = _oldest_holder(state, inst, by_id, first, torch.where(chain, runs, 0))
+    chain = torch.cumprod((wanted & found).long(), dim=1).bool()
     return torch.where(chain, oldest, -1), chain.sum(dim=1)
+
+
+def _low_bits(ids: torch.Tensor) -> torch.Tensor:
+    """The low 32 bits of content ids as int32 (NO_HASH stays -1)."""
+    return ids.to(torch.int32)
 
 
 def _oldest_holder(
     state: BatchState,
     inst: torch.Tensor,
-    by_id: torch.Tensor,
+    pool: torch.Tensor,
+    hashes: torch.Tensor,
+    by_key: torch.Tensor,
     first: torch.Tensor,
     runs: torch.Tensor,
-) -> torch.Tensor:
-    """Among the runs[i, j] holders of a hash starting at sorted position first[i, j],
-    the block registered first (smallest reg_seq), as the reference's map keeps it.
-    Runs longer than one are rare (two requests computed the same block); one host
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Among the runs[i, j] candidates for hashes[i, j] starting at sorted position
+    first[i, j], whether one holds that id in full and, if so, the block registered
+    first (smallest reg_seq), as the reference's map keeps it. Runs longer than one
+    are rare (two requests computed the same block, or 32-bit keys coincide); one host
     read of the longest run bounds the candidates looked at."""
-    n = by_id.shape[1]
+    n = by_key.shape[1]
     width = int(runs.max()) if runs.numel() else 0
-    holder = torch.gather(by_id, 1, first.clamp(max=n - 1))
     if width <= 1:
-        return holder
+        holder = torch.gather(by_key, 1, first.clamp(max=n - 1))
+        return (runs > 0) & (torch.gather(pool, 1, holder) == hashes), holder
     t = torch.arange(width, device=inst.device)
     pos = (first.unsqueeze(-1) + t).clamp(max=n - 1)  # [I, M, W]
-    candidates = torch.gather(by_id, 1, pos.view(pos.shape[0], -1)).view(pos.shape)
+    flat_shape = (pos.shape[0], -1)
+    candidates = torch.gather(by_key, 1, pos.view(flat_shape)).view(pos.shape)
+    holds = torch.gather(pool, 1, candidates.view(flat_shape)).view(pos.shape)
+    real = (t < runs.unsqueeze(-1)) & (holds == hashes.unsqueeze(-1))
     # Index the rows in place: copying [I, N] rows to gather a few entries costs more.
-    ages = state.reg_seq[inst.unsqueeze(1), candidates.view(pos.shape[0], -1)]
-    ages = torch.where(t < runs.unsqueeze(-1), ages.view(pos.shape), BIG)
-    return torch.gather(candidates, 2, ages.argmin(dim=2, keepdim=True)).squeeze(2)
+    flat = candidates.view(flat_shape)
+    ages = take_at(state.reg_seq, inst.unsqueeze(1).expand_as(flat), flat)
+    ages = torch.where(real, ages.view(pos.shape), BIG)
+    oldest = torch.gather(candidates, 2, ages.argmin(dim=2, keepdim=True)).squeeze(2)
+    return real.any(dim=2), oldest
 
 
 def _admit_heads(
