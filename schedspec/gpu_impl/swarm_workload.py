@@ -22,6 +22,7 @@ import torch
 
 from schedspec.gpu_impl.batch_state import EMPTY, NO_TOKEN, RUNNING
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests, UpdateResult
+from schedspec.gpu_impl.flat_index import selected
 from schedspec.gpu_impl.hashing import mix64
 from schedspec.gpu_impl.step_plan import StepPlan
 
@@ -183,13 +184,18 @@ class SwarmWorkload:
             & ((self.draw(_STOP, st.slots) & 1023) < self.shape.stop_chance)
         )
         count = torch.where(samples, accepted + 1, 0)
-        j = torch.arange(k + 1, device=st.device)
-        own = self.draw_small(_SAMPLE, st.slots * (k + 1)).view(st.batch, st.slots, k + 1)
-        own &= VOCAB - 1
-        drafts = torch.nn.functional.pad(plan.drafts[..., :k], (0, 1))
-        tokens = torch.where(j < accepted.unsqueeze(-1), drafts, own)
-        last = j == accepted.unsqueeze(-1)
-        tokens = torch.where(last & stop.unsqueeze(-1), STOP_TOKEN, tokens)
+        tokens = self.draw_small(_SAMPLE, st.slots * (k + 1)).reshape(st.batch, st.slots, k + 1)
+        tokens = tokens.contiguous()
+        tokens &= VOCAB - 1
+        # Accepted drafts come first, column by column on [B, S] (a where over [B, S, K]
+        # with a [B, S] mask broadcast innermost costs several times as much).
+        for t in range(k):
+            column = tokens[..., t]
+            column.copy_(torch.where(accepted > t, plan.drafts[..., t], column))
+        # The stop token replaces the last emitted token: few slots, written by flat index.
+        row = selected(stop)
+        at = row * (k + 1) + accepted.reshape(-1).index_select(0, row)
+        tokens.view(-1).index_fill_(0, at, STOP_TOKEN)
         return accepted, stop, tokens, count
 
 
