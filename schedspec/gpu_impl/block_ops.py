@@ -26,11 +26,16 @@ def _busy(
 ) -> tuple[int, torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
     """The rows with any count, and the widest count (0: nothing to do). One host read:
     loops over [I, R, width] stay as wide as the work, not as max_model_len."""
-    busy = torch.nonzero((counts > 0).any(dim=1)).squeeze(1)
-    if busy.numel() == 0:
+    width = int(counts.max()) if counts.numel() else 0
+    if width <= 0:
         return 0, inst[:0], counts[:0], tuple(o[:0] for o in others)
-    width = int(counts[busy].max())
-    return width, inst[busy], counts[busy], tuple(o[busy] for o in others)
+    busy = torch.nonzero((counts > 0).any(dim=1)).squeeze(1)
+    return (
+        width,
+        inst.index_select(0, busy),
+        counts.index_select(0, busy),
+        tuple(o.index_select(0, busy) for o in others),
+    )
 
 
 def take_free_blocks(

@@ -98,7 +98,8 @@ def _segment(
 ) -> None:
     run_key = state.run_key.index_select(0, inst)
     status = state.status.index_select(0, inst)
-    eligible = (status == RUNNING) & (run_key > cursor[inst].unsqueeze(1))
+    at_cursor = cursor.index_select(0, inst)
+    eligible = (status == RUNNING) & (run_key > at_cursor.unsqueeze(1))
     order = torch.argsort(torch.where(eligible, run_key, BIG), dim=1, stable=True)
     # The walk is as wide as the longest running list, not the slot count (one host read
     # per segment): the columns cut off hold no running request.
@@ -107,9 +108,10 @@ def _segment(
     valid = torch.gather(eligible, 1, order)
     demand = torch.where(valid, _demand(state, config, plan, inst, order), 0)
     before = torch.cumsum(demand, dim=1) - demand
-    tokens = torch.minimum((plan.budget[inst].unsqueeze(1) - before).clamp(min=0), demand)
+    budget = plan.budget.index_select(0, inst)
+    tokens = torch.minimum((budget.unsqueeze(1) - before).clamp(min=0), demand)
     blocks = _blocks_needed(state, config, inst, order, tokens)
-    fits = torch.cumsum(blocks, dim=1) <= num_free_blocks(state)[inst].unsqueeze(1)
+    fits = torch.cumsum(blocks, dim=1) <= num_free_blocks(state).index_select(0, inst).unsqueeze(1)
     go = fits & (tokens > 0)
     _commit_running(state, config, plan, inst, torch.where(go, order, -1), tokens, blocks)
     stopped = ~fits.all(dim=1)
@@ -118,10 +120,12 @@ def _segment(
     sorted_keys = torch.gather(run_key, 1, order)
     prev_key = torch.gather(sorted_keys, 1, (at - 1).clamp(min=0)).squeeze(1)
     moved = stopped & (first_fail > 0)
-    cursor[inst] = torch.where(moved, prev_key, cursor[inst])
-    pending[inst] = torch.where(stopped, torch.gather(order, 1, at).squeeze(1), -1)
-    pending_tokens[inst] = torch.where(stopped, torch.gather(tokens, 1, at).squeeze(1), 0)
-    active[inst] = stopped
+    # inst names distinct instances: whole-row copies, no advanced indexing.
+    cursor.index_copy_(0, inst, torch.where(moved, prev_key, at_cursor))
+    pending.index_copy_(0, inst, torch.where(stopped, torch.gather(order, 1, at).squeeze(1), -1))
+    stopped_tokens = torch.where(stopped, torch.gather(tokens, 1, at).squeeze(1), 0)
+    pending_tokens.index_copy_(0, inst, stopped_tokens)
+    active.index_copy_(0, inst, stopped)
 
 
 def _retry(
