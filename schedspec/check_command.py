@@ -187,7 +187,7 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
     chosen = suite_settings(options, seed)
     click.echo(
         f"checking {options.engine} against profile {profile}: "
-        f"{chosen.examples} examples of up to {chosen.rules_per_example} rules"
+        f"{chosen.examples} examples of up to {chosen.rules_per_example} actions"
     )
     # Relative by default, so the printed replay command stays short.
     trace_dir = options.trace_dir if options.trace_dir is not None else Path()

@@ -63,7 +63,8 @@ run_options = _stack(
         "--max-steps",
         type=click.IntRange(min=1),
         default=None,
-        help="State-machine rules per example, each of which may step the engine several times "
+        help="Actions per example (add_request, abort, drafts, step), each of which may step "
+        "the engine several times "
         "[default: the quick profile's, or the long one's].",
     ),
     click.option("--long", is_flag=True, help="The long profile (also SCHEDSPEC_LONG=1)."),

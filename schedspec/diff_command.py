@@ -124,7 +124,7 @@ def _diff(
     chosen = suite_settings(options, seed)
     click.echo(
         f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
-        f"{profile}: {chosen.examples} examples of up to {chosen.rules_per_example} rules"
+        f"{profile}: {chosen.examples} examples of up to {chosen.rules_per_example} actions"
     )
     trace_dir = options.trace_dir if options.trace_dir is not None else Path()
     diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)

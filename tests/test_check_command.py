@@ -61,7 +61,7 @@ class TestPassingCheck:
             "check", "--examples", "4", "--seed", "1", "--max-steps", "7", "--progress"
         )
         assert result.exit_code == 0, result.output
-        assert "4 examples of up to 7 rules" in result.stdout
+        assert "4 examples of up to 7 actions" in result.stdout
         assert "checking: " in result.stderr and "\r" not in result.stderr  # plain lines in logs
 
     def test_same_seed_same_counts(self) -> None:
