@@ -202,29 +202,31 @@ class BatchedScheduler:
         self, tokens: torch.Tensor, count: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens kept per slot (up to and including the first that ends the request)
-        and the finish code. A loop over the T token positions (T = drafts + 1, fixed
-        by the config) keeps every op on [B, S]: on the CPU, [B, S, T] ops with a
-        broadcast innermost dimension cost several times as much."""
+        and the finish code. The first stop token's position comes from a loop over the
+        T token positions on [B, S] (on the CPU, [B, S, T] ops with a broadcast
+        innermost dimension cost several times as much); the length caps end the
+        request at a position known in advance, so they need no loop."""
         st = self.state
-        kept = count.clone()
-        finish = torch.full_like(count, NOT_FINISHED)
-        ended = torch.zeros_like(st.is_prefill_chunk)
-        room_len = self.config.max_model_len - st.num_tokens
-        room_out = st.max_tokens - (st.num_tokens - st.num_prompt)
-        for t in range(tokens.shape[2]):
+        width = tokens.shape[2]
+        first_stop = torch.full_like(count, width)  # width: no stop token
+        for t in reversed(range(width)):
             token = tokens[:, :, t]
             stopped = token == st.eos
             for q in range(st.stops.shape[2]):
                 stopped |= token == st.stops[:, :, q]
-            capped = (room_len <= t + 1) | (room_out <= t + 1)
-            # EOS and stop tokens win over the length caps.
-            code = torch.where(
-                stopped, FINISHED_STOPPED, torch.where(capped, FINISHED_LENGTH_CAPPED, 0)
-            )
-            new_end = ~ended & (count > t) & (code > 0)
-            finish = torch.where(new_end, code, finish)
-            kept = torch.where(new_end, t + 1, kept)
-            ended |= new_end
+            first_stop.masked_fill_(stopped, t)
+        # The token at position t reaches a cap once t + 1 >= the room left.
+        room = torch.minimum(
+            self.config.max_model_len - st.num_tokens,
+            st.max_tokens - (st.num_tokens - st.num_prompt),
+        )
+        first_cap = (room - 1).clamp(min=0)
+        end = torch.minimum(first_stop, first_cap)
+        ends = end < count
+        # EOS and stop tokens win over the length caps at the same position.
+        code = torch.where(first_stop <= first_cap, FINISHED_STOPPED, FINISHED_LENGTH_CAPPED)
+        finish = torch.where(ends, code, NOT_FINISHED)
+        kept = torch.where(ends, end + 1, count)
         return kept, finish
 
     def update_draft_token_ids(
