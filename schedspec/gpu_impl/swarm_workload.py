@@ -128,12 +128,15 @@ class SwarmWorkload:
         positions = torch.arange(longest, device=st.device)
         # Half the prompts start with a shared pattern, so the prefix cache hits.
         shared = (positions * 5 // 3) % PROMPT_VOCAB
-        # draw % PROMPT_VOCAB, looked up: an int64 remainder per token costs more.
-        small = self.draw_small(_TOKENS, longest, inst)
-        own = _PROMPT_TOKEN.to(small.device).index_select(0, small.reshape(-1)).view_as(small)
+        # draw % PROMPT_VOCAB, looked up: an int64 remainder per token costs more. Drawn
+        # a whole number of lanes wide (contiguous: no copy before the lookup).
+        whole = -(-longest // _LANES_PER_DRAW) * _LANES_PER_DRAW
+        small = self.draw_small(_TOKENS, whole, inst)
+        own = _PROMPT_TOKEN.to(small.device).index_select(0, small.view(-1)).view_as(small)
         prefix_len = torch.where(self.draw(_PREFIX)[inst] % 2 == 0, length, 0)
-        prompts = torch.where(positions < prefix_len.unsqueeze(1), shared, own)
-        prompts = torch.where(positions < length.unsqueeze(1), prompts, 0)
+        # Tokens past prompt_len are padding: nobody reads them (hashing counts, traces
+        # slice), so they keep whatever was drawn.
+        prompts = torch.where(positions < prefix_len.unsqueeze(1), shared, own[:, :longest])
         eos = torch.where(self.draw(_EOS) % 2 == 0, STOP_TOKEN, NO_TOKEN)
         new = NewRequests(
             inst=inst,
