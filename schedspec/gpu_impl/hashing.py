@@ -89,10 +89,14 @@ def extend_hashes(
     fill about half of their padded [arrivals, max_model_len] batch.
     """
     width = tokens.shape[1]
-    offsets = torch.arange(width, device=tokens.device)
-    packed = selected(offsets < count.unsqueeze(-1))
-    row = torch.div(packed, width, rounding_mode="floor") if width else packed
-    positions = (start.index_select(0, row) + packed - row * width).clamp(max=max_positions - 1)
+    # Each counted token's row and offset, built from the counts (no mask over the
+    # padded [rows, width] batch, no division): row r repeated count[r] times.
+    count = count.clamp(min=0, max=width)
+    row = torch.repeat_interleave(torch.arange(count.shape[0], device=count.device), count)
+    first = torch.cumsum(count, dim=0) - count
+    offset = torch.arange(row.shape[0], device=count.device) - first.index_select(0, row)
+    packed = row * width + offset
+    positions = (start.index_select(0, row) + offset).clamp(max=max_positions - 1)
     position_mixes = _position_mixes(max_positions, tokens.device)
     mixes = mix64(pick(tokens, packed) + position_mixes.index_select(0, positions))
     row_total = torch.zeros_like(acc).index_add_(0, row, mixes)
