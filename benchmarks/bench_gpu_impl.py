@@ -18,6 +18,7 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py --device cuda   # a GPU, when one is present
     .venv/bin/python benchmarks/bench_gpu_impl.py --malloc-default  # glibc's malloc untuned
     .venv/bin/python benchmarks/bench_gpu_impl.py --breakdown 4096  # where a tick's time goes
+    .venv/bin/python benchmarks/bench_gpu_impl.py --lines 4096   # the same, per source line
 
 On the CPU the run first keeps freed memory in the process
 (gpu_impl.cpu_allocator.retain_freed_memory): glibc otherwise unmaps every
@@ -32,11 +33,14 @@ import argparse
 import collections
 import functools
 import platform
+import sys
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 import schedspec.gpu_impl.admission as admission
 import schedspec.gpu_impl.engine as engine_module
@@ -234,6 +238,63 @@ def breakdown(batch: int, warm: int, ticks: int, device: torch.device) -> None:
         print(f"  {spent[label] / ticks * 1e3:7.2f} ms  {label}")
 
 
+class _LineTimer(TorchFunctionMode):
+    """Wall time of each torch call, charged to the innermost gpu_impl source line on
+    the Python stack (nested torch calls are charged to the outer one). The mode adds
+    a few microseconds per call: shares between lines are what to read."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.spent: collections.defaultdict[str, float] = collections.defaultdict(float)
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.depth = 0
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if self.depth:
+            return func(*args, **(kwargs or {}))
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and "gpu_impl" not in frame.f_code.co_filename:
+            frame = frame.f_back
+        where = "(outside gpu_impl)"
+        if frame is not None:
+            name = frame.f_code.co_filename.rsplit("gpu_impl/", 1)[-1]
+            where = f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
+        self.depth += 1
+        started = time.perf_counter()
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            sync(self.device)
+            self.spent[where] += time.perf_counter() - started
+            self.calls[where] += 1
+            self.depth -= 1
+
+
+def lines(batch: int, warm: int, ticks: int, device: torch.device, top: int = 30) -> None:
+    """The `top` gpu_impl source lines by time spent in torch calls per tick."""
+    engine = BatchedScheduler(WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device)
+    workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
+    for _ in range(warm):
+        workload.tick()
+    timer = _LineTimer(device)
+    with timer:
+        for _ in range(ticks):
+            workload.tick()
+    total = sum(timer.spent.values()) / ticks * 1e3
+    print(f"\nB = {batch}: {total:.1f} ms per tick in torch calls (timed one by one)")
+    print(f"{'ms/tick':>8} {'calls/tick':>10}  line")
+    ranked = sorted(timer.spent.items(), key=lambda item: -item[1])
+    for where, seconds in ranked[:top]:
+        print(f"{seconds / ticks * 1e3:>8.2f} {timer.calls[where] / ticks:>10.1f}  {where}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
@@ -252,6 +313,12 @@ def main() -> None:
         metavar="B",
         help="only print where a tick's time goes with B instances",
     )
+    parser.add_argument(
+        "--lines",
+        type=int,
+        metavar="B",
+        help="only print the gpu_impl source lines that take the most time with B instances",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
@@ -263,6 +330,9 @@ def main() -> None:
     print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
     if args.breakdown:
         breakdown(args.breakdown, 30, 10, device)
+        return
+    if args.lines:
+        lines(args.lines, 30, 10, device)
         return
     ref = reference_rate(4 if args.quick else 16, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
