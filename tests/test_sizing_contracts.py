@@ -71,9 +71,9 @@ def test_prefix_hit_never_covers_the_last_token() -> None:
 
 
 def test_num_slots_adds_lookahead_up_to_max_model_len() -> None:
-    assert sizing.num_slots(10, 0, 1, 2, 100) == 13
-    assert sizing.num_slots(97, 0, 2, 4, 100) == 100
-    assert sizing.num_slots(0, 32, 5, 0, 100) == 37  # a 32-token prefix hit
+    assert sizing.num_slots(10, 1, 2, 100) == 13
+    assert sizing.num_slots(97, 2, 4, 100) == 100
+    assert sizing.num_slots(32, 5, 0, 100) == 37  # a 32-token prefix hit
 
 
 def test_blocks_to_allocate() -> None:

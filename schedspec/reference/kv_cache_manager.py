@@ -107,13 +107,7 @@ class KVCacheManager:
         rid = request.request_id
         max_model_len = self.max_model_len
         total_computed = min(request.num_computed_tokens + num_new_computed_tokens, max_model_len)
-        slots = num_slots(
-            request.num_computed_tokens,
-            num_new_computed_tokens,
-            num_new_tokens,
-            num_lookahead_tokens,
-            max_model_len,
-        )
+        slots = num_slots(total_computed, num_new_tokens, num_lookahead_tokens, max_model_len)
         table = self.req_to_blocks.get(rid)
         num_held = len(table) if table is not None else 0
         # The decode fast path: a running request whose table already covers

@@ -73,20 +73,18 @@ def max_prefix_hit_blocks(num_tokens: int, block_size: int) -> int:
     return (num_tokens - 1) // block_size
 
 
-def num_slots(
-    num_computed: int, num_new_computed: int, num_new: int, num_lookahead: int, max_model_len: int
-) -> int:
-    """KV slots a request needs after a step: computed + hit + new + lookahead
-    tokens, capped at max_model_len (lookahead never asks past it).
+def num_slots(total_computed: int, num_new: int, num_lookahead: int, max_model_len: int) -> int:
+    """KV slots a request needs after a step: its computed tokens (prefix hit
+    included) + new + lookahead tokens, capped at max_model_len (lookahead
+    never asks past it).
 
     Every scheduled token has a slot.
     Supports: KV-COVER.
-    pre: num_computed >= 0 and num_new_computed >= 0 and num_new >= 0 and num_lookahead >= 0
-    pre: num_computed + num_new_computed + num_new <= max_model_len
-    post: num_computed + num_new_computed + num_new <= __return__ <= max_model_len
-    post: __return__ <= num_computed + num_new_computed + num_new + num_lookahead
+    pre: total_computed >= 0 and num_new >= 0 and num_lookahead >= 0
+    pre: total_computed + num_new <= max_model_len
+    post: total_computed + num_new <= __return__ <= max_model_len
+    post: __return__ <= total_computed + num_new + num_lookahead
     """
-    total_computed = min(num_computed + num_new_computed, max_model_len)
     return min(total_computed + num_new + num_lookahead, max_model_len)
 
 
