@@ -115,7 +115,7 @@ class CheckOptions:
     seed: int | None
     max_steps: int | None
     long: bool
-    trace_dir: Path | None
+    trace_dir: Path
     shrink: bool
     progress: bool
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT  # None or 0: no limit
@@ -189,15 +189,15 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
         f"checking {options.engine} against profile {profile}: "
         f"{chosen.examples} examples of up to {chosen.rules_per_example} actions"
     )
-    # Relative by default, so the printed replay command stays short.
-    trace_dir = options.trace_dir if options.trace_dir is not None else Path()
     configs = config_strategy(options.configs)
     if options.workers > 1:
         # One Hypothesis run per process (seed, seed + 1, ...); no progress bar.
-        result = run_suite_parallel(factory, profile, chosen, options.workers, configs, trace_dir)
+        result = run_suite_parallel(
+            factory, profile, chosen, options.workers, configs, options.trace_dir
+        )
     else:
         with suite_progress(chosen.examples, options.progress) as on_example:
-            result = run_suite(factory, profile, chosen, configs, trace_dir, on_example)
+            result = run_suite(factory, profile, chosen, configs, options.trace_dir, on_example)
     replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
     if not result.passed:
         click.echo()

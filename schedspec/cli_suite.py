@@ -71,7 +71,8 @@ run_options = _stack(
     click.option(
         "--trace-dir",
         type=click.Path(file_okay=False, path_type=Path),
-        default=None,
+        # Relative, so the printed replay command stays short.
+        default=Path(),
         help="Where a failure's trace is written [default: the current directory].",
     ),
     click.option("--no-shrink", is_flag=True, help="Report the first failure found, unshrunk."),

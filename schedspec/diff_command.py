@@ -54,7 +54,7 @@ class DiffCommandOptions:
     seed: int | None
     max_steps: int | None
     long: bool
-    trace_dir: Path | None
+    trace_dir: Path
     shrink: bool
     progress: bool
     compare_block_ids: bool = False
@@ -126,11 +126,12 @@ def _diff(
         f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
         f"{profile}: {chosen.examples} examples of up to {chosen.rules_per_example} actions"
     )
-    trace_dir = options.trace_dir if options.trace_dir is not None else Path()
     diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)
     with suite_progress(chosen.examples, options.progress) as on_example:
         configs = config_strategy(options.configs)
-        result = run_diff(*pair, profile, chosen, configs, diff_options, trace_dir, on_example)
+        result = run_diff(
+            *pair, profile, chosen, configs, diff_options, options.trace_dir, on_example
+        )
     replay = _replay_command(result.trace_path, options, profile)
     if not result.passed:
         click.echo()

@@ -69,12 +69,12 @@ class TestPassingCheck:
         assert first == _table_rows(_invoke("check", "--examples", "3", "--seed", "9").stdout)
 
     def test_long_profile_from_flag_or_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        options = CheckOptions("reference", None, None, None, None, False, None, True, False)
+        options = CheckOptions("reference", None, None, None, None, False, Path(), True, False)
         assert suite_settings(options, seed=1).examples == 100
         monkeypatch.setenv("SCHEDSPEC_LONG", "1")
         assert suite_settings(options, seed=1).examples == 2000
         monkeypatch.delenv("SCHEDSPEC_LONG")
-        long_run = CheckOptions("reference", None, 7, 3, 9, True, None, False, False)
+        long_run = CheckOptions("reference", None, 7, 3, 9, True, Path(), False, False)
         chosen = suite_settings(long_run, seed=3)
         assert (chosen.examples, chosen.rules_per_example, chosen.shrink) == (7, 9, False)
 

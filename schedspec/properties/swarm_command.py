@@ -65,8 +65,7 @@ def run_swarm_check(options: CheckOptions) -> int:
     if finding is None:
         click.echo(f"PASSED: every device check held ({len(results)} configs, seed {seed})")
         return EXIT_CODES[Outcome.PASSED]
-    trace_dir = options.trace_dir if options.trace_dir is not None else Path()
-    return _report_finding(finding, trace_dir, seed, profile)
+    return _report_finding(finding, options.trace_dir, seed, profile)
 
 
 def _run_configs(
