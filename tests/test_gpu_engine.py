@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import schedspec.gpu_impl.hashing as hashing
+from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.admission import longest_cached_prefix
 from schedspec.gpu_impl.batch_state import BIG
 from schedspec.gpu_impl.block_ops import release_tables
@@ -181,20 +182,21 @@ def test_the_lookup_takes_the_oldest_holder_and_stops_at_the_first_miss() -> Non
     for block, content, seq in ((5, h0, 9), (2, h0, 4), (6, h1, 1)):
         st.block_hash[0, block], st.reg_seq[0, block] = content, seq
     st.block_hash[1, 3], st.reg_seq[1, 3] = h1, 0
+    prefix_index.rebuild(st, both)
     hits, count = longest_cached_prefix(st, CACHED, both, torch.tensor([0, 0]))
     assert count.tolist() == [2, 0]
     assert hits[:, :3].tolist() == [[2, 6, -1], [-1, -1, -1]]
-    st.reg_seq[0, 5] = 3  # now block 5 is the older holder of h0
+    st.reg_seq[0, 5] = 3  # now block 5 is the older holder of h0 (the index keeps ages out)
     hits, count = longest_cached_prefix(st, CACHED, both, torch.tensor([0, 0]))
     assert hits[0, :2].tolist() == [5, 6]
 
 
 def test_a_content_id_sharing_only_its_low_32_bits_is_no_hit() -> None:
-    """The lookup sorts pools by the low 32 bits of content ids. A 5-token prompt has two
+    """The prefix index files content ids by their low bits. A 5-token prompt has two
     full blocks (h0, h1). Block 1 holds h0; block 4, registered earlier, holds h1 with
-    its high bits changed (same sort key, another id): the hit stops after block 1.
-    Then block 3, registered first, holds such an impostor of h0: the run of two
-    candidates is compared in full and the hit is still block 1, not the older block 3."""
+    its high bits changed (same home bucket, another id): the hit stops after block 1.
+    Then block 3, registered first, holds such an impostor of h0: the two entries in
+    h0's run are compared in full and the hit is still block 1, not the older block 3."""
     engine = BatchedScheduler(CACHED, batch=1, slots=1, device="cpu")
     engine.add_requests(
         NewRequests(
@@ -215,9 +217,11 @@ def test_a_content_id_sharing_only_its_low_32_bits_is_no_hit() -> None:
     st.block_hash[0, 1], st.reg_seq[0, 1] = h0, 5
     st.block_hash[0, 4], st.reg_seq[0, 4] = impostor_h1, 2
     zero = torch.tensor([0])
+    prefix_index.rebuild(st, zero)
     hits, count = longest_cached_prefix(st, CACHED, zero, zero)
     assert count.tolist() == [1] and hits[0, :2].tolist() == [1, -1]
     st.block_hash[0, 3], st.reg_seq[0, 3] = impostor_h0, 0
+    prefix_index.rebuild(st, zero)
     hits, count = longest_cached_prefix(st, CACHED, zero, zero)
     assert count.tolist() == [1] and hits[0, :2].tolist() == [1, -1]
 

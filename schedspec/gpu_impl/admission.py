@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import (
     BIG,
     NO_HASH,
@@ -58,82 +59,25 @@ def longest_cached_prefix(
     if not config.enable_prefix_caching:
         return hits, count
     max_hit = (take_at(state.num_tokens, inst, slot) - 1) // config.block_size
-    pool = state.block_hash.index_select(0, inst)
-    # Hashes are chained: a request whose first block misses misses every block. About
-    # half the heads stop at this one comparison, before the sort below.
-    starts = (pool == hashes[:, :1]).any(dim=1) & (hashes[:, 0] != NO_HASH) & (max_hit > 0)
-    rows = torch.nonzero(starts).squeeze(1)
-    if rows.numel() == 0:
-        return hits, count
-    found, found_count = _sorted_lookup(
-        state, *(t.index_select(0, rows) for t in (inst, pool, hashes, max_hit))
-    )
-    return hits.index_copy_(0, rows, found), count.index_copy_(0, rows, found_count)
-
-
-def _sorted_lookup(
-    state: BatchState,
-    inst: torch.Tensor,
-    pool: torch.Tensor,
-    hashes: torch.Tensor,
-    max_hit: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The longest chain of hits among hashes[:, :max_hit] in each row's pool (its
-    block_hash row), holders and count."""
-    # One sort of the pool by the low 32 bits of each content id (a 32-bit sort costs
-    # about half a 64-bit one): a binary search finds each hash's run of candidates in
-    # log N, not by comparing with every block. A run can hold blocks whose ids share
-    # only the low bits; the candidates are compared in full below.
-    sorted_keys, by_key = torch.sort(_low_bits(pool), dim=1)
-    keys = _low_bits(hashes)
-    first = torch.searchsorted(sorted_keys, keys)
-    runs = torch.searchsorted(sorted_keys, keys, right=True) - first
     j = torch.arange(hashes.shape[1], device=inst.device)
-    wanted = (runs > 0) & (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
-    # Only wanted ids count their runs (NO_HASH's run is every uncached block).
-    runs = torch.where(wanted, runs, 0)
-    found, oldest = _oldest_holder(state, inst, pool, hashes, by_key, first, runs)
-    # Nothing after a miss can hit.
+    wanted = (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
+    # Content ids are chained: nothing after a miss can hit. About half the heads miss
+    # their first block, so only the others look up the rest.
+    found, oldest = prefix_index.find(state, inst, hashes[:, :1], wanted[:, :1])
+    rows = torch.nonzero(found.squeeze(1)).squeeze(1)
+    found = torch.cat([found, torch.zeros_like(wanted[:, 1:])], dim=1)
+    oldest = torch.cat([oldest, hits[:, 1:]], dim=1)
+    if rows.numel() > 0:
+        more, more_oldest = prefix_index.find(
+            state,
+            inst.index_select(0, rows),
+            hashes.index_select(0, rows)[:, 1:],
+            wanted.index_select(0, rows)[:, 1:],
+        )
+        found[:, 1:].index_copy_(0, rows, more)
+        oldest[:, 1:].index_copy_(0, rows, more_oldest)
     chain = torch.cumprod((wanted & found).long(), dim=1).bool()
-    return torch.where(chain, oldest, -1), chain.sum(dim=1)
-
-
-def _low_bits(ids: torch.Tensor) -> torch.Tensor:
-    """The low 32 bits of content ids as int32 (NO_HASH stays -1)."""
-    return ids.to(torch.int32)
-
-
-def _oldest_holder(
-    state: BatchState,
-    inst: torch.Tensor,
-    pool: torch.Tensor,
-    hashes: torch.Tensor,
-    by_key: torch.Tensor,
-    first: torch.Tensor,
-    runs: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Among the runs[i, j] candidates for hashes[i, j] starting at sorted position
-    first[i, j], whether one holds that id in full and, if so, the block registered
-    first (smallest reg_seq), as the reference's map keeps it. Runs longer than one
-    are rare (two requests computed the same block, or 32-bit keys coincide); one host
-    read of the longest run bounds the candidates looked at."""
-    n = by_key.shape[1]
-    width = int(runs.max()) if runs.numel() else 0
-    if width <= 1:
-        holder = torch.gather(by_key, 1, first.clamp(max=n - 1))
-        return (runs > 0) & (torch.gather(pool, 1, holder) == hashes), holder
-    t = torch.arange(width, device=inst.device)
-    pos = (first.unsqueeze(-1) + t).clamp(max=n - 1)  # [I, M, W]
-    flat_shape = (pos.shape[0], -1)
-    candidates = torch.gather(by_key, 1, pos.view(flat_shape)).view(pos.shape)
-    holds = torch.gather(pool, 1, candidates.view(flat_shape)).view(pos.shape)
-    real = (t < runs.unsqueeze(-1)) & (holds == hashes.unsqueeze(-1))
-    # Index the rows in place: copying [I, N] rows to gather a few entries costs more.
-    flat = candidates.view(flat_shape)
-    ages = take_at(state.reg_seq, inst.unsqueeze(1).expand_as(flat), flat)
-    ages = torch.where(real, ages.view(pos.shape), BIG)
-    oldest = torch.gather(candidates, 2, ages.argmin(dim=2, keepdim=True)).squeeze(2)
-    return real.any(dim=2), oldest
+    return torch.where(chain, oldest, hits), chain.sum(dim=1)
 
 
 def _admit_heads(

@@ -15,9 +15,10 @@ Queue orders are keys, not lists, so that a step never shuffles memory:
   the smallest keys; a held block's key is BIG, so the smallest keys of a
   row are free blocks without masking by ref count, and `num_free` counts
   the queue without a pass over the pool;
-- the prefix cache is implicit: a block is cached under `block_hash`
-  (-1: not cached), and among blocks holding one hash the lookup takes the
-  smallest `reg_seq` (the oldest registration), as the reference's map does.
+- the prefix cache is a block's `block_hash` (-1: not cached); among blocks
+  holding one hash the lookup takes the smallest `reg_seq` (the oldest
+  registration), as the reference's map does. `cache_index` finds the
+  holders of a hash without a pass over the pool (prefix_index.py).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ FINISHED_LENGTH_CAPPED = 2
 
 NO_BLOCK = -1
 NO_HASH = -1
+EMPTY_BUCKET = -1  # a cache_index bucket never used since the row was (re)built
+TOMBSTONE = -2  # a cache_index bucket whose entry was deleted
+NO_BUCKET = -1  # cache_bucket of a block with no content id
 NO_TOKEN = -1
 # Larger than any key a run can reach, smaller than int64 overflow in sums.
 BIG = 2**62
@@ -80,6 +84,9 @@ class BatchState:
     free_key: torch.Tensor  # order in the free queue; BIG while the block is held
     block_hash: torch.Tensor  # NO_HASH: not in the prefix cache
     reg_seq: torch.Tensor  # registration order of the cached content
+    cache_bucket: torch.Tensor  # the block's bucket in cache_index; NO_BUCKET: uncached
+    # --- prefix-cache index per instance [B, H] (prefix_index.py)
+    cache_index: torch.Tensor  # bucket -> a block holding an id; EMPTY_BUCKET, TOMBSTONE
     # --- per instance [B]
     num_free: torch.Tensor  # blocks with ref count 0 (the free queue's length)
     next_arrival: torch.Tensor
@@ -89,6 +96,8 @@ class BatchState:
     next_run: torch.Tensor
     wait_front: torch.Tensor
     wait_back: torch.Tensor
+    cache_reach: torch.Tensor  # every index entry lies less than this past its id's home
+    cache_deleted: torch.Tensor  # index entries deleted since the last rebuild (>= tombstones)
 
     @property
     def device(self) -> torch.device:
@@ -105,6 +114,12 @@ class BatchState:
 
 def max_blocks_per_request(config: SchedulerConfig) -> int:
     return -(-config.max_model_len // config.block_size)
+
+
+def index_size(num_blocks: int) -> int:
+    """Buckets of an instance's cache_index: a power of two (an id's home bucket is its
+    low bits) at least twice the blocks, so the table is never more than half full."""
+    return 1 << max(2 * num_blocks - 1, 1).bit_length()
 
 
 def empty_state(
@@ -143,6 +158,8 @@ def empty_state(
         free_key=torch.arange(n, dtype=torch.int64, device=device).expand(b, n).clone(),
         block_hash=full((b, n), NO_HASH),
         reg_seq=full((b, n), 0),
+        cache_bucket=full((b, n), NO_BUCKET),
+        cache_index=full((b, index_size(n)), EMPTY_BUCKET),
         num_free=full((b,), n),
         next_arrival=full((b,), 0),
         free_front=full((b,), 0),
@@ -151,9 +168,13 @@ def empty_state(
         next_run=full((b,), 0),
         wait_front=full((b,), 0),
         wait_back=full((b,), 0),
+        cache_reach=full((b,), 0),
+        cache_deleted=full((b,), 0),
     )
 
 
+# Per-block and per-bucket tensors: their second dimension is not the slot one.
+_NOT_PER_SLOT = ("ref_cnt", "free_key", "block_hash", "reg_seq", "cache_bucket", "cache_index")
 # Fill values of the per-slot tensors, for growing the slot dimension.
 _SLOT_FILL = {"eos": NO_TOKEN, "stops": NO_TOKEN, "spec": NO_TOKEN, "table": NO_BLOCK}
 _SLOT_FILL["req_hash"] = NO_HASH
@@ -164,7 +185,7 @@ def grow(state: BatchState, slots: int, max_stops: int) -> BatchState:
     changes: dict[str, torch.Tensor] = {}
     for field in dataclasses.fields(state):
         tensor: torch.Tensor = getattr(state, field.name)
-        if tensor.dim() < 2 or field.name in ("ref_cnt", "free_key", "block_hash", "reg_seq"):
+        if tensor.dim() < 2 or field.name in _NOT_PER_SLOT:
             continue
         fill = _SLOT_FILL.get(field.name, 0)
         extra = slots - tensor.shape[1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
 from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at
 
@@ -74,6 +75,7 @@ def take_free_blocks(
     block_index = pick(_rows(inst, num_req, width), real) * n + taken
     state.ref_cnt.view(-1).index_fill_(0, block_index, 1)
     state.free_key.view(-1).index_fill_(0, block_index, BIG)
+    prefix_index.forget(state, block_index)
     state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
     state.num_free.index_add_(0, inst, -counts.sum(dim=1))
     put_at(state.num_held, rows2, safe_slots, held + counts, slots >= 0)
@@ -124,6 +126,7 @@ def register_blocks(
     # registered before): the real entries name distinct blocks.
     state.block_hash.view(-1).index_copy_(0, block_index, hashes)
     state.reg_seq.view(-1).index_copy_(0, block_index, pick(seq, real))
+    prefix_index.insert(state, block_index)
     state.next_reg.index_add_(0, inst, counts.sum(dim=1))
     put_at(state.num_cached_block, _rows(inst, num_req), safe_slots, num_full, counts > 0)
 
@@ -132,18 +135,20 @@ def uncache_uncomputed(
     state: BatchState, inst: torch.Tensor, slot: torch.Tensor, block_size: int
 ) -> None:
     """Take back registrations past each request's computed tokens (a priority victim
-    unscheduled in the step that registered them never computes those blocks)."""
+    unscheduled in the step that registered them never computes those blocks). One
+    request per instance: the (inst, slot) pairs are distinct."""
     if inst.numel() == 0:
         return
     m = state.table.shape[2]
-    keep = state.num_computed[inst, slot] // block_size
-    num_cached = state.num_cached_block[inst, slot]
+    keep = take_at(state.num_computed, inst, slot) // block_size
+    num_cached = take_at(state.num_cached_block, inst, slot)
     j = torch.arange(m, device=inst.device)
-    drop = (j >= keep.unsqueeze(1)) & (j < num_cached.unsqueeze(1))
-    blocks = state.table[inst, slot]  # [I, M]
-    rows = inst.unsqueeze(1).expand(-1, m)
-    state.block_hash[rows[drop], blocks[drop]] = NO_HASH
-    state.num_cached_block[inst, slot] = torch.minimum(num_cached, keep)
+    drop = selected((j >= keep.unsqueeze(1)) & (j < num_cached.unsqueeze(1)))
+    rows = pick(_rows(inst, m), drop)
+    block_index = rows * state.block_hash.shape[1] + pick(take_at(state.table, inst, slot), drop)
+    prefix_index.forget(state, block_index)
+    state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
+    put_at(state.num_cached_block, inst, slot, torch.minimum(num_cached, keep), keep >= 0)
 
 
 def release_tables(

@@ -1,0 +1,194 @@
+"""The prefix cache's index: per instance, a hash table from content id to the blocks holding it.
+
+A lookup must find, for each content id a request asks about, the blocks of
+its instance that hold that id, and take the oldest (smallest `reg_seq`).
+Sorting the instance's N blocks per lookup costs O(N log N) per request;
+this index costs a few gathers per id instead.
+
+Each instance has H buckets (`cache_index` [B, H], H a power of two and at
+least 2N, so at most half full of entries). Every block holding an id is
+its own entry: the bucket holds the block id, and `cache_bucket` [B, N]
+remembers the bucket, so a block losing its id finds its entry in O(1).
+An entry sits at its id's *home* bucket (the id's low bits) or, by linear
+probing, at the first bucket after it with no entry. So the holders of an
+id all lie between its home and the first EMPTY_BUCKET after it; ids that
+share their low bits share that run and are told apart by comparing the
+blocks' ids in full. A deleted entry leaves a TOMBSTONE (emptying the
+bucket would cut the run of entries placed past it); inserts reuse
+tombstones, and a row is rebuilt from `block_hash` once its tombstones
+pass H / 4 (`cache_tombs`), which keeps runs short.
+
+A lookup reads a fixed width of buckets from each id's home (the table is
+sparse: most runs end within it) and goes on only for the ids whose window
+held no EMPTY_BUCKET, up to `cache_reach` (per instance, one more than the
+farthest any entry was placed from its home since the last rebuild). Reading
+past the end of a run is harmless: a bucket counts only if its block holds
+the id.
+
+Inserts of one call are placed in rounds: each pending entry looks at a
+window of buckets and proposes the first without an entry; where several
+propose one bucket, the first in call order gets it (scatter_reduce amin)
+and the others go on past it. Instances never share buckets, so an
+instance's layout depends on its own history only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from schedspec.gpu_impl.batch_state import (
+    BIG,
+    EMPTY_BUCKET,
+    NO_BUCKET,
+    NO_HASH,
+    TOMBSTONE,
+    BatchState,
+)
+from schedspec.gpu_impl.flat_index import pick, selected
+
+# Buckets every lookup reads from an id's home before checking whether the run ended.
+_FIRST_WIDTH = 4
+# Buckets an insert looks at per round for one without an entry.
+_PLACE_WINDOW = 4
+
+
+def insert(state: BatchState, block_index: torch.Tensor) -> None:
+    """Index blocks that were just given content ids: block_index holds their flat
+    positions (instance * N + block) in the [B, N] block tensors, each block once, and
+    block_hash already holds their ids. Then rebuild the rows worn by tombstones."""
+    n = state.block_hash.shape[1]
+    rows = torch.div(block_index, n, rounding_mode="floor")
+    _place(state, rows, block_index - rows * n)
+    worn = torch.nonzero(state.cache_deleted > state.cache_index.shape[1] // 4).squeeze(1)
+    if worn.numel() > 0:
+        rebuild(state, worn)
+
+
+def forget(state: BatchState, block_index: torch.Tensor) -> None:
+    """Delete the entries of blocks about to lose their content ids (flat positions, each
+    block once); blocks without an id are skipped."""
+    bucket = state.cache_bucket.view(-1).index_select(0, block_index)
+    at = selected(bucket >= 0)
+    block_index = pick(block_index, at)
+    rows = torch.div(block_index, state.block_hash.shape[1], rounding_mode="floor")
+    h = state.cache_index.shape[1]
+    state.cache_index.view(-1).index_fill_(0, rows * h + pick(bucket, at), TOMBSTONE)
+    state.cache_bucket.view(-1).index_fill_(0, block_index, NO_BUCKET)
+    state.cache_deleted.index_add_(0, rows, torch.ones_like(rows))
+
+
+def rebuild(state: BatchState, inst: torch.Tensor) -> None:
+    """Index the instances `inst` afresh from block_hash (blocks in id order)."""
+    for field, empty in (
+        (state.cache_index, EMPTY_BUCKET),
+        (state.cache_bucket, NO_BUCKET),
+        (state.cache_reach, 0),
+        (state.cache_deleted, 0),
+    ):
+        field.index_fill_(0, inst, empty)
+    n = state.block_hash.shape[1]
+    at = selected(state.block_hash.index_select(0, inst) != NO_HASH)
+    rows = pick(inst.unsqueeze(1).expand(-1, n), at)
+    blocks = pick(torch.arange(n, device=inst.device).expand(inst.numel(), n), at)
+    _place(state, rows, blocks)
+
+
+def find(
+    state: BatchState, inst: torch.Tensor, ids: torch.Tensor, wanted: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """For the wanted content ids among ids [I, M] of instances inst [I]: whether some
+    block holds each one, and the oldest holder (smallest reg_seq; EMPTY_BUCKET where
+    none does). Host reads: one per pass (two passes at most), none per id."""
+    at = selected(wanted)
+    rows = pick(inst.unsqueeze(1).expand_as(ids), at)
+    query = pick(ids, at)
+    ended, age, holder = _probe(state, rows, query, 0, _FIRST_WIDTH)
+    # Only ids whose run went on past the window, in instances with entries farther out.
+    reach = state.cache_reach.index_select(0, rows)
+    rest = selected(~ended & (reach > _FIRST_WIDTH))
+    if rest.numel() > 0:
+        width = int(reach.index_select(0, rest).max()) - _FIRST_WIDTH
+        _, more_age, more_holder = _probe(
+            state, rows.index_select(0, rest), query.index_select(0, rest), _FIRST_WIDTH, width
+        )
+        older = more_age < age.index_select(0, rest)
+        age.index_copy_(0, rest, torch.where(older, more_age, age.index_select(0, rest)))
+        holder.index_copy_(0, rest, torch.where(older, more_holder, holder.index_select(0, rest)))
+    found = torch.zeros_like(wanted)
+    found.view(-1).index_copy_(0, at, age < BIG)
+    oldest = torch.full_like(ids, EMPTY_BUCKET)
+    oldest.view(-1).index_copy_(0, at, holder)
+    return found, oldest
+
+
+def _probe(
+    state: BatchState, rows: torch.Tensor, ids: torch.Tensor, start: int, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Buckets start..start+width-1 past each id's home ([P] ids of instances rows):
+    whether the window holds an EMPTY_BUCKET (the id's run ended), and the smallest
+    reg_seq among the window's holders of the id (BIG: none) with its block."""
+    h, n = state.cache_index.shape[1], state.block_hash.shape[1]
+    steps = torch.arange(start, start + width, device=ids.device)
+    buckets = ((ids & (h - 1)).unsqueeze(1) + steps) & (h - 1)  # [P, W]
+    base = rows.unsqueeze(1)
+    entries = _flat_read(state.cache_index, base * h + buckets)
+    blocks = base * n + entries.clamp(min=0)
+    holds = (entries >= 0) & (_flat_read(state.block_hash, blocks) == ids.unsqueeze(1))
+    ages = torch.where(holds, _flat_read(state.reg_seq, blocks), BIG)
+    age, column = ages.min(dim=1)
+    holder = torch.gather(entries, 1, column.unsqueeze(1)).squeeze(1)
+    return (entries == EMPTY_BUCKET).any(dim=1), age, holder
+
+
+def _flat_read(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x's entries at flat positions, shaped like index."""
+    return x.view(-1).index_select(0, index.reshape(-1)).view(index.shape)
+
+
+def _place(state: BatchState, rows: torch.Tensor, blocks: torch.Tensor) -> None:
+    """Enter blocks [K] of instances rows [K] (block_hash holds their ids) by linear
+    probing, in rounds. One host read per round; the first round places all but a few
+    (those that lost a bucket to an entry of the same call, or saw no free bucket)."""
+    h, n = state.cache_index.shape[1], state.block_hash.shape[1]
+    block_index = rows * n + blocks
+    home = state.block_hash.view(-1).index_select(0, block_index) & (h - 1)
+    # distance: from home to the bucket taken (or, for the few left, to go on from).
+    won, distance = _propose(state, rows, blocks, home, torch.zeros_like(rows))
+    todo = selected(~won)
+    while todo.numel() > 0:
+        won, moved = _propose(
+            state, *(t.index_select(0, todo) for t in (rows, blocks, home, distance))
+        )
+        distance.index_copy_(0, todo, moved)
+        todo = pick(todo, selected(~won))
+    state.cache_bucket.view(-1).index_copy_(0, block_index, (home + distance) & (h - 1))
+    state.cache_reach.scatter_reduce_(0, rows, distance + 1, "amax")
+
+
+def _propose(
+    state: BatchState,
+    rows: torch.Tensor,
+    blocks: torch.Tensor,
+    home: torch.Tensor,
+    distance: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One round: each entry proposes the first bucket without an entry in the window at
+    `distance` from its home; where several propose one bucket, the smallest block id
+    gets it (block ids are distinct within a row, and a row's buckets are its own).
+    Whether each got its bucket, and the distance to it, or to go on from."""
+    h = state.cache_index.shape[1]
+    steps = torch.arange(_PLACE_WINDOW, device=rows.device)
+    window = (rows * h).unsqueeze(1) + (((home + distance).unsqueeze(1) + steps) & (h - 1))
+    seen = _flat_read(state.cache_index, window)  # [K, window]
+    free = seen < 0  # EMPTY_BUCKET or TOMBSTONE
+    first = free.long().argmax(dim=1, keepdim=True)  # the first free one (0 if none)
+    proposes = free.any(dim=1)
+    at = torch.gather(window, 1, first).squeeze(1)
+    # Those that saw no free bucket write back what their first bucket holds: no change.
+    kept = torch.gather(seen, 1, first).squeeze(1)
+    table = state.cache_index.view(-1)
+    table.scatter_reduce_(0, at, torch.where(proposes, blocks, kept), "amin", include_self=False)
+    won = proposes & (table.index_select(0, at) == blocks)
+    # A winner stops on its bucket, a loser goes on past it, the others past the window.
+    step = torch.where(proposes, first.squeeze(1) + (~won).long(), _PLACE_WINDOW)
+    return won, distance + step
