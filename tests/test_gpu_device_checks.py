@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 import torch
 
-from schedspec.gpu_impl.batch_state import BIG, EMPTY, RUNNING, WAITING, BatchState
+from schedspec.gpu_impl.batch_state import (
+    BIG,
+    EMPTY,
+    EMPTY_BUCKET,
+    NO_HASH,
+    RUNNING,
+    TOMBSTONE,
+    WAITING,
+    BatchState,
+)
 from schedspec.gpu_impl.device_checks import CHECK_IDS, check_state, check_step
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.step_plan import StepPlan
@@ -18,9 +28,9 @@ CONFIG = SchedulerConfig(
 )
 
 
-def _two_busy_instances() -> tuple[BatchedScheduler, StepPlan]:
+def _two_busy_instances(config: SchedulerConfig = CONFIG) -> tuple[BatchedScheduler, StepPlan]:
     """Two instances, each running two requests (prompts of 3 and 4 tokens) after one step."""
-    engine = BatchedScheduler(CONFIG, batch=2, slots=4, device="cpu")
+    engine = BatchedScheduler(config, batch=2, slots=4, device="cpu")
     for slot, length in ((0, 3), (1, 4)):
         both = torch.tensor([0, 1])
         engine.add_requests(
@@ -48,6 +58,11 @@ def _break_exclusive(state: BatchState, plan: StepPlan) -> None:
     state.table[1, 1, state.num_held[1, 1]] = block
     state.num_held[1, 1] += 1
     state.ref_cnt[1, block] = 2
+
+
+def _break_cache_index(state: BatchState, plan: StepPlan) -> None:
+    # CONFIG caches nothing: an index entry naming a held block is stale by definition.
+    state.cache_index[1, 0] = state.table[1, 0, 0]
 
 
 def _break_seqs(state: BatchState, plan: StepPlan) -> None:
@@ -81,6 +96,7 @@ def _break_preempt_reset(state: BatchState, plan: StepPlan) -> None:
 BREAKERS: dict[str, Callable[[BatchState, StepPlan], None]] = {
     "CONSERVATION": _break_conservation,
     "EXCLUSIVE": _break_exclusive,
+    "CACHE-INDEX": _break_cache_index,
     "SEQS": _break_seqs,
     "QUEUES": _break_queues,
     "NO-LEAK": _break_no_leak,
@@ -133,4 +149,55 @@ def test_conservation_covers_the_free_queue_bookkeeping(
     assert engine.state.num_free.tolist() == [8, 8]  # 12 blocks, 2 + 2 held per instance
     breaker(engine.state)
     column = check_state(engine.state, CONFIG)[:, CHECK_IDS.index("CONSERVATION")]
+    assert column.tolist() == [False, True]
+
+
+def _cached_bucket(state: BatchState) -> tuple[int, int]:
+    """A cached block of instance 1 and its bucket in the prefix-cache index."""
+    block = int(torch.nonzero(state.block_hash[1] != NO_HASH)[0])
+    return block, int(state.cache_bucket[1, block])
+
+
+def _lose_entry(state: BatchState) -> None:
+    _, bucket = _cached_bucket(state)
+    state.cache_index[1, bucket] = TOMBSTONE
+    state.cache_deleted[1] += 1  # counted, so only the lost entry is wrong
+
+
+def _keep_stale_entry(state: BatchState) -> None:
+    block, _ = _cached_bucket(state)
+    state.block_hash[1, block] = NO_HASH  # evicted without prefix_index.forget
+
+
+def _move_entry_before_its_home(state: BatchState) -> None:
+    block, bucket = _cached_bucket(state)
+    before = (bucket - 1) % state.cache_index.shape[1]
+    state.cache_index[1, bucket] = EMPTY_BUCKET
+    state.cache_index[1, before] = block
+    state.cache_bucket[1, block] = before  # consistent pointers, unreachable place
+
+
+def _plant_uncounted_tombstone(state: BatchState) -> None:
+    empty = int(torch.nonzero(state.cache_index[1] == EMPTY_BUCKET)[0])
+    state.cache_index[1, empty] = TOMBSTONE
+
+
+@pytest.mark.parametrize(
+    "breaker",
+    [_lose_entry, _keep_stale_entry, _move_entry_before_its_home, _plant_uncounted_tombstone],
+)
+def test_cache_index_flags_an_index_out_of_step_with_block_hash(
+    breaker: Callable[[BatchState], None],
+) -> None:
+    """With prefix caching on, the index holds an entry per cached block; CACHE-INDEX
+    flags a cached block with no entry, an entry left on a block that lost its id, an
+    entry a lookup cannot reach from its home, and tombstones beyond the count that
+    decides when a row is rebuilt."""
+    config = dataclasses.replace(CONFIG, enable_prefix_caching=True)
+    engine, _ = _two_busy_instances(config)
+    assert int((engine.state.cache_index >= 0).sum()) == 4  # 2 cached blocks per instance
+    column = check_state(engine.state, config)[:, CHECK_IDS.index("CACHE-INDEX")]
+    assert column.tolist() == [False, False]
+    breaker(engine.state)
+    column = check_state(engine.state, config)[:, CHECK_IDS.index("CACHE-INDEX")]
     assert column.tolist() == [False, True]

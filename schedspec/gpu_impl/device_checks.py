@@ -15,10 +15,12 @@ import torch
 from schedspec.gpu_impl.batch_state import (
     BIG,
     EMPTY,
+    EMPTY_BUCKET,
     NO_BLOCK,
     NO_HASH,
     PREEMPTED,
     RUNNING,
+    TOMBSTONE,
     BatchState,
 )
 from schedspec.gpu_impl.step_plan import StepPlan
@@ -50,6 +52,43 @@ def conservation(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
 def exclusive(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     """EXCLUSIVE: a block held by two tables is cached content (a prefix hit)."""
     return ((state.ref_cnt > 1) & (state.block_hash == NO_HASH)).any(dim=1)
+
+
+def cache_index(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """CACHE-INDEX (the device's index, prefix_index.py): every block holding a content id
+    has exactly one entry, in the bucket its cache_bucket names, where a lookup reaches
+    it (no EMPTY_BUCKET between the id's home and the entry, and closer than
+    cache_reach); no entry names a block holding no id; the deletion count bounds the
+    tombstones."""
+    n, h = state.block_hash.shape[1], state.cache_index.shape[1]
+    entries = state.cache_index
+    live = entries >= 0
+    safe = entries.clamp(0, n - 1)
+    ids = torch.gather(state.block_hash, 1, safe)
+    buckets = torch.arange(h, device=state.device)
+    named = torch.gather(state.cache_bucket, 1, safe)
+    stray = live & ((entries >= n) | (ids == NO_HASH) | (named != buckets))
+    distance = (buckets - ids) & (h - 1)
+    reach = torch.minimum(state.cache_reach.unsqueeze(1), _since_empty(entries))
+    unreachable = live & (distance >= reach)
+    recorded = state.cache_bucket >= 0
+    back = torch.gather(entries, 1, state.cache_bucket.clamp(0, h - 1))
+    owned = back == torch.arange(n, device=state.device)
+    lost = ((state.block_hash != NO_HASH) != recorded) | (recorded & ~owned)
+    tombs = (entries == TOMBSTONE).sum(dim=1)
+    unknown = (entries < TOMBSTONE).any(dim=1) | (state.cache_bucket >= h).any(dim=1)
+    broken = (stray | unreachable).any(dim=1) | lost.any(dim=1)
+    return broken | (tombs > state.cache_deleted) | unknown
+
+
+def _since_empty(entries: torch.Tensor) -> torch.Tensor:
+    """Per bucket, how far back (cyclically) the nearest EMPTY_BUCKET lies: an entry is
+    reached from its id's home only if it lies less than that past the home."""
+    h = entries.shape[1]
+    doubled = torch.cat([entries, entries], dim=1)
+    positions = torch.arange(2 * h, device=entries.device)
+    last = torch.where(doubled == EMPTY_BUCKET, positions, -1).cummax(dim=1).values[:, h:]
+    return positions[h:] - last
 
 
 def seqs(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
@@ -106,6 +145,7 @@ def preempt_reset(state: BatchState, plan: StepPlan, config: SchedulerConfig) ->
 STATE_CHECKS: tuple[tuple[str, StateCheck], ...] = (
     ("CONSERVATION", conservation),
     ("EXCLUSIVE", exclusive),
+    ("CACHE-INDEX", cache_index),
     ("SEQS", seqs),
     ("QUEUES", queued_hold_nothing),
     ("NO-LEAK", no_leak),

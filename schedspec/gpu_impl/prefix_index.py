@@ -1,9 +1,9 @@
 """The prefix cache's index: per instance, a hash table from content id to the blocks holding it.
 
 A lookup must find, for each content id a request asks about, the blocks of
-its instance that hold that id, and take the oldest (smallest `reg_seq`).
-Sorting the instance's N blocks per lookup costs O(N log N) per request;
-this index costs a few gathers per id instead.
+its instance that hold that id, and take the oldest (smallest `reg_seq`), as
+the reference's insertion-ordered map does. Sorting the instance's N blocks
+costs O(N log N) per lookup; this index costs a few gathers per id.
 
 Each instance has H buckets (`cache_index` [B, H], H a power of two and at
 least 2N, so at most half full of entries). Every block holding an id is
@@ -15,8 +15,10 @@ id all lie between its home and the first EMPTY_BUCKET after it; ids that
 share their low bits share that run and are told apart by comparing the
 blocks' ids in full. A deleted entry leaves a TOMBSTONE (emptying the
 bucket would cut the run of entries placed past it); inserts reuse
-tombstones, and a row is rebuilt from `block_hash` once its tombstones
-pass H / 4 (`cache_tombs`), which keeps runs short.
+tombstones, and a row is rebuilt from `block_hash` once H / 4 entries were
+deleted since its last rebuild (`cache_deleted`, a bound on its tombstones),
+which keeps runs short: entries, at most N, and tombstones never fill more
+than three quarters of the row, so every run ends.
 
 A lookup reads a fixed width of buckets from each id's home (the table is
 sparse: most runs end within it) and goes on only for the ids whose window
@@ -27,9 +29,10 @@ the id.
 
 Inserts of one call are placed in rounds: each pending entry looks at a
 window of buckets and proposes the first without an entry; where several
-propose one bucket, the first in call order gets it (scatter_reduce amin)
-and the others go on past it. Instances never share buckets, so an
-instance's layout depends on its own history only.
+propose one bucket, the smallest block id gets it (scatter_reduce amin) and
+the others go on past it. Instances never share buckets, so an instance's
+layout depends on its own history only (an instance stepped alone and
+within a batch ends with the same tensors).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ _PLACE_WINDOW = 4
 def insert(state: BatchState, block_index: torch.Tensor) -> None:
     """Index blocks that were just given content ids: block_index holds their flat
     positions (instance * N + block) in the [B, N] block tensors, each block once, and
-    block_hash already holds their ids. Then rebuild the rows worn by tombstones."""
+    block_hash already holds their ids. Then rebuild the rows worn by deletions."""
     n = state.block_hash.shape[1]
     rows = torch.div(block_index, n, rounding_mode="floor")
     _place(state, rows, block_index - rows * n)
