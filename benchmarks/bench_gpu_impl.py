@@ -81,7 +81,9 @@ def sync(device: torch.device) -> None:
 def gpu_rate(batch: int, warm: int, ticks: int, device: torch.device) -> tuple[float, float]:
     """(instance-steps/s, mean running requests per instance) over `ticks` ticks
     after `warm` ticks of filling up."""
-    engine = BatchedScheduler(WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device)
+    engine = BatchedScheduler(
+        WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device, start_width=1
+    )
     workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
     for _ in range(warm):
         workload.tick()
@@ -221,7 +223,9 @@ def breakdown(batch: int, warm: int, ticks: int, device: torch.device) -> None:
     for (owner, name, label), (_, _, function) in zip(TIMED, originals, strict=True):
         setattr(owner, name, timed(function, label))
     try:
-        engine = BatchedScheduler(WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device)
+        engine = BatchedScheduler(
+            WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device, start_width=1
+        )
         workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
         for _ in range(warm):
             workload.tick()
@@ -279,7 +283,9 @@ class _LineTimer(TorchFunctionMode):
 
 def lines(batch: int, warm: int, ticks: int, device: torch.device, top: int = 30) -> None:
     """The `top` gpu_impl source lines by time spent in torch calls per tick."""
-    engine = BatchedScheduler(WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device)
+    engine = BatchedScheduler(
+        WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device, start_width=1
+    )
     workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
     for _ in range(warm):
         workload.tick()

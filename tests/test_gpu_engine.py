@@ -10,7 +10,7 @@ import torch
 import schedspec.gpu_impl.hashing as hashing
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.admission import longest_cached_prefix
-from schedspec.gpu_impl.batch_state import BIG
+from schedspec.gpu_impl.batch_state import BIG, EMPTY
 from schedspec.gpu_impl.block_ops import release_tables
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.hashing import extend_hashes
@@ -155,6 +155,56 @@ def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
     for field in dataclasses.fields(batch.state):
         assert torch.equal(getattr(batch.state, field.name)[5], getattr(alone.state, field.name)[0])
     assert preempted > 0  # the example reached the sequential corner
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_narrow_tensors_widen_on_demand_and_step_like_full_ones(policy: str) -> None:
+    """An engine whose per-slot tensors start one slot wide (start_width=1) and widen as
+    higher slots are used makes every decision the full-width engine makes: plans and
+    state agree on the narrow engine's columns, the full engine's other columns stay
+    empty, and the per-block state is equal throughout."""
+    config = SchedulerConfig(
+        block_size=4,
+        num_blocks=24,
+        max_num_batched_tokens=48,
+        max_num_seqs=6,
+        max_model_len=64,
+        long_prefill_token_threshold=16,
+        enable_prefix_caching=True,
+        watermark=0.1,
+        num_speculative_tokens=2,
+        policy=policy,  # type: ignore[arg-type]
+    )
+    shape = WorkloadShape(add_chance=700)
+    full = BatchedScheduler(config, batch=8, slots=32, device="cpu")
+    narrow = BatchedScheduler(config, batch=8, slots=32, device="cpu", start_width=1)
+    workloads = [SwarmWorkload(engine, 11, torch.arange(8), shape) for engine in (full, narrow)]
+    widths = set()
+    for _ in range(40):
+        ticks = [w.tick() for w in workloads]
+        width = narrow.state.slots
+        widths.add(width)
+        for name in ("scheduled", "rank", "kind", "num_drafts", "preempted"):
+            wide, thin = (getattr(tick.plan, name) for tick in ticks)
+            assert torch.equal(wide[:, :width], thin), name
+        assert torch.equal(ticks[0].result.finish[:, :width], ticks[1].result.finish)
+        assert (full.state.status[:, width:] == EMPTY).all()
+        for field in dataclasses.fields(full.state):
+            wide, thin = getattr(full.state, field.name), getattr(narrow.state, field.name)
+            if wide.dim() >= 2 and wide.shape[1] == full.capacity and thin.shape[1] == width:
+                wide = wide[:, :width]
+            assert torch.equal(wide, thin), field.name
+    assert len(widths) > 1 and max(widths) < full.capacity  # it widened, never to all 32
+
+
+def test_a_slot_past_the_capacity_is_refused() -> None:
+    engine = BatchedScheduler(CACHED, batch=1, slots=2, device="cpu", start_width=1)
+    one = torch.ones(1, dtype=torch.int64)
+    with pytest.raises(RequestError, match="slot"):
+        engine.add_requests(
+            NewRequests(one * 0, one * 2, one.view(1, 1), one, one, -one, -one.view(1, 1), one * 0)
+        )
+    assert engine.state.slots == 1
 
 
 def test_the_lookup_takes_the_oldest_holder_and_stops_at_the_first_miss() -> None:

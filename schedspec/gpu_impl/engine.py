@@ -67,15 +67,24 @@ class BatchedScheduler:
         slots: int = 8,
         device: torch.device | str | None = None,
         max_stops: int = 2,
+        start_width: int | None = None,
     ) -> None:
+        """B instances of `slots` request slots each (the slot ids callers may name). The
+        per-slot tensors start `start_width` slots wide (default: all) and widen when a
+        request names a slot past them: every [B, S] op of a step then costs what the
+        highest slot in use needs, not the capacity (a swarm whose instances hold a few
+        requests in 24 slots runs its steps on about half the columns)."""
         self.config = config
         self.device = torch.device(device) if device is not None else default_device()
-        self.state = empty_state(config, batch, slots, max_stops, self.device)
+        self.capacity = slots
+        width = slots if start_width is None else min(max(start_width, 1), slots)
+        self.state = empty_state(config, batch, width, max_stops, self.device)
         # Positions a token can take: the prompt and outputs, plus drafts past them.
         self.max_positions = config.max_model_len + config.num_speculative_tokens + 1
 
     def grow(self, slots: int, max_stops: int) -> None:
         """Room for at least `slots` requests and `max_stops` stop ids per request."""
+        self.capacity = max(self.capacity, slots)
         self.state = grow(self.state, slots, max_stops)
 
     # ----------------------------------------------------------------- requests
@@ -89,6 +98,11 @@ class BatchedScheduler:
                 "priority",
                 f"gpu_impl packs priorities into int64 keys: |priority| < {PRIORITY_LIMIT}",
             )
+        needed = int(new.slot.max()) + 1
+        if needed > self.capacity:
+            raise RequestError("slot", f"slot ids are below the engine's {self.capacity} slots")
+        if needed > self.state.slots:
+            self.grow(needed, self.state.stops.shape[2])
         st, config = self.state, self.config
         i, s = new.inst, new.slot
         # Each request names a distinct (instance, slot): writes go to flat rows.

@@ -120,8 +120,12 @@ class SwarmWorkload:
     def _add(self) -> NewRequests:
         st, config = self.engine.state, self.config
         empty = st.status == EMPTY
-        go = (self.draw(_ADD) % 1024 < self.shape.add_chance) & empty.any(dim=1)
-        slot = torch.argmax(empty.long(), dim=1)
+        # Slots past the tensors' width are empty too: the first of them is the first
+        # empty slot of an instance whose columns are all in use (the engine widens).
+        has_empty = empty.any(dim=1)
+        room = has_empty | (st.slots < self.engine.capacity)
+        go = (self.draw(_ADD) % 1024 < self.shape.add_chance) & room
+        slot = torch.where(has_empty, torch.argmax(empty.long(), dim=1), st.slots)
         longest = config.max_model_len - 1
         inst = torch.nonzero(go).squeeze(1)
         length = (1 + self.draw(_LENGTH) % longest)[inst]

@@ -66,7 +66,10 @@ def run_swarm(
     shrink_seconds: float = 20.0,
 ) -> SwarmResult:
     """`instances` instances for up to `ticks` ticks; stops at the first tick with a finding."""
-    engine = BatchedScheduler(run.config, batch=instances, slots=run.slots, device=device)
+    # Narrow tensors that widen on demand: a step costs the slots in use, not run.slots.
+    engine = BatchedScheduler(
+        run.config, batch=instances, slots=run.slots, device=device, start_width=1
+    )
     workload = SwarmWorkload(engine, run.seed, torch.arange(instances), run.shape)
     result = SwarmResult(run, instances, 0, 0.0, dict.fromkeys(CHECK_IDS, 0))
     started = time.perf_counter()
