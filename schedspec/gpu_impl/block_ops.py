@@ -6,6 +6,11 @@ for all of them at once what the reference does one request at a time.
 The free queue is a key per block (batch_state.py): taking blocks takes
 the smallest keys, a block put at the front gets a key below every other,
 one put at the back a key above.
+
+Most requests move a block or two per call, so where the blocks moved are
+laid out packed (`_entries`: one entry per block, in instance, request,
+block order) rather than padded to the widest request, the ops run on the
+real entries only.
 """
 
 from __future__ import annotations
@@ -20,6 +25,20 @@ from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, tak
 def _rows(inst: torch.Tensor, *shape: int) -> torch.Tensor:
     """inst broadcast to [I, *shape]."""
     return inst.view(-1, *([1] * len(shape))).expand(-1, *shape)
+
+
+def _entries(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """counts[i, r] entries for each (instance, request) pair, packed in that order: each
+    entry's pair (flat, i * R + r), each entry's instance (i), and each pair's first
+    entry (so entry e is the (e - first[pair[e]])-th of its pair). One host read (the
+    number of entries)."""
+    flat = counts.reshape(-1)
+    per_inst = counts.sum(dim=1)
+    # Given the output size, repeat_interleave skips a pass that sums the repeats.
+    size = int(per_inst.sum())
+    pair = torch.repeat_interleave(flat, output_size=size)
+    owner = torch.repeat_interleave(per_inst, output_size=size)
+    return pair, owner, torch.cumsum(flat, dim=0) - flat
 
 
 def _busy(
@@ -99,36 +118,30 @@ def register_blocks(
     """cache_blocks: register each request's full blocks among its first upto[i, r]
     tokens in the prefix cache, request after request (registration order is the
     lookup's tie-break)."""
-    real = slots >= 0
-    safe_slots = slots.clamp(min=0)
-    num_cached = take_at(state.num_cached_block, _rows(inst, slots.shape[1]), safe_slots)
-    num_full = upto // block_size
-    counts = torch.where(real, (num_full - num_cached).clamp(min=0), torch.zeros_like(upto))
-    width, inst, counts, (slots, num_cached, num_full) = _busy(
-        inst, counts, slots, num_cached, num_full
-    )
-    if width == 0:
+    row = flat_rows(state.num_cached_block, inst.unsqueeze(1), slots.clamp(min=0)).view(-1)
+    num_cached = state.num_cached_block.view(-1).index_select(0, row)
+    num_full = torch.div(upto, block_size, rounding_mode="floor").reshape(-1)
+    counts = torch.where(slots.reshape(-1) >= 0, (num_full - num_cached).clamp(min=0), 0)
+    pair, owner, first = _entries(counts.view(slots.shape))
+    if pair.numel() == 0:
         return
-    num_req = slots.shape[1]
-    m = state.table.shape[2]
-    safe_slots = slots.clamp(min=0)
-    start = torch.cumsum(counts, dim=1) - counts
-    j = torch.arange(width, device=slots.device)
-    valid = j < counts.unsqueeze(-1)
-    k = (num_cached.unsqueeze(-1) + j).clamp(max=m - 1)
-    real = selected(valid)
-    table_index = pick(_table_index(state, inst, safe_slots, k), real)
+    entry = torch.arange(pair.numel(), device=pair.device)
+    to_table = row * state.table.shape[2] + num_cached - first
+    table_index = to_table.index_select(0, pair) + entry
     blocks = state.table.view(-1).index_select(0, table_index)
     hashes = state.req_hash.view(-1).index_select(0, table_index)
-    block_index = pick(_rows(inst, num_req, width), real) * state.ref_cnt.shape[1] + blocks
-    seq = state.next_reg.index_select(0, inst).view(-1, 1, 1) + start.unsqueeze(-1) + j
+    block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
+    # Registration order: the instance's counter, then the instance's entries in order.
+    inst_first = first.view(slots.shape)[:, 0]
+    seq = (state.next_reg.index_select(0, inst) - inst_first).index_select(0, owner) + entry
     # A block registered here is in this request's table only (a shared block is a hit,
-    # registered before): the real entries name distinct blocks.
+    # registered before): the entries name distinct blocks.
     state.block_hash.view(-1).index_copy_(0, block_index, hashes)
-    state.reg_seq.view(-1).index_copy_(0, block_index, pick(seq, real))
+    state.reg_seq.view(-1).index_copy_(0, block_index, seq)
     prefix_index.insert(state, block_index)
-    state.next_reg.index_add_(0, inst, counts.sum(dim=1))
-    put_at(state.num_cached_block, _rows(inst, num_req), safe_slots, num_full, counts > 0)
+    state.next_reg.index_add_(0, inst, counts.view(slots.shape).sum(dim=1))
+    # Padding pairs and requests with nothing new add 0: num_cached + counts = full blocks.
+    state.num_cached_block.view(-1).index_add_(0, row, counts)
 
 
 def uncache_uncomputed(
