@@ -130,21 +130,39 @@ def _free_block(state: BatchState) -> int:
     return int(torch.nonzero(state.ref_cnt[1] == 0)[0])
 
 
+def _ring_names_another_block(state: BatchState) -> None:
+    """The ring entry under a free block's key names the block after it."""
+    block = _free_block(state)
+    at = int(state.free_key[1, block]) % state.free_ring.shape[1]
+    state.free_ring[1, at] = (block + 1) % state.free_key.shape[1]
+
+
+def _span_past_ring(state: BatchState) -> None:
+    """Keys still found through the ring, but a span one key wider than it."""
+    state.free_front[1] = state.free_back[1] - state.free_ring.shape[1] - 1
+
+
 @pytest.mark.parametrize(
     "breaker",
     [
         pytest.param(lambda s: s.free_key[1].__setitem__(int(s.table[1, 0, 0]), 0), id="held-key"),
         pytest.param(lambda s: s.num_free.__setitem__(1, s.num_free[1] - 1), id="free-count"),
         pytest.param(lambda s: s.free_key[1].__setitem__(_free_block(s), BIG), id="free-keyed-big"),
+        pytest.param(_ring_names_another_block, id="ring-entry"),
+        pytest.param(lambda s: s.free_front.__setitem__(1, s.free_back[1]), id="below-front"),
+        pytest.param(lambda s: s.free_back.__setitem__(1, s.free_front[1]), id="past-back"),
+        pytest.param(_span_past_ring, id="span-past-ring"),
     ],
 )
 def test_conservation_covers_the_free_queue_bookkeeping(
     breaker: Callable[[BatchState], None],
 ) -> None:
     """The step keeps held blocks' keys at BIG (so taking the smallest keys never needs
-    the ref counts) and a free-block counter (so no step sums the pool): CONSERVATION
-    flags a held block with a queue key, a counter off by one, and two free blocks
-    sharing the key BIG (a free block that lost its place)."""
+    the ref counts), a free-block counter (so no step sums the pool) and a ring that
+    finds blocks by key (so taking blocks reads the queue's front only): CONSERVATION
+    flags a held block with a queue key, a counter off by one, two free blocks sharing
+    the key BIG (a free block that lost its place), a ring entry naming another block,
+    a key outside [free_front, free_back), and a span the ring cannot hold."""
     engine, _ = _two_busy_instances()
     assert engine.state.num_free.tolist() == [8, 8]  # 12 blocks, 2 + 2 held per instance
     breaker(engine.state)

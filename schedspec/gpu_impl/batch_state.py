@@ -14,7 +14,8 @@ Queue orders are keys, not lists, so that a step never shuffles memory:
   (front keys go down, back keys go up), so popping the front is taking
   the smallest keys; a held block's key is BIG, so the smallest keys of a
   row are free blocks without masking by ref count, and `num_free` counts
-  the queue without a pass over the pool;
+  the queue without a pass over the pool. `free_ring` indexes the keys, so
+  that taking blocks reads the queue's front only (free_queue.py);
 - the prefix cache is a block's `block_hash` (-1: not cached); among blocks
   holding one hash the lookup takes the smallest `reg_seq` (the oldest
   registration), as the reference's map does. `cache_index` finds the
@@ -87,10 +88,12 @@ class BatchState:
     cache_bucket: torch.Tensor  # the block's bucket in cache_index; NO_BUCKET: uncached
     # --- prefix-cache index per instance [B, H] (prefix_index.py)
     cache_index: torch.Tensor  # bucket -> a block holding an id; EMPTY_BUCKET, TOMBSTONE
+    # --- free-queue ring per instance [B, R] (free_queue.py)
+    free_ring: torch.Tensor  # key k -> at k mod R, the block given key k (stale once retaken)
     # --- per instance [B]
     num_free: torch.Tensor  # blocks with ref count 0 (the free queue's length)
     next_arrival: torch.Tensor
-    free_front: torch.Tensor  # the next front key is free_front - 1
+    free_front: torch.Tensor  # no free block's key is below it; the next front key is one less
     free_back: torch.Tensor  # the next back key
     next_reg: torch.Tensor
     next_run: torch.Tensor
@@ -160,6 +163,7 @@ def empty_state(
         reg_seq=full((b, n), 0),
         cache_bucket=full((b, n), NO_BUCKET),
         cache_index=full((b, index_size(n)), EMPTY_BUCKET),
+        free_ring=_first_ring(b, n, device),
         num_free=full((b,), n),
         next_arrival=full((b,), 0),
         free_front=full((b,), 0),
@@ -173,8 +177,25 @@ def empty_state(
     )
 
 
-# Per-block and per-bucket tensors: their second dimension is not the slot one.
-_NOT_PER_SLOT = ("ref_cnt", "free_key", "block_hash", "reg_seq", "cache_bucket", "cache_index")
+def _first_ring(batch: int, num_blocks: int, device: torch.device) -> torch.Tensor:
+    """The free-queue ring of the first free queue (block b keyed b): a power of two
+    (a key's entry is its low bits) at least twice the blocks, so that holes left by
+    blocks taken from the queue's middle rarely force a renumbering."""
+    ring = torch.zeros((batch, index_size(num_blocks)), dtype=torch.int64, device=device)
+    ring[:, :num_blocks] = torch.arange(num_blocks, device=device)
+    return ring
+
+
+# Per-block, per-bucket and per-key tensors: their second dimension is not the slot one.
+_NOT_PER_SLOT = (
+    "ref_cnt",
+    "free_key",
+    "block_hash",
+    "reg_seq",
+    "cache_bucket",
+    "cache_index",
+    "free_ring",
+)
 # Fill values of the per-slot tensors, for growing the slot dimension.
 _SLOT_FILL = {"eos": NO_TOKEN, "stops": NO_TOKEN, "spec": NO_TOKEN, "table": NO_BLOCK}
 _SLOT_FILL["req_hash"] = NO_HASH

@@ -4,7 +4,7 @@ Each function works on a set of instances `inst` ([I] indices, no repeats)
 and, per instance, requests in an order (slots [I, R], -1 padded), doing
 for all of them at once what the reference does one request at a time.
 The free queue is a key per block (batch_state.py): taking blocks takes
-the smallest keys, a block put at the front gets a key below every other,
+the smallest keys (free_queue.py finds them), a block put at the front gets a key below every other,
 one put at the back a key above.
 
 Most requests move a block or two per call, so where the blocks moved are
@@ -20,6 +20,7 @@ import torch
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
 from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at
+from schedspec.gpu_impl.free_queue import make_room, place, pop_front
 
 
 def _rows(inst: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -66,46 +67,28 @@ def take_free_blocks(
 
     The caller has checked that each instance has enough free blocks.
     """
-    counts = torch.where(slots >= 0, counts, torch.zeros_like(counts))
-    width, inst, counts, (slots,) = _busy(inst, counts, slots)
-    if width == 0:
+    counts = torch.where(slots >= 0, counts, 0)
+    pair, _, first = _entries(counts)
+    if pair.numel() == 0:
         return
-    num_inst, num_req = slots.shape
-    n = state.ref_cnt.shape[1]
-    start = torch.cumsum(counts, dim=1) - counts
-    keys = state.free_key.index_select(0, inst)
-    # The front of the free queue: the smallest keys, in order (free keys are distinct,
-    # held blocks' keys are BIG).
-    most = min(int(counts.sum(dim=1).max()), n)
-    order = torch.topk(keys, most, dim=1, largest=False, sorted=True).indices
-    j = torch.arange(width, device=slots.device)
-    valid = j < counts.unsqueeze(-1)  # [I, R, W]
-    pos = (start.unsqueeze(-1) + j).clamp(max=most - 1)
-    blocks = torch.gather(order, 1, pos.view(num_inst, -1)).view(num_inst, num_req, width)
-    safe_slots = slots.clamp(min=0)
-    rows2 = _rows(inst, num_req)
-    held = take_at(state.num_held, rows2, safe_slots)
-    m = state.table.shape[2]
-    table_pos = (held.unsqueeze(-1) + j).clamp(max=m - 1)
-    real = selected(valid)
-    taken = pick(blocks, real)
-    table_index = pick(_table_index(state, inst, safe_slots, table_pos), real)
-    state.table.view(-1).index_copy_(0, table_index, taken)
-    block_index = pick(_rows(inst, num_req, width), real) * n + taken
+    total = counts.sum(dim=1)
+    busy = selected(total > 0)
+    # The queue hands its blocks out in (instance, queue) order, the entries ask in
+    # (instance, request, block) order: the two line up.
+    blocks, block_index = pop_front(
+        state, inst.index_select(0, busy), total.index_select(0, busy), pair.numel()
+    )
+    row = flat_rows(state.num_held, inst.unsqueeze(1), slots.clamp(min=0)).view(-1)
+    held = state.num_held.view(-1).index_select(0, row)
+    # Entry e lands after its request's held blocks and its pair's earlier entries.
+    to_table = row * state.table.shape[2] + held - first
+    table_index = to_table.index_select(0, pair) + torch.arange(pair.numel(), device=pair.device)
+    state.table.view(-1).index_copy_(0, table_index, blocks)
     state.ref_cnt.view(-1).index_fill_(0, block_index, 1)
-    state.free_key.view(-1).index_fill_(0, block_index, BIG)
     prefix_index.forget(state, block_index)
     state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
-    state.num_free.index_add_(0, inst, -counts.sum(dim=1))
-    put_at(state.num_held, rows2, safe_slots, held + counts, slots >= 0)
-
-
-def _table_index(
-    state: BatchState, inst: torch.Tensor, slots: torch.Tensor, pos: torch.Tensor
-) -> torch.Tensor:
-    """Flat positions in state.table of (inst[i], slots[i, r], pos[i, r, w])."""
-    s, m = state.table.shape[1:]
-    return (inst.view(-1, 1, 1) * s + slots.unsqueeze(-1)) * m + pos
+    # Padding pairs add 0 (wherever their clamped slot points).
+    state.num_held.view(-1).index_add_(0, row, counts.view(-1))
 
 
 def register_blocks(
@@ -203,10 +186,12 @@ def release_tables(
     back_pos = _positions(back)
     front_pos = _positions(front.flip(1)).flip(1)
     front_total = front.sum(dim=(1, 2))
+    back_total = back.sum(dim=(1, 2))
+    make_room(state, inst, front_total, back_total)
     front_base = state.free_front[inst] - front_total
     _assign_keys(state, inst, blocks, back, state.free_back[inst].view(-1, 1, 1) + back_pos)
     _assign_keys(state, inst, blocks, front, front_base.view(-1, 1, 1) + front_pos)
-    state.free_back[inst] += back.sum(dim=(1, 2))
+    state.free_back[inst] += back_total
     state.free_front[inst] = front_base
     state.num_free.index_add_(0, inst, zeroes.sum(dim=1))
     # `order` names distinct slots of each row (a prefix of a sort's permutation): the
@@ -254,6 +239,4 @@ def _assign_keys(
 ) -> None:
     """Queue keys for the chosen blocks (each chosen once: its last reference's drop)."""
     at = selected(chosen)
-    rows = pick(inst.view(-1, 1, 1).expand_as(blocks), at)
-    index = rows * state.free_key.shape[1] + pick(blocks, at)
-    state.free_key.view(-1).index_copy_(0, index, pick(keys, at))
+    place(state, pick(inst.view(-1, 1, 1).expand_as(blocks), at), pick(blocks, at), pick(keys, at))

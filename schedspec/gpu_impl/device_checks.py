@@ -23,6 +23,7 @@ from schedspec.gpu_impl.batch_state import (
     TOMBSTONE,
     BatchState,
 )
+from schedspec.gpu_impl.free_queue import ring_disagrees
 from schedspec.gpu_impl.step_plan import StepPlan
 from schedspec.spec import SchedulerConfig
 
@@ -32,8 +33,9 @@ StepCheck = Callable[[BatchState, StepPlan, SchedulerConfig], torch.Tensor]
 
 def conservation(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     """CONSERVATION: each ref count equals the number of tables holding the block, and
-    the free queue (ref 0) holds each free block once (distinct keys below BIG), held
-    blocks sit outside it (key BIG) and the free count is the queue's length."""
+    the free queue (ref 0) holds each free block once (distinct keys below BIG, each
+    found through the ring under its key), held blocks sit outside it (key BIG) and the
+    free count is the queue's length."""
     b, n = state.ref_cnt.shape
     tables = state.table.view(b, -1)
     held = tables != NO_BLOCK
@@ -46,7 +48,8 @@ def conservation(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     # Free blocks carry a queue key, held ones BIG: taking the smallest keys relies on it.
     misplaced = (free == (state.free_key == BIG)).any(dim=1)
     miscounted = free.sum(dim=1) != state.num_free
-    return wrong_refs | repeated | misplaced | miscounted | (state.ref_cnt < 0).any(dim=1)
+    bad = wrong_refs | repeated | misplaced | miscounted | (state.ref_cnt < 0).any(dim=1)
+    return bad | ring_disagrees(state)
 
 
 def exclusive(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
