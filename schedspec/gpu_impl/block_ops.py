@@ -4,13 +4,12 @@ Each function works on a set of instances `inst` ([I] indices, no repeats)
 and, per instance, requests in an order (slots [I, R], -1 padded), doing
 for all of them at once what the reference does one request at a time.
 The free queue is a key per block (batch_state.py): taking blocks takes
-the smallest keys (free_queue.py finds them), a block put at the front gets a key below every other,
-one put at the back a key above.
+the smallest keys (free_queue.py finds them), a block put at the front gets
+a key below every other, one put at the back a key above.
 
-Most requests move a block or two per call, so where the blocks moved are
-laid out packed (`_entries`: one entry per block, in instance, request,
-block order) rather than padded to the widest request, the ops run on the
-real entries only.
+Most requests move a block or two per call, so the blocks moved are laid
+out packed (`_entries`: one entry per block, in instance, request, block
+order) rather than padded to the widest request.
 """
 
 from __future__ import annotations
@@ -40,23 +39,6 @@ def _entries(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     pair = torch.repeat_interleave(flat, output_size=size)
     owner = torch.repeat_interleave(per_inst, output_size=size)
     return pair, owner, torch.cumsum(flat, dim=0) - flat
-
-
-def _busy(
-    inst: torch.Tensor, counts: torch.Tensor, *others: torch.Tensor
-) -> tuple[int, torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-    """The rows with any count, and the widest count (0: nothing to do). One host read:
-    loops over [I, R, width] stay as wide as the work, not as max_model_len."""
-    width = int(counts.max()) if counts.numel() else 0
-    if width <= 0:
-        return 0, inst[:0], counts[:0], tuple(o[:0] for o in others)
-    busy = torch.nonzero((counts > 0).any(dim=1)).squeeze(1)
-    return (
-        width,
-        inst.index_select(0, busy),
-        counts.index_select(0, busy),
-        tuple(o.index_select(0, busy) for o in others),
-    )
 
 
 def take_free_blocks(
@@ -103,8 +85,8 @@ def register_blocks(
     lookup's tie-break)."""
     row = flat_rows(state.num_cached_block, inst.unsqueeze(1), slots.clamp(min=0)).view(-1)
     num_cached = state.num_cached_block.view(-1).index_select(0, row)
-    num_full = torch.div(upto, block_size, rounding_mode="floor").reshape(-1)
-    counts = torch.where(slots.reshape(-1) >= 0, (num_full - num_cached).clamp(min=0), 0)
+    counts = (torch.div(upto, block_size, rounding_mode="floor").view(-1) - num_cached).clamp(min=0)
+    counts = torch.where(slots.view(-1) >= 0, counts, 0)
     pair, owner, first = _entries(counts.view(slots.shape))
     if pair.numel() == 0:
         return
@@ -156,87 +138,94 @@ def release_tables(
     A block nobody holds any more goes to the front of the free queue without
     cached content, to the back with it; the request that drops the last
     reference places it. Requests freed later put their front blocks ahead of
-    earlier ones' and their back blocks behind. Laid out as [request in rank
-    order, table position from the tail], the back of the queue is filled in
-    reading order and the front in reading order with the requests reversed:
-    both are prefix sums, no sort.
+    earlier ones' and their back blocks behind. With the blocks packed in
+    (instance, request in rank order, table position from the tail) order,
+    the back of the queue is filled in that order and the front in that order
+    with each instance's requests reversed: both are prefix sums, no sort.
     """
-    per_row = mask.sum(dim=1, keepdim=True)
-    width, inst, _, (mask, rank) = _busy(inst, per_row, mask, rank)
+    per_row = mask.sum(dim=1)
+    width = int(per_row.max()) if per_row.numel() else 0
     if width == 0:
         return
-    num_inst = inst.numel()
-    m = state.table.shape[2]
+    busy = selected(per_row > 0)
+    inst, mask, rank = (t.index_select(0, busy) for t in (inst, mask, rank))
     order = torch.argsort(torch.where(mask, rank, BIG), dim=1, stable=True)[:, :width]
-    real = torch.gather(mask, 1, order)  # [I, R] the freed requests, in rank order
-    rows2 = inst.unsqueeze(1).expand_as(order)
-    held = torch.where(real, take_at(state.num_held, rows2, order), 0)
-    j = torch.arange(m, device=mask.device)
-    valid = j < held.unsqueeze(-1)  # [I, R, M]
-    tables = take_at(state.table, rows2, order)
-    tail_first = (held.unsqueeze(-1) - 1 - j).clamp(min=0)
-    blocks = torch.gather(tables, 2, tail_first).clamp(min=0)
-    flat_blocks = blocks.view(num_inst, -1)
-    zeroes = _drop_references(state, inst, blocks, valid).view(num_inst, -1)
-    hashed = (
-        take_at(state.block_hash, inst.unsqueeze(1).expand_as(flat_blocks), flat_blocks) != NO_HASH
-    )
-    back = (zeroes & hashed).view(num_inst, width, m)
-    front = (zeroes & ~hashed).view(num_inst, width, m)
-    back_pos = _positions(back)
-    front_pos = _positions(front.flip(1)).flip(1)
-    front_total = front.sum(dim=(1, 2))
-    back_total = back.sum(dim=(1, 2))
-    make_room(state, inst, front_total, back_total)
-    front_base = state.free_front[inst] - front_total
-    _assign_keys(state, inst, blocks, back, state.free_back[inst].view(-1, 1, 1) + back_pos)
-    _assign_keys(state, inst, blocks, front, front_base.view(-1, 1, 1) + front_pos)
-    state.free_back[inst] += back_total
-    state.free_front[inst] = front_base
-    state.num_free.index_add_(0, inst, zeroes.sum(dim=1))
-    # `order` names distinct slots of each row (a prefix of a sort's permutation): the
-    # pairs never collide, so the rows not freed can be written back unchanged.
-    flat_tables = state.table.view(-1, m)
-    cleared = torch.where(real.unsqueeze(-1), NO_BLOCK, tables)
-    flat_tables.index_copy_(
-        0, flat_rows(state.table, rows2, order).reshape(-1), cleared.view(-1, m)
-    )
-    put_at(state.num_held, rows2, order, 0, real)
-    put_at(state.num_cached_block, rows2, order, 0, real)
+    real = torch.gather(mask, 1, order)  # [I, W] the freed requests, in rank order
+    row = flat_rows(state.num_held, inst.unsqueeze(1), order).view(-1)
+    held = torch.where(real.view(-1), state.num_held.view(-1).index_select(0, row), 0)
+    pair, owner, first = _entries(held.view(real.shape))
+    if pair.numel() > 0:
+        entry = torch.arange(pair.numel(), device=pair.device)
+        # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]).
+        to_table = row * state.table.shape[2] + held - 1 + first
+        blocks = state.table.view(-1).index_select(0, to_table.index_select(0, pair) - entry)
+        block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
+        last = _drop_references(state, block_index)
+        hashed = state.block_hash.view(-1).index_select(0, block_index) != NO_HASH
+        _enqueue(state, inst, (blocks, pair, owner), last & hashed, last & ~hashed, width)
+    cleared = pick(row, selected(real))
+    state.table.view(-1, state.table.shape[2]).index_fill_(0, cleared, NO_BLOCK)
+    state.num_held.view(-1).index_fill_(0, cleared, 0)
+    state.num_cached_block.view(-1).index_fill_(0, cleared, 0)
 
 
-def _drop_references(
-    state: BatchState, inst: torch.Tensor, blocks: torch.Tensor, valid: torch.Tensor
-) -> torch.Tensor:
-    """One reference fewer on each valid block ([I, R, M]), request after request; True
-    where that request dropped the block's last reference. A table names each block
-    once, so within one request no block repeats; a block two freed requests share
-    reaches zero at the later one, as the reference's one-by-one free does. The loop
-    runs over the R freed requests per row (a handful), never over instances."""
-    n = state.ref_cnt.shape[1]
+def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tensor:
+    """One reference fewer on each entry's block (flat positions, in the order the
+    requests free them); True where that entry dropped the block's last reference. A
+    table names each block once, so a block named twice is shared by two freed
+    requests and reaches zero at the later one, as the reference's one-by-one free
+    does."""
     refs = state.ref_cnt.view(-1)
-    zeroes = torch.zeros_like(valid)
-    for r in range(blocks.shape[1]):
-        index = (inst.unsqueeze(1) * n + blocks[:, r]).view(-1)
-        held = valid[:, r]
-        refs.scatter_add_(0, index, -held.long().view(-1))
-        zeroes[:, r] = held & (refs.index_select(0, index).view_as(held) == 0)
-    return zeroes
+    refs.index_add_(0, block_index, torch.full_like(block_index, -1))
+    zero = refs.index_select(0, block_index) == 0
+    # Held blocks' queue keys are BIG until they are placed: they serve as scratch to
+    # find, for each block, the last entry naming it.
+    keys = state.free_key.view(-1)
+    entry = torch.arange(block_index.numel(), device=block_index.device)
+    keys.scatter_reduce_(0, block_index, entry, "amax", include_self=False)
+    last = keys.index_select(0, block_index) == entry
+    keys.index_fill_(0, block_index, BIG)
+    return zero & last
 
 
-def _positions(chosen: torch.Tensor) -> torch.Tensor:
-    """Each chosen entry's position among the chosen ones, in reading order."""
-    flat = chosen.reshape(chosen.shape[0], -1).long()
-    return (torch.cumsum(flat, dim=1) - 1).view(chosen.shape)
-
-
-def _assign_keys(
+def _enqueue(
     state: BatchState,
     inst: torch.Tensor,
-    blocks: torch.Tensor,
-    chosen: torch.Tensor,
-    keys: torch.Tensor,
+    entries: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    back: torch.Tensor,
+    front: torch.Tensor,
+    width: int,
 ) -> None:
-    """Queue keys for the chosen blocks (each chosen once: its last reference's drop)."""
-    at = selected(chosen)
-    place(state, pick(inst.view(-1, 1, 1).expand_as(blocks), at), pick(blocks, at), pick(keys, at))
+    """Queue the entries' blocks marked back or front (entries packed as release_tables
+    lays them out: blocks, pair = instance * width + request, owner = instance): the
+    back ones in entry order from free_back on, the front ones below free_front in
+    entry order with each instance's requests reversed."""
+    blocks, pair, owner = entries
+    num_inst = inst.numel()
+    front_long, back_long = front.long(), back.long()
+    front_per_pair = torch.zeros(num_inst * width, dtype=torch.int64, device=inst.device)
+    front_per_pair.index_add_(0, pair, front_long)
+    front_total = front_per_pair.view(num_inst, width).sum(dim=1)
+    back_total = torch.zeros_like(inst).index_add_(0, owner, back_long)
+    make_room(state, inst, front_total, back_total)
+    # An entry's front position: its instance's front entries in later requests, then
+    # its own request's front entries before it.
+    later = front_total.unsqueeze(1) - torch.cumsum(front_per_pair.view(num_inst, width), dim=1)
+    front_base = state.free_front.index_select(0, inst) - front_total
+    from_pair = (front_base.unsqueeze(1) + later).view(-1)
+    from_pair -= torch.cumsum(front_per_pair, dim=0) - front_per_pair
+    # An entry's back position: its instance's back entries before it.
+    from_inst = state.free_back.index_select(0, inst) - (torch.cumsum(back_total, 0) - back_total)
+    back_before = torch.cumsum(back_long, 0) - back_long
+    front_before = torch.cumsum(front_long, 0) - front_long
+    at = selected(back | front)
+    at_owner = pick(owner, at)
+    keys = torch.where(
+        pick(back, at),
+        from_inst.index_select(0, at_owner) + pick(back_before, at),
+        from_pair.index_select(0, pick(pair, at)) + pick(front_before, at),
+    )
+    place(state, inst.index_select(0, at_owner), pick(blocks, at), keys)
+    state.free_back.index_add_(0, inst, back_total)
+    state.free_front.index_add_(0, inst, -front_total)
+    state.num_free.index_add_(0, inst, front_total + back_total)
