@@ -34,11 +34,21 @@ def _queue(state: BatchState, inst: int = 1) -> list[int]:
     return free[torch.argsort(state.free_key[inst, free])].tolist()
 
 
+def _pop(state: BatchState, need: list[int]) -> tuple[list[int], list[int]]:
+    """Pop need[i] blocks from instance i's front, for each instance in one call."""
+    counts = torch.tensor(need)
+    owner = torch.repeat_interleave(torch.arange(len(need)), counts)
+    blocks, block_index = pop_front(state, torch.arange(len(need)), counts, owner)
+    return blocks.tolist(), block_index.tolist()
+
+
 def _take(state: BatchState, count: int, inst: int = 1) -> list[int]:
     """Pop count blocks from one instance's front (the other instance asks for none)."""
-    blocks, block_index = pop_front(state, torch.tensor([inst]), torch.tensor([count]), count)
-    assert (block_index == inst * state.free_key.shape[1] + blocks).all()
-    return blocks.tolist()
+    need = [0, 0]
+    need[inst] = count
+    blocks, block_index = _pop(state, need)
+    assert block_index == [inst * state.free_key.shape[1] + block for block in blocks]
+    return blocks
 
 
 def _free(state: BatchState, block: int, cached: bool, inst: int = 1) -> None:
@@ -92,6 +102,9 @@ def test_holes_left_by_hits_are_skipped_and_the_window_widens() -> None:
     assert _consistent(state)
     assert _take(state, 1) == [5]  # a window of 1 widens to 8 to find it
     assert int(state.free_front[1]) == 6
+    assert _take(state, 1) == [6]  # no hole: the packed read
+    assert int(state.free_front[1]) == 7
+    _free(state, 6, cached=False)
     _free(state, 2, cached=True)
     assert _queue(state) == [6, 7, 2]
     _hit(state, 7)
@@ -102,9 +115,9 @@ def test_holes_left_by_hits_are_skipped_and_the_window_widens() -> None:
 def test_two_instances_take_in_one_call_in_instance_then_queue_order() -> None:
     state = _state(6)
     _hit(state, 1, inst=0)
-    blocks, block_index = pop_front(state, torch.tensor([0, 1]), torch.tensor([2, 3]), 5)
-    assert blocks.tolist() == [0, 2, 0, 1, 2]
-    assert block_index.tolist() == [0, 2, 6, 7, 8]
+    blocks, block_index = _pop(state, [2, 3])  # a hole in instance 0's front only
+    assert blocks == [0, 2, 0, 1, 2]
+    assert block_index == [0, 2, 6, 7, 8]
     assert state.num_free.tolist() == [3, 3]
     assert _queue(state, inst=0) == [3, 4, 5]
     assert _queue(state, inst=1) == [3, 4, 5]

@@ -50,16 +50,12 @@ def take_free_blocks(
     The caller has checked that each instance has enough free blocks.
     """
     counts = torch.where(slots >= 0, counts, 0)
-    pair, _, first = _entries(counts)
+    pair, owner, first = _entries(counts)
     if pair.numel() == 0:
         return
-    total = counts.sum(dim=1)
-    busy = selected(total > 0)
     # The queue hands its blocks out in (instance, queue) order, the entries ask in
     # (instance, request, block) order: the two line up.
-    blocks, block_index = pop_front(
-        state, inst.index_select(0, busy), total.index_select(0, busy), pair.numel()
-    )
+    blocks, block_index = pop_front(state, inst, counts.sum(dim=1), owner)
     row = flat_rows(state.num_held, inst.unsqueeze(1), slots.clamp(min=0)).view(-1)
     held = state.num_held.view(-1).index_select(0, row)
     # Entry e lands after its request's held blocks and its pair's earlier entries.

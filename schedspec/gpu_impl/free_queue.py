@@ -16,13 +16,15 @@ never passes. Stale entries are holes: a block taken from the queue's middle
 (a prefix-cache hit on a free block, admission.py) only has its key set to
 BIG, and its entry stays behind.
 
-Taking c blocks reads the ring from free_front, a window as wide as the
-largest c (twice as wide, and again, only while holes leave some instance
-short), takes the first c live entries in key order and moves free_front
-just past the last one taken. Before freed blocks would stretch an
-instance's span past R, its free blocks are renumbered 0, 1, ... in queue
-order (a sort of that instance's keys; it takes about R - N holes or taken
-blocks between renumberings).
+Taking c blocks reads the c ring entries from free_front on, packed (one
+per block taken); where they are all live, those are the blocks, and
+free_front moves up by c. Otherwise (a hole among them) a window as wide as
+the largest c is read (twice as wide, and again, while holes leave some
+instance short), the first c live entries in key order are taken and
+free_front moves just past the last one. Before freed blocks would stretch
+an instance's span past R, its free blocks are renumbered 0, 1, ... in
+queue order (a sort of that instance's keys; it takes about R - N holes or
+taken blocks between renumberings).
 """
 
 from __future__ import annotations
@@ -34,19 +36,46 @@ from schedspec.gpu_impl.flat_index import pick, selected
 
 
 def pop_front(
+    state: BatchState, inst: torch.Tensor, need: torch.Tensor, owner: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Take need[i] blocks from the front of instance inst[i]'s queue (inst distinct;
+    owner [E] names each block taken by its instance's position in inst, grouped in
+    inst order): the blocks and their flat positions (inst * N + block in the [B, N]
+    block tensors), both [E] in (instance, queue) order. They leave the queue (key
+    BIG, num_free); the caller has checked that each instance has need[i] free
+    blocks. One host read (whether the front held a hole)."""
+    n = state.free_key.shape[1]
+    entry = torch.arange(owner.numel(), device=owner.device)
+    # Entry e takes the key free_front + (its position among its instance's entries).
+    first = torch.cumsum(need, dim=0) - need
+    keys = (state.free_front.index_select(0, inst) - first).index_select(0, owner) + entry
+    rows = inst.index_select(0, owner)
+    blocks = _ring_read(state, rows, keys)
+    block_index = rows * n + blocks
+    if bool((pick(state.free_key, block_index) == keys).all()):
+        state.free_front.index_add_(0, inst, need)
+    else:
+        busy = selected(need > 0)
+        blocks, block_index = _take_past_holes(
+            state, inst.index_select(0, busy), need.index_select(0, busy), owner.numel()
+        )
+    state.free_key.view(-1).index_fill_(0, block_index, BIG)
+    state.num_free.index_add_(0, inst, -need)
+    return blocks, block_index
+
+
+def _take_past_holes(
     state: BatchState, rows: torch.Tensor, need: torch.Tensor, total: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Take need[k] (>= 1) blocks from the front of instance rows[k]'s queue (rows
-    distinct, total = need.sum()): the blocks and their flat positions (rows * N +
-    block in the [B, N] block tensors), both [total] in (row, queue) order. They leave
-    the queue (key BIG, num_free); the caller has checked that each instance has
-    need[k] free blocks."""
+    """pop_front's blocks where holes lie among the first need[k] keys of instance
+    rows[k] (need >= 1, total = need.sum()): the first need[k] live entries from
+    free_front on, and free_front just past the last of them."""
     n, ring = state.free_key.shape[1], state.free_ring.shape[1]
     head = state.free_front.index_select(0, rows)
     width = min(int(need.max()), ring)
     while True:
         keys = head.unsqueeze(1) + torch.arange(width, device=rows.device)
-        blocks = _ring_read(state, rows, keys)
+        blocks = _ring_read(state, rows.unsqueeze(1), keys)
         block_index = (rows * n).unsqueeze(1) + blocks
         live = pick(state.free_key, block_index.view(-1)).view(keys.shape) == keys
         rank = torch.cumsum(live, dim=1)
@@ -58,10 +87,7 @@ def pop_front(
         width = min(2 * width, ring)  # holes left some instance short
     # Every key before the last one taken is taken or a hole.
     state.free_front.index_copy_(0, rows, head + (rank < need.unsqueeze(1)).sum(dim=1) + 1)
-    block_index = pick(block_index, at)
-    state.free_key.view(-1).index_fill_(0, block_index, BIG)
-    state.num_free.index_add_(0, rows, -need)
-    return pick(blocks, at), block_index
+    return pick(blocks, at), pick(block_index, at)
 
 
 def place(state: BatchState, rows: torch.Tensor, blocks: torch.Tensor, keys: torch.Tensor) -> None:
@@ -116,7 +142,7 @@ def ring_disagrees(state: BatchState) -> torch.Tensor:
 
 
 def _ring_read(state: BatchState, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """The ring entries under keys [K, W] of instances rows [K]."""
+    """The ring entries under keys of instances rows (broadcast to keys' shape)."""
     ring = state.free_ring.shape[1]
-    index = (rows * ring).unsqueeze(1) + (keys & (ring - 1))
-    return pick(state.free_ring, index.view(-1)).view(keys.shape)
+    index = rows * ring + (keys & (ring - 1))
+    return pick(state.free_ring, index.reshape(-1)).view(keys.shape)
