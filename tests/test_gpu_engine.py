@@ -96,6 +96,17 @@ class TestContentIds:
         assert torch.equal(torch.cat([first.ids, second.ids]), all_at_once.ids)
         assert torch.equal(acc, acc_all)
 
+    def test_a_shared_int_start_hashes_as_a_start_per_row(self) -> None:
+        # Fresh prompts pass start 0 for every row; padding may run past max_positions.
+        tokens = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]])
+        zero, count = torch.zeros(2, dtype=torch.int64), torch.tensor([7, 3])
+        acc_int, by_int = extend_hashes(zero, 0, tokens, count, 3, 7)
+        acc_rows, by_rows = extend_hashes(zero, zero, tokens, count, 3, 7)
+        assert torch.equal(acc_int, acc_rows)
+        assert by_int.row.tolist() == by_rows.row.tolist() == [0, 0, 1]
+        assert by_int.index.tolist() == by_rows.index.tolist() == [0, 1, 0]
+        assert torch.equal(by_int.ids, by_rows.ids)
+
     def test_a_device_id_collision_is_refused_not_trusted(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
