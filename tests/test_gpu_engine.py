@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -106,6 +107,19 @@ class TestContentIds:
         assert by_int.row.tolist() == by_rows.row.tolist() == [0, 0, 1]
         assert by_int.index.tolist() == by_rows.index.tolist() == [0, 1, 0]
         assert torch.equal(by_int.ids, by_rows.ids)
+
+    def test_structured_prompts_sum_apart_as_chance_predicts(self) -> None:
+        # Every prompt of 8 tokens from {0, 2**8, 2**16, 2**40} (65,536: tokens that
+        # differ by powers of two). Their sums' low and high 24 bits collide about
+        # 128 times by chance; a token mix that is linear under a sum (say, one
+        # multiply and one fold) collides millions of times in the high bits.
+        digits = torch.tensor(list(itertools.product(range(4), repeat=8)))
+        tokens = torch.tensor([0, 1 << 8, 1 << 16, 1 << 40])[digits]
+        zero = torch.zeros(tokens.shape[0], dtype=torch.int64)
+        acc, _ = extend_hashes(zero, 0, tokens, torch.full_like(zero, 8), 4, 16)
+        for window in (acc & (2**24 - 1), (acc >> 40) & (2**24 - 1)):
+            _, counts = torch.unique(window, return_counts=True)
+            assert int((counts * (counts - 1) // 2).sum()) < 3 * 128
 
     def test_a_device_id_collision_is_refused_not_trusted(
         self, monkeypatch: pytest.MonkeyPatch
