@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import pytest
 import torch
@@ -108,18 +107,20 @@ class TestContentIds:
         assert by_int.index.tolist() == by_rows.index.tolist() == [0, 1, 0]
         assert torch.equal(by_int.ids, by_rows.ids)
 
-    def test_structured_prompts_sum_apart_as_chance_predicts(self) -> None:
-        # Every prompt of 8 tokens from {0, 2**8, 2**16, 2**40} (65,536: tokens that
-        # differ by powers of two). Their sums' low and high 24 bits collide about
-        # 128 times by chance; a token mix that is linear under a sum (say, one
-        # multiply and one fold) collides millions of times in the high bits.
-        digits = torch.tensor(list(itertools.product(range(4), repeat=8)))
+    def test_prompts_of_power_of_two_tokens_sum_apart_as_chance_predicts(self) -> None:
+        # 65,536 random prompts of 16 tokens from {0, 2**8, 2**16, 2**40} (tokens that
+        # differ by powers of two). Their sums' low and high 24 bits collide about 128
+        # times by chance (mix64's and this mix's, over five position salts: 105-158);
+        # a token mix that is linear under a sum (one multiply and one fold) collides
+        # about 12 million times in the high bits.
+        generator = torch.Generator().manual_seed(0)
+        digits = torch.randint(0, 4, (1 << 16, 16), generator=generator)
         tokens = torch.tensor([0, 1 << 8, 1 << 16, 1 << 40])[digits]
         zero = torch.zeros(tokens.shape[0], dtype=torch.int64)
-        acc, _ = extend_hashes(zero, 0, tokens, torch.full_like(zero, 8), 4, 16)
+        acc, _ = extend_hashes(zero, 0, tokens, torch.full_like(zero, 16), 4, 32)
         for window in (acc & (2**24 - 1), (acc >> 40) & (2**24 - 1)):
             _, counts = torch.unique(window, return_counts=True)
-            assert int((counts * (counts - 1) // 2).sum()) < 3 * 128
+            assert int((counts * (counts - 1) // 2).sum()) < 2 * 128
 
     def test_a_device_id_collision_is_refused_not_trusted(
         self, monkeypatch: pytest.MonkeyPatch
