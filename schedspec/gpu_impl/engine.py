@@ -130,7 +130,7 @@ class BatchedScheduler:
         st.req_hash.view(-1, m).index_fill_(0, row, NO_HASH)
         zero = torch.zeros_like(new.prompt_len)
         acc, done = extend_hashes(
-            zero, zero, new.prompt, new.prompt_len, config.block_size, self.max_positions
+            zero, 0, new.prompt, new.prompt_len, config.block_size, self.max_positions
         )
         st.req_hash.view(-1).index_copy_(
             0, row.index_select(0, done.row) * m + done.index, done.ids

@@ -4,7 +4,10 @@ Every draw is a pure function of (seed, instance id, tick, purpose, slot),
 a counter-based generator, not a stream: instance i alone (B = 1, id i)
 goes through exactly the ticks it went through among thousands. That is
 how a swarm finding becomes a trace (schedspec.properties.swarm): re-run the
-one instance with a recorder attached.
+one instance with a recorder attached. Draws nothing reads are not made
+(drafts of slots not running, accepted drafts and stops of slots not
+sampling, tokens of prompts that take the shared pattern): every value that
+is read equals the full draw's at its position.
 
 One tick: maybe abort a live request, maybe add one, propose drafts for
 running requests, schedule, let the model answer (accepted drafts and an
@@ -22,22 +25,25 @@ import torch
 
 from schedspec.gpu_impl.batch_state import EMPTY, NO_TOKEN, RUNNING
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests, UpdateResult
-from schedspec.gpu_impl.flat_index import selected
+from schedspec.gpu_impl.flat_index import pick, selected
 from schedspec.gpu_impl.hashing import mix64
 from schedspec.gpu_impl.step_plan import StepPlan
 
 VOCAB = 64  # the model's tokens; the harness model's default vocabulary (a power of 2, < 128)
 STOP_TOKEN = VOCAB + 36  # never sampled, only forced
 PROMPT_VOCAB = 6  # few distinct prompt tokens: shared prefixes hit the cache
+_VOCAB_BITS = VOCAB.bit_length() - 1
 
 # Purposes: independent streams of the counter-based generator.
 _ABORT, _ABORT_PICK, _ADD, _LENGTH, _TOKENS, _MAX_TOKENS = 1, 2, 3, 4, 5, 6
 _EOS, _PRIORITY, _DRAFTS, _ACCEPT, _STOP, _SAMPLE, _PREFIX = 7, 8, 9, 10, 11, 12, 13
 _DRAFT_TOKENS = 14
+_PURPOSES = 14  # purposes are 1.._PURPOSES
 # Token draws come from 7-bit lanes of a 62-bit draw.
 _LANES_PER_DRAW = 8
 _LANE_SHIFTS = torch.arange(_LANES_PER_DRAW, dtype=torch.int64) * 7
 _PROMPT_TOKEN = torch.arange(128, dtype=torch.int64) % PROMPT_VOCAB
+_DRAW_BITS = 2**62 - 1
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class Tick:
     added: NewRequests  # the requests added (at most one per instance)
     drafts: torch.Tensor  # [B, S] drafts proposed (-1: no proposal)
     plan: StepPlan
-    accepted: torch.Tensor  # [B, S] drafts accepted per sampling request
+    accepted: torch.Tensor  # [B, S] drafts accepted per sampling request (0 elsewhere)
     stopped: torch.Tensor  # [B, S] bool: the model emitted the stop token
     sampled: torch.Tensor  # [B, S] tokens emitted (0: none)
     result: UpdateResult
@@ -78,16 +84,46 @@ class SwarmWorkload:
         self.ids = instance_ids.to(engine.device)
         self.shape = shape
         self.tick_index = 0
+        # Every draw's instance part, fixed for the run, plus each purpose's.
+        self._instance_keys = mix64(self.ids * 1_000_003 + seed)
+        self._purpose_keys = torch.arange(1, _PURPOSES + 1, device=engine.device).unsqueeze(1)
+        self._tick_bases = self._instance_keys.unsqueeze(0)  # set on a tick's first draw
+        self._tick_bases_of = -1
+
+    def draws(
+        self, purposes: tuple[int, ...], width: int = 0, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Non-negative draws for this tick, one row per purpose: [P, B] (width 0) or
+        [P, B, width] (for the instances `rows` only, if given)."""
+        bases = self._bases(rows)
+        base = torch.stack([bases[purpose - 1] for purpose in purposes])
+        if width == 0:
+            return base & _DRAW_BITS
+        return mix64(base.unsqueeze(2) + _lane_keys(width, base.device)) & _DRAW_BITS
 
     def draw(self, purpose: int, width: int = 0, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Non-negative draws, [B] (width 0) or [B, width], for this tick and purpose
         (for the instances `rows` only, if given)."""
-        ids = self.ids if rows is None else self.ids[rows]
-        base = mix64(mix64(ids * 1_000_003 + self.seed) + self.tick_index * 7919 + purpose)
-        if width == 0:
-            return base & (2**62 - 1)
-        lanes = torch.arange(width, device=self.ids.device)
-        return mix64(base.unsqueeze(1) + lanes * 104_729) & (2**62 - 1)
+        return self.draws((purpose,), width, rows)[0]
+
+    def draws_at(self, purposes: tuple[int, ...], width: int, at: torch.Tensor) -> torch.Tensor:
+        """[P, len(at)]: the draws of draws(purposes, width) at flat positions `at` of
+        [B, width], mixing only those (a draw a slot does not use costs nothing)."""
+        bases = self._bases()
+        keys = torch.stack([bases[purpose - 1] for purpose in purposes]).unsqueeze(2)
+        keys = (keys + _lane_keys(width, at.device)).view(len(purposes), -1)
+        return mix64(keys.index_select(1, at)) & _DRAW_BITS
+
+    def _bases(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """[purposes, B] (or [purposes, len(rows)]): each draw's mix of (instance, tick,
+        purpose), row p - 1 for purpose p. All purposes are mixed at once on a tick's
+        first draw (one mix over [purposes, B], not one per draw: on [B] the ops' own
+        overhead dominates)."""
+        if self._tick_bases_of != self.tick_index:
+            tick_keys = self._purpose_keys + self.tick_index * 7919
+            self._tick_bases = mix64(self._instance_keys + tick_keys)
+            self._tick_bases_of = self.tick_index
+        return self._tick_bases if rows is None else self._tick_bases.index_select(1, rows)
 
     def tick(self, after_schedule: Callable[[StepPlan], None] | None = None) -> Tick:
         """One tick for every instance; after_schedule sees the plan before the model runs."""
@@ -108,71 +144,83 @@ class SwarmWorkload:
     def _abort(self) -> torch.Tensor:
         st = self.engine.state
         live = st.status != EMPTY
-        pick = _pick(live, self.draw(_ABORT_PICK))
-        go = (self.draw(_ABORT) % 1024 < self.shape.abort_chance) & live.any(dim=1)
-        slot = torch.where(go, pick, -1)
-        mask = torch.zeros_like(live)
-        rows = torch.arange(st.batch, device=st.device)
-        mask[rows[go], slot[go]] = True
+        pick_draw, abort_draw = self.draws((_ABORT_PICK, _ABORT))
+        go = ((abort_draw & 1023) < self.shape.abort_chance) & live.any(dim=1)
+        slot = torch.where(go, _pick(live, pick_draw), -1)
+        mask = torch.arange(st.slots, device=st.device) == slot.unsqueeze(1)
         self.engine.finish_requests(mask, torch.zeros_like(st.status))
         return slot
 
     def _add(self) -> NewRequests:
-        st, config = self.engine.state, self.config
+        st = self.engine.state
         empty = st.status == EMPTY
         # Slots past the tensors' width are empty too: the first of them is the first
         # empty slot of an instance whose columns are all in use (the engine widens).
         has_empty = empty.any(dim=1)
         room = has_empty | (st.slots < self.engine.capacity)
-        go = (self.draw(_ADD) % 1024 < self.shape.add_chance) & room
+        go = ((self.draw(_ADD) & 1023) < self.shape.add_chance) & room
         slot = torch.where(has_empty, torch.argmax(empty.long(), dim=1), st.slots)
-        longest = config.max_model_len - 1
         inst = torch.nonzero(go).squeeze(1)
-        length = (1 + self.draw(_LENGTH) % longest)[inst]
-        positions = torch.arange(longest, device=st.device)
-        # Half the prompts start with a shared pattern, so the prefix cache hits.
-        shared = (positions * 5 // 3) % PROMPT_VOCAB
-        # draw % PROMPT_VOCAB, looked up: an int64 remainder per token costs more. Drawn
-        # a whole number of lanes wide (contiguous: no copy before the lookup).
-        whole = -(-longest // _LANES_PER_DRAW) * _LANES_PER_DRAW
-        small = self.draw_small(_TOKENS, whole, inst)
-        own = _PROMPT_TOKEN.to(small.device).index_select(0, small.view(-1)).view_as(small)
-        prefix_len = torch.where(self.draw(_PREFIX)[inst] % 2 == 0, length, 0)
-        # Tokens past prompt_len are padding: nobody reads them (hashing counts, traces
-        # slice), so they keep whatever was drawn.
-        prompts = torch.where(positions < prefix_len.unsqueeze(1), shared, own[:, :longest])
-        eos = torch.where(self.draw(_EOS) % 2 == 0, STOP_TOKEN, NO_TOKEN)
+        # Only the arriving instances' draws (x & (2**n - 1) is x % 2**n: draws are >= 0).
+        length, prefix, eos, max_tokens, priority = self.draws(
+            (_LENGTH, _PREFIX, _EOS, _MAX_TOKENS, _PRIORITY), rows=inst
+        )
+        length = 1 + length % (self.config.max_model_len - 1)
         new = NewRequests(
             inst=inst,
-            slot=slot[inst],
-            prompt=prompts,
+            slot=slot.index_select(0, inst),
+            prompt=self._prompts(inst, (prefix & 1) == 0),
             prompt_len=length,
-            max_tokens=(1 + self.draw(_MAX_TOKENS) % self.shape.max_new_tokens)[inst],
-            eos=eos[inst],
+            max_tokens=1 + max_tokens % self.shape.max_new_tokens,
+            eos=torch.where((eos & 1) == 0, STOP_TOKEN, NO_TOKEN),
             stops=torch.full((inst.numel(), 1), NO_TOKEN, device=st.device),
-            priority=(self.draw(_PRIORITY) % 4)[inst],
+            priority=priority & 3,
         )
         self.engine.add_requests(new)
         return new
 
+    def _prompts(self, inst: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:
+        """[len(inst), max_model_len - 1] prompts, padded: half of them (`shared`) start
+        with a common pattern, so the prefix cache hits. A prompt is either the pattern
+        all along or its own tokens all along, so each row is one or the other whole
+        (tokens past prompt_len are padding: nobody reads them; hashing counts, traces
+        slice), and only the rows of their own draw tokens."""
+        longest = self.config.max_model_len - 1
+        device = inst.device
+        pattern = (torch.arange(longest, device=device) * 5 // 3) % PROMPT_VOCAB
+        own = ~shared
+        # draw % PROMPT_VOCAB, looked up: an int64 remainder per token costs more. Drawn
+        # a whole number of lanes wide (contiguous: no copy before the lookup).
+        whole = -(-longest // _LANES_PER_DRAW) * _LANES_PER_DRAW
+        small = self.draw_small(_TOKENS, whole, inst.index_select(0, selected(own)))
+        tokens = _PROMPT_TOKEN.to(device).index_select(0, small.view(-1)).view_as(small)
+        # Row 0 is the pattern, row 1 + i the i-th prompt of its own; pick each prompt's.
+        rows = torch.cat([pattern.unsqueeze(0), tokens[:, :longest]])
+        return rows.index_select(0, torch.cumsum(own, dim=0) * own)
+
     def draw_small(
-        self, purpose: int, width: int, rows: torch.Tensor | None = None
+        self, purpose: int, width: int, rows: torch.Tensor | None = None, bits: int = 7
     ) -> torch.Tensor:
-        """Draws below 128, [B, width] (or [len(rows), width]): each 62-bit draw yields
-        eight 7-bit lanes, an eighth of the mixing of one draw per value (token draws
-        were most of the workload's own cost)."""
+        """Draws below 2**bits (bits <= 7), [B, width] (or [len(rows), width]),
+        contiguous: each 62-bit draw yields eight 7-bit lanes, an eighth of the mixing of
+        one draw per value (token draws were most of the workload's own cost); fewer
+        bits keep a lane's low bits."""
         lanes = self.draw(purpose, -(-width // _LANES_PER_DRAW), rows)
-        pieces = (lanes.unsqueeze(-1) >> _LANE_SHIFTS.to(lanes.device)) & 127
-        return pieces.flatten(1)[:, :width]
+        shifted = (lanes.unsqueeze(-1) >> _LANE_SHIFTS.to(lanes.device)).flatten(1)
+        return shifted[:, :width] & ((1 << bits) - 1)
 
     def _propose(self) -> torch.Tensor:
         st, k = self.engine.state, self.config.num_speculative_tokens
         if k == 0:
             return torch.full_like(st.status, -1)
-        count = self.draw(_DRAFTS, st.slots) % (k + 1)
         mask = st.status == RUNNING
-        tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k).view(st.batch, st.slots, k)
-        tokens &= VOCAB - 1
+        # Counts for the running slots only (the engine reads no other).
+        at = selected(mask)
+        count = torch.zeros_like(st.status).view(-1)
+        count.index_copy_(0, at, self.draws_at((_DRAFTS,), st.slots, at)[0] % (k + 1))
+        count = count.view_as(st.status)
+        tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k, bits=_VOCAB_BITS)
+        tokens = tokens.view(st.batch, st.slots, k)
         self.engine.update_draft_token_ids(mask, tokens, count)
         return torch.where(mask, count, -1)
 
@@ -184,31 +232,38 @@ class SwarmWorkload:
         st, k = self.engine.state, self.config.num_speculative_tokens
         before = plan.computed_before + plan.scheduled - plan.num_drafts
         samples = (plan.scheduled > 0) & (before >= st.num_tokens)
-        accepted = self.draw(_ACCEPT, st.slots) % (plan.num_drafts + 1)
-        stop = (
-            samples
-            & (st.eos == STOP_TOKEN)
-            & ((self.draw(_STOP, st.slots) & 1023) < self.shape.stop_chance)
-        )
-        count = torch.where(samples, accepted + 1, 0)
-        tokens = self.draw_small(_SAMPLE, st.slots * (k + 1)).reshape(st.batch, st.slots, k + 1)
-        tokens = tokens.contiguous()
-        tokens &= VOCAB - 1
+        # Accepted drafts and stops are drawn for the sampling slots only (0 elsewhere).
+        at = selected(samples)
+        accept_draw, stop_draw = self.draws_at((_ACCEPT, _STOP), st.slots, at)
+        accepted_here = accept_draw % (pick(plan.num_drafts, at) + 1)
+        stops_here = (stop_draw & 1023) < self.shape.stop_chance
+        stops_here &= pick(st.eos, at) == STOP_TOKEN
+        accepted, count = torch.zeros_like(st.status), torch.zeros_like(st.status)
+        accepted.view(-1).index_copy_(0, at, accepted_here)
+        count.view(-1).index_copy_(0, at, accepted_here + 1)
+        stop = torch.zeros_like(samples)
+        stop.view(-1).index_copy_(0, at, stops_here)
+        tokens = self.draw_small(_SAMPLE, st.slots * (k + 1), bits=_VOCAB_BITS)
+        tokens = tokens.view(st.batch, st.slots, k + 1)
         # Accepted drafts come first, column by column on [B, S] (a where over [B, S, K]
         # with a [B, S] mask broadcast innermost costs several times as much).
         for t in range(k):
             column = tokens[..., t]
             column.copy_(torch.where(accepted > t, plan.drafts[..., t], column))
         # The stop token replaces the last emitted token: few slots, written by flat index.
-        row = selected(stop)
-        at = row * (k + 1) + accepted.reshape(-1).index_select(0, row)
-        tokens.view(-1).index_fill_(0, at, STOP_TOKEN)
+        stopping = selected(stops_here)
+        last = at.index_select(0, stopping) * (k + 1) + accepted_here.index_select(0, stopping)
+        tokens.view(-1).index_fill_(0, last, STOP_TOKEN)
         return accepted, stop, tokens, count
 
 
 def _pick(mask: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:
-    """A slot among the masked ones, picked by draw (0 where none)."""
-    n = mask.sum(dim=1).clamp(min=1)
-    nth = draw % n
-    rank = torch.cumsum(mask.long(), dim=1) - 1
-    return torch.argmax((mask & (rank == nth.unsqueeze(1))).long(), dim=1)
+    """A slot among the masked ones, picked by draw (the width where none): the n-th
+    masked slot is the number of slots before the running count passes n."""
+    nth = draw % mask.sum(dim=1).clamp(min=1)
+    return (torch.cumsum(mask, dim=1) <= nth.unsqueeze(1)).sum(dim=1)
+
+
+def _lane_keys(width: int, device: torch.device) -> torch.Tensor:
+    """What each lane (slot, or position of a wide draw) adds to its draw's base."""
+    return torch.arange(width, device=device) * 104_729
