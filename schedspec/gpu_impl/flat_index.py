@@ -48,8 +48,9 @@ def selected(mask: torch.Tensor) -> torch.Tensor:
 
 
 def pick(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x's entries at flat positions (from `selected` over a mask of x's shape)."""
-    return x.reshape(-1).index_select(0, positions)
+    """x's entries at flat positions (from `selected` over a mask of x's shape, or
+    `flat_rows` of a [B, C] x), shaped like positions."""
+    return x.reshape(-1).index_select(0, positions.reshape(-1)).view(positions.shape)
 
 
 def put_flat(
