@@ -14,7 +14,6 @@ import torch
 
 from schedspec.gpu_impl.admission import schedule_waiting
 from schedspec.gpu_impl.batch_state import (
-    BIG,
     EMPTY,
     FINISHED_LENGTH_CAPPED,
     FINISHED_STOPPED,
@@ -201,11 +200,10 @@ class BatchedScheduler:
         st.hash_acc.view(-1).index_copy_(0, row, acc)
         st.num_tokens += kept
         everyone = torch.arange(st.batch, device=self.device)
-        in_order = torch.argsort(torch.where(sampling, rank, BIG), dim=1, stable=True)
-        ordered = torch.where(torch.gather(sampling, 1, in_order), in_order, -1)
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
             # Accepted drafts filled blocks the schedule-time registration could not know.
-            upto = torch.gather(st.num_computed, 1, in_order)
+            ordered = _by_rank(sampling, rank)
+            upto = torch.gather(st.num_computed, 1, ordered.clamp(min=0))
             register_blocks(st, everyone, ordered, upto, config.block_size)
         finished = finish > 0
         release_tables(st, everyone, finished, rank)
@@ -256,6 +254,18 @@ class BatchedScheduler:
         spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
         spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
         st.num_spec = torch.where(mask, torch.where(usable, count, 0), st.num_spec)
+
+
+def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """The masked slots of each row ([B, S]) in rank order, -1 between and after them.
+    A step gives its scheduled requests distinct ranks from 0 (one per commit, so
+    below S): each masked slot goes to the column its rank names, no sort needed. The
+    others go to a spare column S, dropped."""
+    b, s = mask.shape
+    column = torch.where(mask, rank, s)
+    slot = torch.arange(s, device=mask.device).expand(b, s)
+    placed = torch.full((b, s + 1), -1, dtype=torch.int64, device=mask.device)
+    return placed.scatter_(1, column, slot)[:, :s]
 
 
 def _write_rows(field: torch.Tensor, row: torch.Tensor, value: torch.Tensor | int | bool) -> None:
