@@ -27,7 +27,7 @@ from schedspec.gpu_impl.batch_state import (
     grow,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables
-from schedspec.gpu_impl.flat_index import flat_rows, pick, selected
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
@@ -179,13 +179,18 @@ class BatchedScheduler:
         in scheduling order (rank)."""
         st, config = self.state, self.config
         sampling = (count > 0) & (st.status != EMPTY)
-        count = torch.where(sampling, count, 0)
-        st.num_computed -= torch.where(sampling, num_drafts - (count - 1), 0)
-        kept, finish = self._first_finish(tokens, count)
-        st.num_computed -= count - kept
-        # Hash only the requests that kept tokens: a small share of the slots.
-        row = selected(kept > 0)
+        # Only the sampling requests change: a small share of the slots, compacted once
+        # (the hashing below reads the same rows).
+        row = selected(sampling)
         t, m = tokens.shape[2], st.req_hash.shape[2]
+        kept_rows, finish_rows = self._first_finish(
+            row, tokens.reshape(-1, t).index_select(0, row), pick(count, row)
+        )
+        # Roll back the rejected drafts and drop the tokens past a stop at once:
+        # computed + (count - 1 - drafts) - (count - kept).
+        moved = kept_rows - 1 - pick(num_drafts, row)
+        st.num_computed.view(-1).scatter_add_(0, row, moved)
+        kept, finish = spread(kept_rows, row, count.shape), spread(finish_rows, row, count.shape)
         acc, done = extend_hashes(
             pick(st.hash_acc, row),
             pick(st.num_tokens, row),
@@ -211,26 +216,29 @@ class BatchedScheduler:
         return UpdateResult(kept=kept, finish=finish)
 
     def _first_finish(
-        self, tokens: torch.Tensor, count: torch.Tensor
+        self, row: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens kept per slot (up to and including the first that ends the request)
-        and the finish code. The first stop token's position comes from a loop over the
-        T token positions on [B, S] (on the CPU, [B, S, T] ops with a broadcast
-        innermost dimension cost several times as much); the length caps end the
-        request at a position known in advance, so they need no loop."""
+        """Tokens kept (up to and including the first that ends the request) and the
+        finish code, for the requests at flat rows `row` of the [B, S] tensors that
+        sampled count[i] > 0 tokens ([n, T], compacted). The first stop token's position
+        comes from a loop over the T token positions (on the CPU, ops with a broadcast
+        innermost dimension of size Q cost several times as much); the length caps end
+        the request at a position known in advance, so they need no loop."""
         st = self.state
-        width = tokens.shape[2]
+        width, num_stops = tokens.shape[1], st.stops.shape[2]
+        eos = pick(st.eos, row)
+        stops = st.stops.view(-1, num_stops).index_select(0, row).t()
         first_stop = torch.full_like(count, width)  # width: no stop token
-        for t in reversed(range(width)):
-            token = tokens[:, :, t]
-            stopped = token == st.eos
-            for q in range(st.stops.shape[2]):
-                stopped |= token == st.stops[:, :, q]
+        for t, token in reversed(list(enumerate(tokens.t()))):
+            stopped = token == eos
+            for stop in stops:
+                stopped |= token == stop
             first_stop.masked_fill_(stopped, t)
         # The token at position t reaches a cap once t + 1 >= the room left.
+        num_tokens = pick(st.num_tokens, row)
         room = torch.minimum(
-            self.config.max_model_len - st.num_tokens,
-            st.max_tokens - (st.num_tokens - st.num_prompt),
+            self.config.max_model_len - num_tokens,
+            pick(st.max_tokens, row) - (num_tokens - pick(st.num_prompt, row)),
         )
         first_cap = (room - 1).clamp(min=0)
         end = torch.minimum(first_stop, first_cap)

@@ -219,7 +219,8 @@ def _commit_running(
 ) -> None:
     """Schedule the running requests order[i, r] where go holds; drafts ride in the same
     budget (a short budget drops the trailing ones) and are consumed either way."""
-    put_flat(plan.new_from.view(-1), reads.rows, reads.held, go)
+    # Plan fields at slots not yet committed hold StepPlan.start's zeros (see commit).
+    put_flat(plan.new_from.view(-1), reads.rows, reads.held, go, old=0)
     upto = None
     if config.enable_prefix_caching:
         upto = torch.minimum(reads.computed + tokens, reads.num_tokens)
@@ -237,5 +238,5 @@ def _commit_running(
         upto=upto,
     )
     verified = tokens + reads.computed - reads.num_tokens
-    put_flat(plan.num_drafts.view(-1), reads.rows, verified.clamp(min=0), go)
-    put_flat(state.num_spec.view(-1), reads.rows, 0, go)
+    put_flat(plan.num_drafts.view(-1), reads.rows, verified.clamp(min=0), go, old=0)
+    put_flat(state.num_spec.view(-1), reads.rows, 0, go, old=reads.num_spec)

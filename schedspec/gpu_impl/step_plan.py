@@ -113,11 +113,14 @@ def commit(
             computed_to = pick(state.num_computed, rows) + tokens
             upto = torch.minimum(computed_to, pick(state.num_tokens, rows))
         register_blocks(state, inst, slots, upto, config.block_size)
+    # A slot is committed at most once a step and holds StepPlan.start's values until
+    # then (an unscheduled priority victim gets them back and leaves the running list):
+    # the plan's writes know what they overwrite.
     order = torch.cumsum(real, dim=1) - 1
-    put_flat(plan.scheduled.view(-1), rows, tokens, real)
-    put_flat(plan.kind.view(-1), rows, kind, real)
+    put_flat(plan.scheduled.view(-1), rows, tokens, real, old=0)
+    put_flat(plan.kind.view(-1), rows, kind, real, old=NOT_SCHEDULED)
     first = plan.next_rank.index_select(0, inst).unsqueeze(1)
-    put_flat(plan.rank.view(-1), rows, first + order, real)
+    put_flat(plan.rank.view(-1), rows, first + order, real, old=BIG)
     plan.next_rank.index_add_(0, inst, real.sum(dim=1))
     plan.budget.index_add_(0, inst, -(tokens * real).sum(dim=1))
 
