@@ -159,10 +159,11 @@ class BatchedScheduler:
         schedule_running(st, self.config, plan)
         schedule_waiting(st, self.config, plan)
         st.num_computed += plan.scheduled
-        scheduled = plan.scheduled > 0
-        st.is_prefill_chunk = torch.where(
-            scheduled, st.num_computed < st.num_tokens, st.is_prefill_chunk
-        )
+        # Where scheduled, whether the step stopped short of the known tokens; elsewhere
+        # unchanged (bool xor and and: a where on bools costs several times as much).
+        was = st.is_prefill_chunk
+        short = st.num_computed < st.num_tokens
+        st.is_prefill_chunk = was ^ ((short ^ was) & (plan.scheduled > 0))
         return plan
 
     # ------------------------------------------------------------------ outputs

@@ -14,6 +14,7 @@ import torch
 from schedspec.gpu_impl.batch_state import (
     ARRIVAL_SHIFT,
     BIG,
+    EMPTY,
     PREEMPTED,
     BatchState,
     cdiv,
@@ -46,20 +47,20 @@ class StepPlan:
     @staticmethod
     def start(state: BatchState, config: SchedulerConfig, active: torch.Tensor) -> StepPlan:
         """A fresh plan; instances not `active` get no budget (they sit this step out)."""
-        zeros = torch.zeros_like(state.status)
-        live = (state.status != 0).sum(dim=1)
+        live = (state.status != EMPTY).sum(dim=1)
         cap = torch.where(live > 1, config.long_prefill_token_threshold, 0)
         budget = torch.where(active, config.max_num_batched_tokens, 0)
+        per_slot = state.status  # the [B, S] fields take its shape and dtype
         return StepPlan(
             budget=budget,
-            scheduled=zeros.clone(),
-            rank=torch.full_like(zeros, BIG),
+            scheduled=torch.zeros_like(per_slot),
+            rank=torch.full_like(per_slot, BIG),
             next_rank=torch.zeros_like(state.next_arrival),
-            kind=zeros.clone(),
+            kind=torch.zeros_like(per_slot),
             computed_before=state.num_computed.clone(),
-            new_from=zeros.clone(),
+            new_from=torch.zeros_like(per_slot),
             drafts=state.spec.clone(),
-            num_drafts=zeros.clone(),
+            num_drafts=torch.zeros_like(per_slot),
             preempted=torch.zeros_like(state.is_prefill_chunk),
             cap=cap,
         )
