@@ -94,9 +94,7 @@ def _demand(
 
 def _blocks_needed(config: SchedulerConfig, reads: _Reads, tokens: torch.Tensor) -> torch.Tensor:
     """Blocks each request takes to hold `tokens` more tokens (0 where it takes none)."""
-    need = blocks_to_allocate(
-        config, reads.held, reads.computed + tokens + config.lookahead_tokens, 0, 0
-    )
+    need = blocks_to_allocate(config, reads.held, reads.computed + tokens + config.lookahead_tokens)
     return need * (tokens > 0)
 
 

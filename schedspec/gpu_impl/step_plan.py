@@ -77,14 +77,17 @@ def blocks_to_allocate(
     config: SchedulerConfig,
     held: torch.Tensor,
     tokens: torch.Tensor,
-    num_hit_blocks: torch.Tensor | int,
-    evictable_hits: torch.Tensor | int,
+    num_hit_blocks: torch.Tensor | None = None,
+    evictable_hits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Free blocks consumed to cover `tokens` tokens (capped at max_model_len) for a
-    request holding `held` blocks plus `num_hit_blocks` prefix hits, of which
-    `evictable_hits` are free; a table longer than needed consumes none."""
+    request holding `held` blocks plus `num_hit_blocks` prefix hits (None: none), of
+    which `evictable_hits` are free; a table longer than needed consumes none."""
     covered = cdiv(torch.clamp(tokens, max=config.max_model_len), config.block_size)
-    return (covered - held - num_hit_blocks).clamp(min=0) + evictable_hits
+    if num_hit_blocks is not None:
+        covered = covered - num_hit_blocks
+    need = (covered - held).clamp(min=0)
+    return need if evictable_hits is None else need + evictable_hits
 
 
 def commit(
