@@ -68,14 +68,12 @@ def put_flat(
     mask: torch.Tensor,
     old: torch.Tensor | int | None = None,
 ) -> None:
-    """flat[index] = values where mask holds, in place, for an integer 1-D view. A caller
-    that knows what the masked entries hold passes it as `old` (mask's shape, or one
-    value for all), sparing the read."""
+    """flat[index] = values where mask holds, in place, for an integer 1-D view (index,
+    and values where a tensor, broadcast to mask's shape). A caller that knows what the
+    masked entries hold passes it as `old` (likewise), sparing the read. Few calls: on
+    [I, R] of a few thousand entries each call's own cost is a good part of the time."""
     index = index.reshape(-1)
     if old is None:
-        old = flat.index_select(0, index)
-    elif isinstance(old, torch.Tensor):
-        old = old.reshape(-1)
-    new = torch.as_tensor(values, dtype=flat.dtype, device=flat.device)
-    new = new.expand(mask.shape).reshape(-1)
-    flat.scatter_add_(0, index, torch.where(mask.reshape(-1), new - old, 0))
+        old = flat.index_select(0, index).view(mask.shape)
+    delta = torch.where(mask, values - old, 0)
+    flat.scatter_add_(0, index, delta.view(-1))
