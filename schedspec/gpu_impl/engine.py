@@ -180,8 +180,8 @@ class BatchedScheduler:
         in scheduling order (rank)."""
         st, config = self.state, self.config
         sampling = (count > 0) & (st.status != EMPTY)
-        # Only the sampling requests change: a small share of the slots, compacted once
-        # (the hashing below reads the same rows).
+        # Only the sampling requests take tokens: a small share of the slots, compacted
+        # once (the hashing below reads the same rows).
         row = selected(sampling)
         t, m = tokens.shape[2], st.req_hash.shape[2]
         kept_rows, finish_rows = self._first_finish(
