@@ -14,7 +14,6 @@ import torch
 
 from schedspec.gpu_impl.admission import schedule_waiting
 from schedspec.gpu_impl.batch_state import (
-    BIG,
     EMPTY,
     FINISHED_LENGTH_CAPPED,
     FINISHED_STOPPED,
@@ -28,7 +27,7 @@ from schedspec.gpu_impl.batch_state import (
     grow,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables
-from schedspec.gpu_impl.flat_index import flat_rows, pick, selected
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
@@ -160,10 +159,11 @@ class BatchedScheduler:
         schedule_running(st, self.config, plan)
         schedule_waiting(st, self.config, plan)
         st.num_computed += plan.scheduled
-        scheduled = plan.scheduled > 0
-        st.is_prefill_chunk = torch.where(
-            scheduled, st.num_computed < st.num_tokens, st.is_prefill_chunk
-        )
+        # Where scheduled, whether the step stopped short of the known tokens; elsewhere
+        # unchanged (bool xor and and: a where on bools costs several times as much).
+        was = st.is_prefill_chunk
+        short = st.num_computed < st.num_tokens
+        st.is_prefill_chunk = was ^ ((short ^ was) & (plan.scheduled > 0))
         return plan
 
     # ------------------------------------------------------------------ outputs
@@ -180,13 +180,18 @@ class BatchedScheduler:
         in scheduling order (rank)."""
         st, config = self.state, self.config
         sampling = (count > 0) & (st.status != EMPTY)
-        count = torch.where(sampling, count, 0)
-        st.num_computed -= torch.where(sampling, num_drafts - (count - 1), 0)
-        kept, finish = self._first_finish(tokens, count)
-        st.num_computed -= count - kept
-        # Hash only the requests that kept tokens: a small share of the slots.
-        row = selected(kept > 0)
+        # Only the sampling requests take tokens: a small share of the slots, compacted
+        # once (the hashing below reads the same rows).
+        row = selected(sampling)
         t, m = tokens.shape[2], st.req_hash.shape[2]
+        kept_rows, finish_rows = self._first_finish(
+            row, tokens.reshape(-1, t).index_select(0, row), pick(count, row)
+        )
+        # Roll back the rejected drafts and drop the tokens past a stop at once:
+        # computed + (count - 1 - drafts) - (count - kept).
+        moved = kept_rows - 1 - pick(num_drafts, row)
+        st.num_computed.view(-1).scatter_add_(0, row, moved)
+        kept, finish = spread(kept_rows, row, count.shape), spread(finish_rows, row, count.shape)
         acc, done = extend_hashes(
             pick(st.hash_acc, row),
             pick(st.num_tokens, row),
@@ -201,11 +206,10 @@ class BatchedScheduler:
         st.hash_acc.view(-1).index_copy_(0, row, acc)
         st.num_tokens += kept
         everyone = torch.arange(st.batch, device=self.device)
-        in_order = torch.argsort(torch.where(sampling, rank, BIG), dim=1, stable=True)
-        ordered = torch.where(torch.gather(sampling, 1, in_order), in_order, -1)
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
             # Accepted drafts filled blocks the schedule-time registration could not know.
-            upto = torch.gather(st.num_computed, 1, in_order)
+            ordered = _by_rank(sampling, rank)
+            upto = torch.gather(st.num_computed, 1, ordered.clamp(min=0))
             register_blocks(st, everyone, ordered, upto, config.block_size)
         finished = finish > 0
         release_tables(st, everyone, finished, rank)
@@ -213,26 +217,29 @@ class BatchedScheduler:
         return UpdateResult(kept=kept, finish=finish)
 
     def _first_finish(
-        self, tokens: torch.Tensor, count: torch.Tensor
+        self, row: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens kept per slot (up to and including the first that ends the request)
-        and the finish code. The first stop token's position comes from a loop over the
-        T token positions on [B, S] (on the CPU, [B, S, T] ops with a broadcast
-        innermost dimension cost several times as much); the length caps end the
-        request at a position known in advance, so they need no loop."""
+        """Tokens kept (up to and including the first that ends the request) and the
+        finish code, for the requests at flat rows `row` of the [B, S] tensors that
+        sampled count[i] > 0 tokens ([n, T], compacted). The first stop token's position
+        comes from a loop over the T token positions (on the CPU, ops with a broadcast
+        innermost dimension of size Q cost several times as much); the length caps end
+        the request at a position known in advance, so they need no loop."""
         st = self.state
-        width = tokens.shape[2]
+        width, num_stops = tokens.shape[1], st.stops.shape[2]
+        eos = pick(st.eos, row)
+        stops = st.stops.view(-1, num_stops).index_select(0, row).t()
         first_stop = torch.full_like(count, width)  # width: no stop token
-        for t in reversed(range(width)):
-            token = tokens[:, :, t]
-            stopped = token == st.eos
-            for q in range(st.stops.shape[2]):
-                stopped |= token == st.stops[:, :, q]
+        for t, token in reversed(list(enumerate(tokens.t()))):
+            stopped = token == eos
+            for stop in stops:
+                stopped |= token == stop
             first_stop.masked_fill_(stopped, t)
         # The token at position t reaches a cap once t + 1 >= the room left.
+        num_tokens = pick(st.num_tokens, row)
         room = torch.minimum(
-            self.config.max_model_len - st.num_tokens,
-            st.max_tokens - (st.num_tokens - st.num_prompt),
+            self.config.max_model_len - num_tokens,
+            pick(st.max_tokens, row) - (num_tokens - pick(st.num_prompt, row)),
         )
         first_cap = (room - 1).clamp(min=0)
         end = torch.minimum(first_stop, first_cap)
@@ -256,6 +263,18 @@ class BatchedScheduler:
         spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
         spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
         st.num_spec = torch.where(mask, torch.where(usable, count, 0), st.num_spec)
+
+
+def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """The masked slots of each row ([B, S]) in rank order, -1 between and after them.
+    A step gives its scheduled requests distinct ranks from 0 (one per commit, so
+    below S): each masked slot goes to the column its rank names, no sort needed. The
+    others go to a spare column S, dropped."""
+    b, s = mask.shape
+    column = torch.where(mask, rank, s)
+    slot = torch.arange(s, device=mask.device).expand(b, s)
+    placed = torch.full((b, s + 1), -1, dtype=torch.int64, device=mask.device)
+    return placed.scatter_(1, column, slot)[:, :s]
 
 
 def _write_rows(field: torch.Tensor, row: torch.Tensor, value: torch.Tensor | int | bool) -> None:

@@ -48,16 +48,32 @@ def selected(mask: torch.Tensor) -> torch.Tensor:
 
 
 def pick(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x's entries at flat positions (from `selected` over a mask of x's shape)."""
-    return x.reshape(-1).index_select(0, positions)
+    """x's entries at flat positions (from `selected` over a mask of x's shape, or
+    `flat_rows` of a [B, C] x), shaped like positions."""
+    return x.reshape(-1).index_select(0, positions.reshape(-1)).view(positions.shape)
+
+
+def spread(values: torch.Tensor, positions: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """pick's inverse: a tensor of `shape` holding values at the flat positions (distinct)
+    and zeros elsewhere."""
+    out = torch.zeros(shape, dtype=values.dtype, device=values.device)
+    out.view(-1).scatter_add_(0, positions, values)
+    return out
 
 
 def put_flat(
-    flat: torch.Tensor, index: torch.Tensor, values: torch.Tensor | int, mask: torch.Tensor
+    flat: torch.Tensor,
+    index: torch.Tensor,
+    values: torch.Tensor | int,
+    mask: torch.Tensor,
+    old: torch.Tensor | int | None = None,
 ) -> None:
-    """flat[index] = values where mask holds, in place, for an integer 1-D view."""
+    """flat[index] = values where mask holds, in place, for an integer 1-D view (index,
+    and values where a tensor, broadcast to mask's shape). A caller that knows what the
+    masked entries hold passes it as `old` (likewise), sparing the read. Few calls: on
+    [I, R] of a few thousand entries each call's own cost is a good part of the time."""
     index = index.reshape(-1)
-    old = flat.index_select(0, index)
-    new = torch.as_tensor(values, dtype=flat.dtype, device=flat.device)
-    new = new.expand(mask.shape).reshape(-1)
-    flat.scatter_add_(0, index, torch.where(mask.reshape(-1), new - old, 0))
+    if old is None:
+        old = flat.index_select(0, index).view(mask.shape)
+    delta = torch.where(mask, values - old, 0)
+    flat.scatter_add_(0, index, delta.view(-1))

@@ -18,11 +18,13 @@ victims removed from the list never shift anyone's place.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from schedspec.gpu_impl.batch_state import BIG, RUNNING, BatchState, num_free_blocks
 from schedspec.gpu_impl.block_ops import uncache_uncomputed
-from schedspec.gpu_impl.flat_index import put_at, take_at
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat
 from schedspec.gpu_impl.step_plan import (
     NOT_SCHEDULED,
     SCHEDULED_RUNNING,
@@ -55,35 +57,45 @@ def schedule_running(state: BatchState, config: SchedulerConfig, plan: StepPlan)
             _retry(state, config, plan, retry, cursor, pending, pending_tokens, active)
 
 
+@dataclass(frozen=True)
+class _Reads:
+    """The per-slot fields a walk step reads, gathered once at the requests' flat rows
+    in the [B, S] tensors (demand, blocks and the commit all read them at the same
+    places; nothing they read changes before the commit's last read)."""
+
+    rows: torch.Tensor  # [I, R] flat row numbers (padding: some real slot)
+    computed: torch.Tensor
+    num_tokens: torch.Tensor
+    num_spec: torch.Tensor
+    held: torch.Tensor  # blocks in the table before the commit
+
+    @staticmethod
+    def at(state: BatchState, inst: torch.Tensor, slots: torch.Tensor) -> _Reads:
+        """At slots[i, r] (all real slot ids) of instances inst[i]."""
+        rows = flat_rows(state.status, inst.unsqueeze(1), slots)
+        return _Reads(
+            rows=rows,
+            computed=pick(state.num_computed, rows),
+            num_tokens=pick(state.num_tokens, rows),
+            num_spec=pick(state.num_spec, rows),
+            held=pick(state.num_held, rows),
+        )
+
+
 def _demand(
-    state: BatchState,
-    config: SchedulerConfig,
-    plan: StepPlan,
-    inst: torch.Tensor,
-    slots: torch.Tensor,
+    config: SchedulerConfig, plan: StepPlan, inst: torch.Tensor, reads: _Reads
 ) -> torch.Tensor:
     """Tokens each running request would take with the budget unlimited."""
-    rows = inst.unsqueeze(1).expand_as(slots)
-    computed = take_at(state.num_computed, rows, slots)
-    want = take_at(state.num_tokens, rows, slots) + take_at(state.num_spec, rows, slots) - computed
-    want = apply_cap(want, plan.cap[inst].unsqueeze(1))
+    want = reads.num_tokens + reads.num_spec - reads.computed
+    want = apply_cap(want, plan.cap.index_select(0, inst).unsqueeze(1))
     # Leave room for the token this step samples: positions stay < max_model_len.
-    return torch.minimum(want, config.max_model_len - 1 - computed).clamp(min=0)
+    return torch.minimum(want, config.max_model_len - 1 - reads.computed).clamp(min=0)
 
 
-def _blocks_needed(
-    state: BatchState,
-    config: SchedulerConfig,
-    inst: torch.Tensor,
-    slots: torch.Tensor,
-    tokens: torch.Tensor,
-) -> torch.Tensor:
-    rows = inst.unsqueeze(1).expand_as(slots)
-    computed = take_at(state.num_computed, rows, slots)
-    held = take_at(state.num_held, rows, slots)
-    zero = torch.zeros_like(tokens)
-    need = blocks_to_allocate(config, held, computed + tokens + config.lookahead_tokens, zero, zero)
-    return torch.where(tokens > 0, need, zero)
+def _blocks_needed(config: SchedulerConfig, reads: _Reads, tokens: torch.Tensor) -> torch.Tensor:
+    """Blocks each request takes to hold `tokens` more tokens (0 where it takes none)."""
+    need = blocks_to_allocate(config, reads.held, reads.computed + tokens + config.lookahead_tokens)
+    return need * (tokens > 0)
 
 
 def _segment(
@@ -100,26 +112,32 @@ def _segment(
     status = state.status.index_select(0, inst)
     at_cursor = cursor.index_select(0, inst)
     eligible = (status == RUNNING) & (run_key > at_cursor.unsqueeze(1))
-    order = torch.argsort(torch.where(eligible, run_key, BIG), dim=1, stable=True)
+    num_eligible = eligible.sum(dim=1)
     # The walk is as wide as the longest running list, not the slot count (one host read
     # per segment): the columns cut off hold no running request.
-    s = max(int(eligible.sum(dim=1).max()), 1)
-    order = order[:, :s]
-    valid = torch.gather(eligible, 1, order)
-    demand = torch.where(valid, _demand(state, config, plan, inst, order), 0)
+    s = max(int(num_eligible.max()), 1)
+    # Running requests' run_keys are distinct, so any sort puts them in one order; the
+    # ineligible ones (BIG) sort last, past num_eligible: padding, masked by `valid`.
+    order = torch.argsort(torch.where(eligible, run_key, BIG), dim=1)[:, :s]
+    valid = torch.arange(s, device=inst.device) < num_eligible.unsqueeze(1)
+    reads = _Reads.at(state, inst, order)
+    demand = _demand(config, plan, inst, reads) * valid
     before = torch.cumsum(demand, dim=1) - demand
-    budget = plan.budget.index_select(0, inst)
-    tokens = torch.minimum((budget.unsqueeze(1) - before).clamp(min=0), demand)
-    blocks = _blocks_needed(state, config, inst, order, tokens)
-    fits = torch.cumsum(blocks, dim=1) <= num_free_blocks(state).index_select(0, inst).unsqueeze(1)
+    budget = plan.budget.index_select(0, inst).unsqueeze(1)
+    tokens = torch.minimum((budget - before).clamp(min=0), demand)
+    blocks = _blocks_needed(config, reads, tokens)
+    free = num_free_blocks(state).index_select(0, inst).unsqueeze(1)
+    fits = torch.cumsum(blocks, dim=1) <= free
     go = fits & (tokens > 0)
-    _commit_running(state, config, plan, inst, torch.where(go, order, -1), tokens, blocks)
-    stopped = ~fits.all(dim=1)
-    first_fail = torch.where(stopped, (~fits).long().argmax(dim=1), s)
-    at = first_fail.clamp(max=s - 1).unsqueeze(1)
-    sorted_keys = torch.gather(run_key, 1, order)
-    prev_key = torch.gather(sorted_keys, 1, (at - 1).clamp(min=0)).squeeze(1)
-    moved = stopped & (first_fail > 0)
+    _commit_running(state, config, plan, inst, order, go, tokens, blocks, reads)
+    # Blocks are >= 0, so the cumulative sum only grows: `fits` holds on a prefix of each
+    # row, and its length is the column of the first request that does not fit.
+    num_fit = fits.sum(dim=1)
+    stopped = num_fit < s
+    at = num_fit.clamp(max=s - 1).unsqueeze(1)
+    prev_slot = torch.gather(order, 1, (at - 1).clamp(min=0))
+    prev_key = torch.gather(run_key, 1, prev_slot).squeeze(1)
+    moved = stopped & (num_fit > 0)
     # inst names distinct instances: whole-row copies, no advanced indexing.
     cursor.index_copy_(0, inst, torch.where(moved, prev_key, at_cursor))
     pending.index_copy_(0, inst, torch.where(stopped, torch.gather(order, 1, at).squeeze(1), -1))
@@ -147,10 +165,11 @@ def _retry(
     if config.policy == "fcfs":
         active[inst[itself]] = False  # out of KV: nothing after it runs this step
     tokens = pending_tokens[inst].unsqueeze(1)
-    blocks = _blocks_needed(state, config, inst, request.unsqueeze(1), tokens)
+    reads = _Reads.at(state, inst, request.unsqueeze(1))
+    blocks = _blocks_needed(config, reads, tokens)
     fits = ~itself & (blocks.squeeze(1) <= num_free_blocks(state)[inst])
-    slots = torch.where(fits, request, -1).unsqueeze(1)
-    _commit_running(state, config, plan, inst, slots, tokens, blocks)
+    order = request.unsqueeze(1)
+    _commit_running(state, config, plan, inst, order, fits.unsqueeze(1), tokens, blocks, reads)
     cursor[inst] = torch.where(fits, state.run_key[inst, request], cursor[inst])
     pending[inst] = torch.where(fits | itself, -1, request)
 
@@ -190,18 +209,32 @@ def _commit_running(
     config: SchedulerConfig,
     plan: StepPlan,
     inst: torch.Tensor,
-    slots: torch.Tensor,
+    order: torch.Tensor,
+    go: torch.Tensor,
     tokens: torch.Tensor,
     blocks: torch.Tensor,
+    reads: _Reads,
 ) -> None:
-    """Schedule running requests; drafts ride in the same budget (a short budget drops
-    the trailing ones) and are consumed either way."""
-    real = slots >= 0
-    rows = inst.unsqueeze(1).expand_as(slots)
-    safe = slots.clamp(min=0)
-    put_at(plan.new_from, rows, safe, take_at(state.num_held, rows, safe), real)
-    commit(state, config, plan, inst, slots, tokens, blocks, SCHEDULED_RUNNING)
-    computed = take_at(state.num_computed, rows, safe)
-    verified = tokens + computed - take_at(state.num_tokens, rows, safe)
-    put_at(plan.num_drafts, rows, safe, verified.clamp(min=0), real)
-    put_at(state.num_spec, rows, safe, 0, real)
+    """Schedule the running requests order[i, r] where go holds; drafts ride in the same
+    budget (a short budget drops the trailing ones) and are consumed either way."""
+    # Plan fields at slots not yet committed hold StepPlan.start's zeros (see commit).
+    put_flat(plan.new_from.view(-1), reads.rows, reads.held, go, old=0)
+    upto = None
+    if config.enable_prefix_caching:
+        upto = torch.minimum(reads.computed + tokens, reads.num_tokens)
+    slots = torch.where(go, order, -1)
+    commit(
+        state,
+        config,
+        plan,
+        inst,
+        slots,
+        tokens,
+        blocks,
+        SCHEDULED_RUNNING,
+        rows=reads.rows,
+        upto=upto,
+    )
+    verified = tokens + reads.computed - reads.num_tokens
+    put_flat(plan.num_drafts.view(-1), reads.rows, verified.clamp(min=0), go, old=0)
+    put_flat(state.num_spec.view(-1), reads.rows, 0, go, old=reads.num_spec)

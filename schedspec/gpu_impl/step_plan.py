@@ -14,12 +14,13 @@ import torch
 from schedspec.gpu_impl.batch_state import (
     ARRIVAL_SHIFT,
     BIG,
+    EMPTY,
     PREEMPTED,
     BatchState,
     cdiv,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables, take_free_blocks
-from schedspec.gpu_impl.flat_index import put_at, take_at
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat
 from schedspec.spec import SchedulerConfig
 
 # Entry kinds in a step.
@@ -46,42 +47,47 @@ class StepPlan:
     @staticmethod
     def start(state: BatchState, config: SchedulerConfig, active: torch.Tensor) -> StepPlan:
         """A fresh plan; instances not `active` get no budget (they sit this step out)."""
-        zeros = torch.zeros_like(state.status)
-        live = (state.status != 0).sum(dim=1)
+        live = (state.status != EMPTY).sum(dim=1)
         cap = torch.where(live > 1, config.long_prefill_token_threshold, 0)
         budget = torch.where(active, config.max_num_batched_tokens, 0)
+        per_slot = state.status  # the [B, S] fields take its shape and dtype
         return StepPlan(
             budget=budget,
-            scheduled=zeros.clone(),
-            rank=torch.full_like(zeros, BIG),
+            scheduled=torch.zeros_like(per_slot),
+            rank=torch.full_like(per_slot, BIG),
             next_rank=torch.zeros_like(state.next_arrival),
-            kind=zeros.clone(),
+            kind=torch.zeros_like(per_slot),
             computed_before=state.num_computed.clone(),
-            new_from=zeros.clone(),
+            new_from=torch.zeros_like(per_slot),
             drafts=state.spec.clone(),
-            num_drafts=zeros.clone(),
+            num_drafts=torch.zeros_like(per_slot),
             preempted=torch.zeros_like(state.is_prefill_chunk),
             cap=cap,
         )
 
 
 def apply_cap(num_tokens: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
-    """The long-prefill cap: cap if 0 < cap < num_tokens, else num_tokens."""
-    return torch.where((cap > 0) & (cap < num_tokens), cap, num_tokens)
+    """The long-prefill cap: cap if 0 < cap < num_tokens, else num_tokens. cap is per
+    instance (it broadcasts against num_tokens): the mask is worked out on it, and one
+    minimum runs at num_tokens' size."""
+    return torch.minimum(num_tokens, torch.where(cap > 0, cap, BIG))
 
 
 def blocks_to_allocate(
     config: SchedulerConfig,
     held: torch.Tensor,
     tokens: torch.Tensor,
-    num_hit_blocks: torch.Tensor,
-    evictable_hits: torch.Tensor,
+    num_hit_blocks: torch.Tensor | None = None,
+    evictable_hits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Free blocks consumed to cover `tokens` tokens (capped at max_model_len) for a
-    request holding `held` blocks plus `num_hit_blocks` prefix hits, of which
-    `evictable_hits` are free; a table longer than needed consumes none."""
+    request holding `held` blocks plus `num_hit_blocks` prefix hits (None: none), of
+    which `evictable_hits` are free; a table longer than needed consumes none."""
     covered = cdiv(torch.clamp(tokens, max=config.max_model_len), config.block_size)
-    return (covered - held - num_hit_blocks).clamp(min=0) + evictable_hits
+    if num_hit_blocks is not None:
+        covered = covered - num_hit_blocks
+    need = (covered - held).clamp(min=0)
+    return need if evictable_hits is None else need + evictable_hits
 
 
 def commit(
@@ -93,23 +99,34 @@ def commit(
     tokens: torch.Tensor,
     new_blocks: torch.Tensor,
     kind: torch.Tensor | int,
+    *,
+    rows: torch.Tensor | None = None,
+    upto: torch.Tensor | None = None,
 ) -> None:
     """Schedule slots[i, r] (-1: none) for tokens[i, r] tokens, in order: take their new
-    blocks, register their full blocks, and record them in the plan."""
+    blocks, register their full blocks, and record them in the plan. A caller that has
+    them passes the slots' flat rows in the [B, S] tensors (`flat_rows`, padding
+    clamped to a real slot) and, with prefix caching, the tokens to register up to
+    (min(computed + tokens, num_tokens)): the running walk has read both already."""
     real = slots >= 0
+    if rows is None:
+        rows = flat_rows(state.status, inst.unsqueeze(1), slots.clamp(min=0))
     take_free_blocks(state, inst, slots, new_blocks)
-    rows = inst.unsqueeze(1).expand_as(slots)
-    safe = slots.clamp(min=0)
     if config.enable_prefix_caching:
-        computed = take_at(state.num_computed, rows, safe)
-        upto = torch.minimum(computed + tokens, take_at(state.num_tokens, rows, safe))
+        if upto is None:
+            computed_to = pick(state.num_computed, rows) + tokens
+            upto = torch.minimum(computed_to, pick(state.num_tokens, rows))
         register_blocks(state, inst, slots, upto, config.block_size)
+    # A slot is committed at most once a step and holds StepPlan.start's values until
+    # then (an unscheduled priority victim gets them back and leaves the running list):
+    # the plan's writes know what they overwrite.
     order = torch.cumsum(real, dim=1) - 1
-    put_at(plan.scheduled, rows, safe, tokens, real)
-    put_at(plan.kind, rows, safe, kind, real)
-    put_at(plan.rank, rows, safe, plan.next_rank.index_select(0, inst).unsqueeze(1) + order, real)
+    put_flat(plan.scheduled.view(-1), rows, tokens, real, old=0)
+    put_flat(plan.kind.view(-1), rows, kind, real, old=NOT_SCHEDULED)
+    first = plan.next_rank.index_select(0, inst).unsqueeze(1)
+    put_flat(plan.rank.view(-1), rows, first + order, real, old=BIG)
     plan.next_rank.index_add_(0, inst, real.sum(dim=1))
-    plan.budget.index_add_(0, inst, -torch.where(real, tokens, 0).sum(dim=1))
+    plan.budget.index_add_(0, inst, -(tokens * real).sum(dim=1))
 
 
 def preempt(
