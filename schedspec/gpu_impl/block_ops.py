@@ -81,8 +81,9 @@ def register_blocks(
     lookup's tie-break)."""
     row = flat_rows(state.num_cached_block, inst.unsqueeze(1), slots.clamp(min=0)).view(-1)
     num_cached = state.num_cached_block.view(-1).index_select(0, row)
-    counts = (torch.div(upto, block_size, rounding_mode="floor").view(-1) - num_cached).clamp(min=0)
-    counts = torch.where(slots.view(-1) >= 0, counts, 0)
+    # reshape, not view: callers may pass column slices ([B, S + 1] cut to S).
+    full = torch.div(upto, block_size, rounding_mode="floor").reshape(-1)
+    counts = torch.where(slots.reshape(-1) >= 0, (full - num_cached).clamp(min=0), 0)
     pair, owner, first = _entries(counts.view(slots.shape))
     if pair.numel() == 0:
         return
