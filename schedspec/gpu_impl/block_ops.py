@@ -180,20 +180,23 @@ def release_tables(
 def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tensor:
     """One reference fewer on each entry's block (flat positions, in the order the
     requests free them); True where that entry dropped the block's last reference. A
-    table names each block once, so a block named twice is shared by two freed
-    requests and reaches zero at the later one, as the reference's one-by-one free
-    does."""
+    table names each block once, so a block held once is named by one entry, which
+    drops its last reference; a block named twice is shared by two freed requests and
+    reaches zero at the later one, as the reference's one-by-one free does. Shared
+    blocks are few, so only their entries are counted further."""
     refs = state.ref_cnt.view(-1)
+    alone = refs.index_select(0, block_index) == 1
     refs.index_add_(0, block_index, torch.full_like(block_index, -1))
-    zero = refs.index_select(0, block_index) == 0
+    shared = selected(~alone)
+    shared_index = pick(block_index, shared)
+    zero = refs.index_select(0, shared_index) == 0
     # Held blocks' queue keys are BIG until they are placed: they serve as scratch to
-    # find, for each block, the last entry naming it.
+    # find, for each shared block, the last entry naming it.
     keys = state.free_key.view(-1)
-    entry = torch.arange(block_index.numel(), device=block_index.device)
-    keys.scatter_reduce_(0, block_index, entry, "amax", include_self=False)
-    last = keys.index_select(0, block_index) == entry
-    keys.index_fill_(0, block_index, BIG)
-    return zero & last
+    keys.scatter_reduce_(0, shared_index, shared, "amax", include_self=False)
+    last = keys.index_select(0, shared_index) == shared
+    keys.index_fill_(0, shared_index, BIG)
+    return alone.index_copy_(0, shared, zero & last)
 
 
 def _enqueue(
