@@ -1,8 +1,9 @@
 """The block pool's moves on tensors: take free blocks, register cached content, free tables.
 
 Each function works on a set of instances `inst` ([I] indices, no repeats)
-and, per instance, requests in an order (slots [I, R], -1 padded), doing
-for all of them at once what the reference does one request at a time.
+and, per instance, requests in an order ([I, R]: their flat rows in the
+[B, S] tensors, padding asking for nothing; release_tables: a slot mask),
+doing for all of them at once what the reference does one request at a time.
 The free queue is a key per block (batch_state.py): taking blocks takes
 the smallest keys (free_queue.py finds them), a block put at the front gets
 a key below every other, one put at the back a key above.
@@ -27,36 +28,39 @@ def _rows(inst: torch.Tensor, *shape: int) -> torch.Tensor:
     return inst.view(-1, *([1] * len(shape))).expand(-1, *shape)
 
 
-def _entries(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _entries(
+    counts: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """counts[i, r] entries for each (instance, request) pair, packed in that order: each
-    entry's pair (flat, i * R + r), each entry's instance (i), and each pair's first
-    entry (so entry e is the (e - first[pair[e]])-th of its pair). One host read (the
-    number of entries)."""
+    entry's pair (flat, i * R + r), each entry's instance (i), each pair's first entry
+    (so entry e is the (e - first[pair[e]])-th of its pair) and each instance's number
+    of entries. One host read (the number of entries)."""
     flat = counts.reshape(-1)
     per_inst = counts.sum(dim=1)
     # Given the output size, repeat_interleave skips a pass that sums the repeats.
     size = int(per_inst.sum())
     pair = torch.repeat_interleave(flat, output_size=size)
     owner = torch.repeat_interleave(per_inst, output_size=size)
-    return pair, owner, torch.cumsum(flat, dim=0) - flat
+    return pair, owner, torch.cumsum(flat, dim=0) - flat, per_inst
 
 
 def take_free_blocks(
-    state: BatchState, inst: torch.Tensor, slots: torch.Tensor, counts: torch.Tensor
+    state: BatchState, inst: torch.Tensor, rows: torch.Tensor, counts: torch.Tensor
 ) -> None:
-    """Append counts[i, r] blocks from the front of the free queue to slots[i, r]'s table,
-    request after request; a taken block loses any cached content (eviction).
+    """Append counts[i, r] blocks from the front of the free queue to the table of the
+    request at flat row rows[i, r] of the [B, S] tensors (`flat_rows`), request after
+    request; a taken block loses any cached content (eviction). Padding pairs carry a
+    count of 0 (their row may name any slot).
 
     The caller has checked that each instance has enough free blocks.
     """
-    counts = torch.where(slots >= 0, counts, 0)
-    pair, owner, first = _entries(counts)
+    pair, owner, first, per_inst = _entries(counts)
     if pair.numel() == 0:
         return
     # The queue hands its blocks out in (instance, queue) order, the entries ask in
     # (instance, request, block) order: the two line up.
-    blocks, block_index = pop_front(state, inst, counts.sum(dim=1), owner)
-    row = flat_rows(state.num_held, inst.unsqueeze(1), slots.clamp(min=0)).view(-1)
+    blocks, block_index = pop_front(state, inst, per_inst, owner)
+    row = rows.reshape(-1)
     held = state.num_held.view(-1).index_select(0, row)
     # Entry e lands after its request's held blocks and its pair's earlier entries.
     to_table = row * state.table.shape[2] + held - first
@@ -66,25 +70,25 @@ def take_free_blocks(
     prefix_index.forget(state, block_index)
     state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
     # Padding pairs add 0 (wherever their clamped slot points).
-    state.num_held.view(-1).index_add_(0, row, counts.view(-1))
+    state.num_held.view(-1).index_add_(0, row, counts.reshape(-1))
 
 
 def register_blocks(
     state: BatchState,
     inst: torch.Tensor,
-    slots: torch.Tensor,
+    rows: torch.Tensor,
     upto: torch.Tensor,
     block_size: int,
 ) -> None:
-    """cache_blocks: register each request's full blocks among its first upto[i, r]
-    tokens in the prefix cache, request after request (registration order is the
-    lookup's tie-break)."""
-    row = flat_rows(state.num_cached_block, inst.unsqueeze(1), slots.clamp(min=0)).view(-1)
+    """cache_blocks: register the full blocks among the first upto[i, r] tokens of the
+    request at flat row rows[i, r] of the [B, S] tensors in the prefix cache, request
+    after request (registration order is the lookup's tie-break). Padding pairs carry
+    upto 0 (their row may name any slot)."""
+    row = rows.reshape(-1)
     num_cached = state.num_cached_block.view(-1).index_select(0, row)
-    # reshape, not view: callers may pass column slices ([B, S + 1] cut to S).
-    full = torch.div(upto, block_size, rounding_mode="floor").reshape(-1)
-    counts = torch.where(slots.reshape(-1) >= 0, (full - num_cached).clamp(min=0), 0)
-    pair, owner, first = _entries(counts.view(slots.shape))
+    full = _full_blocks(upto, block_size).reshape(-1)
+    counts = (full - num_cached).clamp(min=0)
+    pair, owner, first, per_inst = _entries(counts.view(rows.shape))
     if pair.numel() == 0:
         return
     entry = torch.arange(pair.numel(), device=pair.device)
@@ -94,16 +98,23 @@ def register_blocks(
     hashes = state.req_hash.view(-1).index_select(0, table_index)
     block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
     # Registration order: the instance's counter, then the instance's entries in order.
-    inst_first = first.view(slots.shape)[:, 0]
+    inst_first = first.view(rows.shape)[:, 0]
     seq = (state.next_reg.index_select(0, inst) - inst_first).index_select(0, owner) + entry
     # A block registered here is in this request's table only (a shared block is a hit,
     # registered before): the entries name distinct blocks.
     state.block_hash.view(-1).index_copy_(0, block_index, hashes)
     state.reg_seq.view(-1).index_copy_(0, block_index, seq)
     prefix_index.insert(state, block_index)
-    state.next_reg.index_add_(0, inst, counts.view(slots.shape).sum(dim=1))
+    state.next_reg.index_add_(0, inst, per_inst)
     # Padding pairs and requests with nothing new add 0: num_cached + counts = full blocks.
     state.num_cached_block.view(-1).index_add_(0, row, counts)
+
+
+def _full_blocks(tokens: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Full blocks among `tokens` tokens (>= 0): a shift for a power-of-two block size."""
+    if block_size & (block_size - 1) == 0:
+        return tokens >> (block_size.bit_length() - 1)
+    return torch.div(tokens, block_size, rounding_mode="floor")
 
 
 def uncache_uncomputed(
@@ -150,7 +161,7 @@ def release_tables(
     real = torch.gather(mask, 1, order)  # [I, W] the freed requests, in rank order
     row = flat_rows(state.num_held, inst.unsqueeze(1), order).view(-1)
     held = torch.where(real.view(-1), state.num_held.view(-1).index_select(0, row), 0)
-    pair, owner, first = _entries(held.view(real.shape))
+    pair, owner, first, _ = _entries(held.view(real.shape))
     if pair.numel() > 0:
         entry = torch.arange(pair.numel(), device=pair.device)
         # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]).
@@ -169,20 +180,23 @@ def release_tables(
 def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tensor:
     """One reference fewer on each entry's block (flat positions, in the order the
     requests free them); True where that entry dropped the block's last reference. A
-    table names each block once, so a block named twice is shared by two freed
-    requests and reaches zero at the later one, as the reference's one-by-one free
-    does."""
+    table names each block once, so a block held once is named by one entry, which
+    drops its last reference; a block named twice is shared by two freed requests and
+    reaches zero at the later one, as the reference's one-by-one free does. Shared
+    blocks are few, so only their entries are counted further."""
     refs = state.ref_cnt.view(-1)
+    alone = refs.index_select(0, block_index) == 1
     refs.index_add_(0, block_index, torch.full_like(block_index, -1))
-    zero = refs.index_select(0, block_index) == 0
+    shared = selected(~alone)
+    shared_index = pick(block_index, shared)
+    zero = refs.index_select(0, shared_index) == 0
     # Held blocks' queue keys are BIG until they are placed: they serve as scratch to
-    # find, for each block, the last entry naming it.
+    # find, for each shared block, the last entry naming it.
     keys = state.free_key.view(-1)
-    entry = torch.arange(block_index.numel(), device=block_index.device)
-    keys.scatter_reduce_(0, block_index, entry, "amax", include_self=False)
-    last = keys.index_select(0, block_index) == entry
-    keys.index_fill_(0, block_index, BIG)
-    return zero & last
+    keys.scatter_reduce_(0, shared_index, shared, "amax", include_self=False)
+    last = keys.index_select(0, shared_index) == shared
+    keys.index_fill_(0, shared_index, BIG)
+    return alone.index_copy_(0, shared, zero & last)
 
 
 def _enqueue(

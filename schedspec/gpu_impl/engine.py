@@ -209,8 +209,9 @@ class BatchedScheduler:
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
             # Accepted drafts filled blocks the schedule-time registration could not know.
             ordered = _by_rank(sampling, rank)
-            upto = torch.gather(st.num_computed, 1, ordered.clamp(min=0))
-            register_blocks(st, everyone, ordered, upto, config.block_size)
+            rows = flat_rows(st.num_computed, everyone.unsqueeze(1), ordered.clamp(min=0))
+            upto = pick(st.num_computed, rows) * (ordered >= 0)
+            register_blocks(st, everyone, rows, upto, config.block_size)
         finished = finish > 0
         release_tables(st, everyone, finished, rank)
         st.status.masked_fill_(finished, EMPTY)

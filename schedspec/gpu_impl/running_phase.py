@@ -24,7 +24,7 @@ import torch
 
 from schedspec.gpu_impl.batch_state import BIG, RUNNING, BatchState, num_free_blocks
 from schedspec.gpu_impl.block_ops import uncache_uncomputed
-from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat
+from schedspec.gpu_impl.flat_index import flat_rows, pick
 from schedspec.gpu_impl.step_plan import (
     NOT_SCHEDULED,
     SCHEDULED_RUNNING,
@@ -217,24 +217,24 @@ def _commit_running(
 ) -> None:
     """Schedule the running requests order[i, r] where go holds; drafts ride in the same
     budget (a short budget drops the trailing ones) and are consumed either way."""
-    # Plan fields at slots not yet committed hold StepPlan.start's zeros (see commit).
-    put_flat(plan.new_from.view(-1), reads.rows, reads.held, go, old=0)
     upto = None
     if config.enable_prefix_caching:
         upto = torch.minimum(reads.computed + tokens, reads.num_tokens)
-    slots = torch.where(go, order, -1)
-    commit(
+    at, committed = commit(
         state,
         config,
         plan,
         inst,
-        slots,
+        order,
         tokens,
         blocks,
         SCHEDULED_RUNNING,
+        real=go,
         rows=reads.rows,
         upto=upto,
     )
-    verified = tokens + reads.computed - reads.num_tokens
-    put_flat(plan.num_drafts.view(-1), reads.rows, verified.clamp(min=0), go, old=0)
-    put_flat(state.num_spec.view(-1), reads.rows, 0, go, old=reads.num_spec)
+    # The committed rows are distinct; held was read before the commit took blocks.
+    plan.new_from.view(-1).index_copy_(0, committed, pick(reads.held, at))
+    verified = (tokens + reads.computed - reads.num_tokens).clamp(min=0)
+    plan.num_drafts.view(-1).index_copy_(0, committed, pick(verified, at))
+    state.num_spec.view(-1).index_fill_(0, committed, 0)

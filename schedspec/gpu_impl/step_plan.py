@@ -20,7 +20,7 @@ from schedspec.gpu_impl.batch_state import (
     cdiv,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables, take_free_blocks
-from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected
 from schedspec.spec import SchedulerConfig
 
 # Entry kinds in a step.
@@ -100,33 +100,43 @@ def commit(
     new_blocks: torch.Tensor,
     kind: torch.Tensor | int,
     *,
+    real: torch.Tensor | None = None,
     rows: torch.Tensor | None = None,
     upto: torch.Tensor | None = None,
-) -> None:
-    """Schedule slots[i, r] (-1: none) for tokens[i, r] tokens, in order: take their new
-    blocks, register their full blocks, and record them in the plan. A caller that has
-    them passes the slots' flat rows in the [B, S] tensors (`flat_rows`, padding
-    clamped to a real slot) and, with prefix caching, the tokens to register up to
-    (min(computed + tokens, num_tokens)): the running walk has read both already."""
-    real = slots >= 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Schedule slots[i, r] for tokens[i, r] tokens where `real` holds (default: slots >=
+    0; -1 pads), in order: take their new blocks, register their full blocks, and
+    record them in the plan. A caller that has them passes the slots' flat rows in the
+    [B, S] tensors (`flat_rows`, padding clamped to a real slot) and, with prefix
+    caching, the tokens to register up to (min(computed + tokens, num_tokens)): the
+    running walk has read both already. Returns the committed entries' flat positions
+    in [I, R] (`selected(real)`) and their rows, for the caller's own writes."""
+    if real is None:
+        real = slots >= 0
     if rows is None:
         rows = flat_rows(state.status, inst.unsqueeze(1), slots.clamp(min=0))
-    take_free_blocks(state, inst, slots, new_blocks)
+    take_free_blocks(state, inst, rows, new_blocks * real)
     if config.enable_prefix_caching:
         if upto is None:
             computed_to = pick(state.num_computed, rows) + tokens
             upto = torch.minimum(computed_to, pick(state.num_tokens, rows))
-        register_blocks(state, inst, slots, upto, config.block_size)
-    # A slot is committed at most once a step and holds StepPlan.start's values until
-    # then (an unscheduled priority victim gets them back and leaves the running list):
-    # the plan's writes know what they overwrite.
-    order = torch.cumsum(real, dim=1) - 1
-    put_flat(plan.scheduled.view(-1), rows, tokens, real, old=0)
-    put_flat(plan.kind.view(-1), rows, kind, real, old=NOT_SCHEDULED)
-    first = plan.next_rank.index_select(0, inst).unsqueeze(1)
-    put_flat(plan.rank.view(-1), rows, first + order, real, old=BIG)
+        register_blocks(state, inst, rows, upto * real, config.block_size)
+    # The plan's writes go to the committed rows only, compacted once: a slot is
+    # committed at most once a step (so the rows are distinct) and nothing else writes
+    # these fields before the step's last commit.
+    at = selected(real)
+    committed = pick(rows, at)
+    plan.scheduled.view(-1).index_copy_(0, committed, pick(tokens, at))
+    if isinstance(kind, int):
+        plan.kind.view(-1).index_fill_(0, committed, kind)
+    else:
+        plan.kind.view(-1).index_copy_(0, committed, pick(kind, at))
+    # Ranks count on from the instance's next rank, in order along each row.
+    first = plan.next_rank.index_select(0, inst).unsqueeze(1) - 1
+    plan.rank.view(-1).index_copy_(0, committed, pick(first + torch.cumsum(real, dim=1), at))
     plan.next_rank.index_add_(0, inst, real.sum(dim=1))
     plan.budget.index_add_(0, inst, -(tokens * real).sum(dim=1))
+    return at, committed
 
 
 def preempt(
