@@ -30,9 +30,10 @@ the id.
 Inserts of one call are placed in rounds: each pending entry looks at a
 window of buckets and proposes the first without an entry; where several
 propose one bucket, the smallest block id gets it (scatter_reduce amin) and
-the others go on past it. Instances never share buckets, so an instance's
-layout depends on its own history only (an instance stepped alone and
-within a batch ends with the same tensors).
+the others go on past it. The first round's window is the home bucket alone
+(most homes are free), the later rounds' _PLACE_WINDOW buckets. Instances
+never share buckets, so an instance's layout depends on its own history only
+(an instance stepped alone and within a batch ends with the same tensors).
 """
 
 from __future__ import annotations
@@ -59,12 +60,20 @@ def insert(state: BatchState, block_index: torch.Tensor) -> None:
     """Index blocks that were just given content ids: block_index holds their flat
     positions (instance * N + block) in the [B, N] block tensors, each block once, and
     block_hash already holds their ids. Then rebuild the rows worn by deletions."""
-    n = state.block_hash.shape[1]
-    rows = torch.div(block_index, n, rounding_mode="floor")
-    _place(state, rows, block_index - rows * n)
+    rows, blocks = _split(block_index, state.block_hash.shape[1])
+    _place(state, rows, blocks, block_index)
     worn = torch.nonzero(state.cache_deleted > state.cache_index.shape[1] // 4).squeeze(1)
     if worn.numel() > 0:
         rebuild(state, worn)
+
+
+def _split(block_index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat positions in a [B, n] tensor as (row, column); a power-of-two n (pool sizes
+    often are) by a shift and a mask, a fifth of an int64 division's cost on the CPU."""
+    if n & (n - 1) == 0:
+        return block_index >> (n.bit_length() - 1), block_index & (n - 1)
+    rows = torch.div(block_index, n, rounding_mode="floor")
+    return rows, block_index - rows * n
 
 
 def forget(state: BatchState, block_index: torch.Tensor) -> None:
@@ -93,7 +102,7 @@ def rebuild(state: BatchState, inst: torch.Tensor) -> None:
     at = selected(state.block_hash.index_select(0, inst) != NO_HASH)
     rows = pick(inst.unsqueeze(1).expand(-1, n), at)
     blocks = pick(torch.arange(n, device=inst.device).expand(inst.numel(), n), at)
-    _place(state, rows, blocks)
+    _place(state, rows, blocks, rows * n + blocks)
 
 
 def find(
@@ -148,20 +157,24 @@ def _flat_read(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return x.view(-1).index_select(0, index.reshape(-1)).view(index.shape)
 
 
-def _place(state: BatchState, rows: torch.Tensor, blocks: torch.Tensor) -> None:
-    """Enter blocks [K] of instances rows [K] (block_hash holds their ids) by linear
-    probing, in rounds. One host read per round; the first round places all but a few
-    (those that lost a bucket to an entry of the same call, or saw no free bucket)."""
-    h, n = state.cache_index.shape[1], state.block_hash.shape[1]
-    block_index = rows * n + blocks
+def _place(
+    state: BatchState, rows: torch.Tensor, blocks: torch.Tensor, block_index: torch.Tensor
+) -> None:
+    """Enter blocks [K] of instances rows [K] (flat positions block_index; block_hash
+    holds their ids) by linear probing, in rounds. One host read per round. The first
+    round proposes each entry's home bucket only: the table is at most half full of
+    entries, so most homes are free, and a one-bucket window keeps the round's ops on
+    [K]; the few left (home taken, or lost to an entry of the same call) look at
+    windows of _PLACE_WINDOW buckets from where they stopped."""
+    h = state.cache_index.shape[1]
     home = state.block_hash.view(-1).index_select(0, block_index) & (h - 1)
+    base = rows * h
     # distance: from home to the bucket taken (or, for the few left, to go on from).
-    won, distance = _propose(state, rows, blocks, home, torch.zeros_like(rows))
+    won, distance = _propose(state, base, blocks, home, torch.zeros_like(rows), width=1)
     todo = selected(~won)
     while todo.numel() > 0:
-        won, moved = _propose(
-            state, *(t.index_select(0, todo) for t in (rows, blocks, home, distance))
-        )
+        left = [t.index_select(0, todo) for t in (base, blocks, home, distance)]
+        won, moved = _propose(state, *left, width=_PLACE_WINDOW)
         distance.index_copy_(0, todo, moved)
         todo = pick(todo, selected(~won))
     state.cache_bucket.view(-1).index_copy_(0, block_index, (home + distance) & (h - 1))
@@ -170,19 +183,22 @@ def _place(state: BatchState, rows: torch.Tensor, blocks: torch.Tensor) -> None:
 
 def _propose(
     state: BatchState,
-    rows: torch.Tensor,
+    base: torch.Tensor,
     blocks: torch.Tensor,
     home: torch.Tensor,
     distance: torch.Tensor,
+    *,
+    width: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One round: each entry proposes the first bucket without an entry in the window at
-    `distance` from its home; where several propose one bucket, the smallest block id
-    gets it (block ids are distinct within a row, and a row's buckets are its own).
-    Whether each got its bucket, and the distance to it, or to go on from."""
+    """One round: each entry (its row's first bucket at flat position base) proposes the
+    first bucket without an entry in the `width` buckets at `distance` from its home;
+    where several propose one bucket, the smallest block id gets it (block ids are
+    distinct within a row, and a row's buckets are its own). Whether each got its
+    bucket, and the distance to it, or to go on from."""
     h = state.cache_index.shape[1]
-    steps = torch.arange(_PLACE_WINDOW, device=rows.device)
-    window = (rows * h).unsqueeze(1) + (((home + distance).unsqueeze(1) + steps) & (h - 1))
-    seen = _flat_read(state.cache_index, window)  # [K, window]
+    steps = torch.arange(width, device=base.device)
+    window = base.unsqueeze(1) + (((home + distance).unsqueeze(1) + steps) & (h - 1))
+    seen = _flat_read(state.cache_index, window)  # [K, width]
     free = seen < 0  # EMPTY_BUCKET or TOMBSTONE
     first = free.long().argmax(dim=1, keepdim=True)  # the first free one (0 if none)
     proposes = free.any(dim=1)
@@ -193,5 +209,5 @@ def _propose(
     table.scatter_reduce_(0, at, torch.where(proposes, blocks, kept), "amin", include_self=False)
     won = proposes & (table.index_select(0, at) == blocks)
     # A winner stops on its bucket, a loser goes on past it, the others past the window.
-    step = torch.where(proposes, first.squeeze(1) + (~won).long(), _PLACE_WINDOW)
+    step = torch.where(proposes, first.squeeze(1) + (~won).long(), width)
     return won, distance + step
