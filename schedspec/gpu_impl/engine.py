@@ -141,11 +141,19 @@ class BatchedScheduler:
         else:
             _write_rows(st.wait_key, row, waiting_priority_key(new.priority, arrival))
 
-    def finish_requests(self, mask: torch.Tensor, rank: torch.Tensor) -> None:
-        """Abort the masked slots ([B, S]), freeing their blocks in rank order."""
-        everyone = torch.arange(self.state.batch, device=self.device)
-        release_tables(self.state, everyone, mask, rank)
-        self.state.status.masked_fill_(mask, EMPTY)
+    def finish_requests(
+        self, mask: torch.Tensor, rank: torch.Tensor, inst: torch.Tensor | None = None
+    ) -> None:
+        """Abort the masked slots, freeing their blocks in rank order: mask and rank are
+        [B, S], or [I, S] for the instances `inst` only (distinct), so that a few aborts
+        among thousands of instances cost a few rows."""
+        st = self.state
+        if inst is None:
+            inst = torch.arange(st.batch, device=self.device)
+        release_tables(st, inst, mask, rank)
+        slot = torch.arange(mask.shape[1], device=self.device)
+        row = flat_rows(st.status, inst.unsqueeze(1), slot)
+        st.status.view(-1).index_fill_(0, pick(row, selected(mask)), EMPTY)
 
     # ----------------------------------------------------------------- schedule
 

@@ -142,14 +142,18 @@ class SwarmWorkload:
     # ------------------------------------------------------------------ events
 
     def _abort(self) -> torch.Tensor:
+        """[B]: the slot each instance aborts (-1: none). Only the instances whose draw
+        says abort (a few percent) look at their slots."""
         st = self.engine.state
-        live = st.status != EMPTY
         pick_draw, abort_draw = self.draws((_ABORT_PICK, _ABORT))
-        go = ((abort_draw & 1023) < self.shape.abort_chance) & live.any(dim=1)
-        slot = torch.where(go, _pick(live, pick_draw), -1)
-        mask = torch.arange(st.slots, device=st.device) == slot.unsqueeze(1)
-        self.engine.finish_requests(mask, torch.zeros_like(st.status))
-        return slot
+        inst = selected((abort_draw & 1023) < self.shape.abort_chance)
+        live = st.status.index_select(0, inst) != EMPTY
+        # _pick gives the width where nothing is live: that row's mask stays empty.
+        chosen = _pick(live, pick_draw.index_select(0, inst))
+        mask = torch.arange(st.slots, device=st.device) == chosen.unsqueeze(1)
+        self.engine.finish_requests(mask, torch.zeros_like(live, dtype=torch.int64), inst)
+        slot = torch.full_like(abort_draw, -1)
+        return slot.index_copy_(0, inst, torch.where(chosen < st.slots, chosen, -1))
 
     def _add(self) -> NewRequests:
         st = self.engine.state
