@@ -116,7 +116,9 @@ def extend_hashes(
     each row's last counted token and at its block ends, so padding is mixed but
     never read. That costs less than packing the counted tokens first (a nonzero,
     each token's row and offset, a running sum rebased per row: more passes, even
-    though prompts fill only about half of their padded batch).
+    though prompts fill only about half of their padded batch). A batch that is one
+    row repeated (an expand: stride 0 along the rows) from an int start has the same
+    mixes and sums in every row: that row is mixed once and every row reads it.
     """
     if isinstance(start, int):
         # Columns at or past max_positions can only hold padding.
@@ -126,9 +128,10 @@ def extend_hashes(
         return acc, _no_blocks(acc)
     count = count.clamp(min=0, max=width)
     keys = _position_keys(start, rows, width, max_positions, tokens.device)
-    sums = torch.cumsum(_token_mixes(tokens, keys), dim=1)
+    repeated = isinstance(start, int) and rows > 1 and tokens.stride(0) == 0
+    sums = torch.cumsum(_token_mixes(tokens[:1] if repeated else tokens, keys), dim=1)
     flat = sums.view(-1)
-    row_base = torch.arange(rows, device=tokens.device) * width
+    row_base = torch.arange(rows, device=tokens.device) * (0 if repeated else width)
     last = flat.index_select(0, row_base + (count - 1).clamp(min=0))
     ends = _block_ends(start, count, row_base, width, block_size)
     prefix_sums = acc.index_select(0, ends.row) + flat.index_select(0, ends.flat)
