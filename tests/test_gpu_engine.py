@@ -107,6 +107,16 @@ class TestContentIds:
         assert by_int.index.tolist() == by_rows.index.tolist() == [0, 1, 0]
         assert torch.equal(by_int.ids, by_rows.ids)
 
+    def test_one_prompt_expanded_hashes_as_its_copies(self) -> None:
+        # A stride-0 batch (one row expanded) is mixed once; every row reads that row.
+        row = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+        zero, count = torch.zeros(3, dtype=torch.int64), torch.tensor([8, 2, 5])
+        acc_once, once = extend_hashes(zero, 0, row.expand(3, 8), count, 2, 16)
+        acc_copies, copies = extend_hashes(zero, 0, row.repeat(3, 1), count, 2, 16)
+        assert torch.equal(acc_once, acc_copies)
+        assert once.row.tolist() == copies.row.tolist() == [0, 0, 0, 0, 1, 2, 2]
+        assert torch.equal(once.index, copies.index) and torch.equal(once.ids, copies.ids)
+
     def test_prompts_of_power_of_two_tokens_sum_apart_as_chance_predicts(self) -> None:
         # 65,536 random prompts of 16 tokens from {0, 2**8, 2**16, 2**40} (tokens that
         # differ by powers of two). Their sums' low and high 24 bits collide about 128

@@ -141,11 +141,19 @@ class BatchedScheduler:
         else:
             _write_rows(st.wait_key, row, waiting_priority_key(new.priority, arrival))
 
-    def finish_requests(self, mask: torch.Tensor, rank: torch.Tensor) -> None:
-        """Abort the masked slots ([B, S]), freeing their blocks in rank order."""
-        everyone = torch.arange(self.state.batch, device=self.device)
-        release_tables(self.state, everyone, mask, rank)
-        self.state.status.masked_fill_(mask, EMPTY)
+    def finish_requests(
+        self, mask: torch.Tensor, rank: torch.Tensor, inst: torch.Tensor | None = None
+    ) -> None:
+        """Abort the masked slots, freeing their blocks in rank order: mask and rank are
+        [B, S], or [I, S] for the instances `inst` only (distinct), so that a few aborts
+        among thousands of instances cost a few rows."""
+        st = self.state
+        if inst is None:
+            inst = torch.arange(st.batch, device=self.device)
+        release_tables(st, inst, mask, rank)
+        slot = torch.arange(mask.shape[1], device=self.device)
+        row = flat_rows(st.status, inst.unsqueeze(1), slot)
+        st.status.view(-1).index_fill_(0, pick(row, selected(mask)), EMPTY)
 
     # ----------------------------------------------------------------- schedule
 
@@ -257,13 +265,16 @@ class BatchedScheduler:
         """Drafts to verify next step for the masked slots; dropped for a request that is
         not running or stopped mid-prefill."""
         st = self.state
-        usable = mask & (st.status == RUNNING) & ~st.is_prefill_chunk
+        # Running and not mid-prefill (bools: a > b is a & ~b in one op).
+        usable = mask & ((st.status == RUNNING) > st.is_prefill_chunk)
         # Rows of [B * S, K], compacted: a where over [B, S, K] broadcasts a [B, S] mask
         # along the innermost dimension, several times slower on the CPU.
         width, row = drafts.shape[2], selected(usable)
         spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
         spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
-        st.num_spec = torch.where(mask, torch.where(usable, count, 0), st.num_spec)
+        # The masked slots drop their drafts, then the usable ones take their count.
+        st.num_spec.masked_fill_(mask, 0)
+        st.num_spec.view(-1).index_copy_(0, row, pick(count, row))
 
 
 def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:

@@ -142,14 +142,18 @@ class SwarmWorkload:
     # ------------------------------------------------------------------ events
 
     def _abort(self) -> torch.Tensor:
+        """[B]: the slot each instance aborts (-1: none). Only the instances whose draw
+        says abort (a few percent) look at their slots."""
         st = self.engine.state
-        live = st.status != EMPTY
         pick_draw, abort_draw = self.draws((_ABORT_PICK, _ABORT))
-        go = ((abort_draw & 1023) < self.shape.abort_chance) & live.any(dim=1)
-        slot = torch.where(go, _pick(live, pick_draw), -1)
-        mask = torch.arange(st.slots, device=st.device) == slot.unsqueeze(1)
-        self.engine.finish_requests(mask, torch.zeros_like(st.status))
-        return slot
+        inst = selected((abort_draw & 1023) < self.shape.abort_chance)
+        live = st.status.index_select(0, inst) != EMPTY
+        # _pick gives the width where nothing is live: that row's mask stays empty.
+        chosen = _pick(live, pick_draw.index_select(0, inst))
+        mask = torch.arange(st.slots, device=st.device) == chosen.unsqueeze(1)
+        self.engine.finish_requests(mask, torch.zeros_like(live, dtype=torch.int64), inst)
+        slot = torch.full_like(abort_draw, -1)
+        return slot.index_copy_(0, inst, torch.where(chosen < st.slots, chosen, -1))
 
     def _add(self) -> NewRequests:
         st = self.engine.state
@@ -160,43 +164,49 @@ class SwarmWorkload:
         room = has_empty | (st.slots < self.engine.capacity)
         go = ((self.draw(_ADD) & 1023) < self.shape.add_chance) & room
         slot = torch.where(has_empty, torch.argmax(empty.long(), dim=1), st.slots)
-        inst = torch.nonzero(go).squeeze(1)
-        # Only the arriving instances' draws (x & (2**n - 1) is x % 2**n: draws are >= 0).
-        length, prefix, eos, max_tokens, priority = self.draws(
-            (_LENGTH, _PREFIX, _EOS, _MAX_TOKENS, _PRIORITY), rows=inst
+        arriving = selected(go)
+        # The arrivals whose prompt is the shared pattern first, then those with their
+        # own tokens (x & 1 is x % 2: draws are >= 0).
+        shared = (self.draw(_PREFIX, rows=arriving) & 1) == 0
+        inst = torch.cat([pick(arriving, selected(shared)), pick(arriving, selected(~shared))])
+        num_shared = int(shared.sum())
+        # Only the arriving instances' draws (x & (2**n - 1) is x % 2**n).
+        length, eos, max_tokens, priority = self.draws(
+            (_LENGTH, _EOS, _MAX_TOKENS, _PRIORITY), rows=inst
         )
-        length = 1 + length % (self.config.max_model_len - 1)
+        pattern, own = self._prompts(num_shared, inst[num_shared:])
         new = NewRequests(
             inst=inst,
             slot=slot.index_select(0, inst),
-            prompt=self._prompts(inst, (prefix & 1) == 0),
-            prompt_len=length,
+            prompt=torch.cat([pattern, own]),
+            prompt_len=1 + length % (self.config.max_model_len - 1),
             max_tokens=1 + max_tokens % self.shape.max_new_tokens,
             eos=torch.where((eos & 1) == 0, STOP_TOKEN, NO_TOKEN),
             stops=torch.full((inst.numel(), 1), NO_TOKEN, device=st.device),
             priority=priority & 3,
         )
-        self.engine.add_requests(new)
+        # Two calls (instances are independent): the shared prompts as one row
+        # expanded, which the engine hashes once, and the others.
+        self.engine.add_requests(_requests_in(new, 0, num_shared, pattern))
+        self.engine.add_requests(_requests_in(new, num_shared, inst.numel(), own))
         return new
 
-    def _prompts(self, inst: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:
-        """[len(inst), max_model_len - 1] prompts, padded: half of them (`shared`) start
-        with a common pattern, so the prefix cache hits. A prompt is either the pattern
-        all along or its own tokens all along, so each row is one or the other whole
-        (tokens past prompt_len are padding: nobody reads them; hashing counts, traces
-        slice), and only the rows of their own draw tokens."""
+    def _prompts(
+        self, num_shared: int, own_inst: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts [n, max_model_len - 1], padded: the common pattern for `num_shared`
+        arrivals (one row expanded), so that the prefix cache hits, and each own_inst's
+        own tokens all along (tokens past prompt_len are padding: nobody reads them;
+        hashing counts, traces slice)."""
         longest = self.config.max_model_len - 1
-        device = inst.device
+        device = own_inst.device
         pattern = (torch.arange(longest, device=device) * 5 // 3) % PROMPT_VOCAB
-        own = ~shared
         # draw % PROMPT_VOCAB, looked up: an int64 remainder per token costs more. Drawn
         # a whole number of lanes wide (contiguous: no copy before the lookup).
         whole = -(-longest // _LANES_PER_DRAW) * _LANES_PER_DRAW
-        small = self.draw_small(_TOKENS, whole, inst.index_select(0, selected(own)))
+        small = self.draw_small(_TOKENS, whole, own_inst)
         tokens = _PROMPT_TOKEN.to(device).index_select(0, small.view(-1)).view_as(small)
-        # Row 0 is the pattern, row 1 + i the i-th prompt of its own; pick each prompt's.
-        rows = torch.cat([pattern.unsqueeze(0), tokens[:, :longest]])
-        return rows.index_select(0, torch.cumsum(own, dim=0) * own)
+        return pattern.expand(num_shared, longest), tokens[:, :longest]
 
     def draw_small(
         self, purpose: int, width: int, rows: torch.Tensor | None = None, bits: int = 7
@@ -255,6 +265,20 @@ class SwarmWorkload:
         last = at.index_select(0, stopping) * (k + 1) + accepted_here.index_select(0, stopping)
         tokens.view(-1).index_fill_(0, last, STOP_TOKEN)
         return accepted, stop, tokens, count
+
+
+def _requests_in(new: NewRequests, begin: int, end: int, prompt: torch.Tensor) -> NewRequests:
+    """Requests begin..end of `new` (views), with their prompts given as `prompt`."""
+    return NewRequests(
+        inst=new.inst[begin:end],
+        slot=new.slot[begin:end],
+        prompt=prompt,
+        prompt_len=new.prompt_len[begin:end],
+        max_tokens=new.max_tokens[begin:end],
+        eos=new.eos[begin:end],
+        stops=new.stops[begin:end],
+        priority=new.priority[begin:end],
+    )
 
 
 def _pick(mask: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:
