@@ -161,9 +161,8 @@ class TestDoor:
         assert engine.engine.state.slots == 32
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "priority"])
-def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
-    """Instances share tensors, never state: instance 5 of 8 ends exactly as it does alone."""
+def _busy_swarm(policy: str) -> tuple[SchedulerConfig, WorkloadShape]:
+    """A tight, busy swarm (caching, drafts, a watermark): it reaches preemption."""
     config = SchedulerConfig(
         block_size=4,
         num_blocks=24,
@@ -176,7 +175,13 @@ def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
         num_speculative_tokens=2,
         policy=policy,  # type: ignore[arg-type]
     )
-    shape = WorkloadShape(add_chance=700)
+    return config, WorkloadShape(add_chance=700)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
+    """Instances share tensors, never state: instance 5 of 8 ends exactly as it does alone."""
+    config, shape = _busy_swarm(policy)
     batch = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     alone = BatchedScheduler(config, batch=1, slots=10, device="cpu")
     workloads = [
@@ -199,19 +204,7 @@ def test_narrow_tensors_widen_on_demand_and_step_like_full_ones(policy: str) -> 
     higher slots are used makes every decision the full-width engine makes: plans and
     state agree on the narrow engine's columns, the full engine's other columns stay
     empty, and the per-block state is equal throughout."""
-    config = SchedulerConfig(
-        block_size=4,
-        num_blocks=24,
-        max_num_batched_tokens=48,
-        max_num_seqs=6,
-        max_model_len=64,
-        long_prefill_token_threshold=16,
-        enable_prefix_caching=True,
-        watermark=0.1,
-        num_speculative_tokens=2,
-        policy=policy,  # type: ignore[arg-type]
-    )
-    shape = WorkloadShape(add_chance=700)
+    config, shape = _busy_swarm(policy)
     full = BatchedScheduler(config, batch=8, slots=32, device="cpu")
     narrow = BatchedScheduler(config, batch=8, slots=32, device="cpu", start_width=1)
     workloads = [SwarmWorkload(engine, 11, torch.arange(8), shape) for engine in (full, narrow)]
