@@ -42,13 +42,13 @@ def conservation(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     counts = torch.zeros((b, n + 1), dtype=torch.int64, device=state.device)
     counts.scatter_add_(1, torch.where(held, tables, n), held.long())
     wrong_refs = (counts[:, :n] != state.ref_cnt).any(dim=1)
-    keys = torch.sort(torch.where(state.ref_cnt == 0, state.free_key, BIG), dim=1).values
-    repeated = ((keys[:, 1:] == keys[:, :-1]) & (keys[:, 1:] < BIG)).any(dim=1)
     free = state.ref_cnt == 0
     # Free blocks carry a queue key, held ones BIG: taking the smallest keys relies on it.
     misplaced = (free == (state.free_key == BIG)).any(dim=1)
     miscounted = free.sum(dim=1) != state.num_free
-    bad = wrong_refs | repeated | misplaced | miscounted | (state.ref_cnt < 0).any(dim=1)
+    bad = wrong_refs | misplaced | miscounted | (state.ref_cnt < 0).any(dim=1)
+    # Distinct keys need no sort: the ring names one block per key, and the keys span
+    # at most the ring, so two free blocks sharing a key leave one of them misplaced.
     return bad | ring_disagrees(state)
 
 
@@ -65,33 +65,28 @@ def cache_index(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     tombstones."""
     n, h = state.block_hash.shape[1], state.cache_index.shape[1]
     entries = state.cache_index
-    live = entries >= 0
-    safe = entries.clamp(0, n - 1)
-    ids = torch.gather(state.block_hash, 1, safe)
-    buckets = torch.arange(h, device=state.device)
-    named = torch.gather(state.cache_bucket, 1, safe)
-    stray = live & ((entries >= n) | (ids == NO_HASH) | (named != buckets))
-    distance = (buckets - ids) & (h - 1)
-    reach = torch.minimum(state.cache_reach.unsqueeze(1), _since_empty(entries))
-    unreachable = live & (distance >= reach)
     recorded = state.cache_bucket >= 0
-    back = torch.gather(entries, 1, state.cache_bucket.clamp(0, h - 1))
+    bucket = state.cache_bucket.clamp(0, h - 1)
+    back = torch.gather(entries, 1, bucket)
     owned = back == torch.arange(n, device=state.device)
     lost = ((state.block_hash != NO_HASH) != recorded) | (recorded & ~owned)
+    # Per block (N columns, not H): a lookup walks from the id's home to the first
+    # EMPTY_BUCKET, so the entry must lie closer than cache_reach with no empty bucket
+    # from the home up to it (counted by prefix sums, cyclically).
+    home = state.block_hash & (h - 1)
+    distance = (bucket - home) & (h - 1)
+    empty = (entries == EMPTY_BUCKET).long()
+    empties = torch.cumsum(empty, dim=1)  # in buckets 0..j
+    between = torch.gather(empties, 1, bucket) - torch.gather(empties - empty, 1, home)
+    between += torch.where(bucket < home, empties[:, -1:], 0)
+    unreachable = recorded & ((between > 0) | (distance >= state.cache_reach.unsqueeze(1)))
     tombs = (entries == TOMBSTONE).sum(dim=1)
     unknown = (entries < TOMBSTONE).any(dim=1) | (state.cache_bucket >= h).any(dim=1)
-    broken = (stray | unreachable).any(dim=1) | lost.any(dim=1)
+    # Each recorded block owns the bucket it names, so as many entries as recorded blocks
+    # leaves no entry over: none names a block without an id, or one twice.
+    stray = (entries >= 0).sum(dim=1) != recorded.sum(dim=1)
+    broken = stray | (lost | unreachable).any(dim=1)
     return broken | (tombs > state.cache_deleted) | unknown
-
-
-def _since_empty(entries: torch.Tensor) -> torch.Tensor:
-    """Per bucket, how far back (cyclically) the nearest EMPTY_BUCKET lies: an entry is
-    reached from its id's home only if it lies less than that past the home."""
-    h = entries.shape[1]
-    doubled = torch.cat([entries, entries], dim=1)
-    positions = torch.arange(2 * h, device=entries.device)
-    last = torch.where(doubled == EMPTY_BUCKET, positions, -1).cummax(dim=1).values[:, h:]
-    return positions[h:] - last
 
 
 def seqs(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
