@@ -15,6 +15,7 @@ import torch
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import (
     BIG,
+    EMPTY_BUCKET,
     NO_HASH,
     PREEMPTED,
     RUNNING,
@@ -54,30 +55,34 @@ def longest_cached_prefix(
     """get_computed_blocks: the cached blocks ([I, M], -1 padded) holding the request's
     longest prefix of whole blocks, never its last token, and how many there are."""
     hashes = take_at(state.req_hash, inst, slot)  # [I, M]
-    hits = torch.full_like(hashes, -1)
-    count = torch.zeros_like(slot)
     if not config.enable_prefix_caching:
-        return hits, count
+        return torch.full_like(hashes, -1), torch.zeros_like(slot)
     max_hit = (take_at(state.num_tokens, inst, slot) - 1) // config.block_size
     j = torch.arange(hashes.shape[1], device=inst.device)
     wanted = (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
     # Content ids are chained: nothing after a miss can hit. About half the heads miss
-    # their first block, so only the others look up the rest.
-    found, oldest = prefix_index.find(state, inst, hashes[:, :1], wanted[:, :1])
-    rows = torch.nonzero(found.squeeze(1)).squeeze(1)
-    found = torch.cat([found, torch.zeros_like(wanted[:, 1:])], dim=1)
-    oldest = torch.cat([oldest, hits[:, 1:]], dim=1)
+    # their first block, so only the others look up the rest. Holders land in a flat
+    # [I * M] tensor (EMPTY_BUCKET: not looked up, or no holder).
+    m = hashes.shape[1]
+    oldest = torch.full((hashes.numel(),), EMPTY_BUCKET, dtype=hashes.dtype, device=inst.device)
+    heads = selected(wanted[:, 0])
+    first = prefix_index.oldest_holders(
+        state, inst.index_select(0, heads), hashes[:, 0].index_select(0, heads)
+    )
+    oldest.index_copy_(0, heads * m, first)
+    rows = pick(heads, selected(first >= 0))
     if rows.numel() > 0:
-        more, more_oldest = prefix_index.find(
-            state,
-            inst.index_select(0, rows),
-            hashes.index_select(0, rows)[:, 1:],
-            wanted.index_select(0, rows)[:, 1:],
+        at = selected(wanted.index_select(0, rows)[:, 1:])
+        # Flat positions in [I, M] of the rest of those heads' wanted ids.
+        position = pick((rows * m + 1).unsqueeze(1) + j[: m - 1], at)
+        owner = pick(inst.index_select(0, rows).unsqueeze(1).expand(-1, m - 1), at)
+        holder = prefix_index.oldest_holders(
+            state, owner, hashes.view(-1).index_select(0, position)
         )
-        found[:, 1:].index_copy_(0, rows, more)
-        oldest[:, 1:].index_copy_(0, rows, more_oldest)
-    chain = torch.cumprod((wanted & found).long(), dim=1).bool()
-    return torch.where(chain, oldest, hits), chain.sum(dim=1)
+        oldest.index_copy_(0, position, holder)
+    oldest = oldest.view(hashes.shape)
+    chain = torch.cumprod((oldest >= 0).long(), dim=1).bool()
+    return torch.where(chain, oldest, -1), chain.sum(dim=1)
 
 
 def _admit_heads(
