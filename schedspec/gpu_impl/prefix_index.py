@@ -51,7 +51,7 @@ from schedspec.gpu_impl.batch_state import (
 from schedspec.gpu_impl.flat_index import pick, selected
 
 # Buckets every lookup reads from an id's home before checking whether the run ended.
-_FIRST_WIDTH = 4
+_FIRST_WIDTH = 3
 # Buckets an insert looks at per round for one without an entry.
 _PLACE_WINDOW = 4
 
