@@ -175,7 +175,8 @@ def test_a_lookup_reads_past_its_first_window_only_up_to_the_reach(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Six ids share home 0: they fill buckets 0-5 (reach 6). An id found at bucket 5 lies
-    past the first window of four; the second pass reads exactly the two buckets left.
+    past the first window (_FIRST_WIDTH, under six); the second pass reads exactly the
+    buckets left up to the reach.
     An id whose window ends on an empty bucket needs no second pass."""
     st = _state()
     ids = [_id(0, tag) for tag in range(1, 7)]
@@ -192,10 +193,11 @@ def test_a_lookup_reads_past_its_first_window_only_up_to_the_reach(
 
     monkeypatch.setattr(prefix_index, "_probe", recording)
     assert _find(st, 0, [ids[5]]) == [5]
-    assert widths == [(0, 4), (4, 2)]
+    first = prefix_index._FIRST_WIDTH
+    assert widths == [(0, first), (first, 6 - first)]
     widths.clear()
     assert _find(st, 0, [_id(8, 1)]) == [-1]
-    assert widths == [(0, 4)]
+    assert widths == [(0, first)]
 
 
 def test_a_row_worn_by_deletions_is_rebuilt_on_the_next_insert() -> None:

@@ -15,6 +15,7 @@ import torch
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import (
     BIG,
+    EMPTY_BUCKET,
     NO_HASH,
     PREEMPTED,
     RUNNING,
@@ -54,30 +55,34 @@ def longest_cached_prefix(
     """get_computed_blocks: the cached blocks ([I, M], -1 padded) holding the request's
     longest prefix of whole blocks, never its last token, and how many there are."""
     hashes = take_at(state.req_hash, inst, slot)  # [I, M]
-    hits = torch.full_like(hashes, -1)
-    count = torch.zeros_like(slot)
     if not config.enable_prefix_caching:
-        return hits, count
+        return torch.full_like(hashes, -1), torch.zeros_like(slot)
     max_hit = (take_at(state.num_tokens, inst, slot) - 1) // config.block_size
     j = torch.arange(hashes.shape[1], device=inst.device)
     wanted = (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
     # Content ids are chained: nothing after a miss can hit. About half the heads miss
-    # their first block, so only the others look up the rest.
-    found, oldest = prefix_index.find(state, inst, hashes[:, :1], wanted[:, :1])
-    rows = torch.nonzero(found.squeeze(1)).squeeze(1)
-    found = torch.cat([found, torch.zeros_like(wanted[:, 1:])], dim=1)
-    oldest = torch.cat([oldest, hits[:, 1:]], dim=1)
+    # their first block, so only the others look up the rest. Holders land in a flat
+    # [I * M] tensor (EMPTY_BUCKET: not looked up, or no holder).
+    m = hashes.shape[1]
+    oldest = torch.full((hashes.numel(),), EMPTY_BUCKET, dtype=hashes.dtype, device=inst.device)
+    heads = selected(wanted[:, 0])
+    first = prefix_index.oldest_holders(
+        state, inst.index_select(0, heads), hashes[:, 0].index_select(0, heads)
+    )
+    oldest.index_copy_(0, heads * m, first)
+    rows = pick(heads, selected(first >= 0))
     if rows.numel() > 0:
-        more, more_oldest = prefix_index.find(
-            state,
-            inst.index_select(0, rows),
-            hashes.index_select(0, rows)[:, 1:],
-            wanted.index_select(0, rows)[:, 1:],
+        at = selected(wanted.index_select(0, rows)[:, 1:])
+        # Flat positions in [I, M] of the rest of those heads' wanted ids.
+        position = pick((rows * m + 1).unsqueeze(1) + j[: m - 1], at)
+        owner = pick(inst.index_select(0, rows).unsqueeze(1).expand(-1, m - 1), at)
+        holder = prefix_index.oldest_holders(
+            state, owner, hashes.view(-1).index_select(0, position)
         )
-        found[:, 1:].index_copy_(0, rows, more)
-        oldest[:, 1:].index_copy_(0, rows, more_oldest)
-    chain = torch.cumprod((wanted & found).long(), dim=1).bool()
-    return torch.where(chain, oldest, hits), chain.sum(dim=1)
+        oldest.index_copy_(0, position, holder)
+    oldest = oldest.view(hashes.shape)
+    chain = torch.cumprod((oldest >= 0).long(), dim=1).bool()
+    return torch.where(chain, oldest, -1), chain.sum(dim=1)
 
 
 def _admit_heads(
@@ -100,8 +105,10 @@ def _admit_heads(
     # The watermark is charged to admissions only while something runs.
     running = (status == RUNNING).any(dim=1)
     spare = torch.where(running, config.watermark_blocks, 0)
-    hit_refs = take_at(state.ref_cnt, inst.unsqueeze(1).expand_as(hits), hits.clamp(min=0))
-    evictable = ((hits >= 0) & (hit_refs == 0)).sum(dim=1)  # hits still in the free queue
+    hit = _HitEntries(state, inst, hits)
+    # Hits still in the free queue (no table holds them).
+    free_hit = state.ref_cnt.view(-1).index_select(0, hit.block_index) == 0
+    evictable = torch.zeros_like(head).index_add_(0, hit.row, free_hit.long())
     free = num_free_blocks(state).index_select(0, inst)
     zero = torch.zeros_like(tokens)
     # The whole known sequence must fit today's free blocks, and so must this chunk.
@@ -109,7 +116,7 @@ def _admit_heads(
     slots_needed = num_hit + tokens + config.lookahead_tokens
     chunk = blocks_to_allocate(config, zero, slots_needed, num_hit_blocks, evictable)
     ok &= (whole + spare <= free) & (chunk + spare <= free)
-    _take_hits(state, inst, head, hits, num_hit_blocks, evictable, ok)
+    _take_hits(state, inst, head, hit, num_hit_blocks, evictable, ok)
     put_at(state.num_computed, inst, head, num_hit, ok)
     put_at(plan.computed_before, inst, head, num_hit, ok)
     kind = torch.where(
@@ -132,28 +139,40 @@ def _admit_heads(
     return ok
 
 
+class _HitEntries:
+    """The heads' hit blocks packed, one entry per hit (a few per head) instead of the
+    [I, M] padded table: at (the flat position in hits), row (the head's index in
+    inst), blocks (block ids) and block_index (flat positions in the [B, N] tensors)."""
+
+    def __init__(self, state: BatchState, inst: torch.Tensor, hits: torch.Tensor) -> None:
+        self.at = selected(hits >= 0)
+        self.row = torch.div(self.at, hits.shape[1], rounding_mode="floor")
+        self.blocks = pick(hits, self.at)
+        self.block_index = inst.index_select(0, self.row) * state.ref_cnt.shape[1] + self.blocks
+
+
 def _take_hits(
     state: BatchState,
     inst: torch.Tensor,
     slot: torch.Tensor,
-    hits: torch.Tensor,
+    hit: _HitEntries,
     count: torch.Tensor,
     evictable: torch.Tensor,
     ok: torch.Tensor,
 ) -> None:
     """touch(): where ok, the hit blocks start the table, one more reference each (the
     `evictable` free ones leave the free queue), and count as already registered."""
-    m = hits.shape[1]
-    use = (hits >= 0) & ok.unsqueeze(1)
-    at = selected(use)
+    taken = selected(ok.index_select(0, hit.row))
     # Hits name distinct blocks within a row and rows are distinct instances.
-    block_index = pick(inst.unsqueeze(1).expand(-1, m), at) * state.ref_cnt.shape[1]
-    block_index += pick(hits, at)
+    block_index = pick(hit.block_index, taken)
     state.ref_cnt.view(-1).index_add_(0, block_index, torch.ones_like(block_index))
     state.free_key.view(-1).index_fill_(0, block_index, BIG)
     state.num_free.index_add_(0, inst, -torch.where(ok, evictable, 0))
-    row = flat_rows(state.table, inst, slot)
-    old = state.table.view(-1, m).index_select(0, row)
-    state.table.view(-1, m).index_copy_(0, row, torch.where(use, hits, old))
+    # Hit j of head r (flat position r * m + j in hits) goes to column j of its table row.
+    m = state.table.shape[2]
+    rows = torch.arange(inst.numel(), device=inst.device)
+    shift = (flat_rows(state.table, inst, slot) - rows) * m
+    table_index = shift.index_select(0, pick(hit.row, taken)) + pick(hit.at, taken)
+    state.table.view(-1).index_copy_(0, table_index, pick(hit.blocks, taken))
     put_at(state.num_held, inst, slot, count, ok)
     put_at(state.num_cached_block, inst, slot, count, ok)

@@ -51,7 +51,7 @@ from schedspec.gpu_impl.batch_state import (
 from schedspec.gpu_impl.flat_index import pick, selected
 
 # Buckets every lookup reads from an id's home before checking whether the run ended.
-_FIRST_WIDTH = 4
+_FIRST_WIDTH = 3
 # Buckets an insert looks at per round for one without an entry.
 _PLACE_WINDOW = 4
 
@@ -109,28 +109,31 @@ def find(
     state: BatchState, inst: torch.Tensor, ids: torch.Tensor, wanted: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For the wanted content ids among ids [I, M] of instances inst [I]: whether some
-    block holds each one, and the oldest holder (smallest reg_seq; EMPTY_BUCKET where
-    none does). Host reads: one per pass (two passes at most), none per id."""
+    block holds each one, and the oldest holder (EMPTY_BUCKET where none does)."""
     at = selected(wanted)
-    rows = pick(inst.unsqueeze(1).expand_as(ids), at)
-    query = pick(ids, at)
-    ended, age, holder = _probe(state, rows, query, 0, _FIRST_WIDTH)
+    holder = oldest_holders(state, pick(inst.unsqueeze(1).expand_as(ids), at), pick(ids, at))
+    oldest = torch.full_like(ids, EMPTY_BUCKET)
+    oldest.view(-1).index_copy_(0, at, holder)
+    return oldest >= 0, oldest
+
+
+def oldest_holders(state: BatchState, rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """For content ids [P] of instances rows [P]: the block holding each one with the
+    smallest reg_seq, EMPTY_BUCKET where none does. Host reads: one per pass (two passes
+    at most), none per id."""
+    ended, age, holder = _probe(state, rows, ids, 0, _FIRST_WIDTH)
     # Only ids whose run went on past the window, in instances with entries farther out.
     reach = state.cache_reach.index_select(0, rows)
     rest = selected(~ended & (reach > _FIRST_WIDTH))
     if rest.numel() > 0:
         width = int(reach.index_select(0, rest).max()) - _FIRST_WIDTH
         _, more_age, more_holder = _probe(
-            state, rows.index_select(0, rest), query.index_select(0, rest), _FIRST_WIDTH, width
+            state, rows.index_select(0, rest), ids.index_select(0, rest), _FIRST_WIDTH, width
         )
         older = more_age < age.index_select(0, rest)
         age.index_copy_(0, rest, torch.where(older, more_age, age.index_select(0, rest)))
         holder.index_copy_(0, rest, torch.where(older, more_holder, holder.index_select(0, rest)))
-    found = torch.zeros_like(wanted)
-    found.view(-1).index_copy_(0, at, age < BIG)
-    oldest = torch.full_like(ids, EMPTY_BUCKET)
-    oldest.view(-1).index_copy_(0, at, holder)
-    return found, oldest
+    return torch.where(age < BIG, holder, EMPTY_BUCKET)
 
 
 def _probe(
