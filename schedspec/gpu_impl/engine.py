@@ -192,9 +192,8 @@ class BatchedScheduler:
         # once (the hashing below reads the same rows).
         row = selected(sampling)
         t, m = tokens.shape[2], st.req_hash.shape[2]
-        kept_rows, finish_rows = self._first_finish(
-            row, tokens.reshape(-1, t).index_select(0, row), pick(count, row)
-        )
+        sampled, num_tokens = tokens.reshape(-1, t).index_select(0, row), pick(st.num_tokens, row)
+        kept_rows, finish_rows = self._first_finish(row, sampled, pick(count, row), num_tokens)
         # Roll back the rejected drafts and drop the tokens past a stop at once:
         # computed + (count - 1 - drafts) - (count - kept).
         moved = kept_rows - 1 - pick(num_drafts, row)
@@ -202,9 +201,9 @@ class BatchedScheduler:
         kept, finish = spread(kept_rows, row, count.shape), spread(finish_rows, row, count.shape)
         acc, done = extend_hashes(
             pick(st.hash_acc, row),
-            pick(st.num_tokens, row),
-            tokens.reshape(-1, t).index_select(0, row),
-            pick(kept, row),
+            num_tokens,
+            sampled,
+            kept_rows,
             config.block_size,
             self.max_positions,
         )
@@ -226,14 +225,15 @@ class BatchedScheduler:
         return UpdateResult(kept=kept, finish=finish)
 
     def _first_finish(
-        self, row: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor
+        self, row: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor, num_tokens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokens kept (up to and including the first that ends the request) and the
         finish code, for the requests at flat rows `row` of the [B, S] tensors that
-        sampled count[i] > 0 tokens ([n, T], compacted). The first stop token's position
-        comes from a loop over the T token positions (on the CPU, ops with a broadcast
-        innermost dimension of size Q cost several times as much); the length caps end
-        the request at a position known in advance, so they need no loop."""
+        sampled count[i] > 0 tokens ([n, T], compacted) and held num_tokens[i] before.
+        The first stop token's position comes from a loop over the T token positions
+        (on the CPU, ops with a broadcast innermost dimension of size Q cost several
+        times as much); the length caps end the request at a position known in advance,
+        so they need no loop."""
         st = self.state
         width, num_stops = tokens.shape[1], st.stops.shape[2]
         eos = pick(st.eos, row)
@@ -245,7 +245,6 @@ class BatchedScheduler:
                 stopped |= token == stop
             first_stop.masked_fill_(stopped, t)
         # The token at position t reaches a cap once t + 1 >= the room left.
-        num_tokens = pick(st.num_tokens, row)
         room = torch.minimum(
             self.config.max_model_len - num_tokens,
             pick(st.max_tokens, row) - (num_tokens - pick(st.num_prompt, row)),
