@@ -84,9 +84,19 @@ def _position_keys_table(length: int, device: torch.device) -> torch.Tensor:
     return keys
 
 
-def prefix_id(acc: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
-    """The content id (>= 0) of the prefix of `length` tokens whose mixes sum to acc."""
-    return mix64(acc ^ mix64(length + _LENGTH_SALT)) & _NON_NEGATIVE
+def prefix_id(acc: torch.Tensor, length_mix: torch.Tensor) -> torch.Tensor:
+    """The content id (>= 0) of the prefix whose token mixes sum to acc, of the length
+    whose mix (_length_mixes) is length_mix."""
+    return mix64(acc ^ length_mix) & _NON_NEGATIVE
+
+
+@functools.lru_cache(maxsize=16)
+def _length_mixes(block_size: int, blocks: int, device: torch.device) -> torch.Tensor:
+    """[blocks]: the mix of the length of a prefix that ends block i, (i + 1) *
+    block_size tokens, computed once: a prefix id looks its length's mix up instead of
+    mixing it again per block."""
+    lengths = torch.arange(1, blocks + 1, dtype=torch.int64, device=device) * block_size
+    return mix64(lengths + _LENGTH_SALT)
 
 
 @dataclass
@@ -135,7 +145,8 @@ def extend_hashes(
     last = flat.index_select(0, row_base + (count - 1).clamp(min=0))
     ends = _block_ends(start, count, row_base, width, block_size)
     prefix_sums = acc.index_select(0, ends.row) + flat.index_select(0, ends.flat)
-    ids = prefix_id(prefix_sums, (ends.index + 1) * block_size)
+    length_mixes = _length_mixes(block_size, -(-max_positions // block_size), tokens.device)
+    ids = prefix_id(prefix_sums, length_mixes.index_select(0, ends.index))
     return acc + torch.where(count > 0, last, 0), CompletedBlocks(ends.row, ends.index, ids)
 
 
