@@ -190,14 +190,24 @@ def _block_ends(
         column = (step * block_size + (block_size - 1 - offset)).expand(rows, -1)
         index = (step + first_block).expand(rows, -1)
     else:
-        blocks = torch.div(start, block_size, rounding_mode="floor").unsqueeze(1)
-        # The first end: the last position of start's block, as a column.
-        first_end = blocks * block_size + (block_size - 1) - start.unsqueeze(1)
-        column = first_end + step * block_size
-        index = blocks + step
+        blocks, first_end = _first_block_end(start, block_size)
+        column = first_end.unsqueeze(1) + step * block_size
+        index = blocks.unsqueeze(1) + step
     at = selected(column < count.unsqueeze(1))
     row = torch.arange(rows, device=count.device).unsqueeze(1).expand_as(column)
     return _BlockEnds(pick(row, at), pick(index, at), pick(row_base.unsqueeze(1) + column, at))
+
+
+def _first_block_end(start: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each position's block and the column, counted from it, of that block's last
+    position: block_size - 1 - start % block_size. A power-of-two block size takes a
+    shift and a mask (a floor division costs several times as much)."""
+    last = block_size - 1
+    if block_size & last == 0:
+        # last - (start & last) is (start & last) ^ last: last's bits are all ones.
+        return start >> (block_size.bit_length() - 1), (start & last) ^ last
+    blocks = torch.div(start, block_size, rounding_mode="floor")
+    return blocks, blocks * block_size + last - start
 
 
 def _no_blocks(acc: torch.Tensor) -> CompletedBlocks:
