@@ -84,9 +84,19 @@ def _position_keys_table(length: int, device: torch.device) -> torch.Tensor:
     return keys
 
 
-def prefix_id(acc: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
-    """The content id (>= 0) of the prefix of `length` tokens whose mixes sum to acc."""
-    return mix64(acc ^ mix64(length + _LENGTH_SALT)) & _NON_NEGATIVE
+def prefix_id(acc: torch.Tensor, length_mix: torch.Tensor) -> torch.Tensor:
+    """The content id (>= 0) of the prefix whose token mixes sum to acc, of the length
+    whose mix (_length_mixes) is length_mix."""
+    return mix64(acc ^ length_mix) & _NON_NEGATIVE
+
+
+@functools.lru_cache(maxsize=16)
+def _length_mixes(block_size: int, blocks: int, device: torch.device) -> torch.Tensor:
+    """[blocks]: the mix of the length of a prefix that ends block i, (i + 1) *
+    block_size tokens, computed once: a prefix id looks its length's mix up instead of
+    mixing it again per block."""
+    lengths = torch.arange(1, blocks + 1, dtype=torch.int64, device=device) * block_size
+    return mix64(lengths + _LENGTH_SALT)
 
 
 @dataclass
@@ -135,7 +145,8 @@ def extend_hashes(
     last = flat.index_select(0, row_base + (count - 1).clamp(min=0))
     ends = _block_ends(start, count, row_base, width, block_size)
     prefix_sums = acc.index_select(0, ends.row) + flat.index_select(0, ends.flat)
-    ids = prefix_id(prefix_sums, (ends.index + 1) * block_size)
+    length_mixes = _length_mixes(block_size, -(-max_positions // block_size), tokens.device)
+    ids = prefix_id(prefix_sums, length_mixes.index_select(0, ends.index))
     return acc + torch.where(count > 0, last, 0), CompletedBlocks(ends.row, ends.index, ids)
 
 
@@ -179,14 +190,24 @@ def _block_ends(
         column = (step * block_size + (block_size - 1 - offset)).expand(rows, -1)
         index = (step + first_block).expand(rows, -1)
     else:
-        blocks = torch.div(start, block_size, rounding_mode="floor").unsqueeze(1)
-        # The first end: the last position of start's block, as a column.
-        first_end = blocks * block_size + (block_size - 1) - start.unsqueeze(1)
-        column = first_end + step * block_size
-        index = blocks + step
+        blocks, first_end = _first_block_end(start, block_size)
+        column = first_end.unsqueeze(1) + step * block_size
+        index = blocks.unsqueeze(1) + step
     at = selected(column < count.unsqueeze(1))
     row = torch.arange(rows, device=count.device).unsqueeze(1).expand_as(column)
     return _BlockEnds(pick(row, at), pick(index, at), pick(row_base.unsqueeze(1) + column, at))
+
+
+def _first_block_end(start: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each position's block and the column, counted from it, of that block's last
+    position: block_size - 1 - start % block_size. A power-of-two block size takes a
+    shift and a mask (a floor division costs several times as much)."""
+    last = block_size - 1
+    if block_size & last == 0:
+        # last - (start & last) is (start & last) ^ last: last's bits are all ones.
+        return start >> (block_size.bit_length() - 1), (start & last) ^ last
+    blocks = torch.div(start, block_size, rounding_mode="floor")
+    return blocks, blocks * block_size + last - start
 
 
 def _no_blocks(acc: torch.Tensor) -> CompletedBlocks:
