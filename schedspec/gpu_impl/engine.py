@@ -144,7 +144,8 @@ class BatchedScheduler:
     def finish_requests(
         self, mask: torch.Tensor, rank: torch.Tensor, inst: torch.Tensor | None = None
     ) -> None:
-        """Abort the masked slots, freeing their blocks in rank order: mask and rank are
+        """End the masked requests (aborts; update_from_output's stops and caps too),
+        freeing their blocks in rank order and emptying their slots: mask and rank are
         [B, S], or [I, S] for the instances `inst` only (distinct), so that a few aborts
         among thousands of instances cost a few rows."""
         st = self.state
@@ -212,16 +213,14 @@ class BatchedScheduler:
         )
         st.hash_acc.view(-1).index_copy_(0, row, acc)
         st.num_tokens += kept
-        everyone = torch.arange(st.batch, device=self.device)
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
             # Accepted drafts filled blocks the schedule-time registration could not know.
+            everyone = torch.arange(st.batch, device=self.device)
             ordered = _by_rank(sampling, rank)
             rows = flat_rows(st.num_computed, everyone.unsqueeze(1), ordered.clamp(min=0))
             upto = pick(st.num_computed, rows) * (ordered >= 0)
             register_blocks(st, everyone, rows, upto, config.block_size)
-        finished = finish > 0
-        release_tables(st, everyone, finished, rank)
-        st.status.masked_fill_(finished, EMPTY)
+        self.finish_requests(finish > 0, rank)
         return UpdateResult(kept=kept, finish=finish)
 
     def _first_finish(
