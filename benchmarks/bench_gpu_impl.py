@@ -16,6 +16,7 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py                 # CPU, about a minute
     .venv/bin/python benchmarks/bench_gpu_impl.py --quick         # smoke run (seconds)
     .venv/bin/python benchmarks/bench_gpu_impl.py --device cuda   # a GPU, when one is present
+    .venv/bin/python benchmarks/bench_gpu_impl.py --device cuda --batches 4096,65536,1048576
     .venv/bin/python benchmarks/bench_gpu_impl.py --malloc-default  # glibc's malloc untuned
     .venv/bin/python benchmarks/bench_gpu_impl.py --breakdown 4096  # where a tick's time goes
     .venv/bin/python benchmarks/bench_gpu_impl.py --lines 4096   # the same, per source line
@@ -78,9 +79,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def gpu_rate(batch: int, warm: int, ticks: int, device: torch.device) -> tuple[float, float]:
-    """(instance-steps/s, mean running requests per instance) over `ticks` ticks
-    after `warm` ticks of filling up."""
+def gpu_rate(batch: int, warm: int, ticks: int, device: torch.device) -> tuple[float, float, str]:
+    """(instance-steps/s, mean running requests per instance, the GPU's busy share) over
+    `ticks` ticks after `warm` ticks of filling up."""
     engine = BatchedScheduler(
         WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device, start_width=1
     )
@@ -93,9 +94,21 @@ def gpu_rate(batch: int, warm: int, ticks: int, device: torch.device) -> tuple[f
     for _ in range(ticks):
         workload.tick()
         running += (engine.state.status == RUNNING).sum()
+    busy = gpu_busy(device)
     sync(device)
     seconds = time.perf_counter() - started
-    return batch * ticks / seconds, int(running) / (ticks * batch)
+    return batch * ticks / seconds, int(running) / (ticks * batch), busy
+
+
+def gpu_busy(device: torch.device) -> str:
+    """The share of the last sampling period (up to a second, by NVML) in which a kernel
+    ran on the GPU, read before the final sync: "-" on the CPU or without NVML."""
+    if device.type != "cuda":
+        return "-"
+    try:
+        return f"{torch.cuda.utilization(device)}%"
+    except Exception:  # NVML missing or refused: the figure is optional
+        return "?"
 
 
 def reference_rate(instances: int, warm: int, ticks: int) -> float:
@@ -308,6 +321,8 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads [default: 1, like the reference]"
     )
+    parser.add_argument("--batches", help="comma-separated B values [default: 1,64,1024,4096]")
+    parser.add_argument("--ticks", type=int, help="timed ticks per B [default: 15; 5 with --quick]")
     parser.add_argument(
         "--malloc-default",
         action="store_true",
@@ -329,8 +344,11 @@ def main() -> None:
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     retained = False if args.malloc_default else retain_freed_memory()
-    batches = (1, 64, 256) if args.quick else (1, 64, 1024, 4096)
+    batches: tuple[int, ...] = (1, 64, 256) if args.quick else (1, 64, 1024, 4096)
+    if args.batches:
+        batches = tuple(int(b) for b in args.batches.split(","))
     warm, ticks = (10, 5) if args.quick else (30, 15)
+    ticks = args.ticks or ticks
     print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
     print(f"workload: {WORKLOAD.config}")
     print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
@@ -342,12 +360,13 @@ def main() -> None:
         return
     ref = reference_rate(4 if args.quick else 16, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
-    header = f"{'B':>6} {'gpu_impl inst-steps/s':>22} {'ms/tick':>8} {'x reference':>12}"
-    print(f"{header} {'running/inst':>13}")
+    header = f"{'B':>8} {'gpu_impl inst-steps/s':>22} {'ms/tick':>8} {'x reference':>12}"
+    print(f"{header} {'running/inst':>13} {'GPU busy':>9}", flush=True)
     for batch in batches:
-        rate, running = gpu_rate(batch, warm, ticks, device)
+        rate, running, busy = gpu_rate(batch, warm, ticks, device)
         tick_ms = batch / rate * 1e3
-        print(f"{batch:>6} {rate:>22,.0f} {tick_ms:>8.1f} {rate / ref:>11.1f}x {running:>13.1f}")
+        row = f"{batch:>8} {rate:>22,.0f} {tick_ms:>8.1f} {rate / ref:>11.1f}x {running:>13.1f}"
+        print(f"{row} {busy:>9}", flush=True)
     print(f"\n{'running':>8} {'gpu_impl ms/step':>17} {'reference ms/step':>18} {'ratio':>7}")
     for running in (64,) if args.quick else (256, 1024):
         steps = 3 if args.quick else 10
