@@ -271,7 +271,7 @@ class BatchedScheduler:
         spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
         spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
         # The masked slots drop their drafts, then the usable ones take their count.
-        st.num_spec.masked_fill_(mask, 0)
+        st.num_spec.mul_(mask.logical_not())  # masked_fill_ branches per element
         st.num_spec.view(-1).index_copy_(0, row, pick(count, row))
 
 
@@ -291,6 +291,6 @@ def _write_rows(field: torch.Tensor, row: torch.Tensor, value: torch.Tensor | in
     """field[b, s] = value at the flat rows `row` of a [B, S] tensor (distinct rows)."""
     flat = field.view(-1)
     if isinstance(value, torch.Tensor):
-        flat.index_copy_(0, row, value.to(field.dtype))
+        flat.index_copy_(0, row, value if value.dtype == field.dtype else value.to(field.dtype))
     else:
         flat.index_fill_(0, row, value)
