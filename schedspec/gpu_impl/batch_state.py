@@ -212,13 +212,19 @@ def grow(state: BatchState, slots: int, max_stops: int) -> BatchState:
         extra = slots - tensor.shape[1]
         if extra > 0:
             pad = torch.full(
-                (tensor.shape[0], extra, *tensor.shape[2:]), fill, dtype=tensor.dtype
-            ).to(tensor.device)
+                (tensor.shape[0], extra, *tensor.shape[2:]),
+                fill,
+                dtype=tensor.dtype,
+                device=tensor.device,
+            )
             tensor = torch.cat([tensor, pad], dim=1)
         if field.name == "stops" and tensor.shape[2] < max_stops:
             pad = torch.full(
-                (*tensor.shape[:2], max_stops - tensor.shape[2]), fill, dtype=tensor.dtype
-            ).to(tensor.device)
+                (*tensor.shape[:2], max_stops - tensor.shape[2]),
+                fill,
+                dtype=tensor.dtype,
+                device=tensor.device,
+            )
             tensor = torch.cat([tensor, pad], dim=2)
         changes[field.name] = tensor
     return dataclasses.replace(state, **changes)

@@ -157,6 +157,7 @@ STEP_CHECKS: tuple[tuple[str, StepCheck], ...] = (
 CHECK_IDS: tuple[str, ...] = tuple(name for name, _ in (*STATE_CHECKS, *STEP_CHECKS))
 
 
+@torch.inference_mode()  # read-only: skip autograd's bookkeeping, as the engine's steps do
 def check_step(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
     """[B, len(CHECK_IDS)] violations right after schedule(), in CHECK_IDS order."""
     columns = [check(state, config) for _, check in STATE_CHECKS]
@@ -164,6 +165,7 @@ def check_step(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> to
     return torch.stack(columns, dim=1)
 
 
+@torch.inference_mode()
 def check_state(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     """[B, len(CHECK_IDS)] violations of the state checks (step columns False)."""
     columns = [check(state, config) for _, check in STATE_CHECKS]

@@ -59,6 +59,16 @@ class UpdateResult:
 
 
 class BatchedScheduler:
+    """B scheduler instances on tensors.
+
+    The per-step methods run under torch.inference_mode(), which skips autograd's
+    bookkeeping in every op (a tick's ~1,500 small ops: a tenth of the time at B =
+    4096 on the CPU, a quarter at B = 1). The state's tensors are made outside it
+    (the constructor, grow) and only edited in place inside, so they stay ordinary
+    tensors that callers and tests may edit anywhere. What the methods return (plans,
+    results) are inference tensors: read them anywhere; to edit one outside inference
+    mode, clone it or enter the mode."""
+
     def __init__(
         self,
         config: SchedulerConfig,
@@ -81,6 +91,7 @@ class BatchedScheduler:
         # Positions a token can take: the prompt and outputs, plus drafts past them.
         self.max_positions = config.max_model_len + config.num_speculative_tokens + 1
 
+    @torch.inference_mode(False)
     def grow(self, slots: int, max_stops: int) -> None:
         """Room for at least `slots` requests and `max_stops` stop ids per request."""
         self.capacity = max(self.capacity, slots)
@@ -88,6 +99,7 @@ class BatchedScheduler:
 
     # ----------------------------------------------------------------- requests
 
+    @torch.inference_mode()
     def add_requests(self, new: NewRequests) -> None:
         """Queue fresh requests (the caller checked them against the spec's door)."""
         if new.inst.numel() == 0:
@@ -141,6 +153,7 @@ class BatchedScheduler:
         else:
             _write_rows(st.wait_key, row, waiting_priority_key(new.priority, arrival))
 
+    @torch.inference_mode()
     def finish_requests(
         self, mask: torch.Tensor, rank: torch.Tensor, inst: torch.Tensor | None = None
     ) -> None:
@@ -158,6 +171,7 @@ class BatchedScheduler:
 
     # ----------------------------------------------------------------- schedule
 
+    @torch.inference_mode()
     def schedule(self, active: torch.Tensor | None = None) -> StepPlan:
         """One schedule() for every instance (or those `active`): the running loop, then
         admissions where nothing was preempted; computed counts advance at once."""
@@ -170,13 +184,15 @@ class BatchedScheduler:
         st.num_computed += plan.scheduled
         # Where scheduled, whether the step stopped short of the known tokens; elsewhere
         # unchanged (bool xor and and: a where on bools costs several times as much).
+        # In place: the state's tensors stay the ones made outside inference mode.
         was = st.is_prefill_chunk
         short = st.num_computed < st.num_tokens
-        st.is_prefill_chunk = was ^ ((short ^ was) & (plan.scheduled > 0))
+        was ^= (short ^ was) & (plan.scheduled > 0)
         return plan
 
     # ------------------------------------------------------------------ outputs
 
+    @torch.inference_mode()
     def update_from_output(
         self,
         tokens: torch.Tensor,
@@ -257,6 +273,7 @@ class BatchedScheduler:
         kept = torch.where(ends, end + 1, count)
         return kept, finish
 
+    @torch.inference_mode()
     def update_draft_token_ids(
         self, mask: torch.Tensor, drafts: torch.Tensor, count: torch.Tensor
     ) -> None:

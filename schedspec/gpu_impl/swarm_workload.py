@@ -90,6 +90,7 @@ class SwarmWorkload:
         self._tick_bases = self._instance_keys.unsqueeze(0)  # set on a tick's first draw
         self._tick_bases_of = -1
 
+    @torch.inference_mode()
     def draws(
         self, purposes: tuple[int, ...], width: int = 0, rows: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -106,6 +107,7 @@ class SwarmWorkload:
         (for the instances `rows` only, if given)."""
         return self.draws((purpose,), width, rows)[0]
 
+    @torch.inference_mode()
     def draws_at(self, purposes: tuple[int, ...], width: int, at: torch.Tensor) -> torch.Tensor:
         """[P, len(at)]: the draws of draws(purposes, width) at flat positions `at` of
         [B, width], mixing only those (a draw a slot does not use costs nothing)."""
@@ -125,6 +127,7 @@ class SwarmWorkload:
             self._tick_bases_of = self.tick_index
         return self._tick_bases if rows is None else self._tick_bases.index_select(1, rows)
 
+    @torch.inference_mode()
     def tick(self, after_schedule: Callable[[StepPlan], None] | None = None) -> Tick:
         """One tick for every instance; after_schedule sees the plan before the model runs."""
         engine = self.engine
