@@ -106,6 +106,7 @@ class GpuEngine:
 
     # ----------------------------------------------------------------- requests
 
+    @torch.inference_mode()
     def add_request(self, request: Request) -> None:
         validate_new_request(request, self.config)
         rid = request.request_id
@@ -144,6 +145,7 @@ class GpuEngine:
             self.engine.grow(slots * 2 if len(used) >= slots else slots, num_stops + 1)
         return min(set(range(self.engine.state.slots)) - used)
 
+    @torch.inference_mode()
     def finish_requests(self, request_ids: str | Iterable[str]) -> None:
         """Abort requests wherever they are; unknown or finished ids are ignored."""
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
@@ -172,6 +174,7 @@ class GpuEngine:
 
     # ----------------------------------------------------------------- schedule
 
+    @torch.inference_mode()
     def schedule(self) -> SchedulerOutput:
         plan = self.engine.schedule()
         output = self._build_output(plan)
@@ -226,6 +229,7 @@ class GpuEngine:
 
     # ------------------------------------------------------------------ outputs
 
+    @torch.inference_mode()
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[str, RequestOutput]:
@@ -285,6 +289,7 @@ class GpuEngine:
             )
         ]
 
+    @torch.inference_mode()
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         limit = self.config.num_speculative_tokens
         for rid, drafts in draft_token_ids.items():
@@ -329,6 +334,7 @@ class GpuEngine:
 
     # --------------------------------------------------------------- inspection
 
+    @torch.inference_mode()
     def snapshot(self) -> State:
         st = self.engine.state
         status = st.status[0].tolist()
