@@ -235,7 +235,7 @@ class SwarmWorkload:
         tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k, bits=_VOCAB_BITS)
         tokens = tokens.view(st.batch, st.slots, k)
         self.engine.update_draft_token_ids(mask, tokens, count)
-        return torch.where(mask, count, -1)
+        return (count - 1) + mask  # -1 where not running (count is 0 there)
 
     def _model(
         self, plan: StepPlan
@@ -259,10 +259,11 @@ class SwarmWorkload:
         tokens = self.draw_small(_SAMPLE, st.slots * (k + 1), bits=_VOCAB_BITS)
         tokens = tokens.view(st.batch, st.slots, k + 1)
         # Accepted drafts come first, column by column on [B, S] (a where over [B, S, K]
-        # with a [B, S] mask broadcast innermost costs several times as much).
+        # with a [B, S] mask broadcast innermost costs several times as much), each by
+        # adding (draft - token) times 0 or 1: a where branches per element on the CPU.
         for t in range(k):
             column = tokens[..., t]
-            column.copy_(torch.where(accepted > t, plan.drafts[..., t], column))
+            column += (plan.drafts[..., t] - column) * (accepted > t)
         # The stop token replaces the last emitted token: few slots, written by flat index.
         stopping = selected(stops_here)
         last = at.index_select(0, stopping) * (k + 1) + accepted_here.index_select(0, stopping)
