@@ -165,7 +165,8 @@ def release_tables(
     earlier ones' and their back blocks behind. With the blocks packed in
     (instance, request in rank order, table position from the tail) order,
     the back of the queue is filled in that order and the front in that order
-    with each instance's requests reversed: both are prefix sums, no sort.
+    with each instance's requests reversed: both are prefix sums. Only the freed
+    requests are sorted (by rank), never the blocks.
     """
     slots = mask.shape[1]
     freed = selected(mask)  # flat in [I, S], instance by instance
