@@ -19,7 +19,7 @@ import torch
 
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
-from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at
+from schedspec.gpu_impl.flat_index import pick, put_at, selected, take_at
 from schedspec.gpu_impl.free_queue import make_room, place, pop_front
 
 
@@ -36,12 +36,25 @@ def _entries(
     (so entry e is the (e - first[pair[e]])-th of its pair) and each instance's number
     of entries. One host read (the number of entries)."""
     flat = counts.reshape(-1)
-    per_inst = counts.sum(dim=1)
+    if flat.numel() == 0:
+        return flat, flat, flat, counts.sum(dim=1)
+    ends = torch.cumsum(flat, dim=0)
     # Given the output size, repeat_interleave skips a pass that sums the repeats.
-    size = int(per_inst.sum())
+    size = int(ends[-1])
     pair = torch.repeat_interleave(flat, output_size=size)
+    if counts.shape[1] == 1:
+        return pair, pair, ends - flat, flat  # one request per instance: pair = instance
+    first = ends - flat
+    # An instance's entries: where its last pair ends less where its first starts (a
+    # sum over the short rows of counts costs several times as much).
+    per_inst = ends.view(counts.shape)[:, -1] - first.view(counts.shape)[:, 0]
     owner = torch.repeat_interleave(per_inst, output_size=size)
-    return pair, owner, torch.cumsum(flat, dim=0) - flat, per_inst
+    return pair, owner, first, per_inst
+
+
+def _offsets(pair: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """Each entry's position among its pair's entries (e - first[pair[e]])."""
+    return torch.arange(pair.numel(), device=pair.device) - first.index_select(0, pair)
 
 
 def take_free_blocks(
@@ -60,17 +73,18 @@ def take_free_blocks(
     # The queue hands its blocks out in (instance, queue) order, the entries ask in
     # (instance, request, block) order: the two line up.
     blocks, block_index = pop_front(state, inst, per_inst, owner)
-    row = rows.reshape(-1)
+    # One row per entry: an entry's reads and writes cost its own count, not the
+    # padded [I, R] pairs' (most pairs take nothing).
+    row = rows.reshape(-1).index_select(0, pair)
     held = state.num_held.view(-1).index_select(0, row)
     # Entry e lands after its request's held blocks and its pair's earlier entries.
-    to_table = row * state.table.shape[2] + held - first
-    table_index = to_table.index_select(0, pair) + torch.arange(pair.numel(), device=pair.device)
+    table_index = row * state.table.shape[2] + held + _offsets(pair, first)
     state.table.view(-1).index_copy_(0, table_index, blocks)
     state.ref_cnt.view(-1).index_fill_(0, block_index, 1)
     prefix_index.forget(state, block_index)
     state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
-    # Padding pairs add 0 (wherever their clamped slot points).
-    state.num_held.view(-1).index_add_(0, row, counts.reshape(-1))
+    # scatter_add_: on the CPU about half index_add_'s cost over thousands of entries.
+    state.num_held.view(-1).scatter_add_(0, row, torch.ones_like(row))
 
 
 def register_blocks(
@@ -92,8 +106,10 @@ def register_blocks(
     if pair.numel() == 0:
         return
     entry = torch.arange(pair.numel(), device=pair.device)
-    to_table = row * state.table.shape[2] + num_cached - first
-    table_index = to_table.index_select(0, pair) + entry
+    # One row per entry (most pairs register nothing): the table from num_cached on.
+    entry_row = row.index_select(0, pair)
+    from_pair = num_cached.index_select(0, pair) - first.index_select(0, pair)
+    table_index = entry_row * state.table.shape[2] + from_pair + entry
     blocks = state.table.view(-1).index_select(0, table_index)
     hashes = state.req_hash.view(-1).index_select(0, table_index)
     block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
@@ -106,8 +122,8 @@ def register_blocks(
     state.reg_seq.view(-1).index_copy_(0, block_index, seq)
     prefix_index.insert(state, block_index)
     state.next_reg.index_add_(0, inst, per_inst)
-    # Padding pairs and requests with nothing new add 0: num_cached + counts = full blocks.
-    state.num_cached_block.view(-1).index_add_(0, row, counts)
+    # num_cached + counts = full blocks.
+    state.num_cached_block.view(-1).scatter_add_(0, entry_row, torch.ones_like(entry_row))
 
 
 def _full_blocks(tokens: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -141,7 +157,7 @@ def release_tables(
     state: BatchState, inst: torch.Tensor, mask: torch.Tensor, rank: torch.Tensor
 ) -> None:
     """free(): drop the tables of the masked slots ([I, S]), one request after another
-    in rank order, each tail first.
+    in rank order (ties in slot order), each tail first.
 
     A block nobody holds any more goes to the front of the free queue without
     cached content, to the back with it; the request that drops the last
@@ -149,32 +165,36 @@ def release_tables(
     earlier ones' and their back blocks behind. With the blocks packed in
     (instance, request in rank order, table position from the tail) order,
     the back of the queue is filled in that order and the front in that order
-    with each instance's requests reversed: both are prefix sums, no sort.
+    with each instance's requests reversed: both are prefix sums. Only the freed
+    requests are sorted (by rank), never the blocks.
     """
-    per_row = mask.sum(dim=1)
-    width = int(per_row.max()) if per_row.numel() else 0
-    if width == 0:
+    slots = mask.shape[1]
+    freed = selected(mask)  # flat in [I, S], instance by instance
+    if freed.numel() == 0:
         return
-    busy = selected(per_row > 0)
-    inst, mask, rank = (t.index_select(0, busy) for t in (inst, mask, rank))
-    order = torch.argsort(torch.where(mask, rank, BIG), dim=1, stable=True)[:, :width]
-    real = torch.gather(mask, 1, order)  # [I, W] the freed requests, in rank order
-    row = flat_rows(state.num_held, inst.unsqueeze(1), order).view(-1)
-    held = torch.where(real.view(-1), state.num_held.view(-1).index_select(0, row), 0)
-    pair, owner, first, _ = _entries(held.view(real.shape))
+    # The freed requests in (instance, rank, slot) order: two stable sorts of the few
+    # freed requests (sorting every busy instance's [S] row costs several times more).
+    by_rank = torch.argsort(pick(rank, freed), stable=True)
+    pos = torch.div(freed, slots, rounding_mode="floor").index_select(0, by_rank)
+    by_inst = torch.argsort(pos, stable=True)
+    freed = freed.index_select(0, by_rank.index_select(0, by_inst))
+    pos = pos.index_select(0, by_inst)
+    row = inst.index_select(0, pos) * state.num_held.shape[1] + (freed - pos * slots)
+    held = state.num_held.view(-1).index_select(0, row)
+    pair, _, first, _ = _entries(held.unsqueeze(1))
     if pair.numel() > 0:
         entry = torch.arange(pair.numel(), device=pair.device)
         # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]).
         to_table = row * state.table.shape[2] + held - 1 + first
         blocks = state.table.view(-1).index_select(0, to_table.index_select(0, pair) - entry)
+        owner = pos.index_select(0, pair)
         block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
         last = _drop_references(state, block_index)
-        hashed = state.block_hash.view(-1).index_select(0, block_index) != NO_HASH
-        _enqueue(state, inst, (blocks, pair, owner), last & hashed, last & ~hashed, width)
-    cleared = pick(row, selected(real))
-    state.table.view(-1, state.table.shape[2]).index_fill_(0, cleared, NO_BLOCK)
-    state.num_held.view(-1).index_fill_(0, cleared, 0)
-    state.num_cached_block.view(-1).index_fill_(0, cleared, 0)
+        back = last & (state.block_hash.view(-1).index_select(0, block_index) != NO_HASH)
+        _enqueue(state, inst, (blocks, pair, owner), pos, back, last ^ back)
+    state.table.view(-1, state.table.shape[2]).index_fill_(0, row, NO_BLOCK)
+    state.num_held.view(-1).index_fill_(0, row, 0)
+    state.num_cached_block.view(-1).index_fill_(0, row, 0)
 
 
 def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tensor:
@@ -186,7 +206,7 @@ def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tens
     blocks are few, so only their entries are counted further."""
     refs = state.ref_cnt.view(-1)
     alone = refs.index_select(0, block_index) == 1
-    refs.index_add_(0, block_index, torch.full_like(block_index, -1))
+    refs.scatter_add_(0, block_index, torch.full_like(block_index, -1))
     shared = selected(~alone)
     shared_index = pick(block_index, shared)
     zero = refs.index_select(0, shared_index) == 0
@@ -203,28 +223,29 @@ def _enqueue(
     state: BatchState,
     inst: torch.Tensor,
     entries: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    pos: torch.Tensor,
     back: torch.Tensor,
     front: torch.Tensor,
-    width: int,
 ) -> None:
     """Queue the entries' blocks marked back or front (entries packed as release_tables
-    lays them out: blocks, pair = instance * width + request, owner = instance): the
-    back ones in entry order from free_back on, the front ones below free_front in
-    entry order with each instance's requests reversed."""
+    lays them out: blocks, pair = request, owner = instance position in inst; pos: each
+    request's instance position, grouped in inst order): the back ones in entry order
+    from free_back on, the front ones below free_front in entry order with each
+    instance's requests reversed."""
     blocks, pair, owner = entries
-    num_inst = inst.numel()
     front_long, back_long = front.long(), back.long()
-    front_per_pair = torch.zeros(num_inst * width, dtype=torch.int64, device=inst.device)
-    front_per_pair.index_add_(0, pair, front_long)
-    front_total = front_per_pair.view(num_inst, width).sum(dim=1)
-    back_total = torch.zeros_like(inst).index_add_(0, owner, back_long)
+    front_per_req = torch.zeros_like(pos).scatter_add_(0, pair, front_long)
+    front_total = torch.zeros_like(inst).index_add_(0, pos, front_per_req)
+    back_total = torch.zeros_like(inst).scatter_add_(0, owner, back_long)
     make_room(state, inst, front_total, back_total)
-    # An entry's front position: its instance's front entries in later requests, then
-    # its own request's front entries before it.
-    later = front_total.unsqueeze(1) - torch.cumsum(front_per_pair.view(num_inst, width), dim=1)
-    front_base = state.free_front.index_select(0, inst) - front_total
-    from_pair = (front_base.unsqueeze(1) + later).view(-1)
-    from_pair -= torch.cumsum(front_per_pair, dim=0) - front_per_pair
+    # An entry's front position: below free_front by its instance's front entries, then
+    # its instance's front entries in later requests, then its own request's front
+    # entries before it. With global prefix sums over instances (CI), requests (CQ)
+    # and entries (before): free_front - (CI_incl - CI_excl) + (CI_incl - CQ_incl)
+    # + (before - CQ_excl), the requests being grouped by instance in inst order.
+    ends = torch.cumsum(front_per_req, dim=0)
+    to_front = state.free_front.index_select(0, inst) + torch.cumsum(front_total, 0) - front_total
+    from_req = to_front.index_select(0, pos) - ends - (ends - front_per_req)
     # An entry's back position: its instance's back entries before it.
     from_inst = state.free_back.index_select(0, inst) - (torch.cumsum(back_total, 0) - back_total)
     back_before = torch.cumsum(back_long, 0) - back_long
@@ -234,9 +255,9 @@ def _enqueue(
     keys = torch.where(
         pick(back, at),
         from_inst.index_select(0, at_owner) + pick(back_before, at),
-        from_pair.index_select(0, pick(pair, at)) + pick(front_before, at),
+        from_req.index_select(0, pick(pair, at)) + pick(front_before, at),
     )
     place(state, inst.index_select(0, at_owner), pick(blocks, at), keys)
     state.free_back.index_add_(0, inst, back_total)
-    state.free_front.index_add_(0, inst, -front_total)
+    state.free_front.index_add_(0, inst, front_total, alpha=-1)
     state.num_free.index_add_(0, inst, front_total + back_total)

@@ -52,7 +52,7 @@ def pop_front(
     rows = inst.index_select(0, owner)
     blocks = _ring_read(state, rows, keys)
     block_index = rows * n + blocks
-    if bool((pick(state.free_key, block_index) == keys).all()):
+    if torch.equal(pick(state.free_key, block_index), keys):
         state.free_front.index_add_(0, inst, need)
     else:
         busy = selected(need > 0)
@@ -60,7 +60,7 @@ def pop_front(
             state, inst.index_select(0, busy), need.index_select(0, busy), owner.numel()
         )
     state.free_key.view(-1).index_fill_(0, block_index, BIG)
-    state.num_free.index_add_(0, inst, -need)
+    state.num_free.index_add_(0, inst, need, alpha=-1)
     return blocks, block_index
 
 
