@@ -100,7 +100,7 @@ def register_blocks(
     upto 0 (their row may name any slot)."""
     row = rows.reshape(-1)
     num_cached = state.num_cached_block.view(-1).index_select(0, row)
-    full = _full_blocks(upto, block_size).reshape(-1)
+    full = full_blocks(upto, block_size).reshape(-1)
     counts = (full - num_cached).clamp(min=0)
     pair, owner, first, per_inst = _entries(counts.view(rows.shape))
     if pair.numel() == 0:
@@ -126,7 +126,7 @@ def register_blocks(
     state.num_cached_block.view(-1).scatter_add_(0, entry_row, torch.ones_like(entry_row))
 
 
-def _full_blocks(tokens: torch.Tensor, block_size: int) -> torch.Tensor:
+def full_blocks(tokens: torch.Tensor, block_size: int) -> torch.Tensor:
     """Full blocks among `tokens` tokens (>= 0): a shift for a power-of-two block size."""
     if block_size & (block_size - 1) == 0:
         return tokens >> (block_size.bit_length() - 1)

@@ -26,7 +26,7 @@ from schedspec.gpu_impl.batch_state import (
     empty_state,
     grow,
 )
-from schedspec.gpu_impl.block_ops import register_blocks, release_tables
+from schedspec.gpu_impl.block_ops import full_blocks, register_blocks, release_tables
 from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
@@ -230,14 +230,26 @@ class BatchedScheduler:
         st.hash_acc.view(-1).index_copy_(0, row, acc)
         st.num_tokens += kept
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
-            # Accepted drafts filled blocks the schedule-time registration could not know.
-            everyone = torch.arange(st.batch, device=self.device)
-            ordered = _by_rank(sampling, rank)
-            rows = flat_rows(st.num_computed, everyone.unsqueeze(1), ordered.clamp(min=0))
-            upto = pick(st.num_computed, rows) * (ordered >= 0)
-            register_blocks(st, everyone, rows, upto, config.block_size)
+            self._register_accepted(row, sampling, rank)
         self.finish_requests(finish > 0, rank)
         return UpdateResult(kept=kept, finish=finish)
+
+    def _register_accepted(
+        self, row: torch.Tensor, sampling: torch.Tensor, rank: torch.Tensor
+    ) -> None:
+        """Register the blocks that accepted drafts filled (the schedule-time registration
+        could not know them), in rank order per instance. Only the instances where a
+        sampling request (flat rows `row`) now holds a full block it has not registered
+        take part: a few hundred of thousands, each registering what it would among all."""
+        st = self.state
+        full = full_blocks(pick(st.num_computed, row), self.config.block_size)
+        grew = pick(row, selected(full > pick(st.num_cached_block, row)))
+        has = torch.zeros(st.batch, dtype=torch.bool, device=self.device)
+        inst = selected(has.index_fill_(0, torch.div(grew, st.slots, rounding_mode="floor"), True))
+        ordered = _by_rank(sampling.index_select(0, inst), rank.index_select(0, inst))
+        rows = flat_rows(st.num_computed, inst.unsqueeze(1), ordered.clamp(min=0))
+        upto = pick(st.num_computed, rows) * (ordered >= 0)
+        register_blocks(st, inst, rows, upto, self.config.block_size)
 
     def _first_finish(
         self, row: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor, num_tokens: torch.Tensor
