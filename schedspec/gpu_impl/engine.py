@@ -243,13 +243,17 @@ class BatchedScheduler:
         take part: a few hundred of thousands, each registering what it would among all."""
         st = self.state
         full = full_blocks(pick(st.num_computed, row), self.config.block_size)
-        grew = pick(row, selected(full > pick(st.num_cached_block, row)))
-        has = torch.zeros(st.batch, dtype=torch.bool, device=self.device)
-        inst = selected(has.index_fill_(0, torch.div(grew, st.slots, rounding_mode="floor"), True))
+        inst = self._instances_of(pick(row, selected(full > pick(st.num_cached_block, row))))
         ordered = _by_rank(sampling.index_select(0, inst), rank.index_select(0, inst))
         rows = flat_rows(st.num_computed, inst.unsqueeze(1), ordered.clamp(min=0))
         upto = pick(st.num_computed, rows) * (ordered >= 0)
         register_blocks(st, inst, rows, upto, self.config.block_size)
+
+    def _instances_of(self, rows: torch.Tensor) -> torch.Tensor:
+        """The distinct instances, ascending, that the flat [B, S] rows `rows` belong to."""
+        st = self.state
+        has = torch.zeros(st.batch, dtype=torch.bool, device=self.device)
+        return selected(has.index_fill_(0, torch.div(rows, st.slots, rounding_mode="floor"), True))
 
     def _first_finish(
         self, row: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor, num_tokens: torch.Tensor
