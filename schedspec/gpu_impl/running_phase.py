@@ -12,7 +12,7 @@ that way then loop (retry): preempt one victim, try the stopped request
 again with its token count unchanged (the reference fixes it before
 allocating), and go back to segments once it fits or is gone.
 
-A cursor (a run_key) marks how far each instance's walk has got, so
+A cursor (a run_key) marks how far each stopped instance's walk has got, so
 victims removed from the list never shift anyone's place.
 """
 
@@ -24,37 +24,84 @@ import torch
 
 from schedspec.gpu_impl.batch_state import BIG, RUNNING, BatchState, num_free_blocks
 from schedspec.gpu_impl.block_ops import uncache_uncomputed
-from schedspec.gpu_impl.flat_index import flat_rows, pick
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected
 from schedspec.gpu_impl.step_plan import (
     NOT_SCHEDULED,
     SCHEDULED_RUNNING,
     StepPlan,
-    apply_cap,
-    blocks_to_allocate,
     commit,
     preempt,
     waiting_priority_key,
+    write_rows,
 )
 from schedspec.spec import SchedulerConfig
 
+# A segment sorts run_key + (penalty << PASSED_SHIFT), the penalty 0 only where the slot
+# is running and past the cursor: run_keys count admissions, far below 2**60, so the
+# eligible requests sort first, in run order, and a sorted key below 2**60 is one of them.
+PASSED_SHIFT = 60
+PASSED = 1 << PASSED_SHIFT
+
+
+@dataclass(frozen=True)
+class _Stuck:
+    """Instances whose walk stopped at a request whose blocks do not fit (before any
+    victim): the request's slot and the tokens it was given, aligned with inst."""
+
+    inst: torch.Tensor
+    request: torch.Tensor
+    tokens: torch.Tensor
+
+    @staticmethod
+    def none(device: torch.device) -> _Stuck:
+        empty = torch.zeros((0,), dtype=torch.int64, device=device)
+        return _Stuck(empty, empty, empty)
+
+    def only(self, keep: torch.Tensor) -> _Stuck:
+        """The entries at positions keep (from `selected`)."""
+        return _Stuck(
+            self.inst.index_select(0, keep),
+            self.request.index_select(0, keep),
+            self.tokens.index_select(0, keep),
+        )
+
+    def join(self, other: _Stuck) -> _Stuck:
+        if other.inst.numel() == 0:
+            return self
+        if self.inst.numel() == 0:
+            return other
+        return _Stuck(
+            torch.cat([self.inst, other.inst]),
+            torch.cat([self.request, other.request]),
+            torch.cat([self.tokens, other.tokens]),
+        )
+
 
 def schedule_running(state: BatchState, config: SchedulerConfig, plan: StepPlan) -> None:
-    b = state.batch
-    device = state.device
-    active = plan.budget > 0
-    cursor = torch.full((b,), -1, dtype=torch.int64, device=device)  # run_keys are >= 0
-    pending = torch.full((b,), -1, dtype=torch.int64, device=device)
-    pending_tokens = torch.zeros((b,), dtype=torch.int64, device=device)
-    while True:
-        active &= (pending >= 0) | (plan.budget > 0)
-        segment = torch.nonzero(active & (pending < 0)).squeeze(1)
-        retry = torch.nonzero(active & (pending >= 0)).squeeze(1)
-        if segment.numel() == 0 and retry.numel() == 0:
-            return
-        if segment.numel():
-            _segment(state, config, plan, segment, cursor, pending, pending_tokens, active)
-        if retry.numel():
-            _retry(state, config, plan, retry, cursor, pending, pending_tokens, active)
+    """Each instance with budget walks its running list: segments, and preempt-and-retry
+    rounds for the walks a request's blocks stopped. Instances are independent, so one
+    round runs the segments of some and the retries of others; the loop reads back only
+    which instances go on (where nothing stops, one read)."""
+    # The run_key of the last request a stopped walk passed (-1: none; run_keys are >= 0).
+    # Only stopped walks read it again, so only they write it.
+    cursor = torch.full((state.batch,), -1, dtype=torch.int64, device=state.device)
+    walk = selected(plan.budget > 0)
+    stuck = _Stuck.none(state.device)
+    first = True
+    while walk.numel() or stuck.inst.numel():
+        stopped = _Stuck.none(state.device)
+        if walk.numel():
+            stopped = _segment(state, config, plan, walk, cursor, first)
+        first = False
+        walk = stuck.inst  # empty unless a retry sends some walks on
+        if stuck.inst.numel():
+            walk, stuck = _retry(state, config, plan, stuck, cursor)
+        stuck = stuck.join(stopped)
+
+
+def _of(x: torch.Tensor, inst: torch.Tensor, everyone: bool) -> torch.Tensor:
+    """x's rows of instances inst; everyone: inst names every instance in order (no copy)."""
+    return x if everyone else x.index_select(0, inst)
 
 
 @dataclass(frozen=True)
@@ -82,20 +129,31 @@ class _Reads:
         )
 
 
-def _demand(
-    config: SchedulerConfig, plan: StepPlan, inst: torch.Tensor, reads: _Reads
-) -> torch.Tensor:
-    """Tokens each running request would take with the budget unlimited."""
-    want = reads.num_tokens + reads.num_spec - reads.computed
-    want = apply_cap(want, plan.cap.index_select(0, inst).unsqueeze(1))
+def _demand(config: SchedulerConfig, cap: torch.Tensor, reads: _Reads) -> torch.Tensor:
+    """Tokens each running request would take with the budget unlimited (cap: [I, 1])."""
+    want = reads.num_tokens + reads.num_spec
+    want -= reads.computed
+    want = torch.minimum(want, cap, out=want)  # the long-prefill cap (BIG: none)
     # Leave room for the token this step samples: positions stay < max_model_len.
-    return torch.minimum(want, config.max_model_len - 1 - reads.computed).clamp(min=0)
+    room = config.max_model_len - 1 - reads.computed
+    return torch.minimum(want, room, out=room).clamp_(min=0)
 
 
-def _blocks_needed(config: SchedulerConfig, reads: _Reads, tokens: torch.Tensor) -> torch.Tensor:
-    """Blocks each request takes to hold `tokens` more tokens (0 where it takes none)."""
-    need = blocks_to_allocate(config, reads.held, reads.computed + tokens + config.lookahead_tokens)
-    return need * (tokens > 0)
+def _blocks_needed(
+    config: SchedulerConfig, reads: _Reads, ends: torch.Tensor, scheduled: torch.Tensor
+) -> torch.Tensor:
+    """Blocks each request takes to hold its tokens up to `ends` (computed + tokens) and
+    the lookahead ones, where `scheduled` (0 elsewhere): blocks_to_allocate's arithmetic
+    with the lookahead folded into the rounding and the max_model_len cap taken after
+    it (rounding up is monotone, so capping before or after gives the same count)."""
+    covered = ends + (config.lookahead_tokens + config.block_size - 1)
+    size = config.block_size
+    if size & (size - 1) == 0:
+        covered >>= size.bit_length() - 1
+    else:
+        covered = torch.div(covered, size, rounding_mode="floor")
+    limit = -(-config.max_model_len // size)
+    return covered.clamp_(max=limit).sub_(reads.held).clamp_(min=0).mul_(scheduled)
 
 
 def _segment(
@@ -104,74 +162,97 @@ def _segment(
     plan: StepPlan,
     inst: torch.Tensor,
     cursor: torch.Tensor,
-    pending: torch.Tensor,
-    pending_tokens: torch.Tensor,
-    active: torch.Tensor,
-) -> None:
-    run_key = state.run_key.index_select(0, inst)
-    status = state.status.index_select(0, inst)
-    at_cursor = cursor.index_select(0, inst)
-    eligible = (status == RUNNING) & (run_key > at_cursor.unsqueeze(1))
-    num_eligible = eligible.sum(dim=1)
+    first: bool,
+) -> _Stuck:
+    """Walk the running lists of instances inst from their cursors (first: from the start,
+    and inst from `selected`) and commit up to the first request whose blocks do not
+    fit; return the instances stopped there."""
+    everyone = first and inst.numel() == state.batch
+    run_key = _of(state.run_key, inst, everyone)
+    penalty = _of(state.status, inst, everyone) ^ RUNNING  # 0 where running
+    if not first:
+        penalty |= run_key <= cursor.index_select(0, inst).unsqueeze(1)
+    # Running requests' run_keys are distinct, so any sort puts the eligible ones in one
+    # order; the others sort last, past num_eligible: padding, masked by `valid`.
+    keys, order = torch.sort(run_key + (penalty << PASSED_SHIFT), dim=1)
+    eligible = keys < PASSED
     # The walk is as wide as the longest running list, not the slot count (one host read
     # per segment): the columns cut off hold no running request.
-    s = max(int(num_eligible.max()), 1)
-    # Running requests' run_keys are distinct, so any sort puts them in one order; the
-    # ineligible ones (BIG) sort last, past num_eligible: padding, masked by `valid`.
-    order = torch.argsort(torch.where(eligible, run_key, BIG), dim=1)[:, :s]
-    valid = torch.arange(s, device=inst.device) < num_eligible.unsqueeze(1)
+    s = max(int(eligible.sum(dim=1).max()), 1)
+    order, valid = order[:, :s], eligible[:, :s]
     reads = _Reads.at(state, inst, order)
-    demand = _demand(config, plan, inst, reads) * valid
-    before = torch.cumsum(demand, dim=1) - demand
-    budget = plan.budget.index_select(0, inst).unsqueeze(1)
-    tokens = torch.minimum((budget - before).clamp(min=0), demand)
-    blocks = _blocks_needed(config, reads, tokens)
-    free = num_free_blocks(state).index_select(0, inst).unsqueeze(1)
+    demand = _demand(config, _of(plan.cap, inst, everyone).unsqueeze(1), reads)
+    # Padding (past num_eligible) comes after every real request of its row, so what it
+    # asks for changes no real request's share; it only has to be left unscheduled.
+    before = torch.cumsum(demand, dim=1).sub_(demand)
+    budget = _of(plan.budget, inst, everyone).unsqueeze(1)
+    tokens = torch.minimum((budget - before).clamp_(min=0), demand, out=before)
+    scheduled = (tokens > 0) & valid
+    ends = reads.computed + tokens
+    blocks = _blocks_needed(config, reads, ends, scheduled)
+    free = _of(num_free_blocks(state), inst, everyone).unsqueeze(1)
     fits = torch.cumsum(blocks, dim=1) <= free
-    go = fits & (tokens > 0)
-    _commit_running(state, config, plan, inst, order, go, tokens, blocks, reads)
+    _commit_running(state, config, plan, inst, order, fits & scheduled, tokens, blocks, reads, ends)
     # Blocks are >= 0, so the cumulative sum only grows: `fits` holds on a prefix of each
-    # row, and its length is the column of the first request that does not fit.
-    num_fit = fits.sum(dim=1)
-    stopped = num_fit < s
-    at = num_fit.clamp(max=s - 1).unsqueeze(1)
-    prev_slot = torch.gather(order, 1, (at - 1).clamp(min=0))
-    prev_key = torch.gather(run_key, 1, prev_slot).squeeze(1)
-    moved = stopped & (num_fit > 0)
+    # row (padding asks for nothing), and a row stopped where its last column fails.
+    stopped = selected(~fits[:, -1])
+    if stopped.numel() == 0:
+        return _Stuck.none(state.device)
+    return _stopped_at(state, inst, cursor, stopped, fits, keys, order, tokens, first)
+
+
+def _stopped_at(
+    state: BatchState,
+    inst: torch.Tensor,
+    cursor: torch.Tensor,
+    stopped: torch.Tensor,
+    fits: torch.Tensor,
+    keys: torch.Tensor,
+    order: torch.Tensor,
+    tokens: torch.Tensor,
+    first: bool,
+) -> _Stuck:
+    """The walks of inst[stopped] stop at their first column that does not fit: their
+    cursor moves to the run_key before it (a sorted key there is one), if any."""
+    at = fits.index_select(0, stopped).sum(dim=1)
+    s, width = fits.shape[1], keys.shape[1]
+    prev_key = pick(keys, stopped * width + (at - 1).clamp(min=0))
+    where = inst.index_select(0, stopped)
+    before = torch.full_like(where, -1) if first else cursor.index_select(0, where)
     # inst names distinct instances: whole-row copies, no advanced indexing.
-    cursor.index_copy_(0, inst, torch.where(moved, prev_key, at_cursor))
-    pending.index_copy_(0, inst, torch.where(stopped, torch.gather(order, 1, at).squeeze(1), -1))
-    stopped_tokens = torch.where(stopped, torch.gather(tokens, 1, at).squeeze(1), 0)
-    pending_tokens.index_copy_(0, inst, stopped_tokens)
-    active.index_copy_(0, inst, stopped)
+    cursor.index_copy_(0, where, torch.where(at > 0, prev_key, before))
+    col = stopped * s + at
+    return _Stuck(where, pick(order, col), pick(tokens, col))
 
 
 def _retry(
     state: BatchState,
     config: SchedulerConfig,
     plan: StepPlan,
-    inst: torch.Tensor,
+    stuck: _Stuck,
     cursor: torch.Tensor,
-    pending: torch.Tensor,
-    pending_tokens: torch.Tensor,
-    active: torch.Tensor,
-) -> None:
-    """One victim per stopped instance, then the stopped request tries again."""
+) -> tuple[torch.Tensor, _Stuck]:
+    """One victim per stopped instance, then the stopped request tries again. Returns the
+    instances whose walk goes on with a segment, and those still stopped."""
+    inst, request = stuck.inst, stuck.request
     victim = _pick_victim(state, config, inst)
-    request = pending[inst]
     _unschedule(state, config, plan, inst, victim)
     preempt(state, config, plan, inst, victim)
     itself = victim == request
-    if config.policy == "fcfs":
-        active[inst[itself]] = False  # out of KV: nothing after it runs this step
-    tokens = pending_tokens[inst].unsqueeze(1)
+    tokens = stuck.tokens.unsqueeze(1)
     reads = _Reads.at(state, inst, request.unsqueeze(1))
-    blocks = _blocks_needed(config, reads, tokens)
+    ends = reads.computed + tokens
+    blocks = _blocks_needed(config, reads, ends, tokens > 0)
     fits = ~itself & (blocks.squeeze(1) <= num_free_blocks(state)[inst])
     order = request.unsqueeze(1)
-    _commit_running(state, config, plan, inst, order, fits.unsqueeze(1), tokens, blocks, reads)
+    _commit_running(
+        state, config, plan, inst, order, fits.unsqueeze(1), tokens, blocks, reads, ends
+    )
     cursor[inst] = torch.where(fits, state.run_key[inst, request], cursor[inst])
-    pending[inst] = torch.where(fits | itself, -1, request)
+    # fcfs: a request that preempted itself is out of KV, nothing after it runs this step.
+    ends_walk = itself if config.policy == "fcfs" else torch.zeros_like(itself)
+    going_on = (fits | itself) & ~ends_walk & (plan.budget[inst] > 0)
+    return inst.index_select(0, selected(going_on)), stuck.only(selected(~fits & ~itself))
 
 
 def _pick_victim(state: BatchState, config: SchedulerConfig, inst: torch.Tensor) -> torch.Tensor:
@@ -214,12 +295,12 @@ def _commit_running(
     tokens: torch.Tensor,
     blocks: torch.Tensor,
     reads: _Reads,
+    ends: torch.Tensor,
 ) -> None:
     """Schedule the running requests order[i, r] where go holds; drafts ride in the same
-    budget (a short budget drops the trailing ones) and are consumed either way."""
-    upto = None
-    if config.enable_prefix_caching:
-        upto = torch.minimum(reads.computed + tokens, reads.num_tokens)
+    budget (a short budget drops the trailing ones) and are consumed either way. ends is
+    computed + tokens."""
+    upto = torch.minimum(ends, reads.num_tokens)
     at, committed = commit(
         state,
         config,
@@ -234,7 +315,7 @@ def _commit_running(
         upto=upto,
     )
     # The committed rows are distinct; held was read before the commit took blocks.
-    plan.new_from.view(-1).index_copy_(0, committed, pick(reads.held, at))
-    verified = (tokens + reads.computed - reads.num_tokens).clamp(min=0)
-    plan.num_drafts.view(-1).index_copy_(0, committed, pick(verified, at))
-    state.num_spec.view(-1).index_fill_(0, committed, 0)
+    write_rows(plan.new_from, committed, pick(reads.held, at))
+    # Drafts verified: the tokens scheduled past the known ones (ends - upto).
+    write_rows(plan.num_drafts, committed, pick(ends.sub_(upto), at))
+    write_rows(state.num_spec, committed, 0)
