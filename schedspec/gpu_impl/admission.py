@@ -17,7 +17,6 @@ from schedspec.gpu_impl.batch_state import (
     BIG,
     EMPTY_BUCKET,
     NO_HASH,
-    PREEMPTED,
     RUNNING,
     WAITING,
     BatchState,
@@ -36,17 +35,21 @@ from schedspec.spec import SchedulerConfig
 
 
 def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan) -> None:
+    # Per instance, the queued (WAITING 1 and PREEMPTED 3: the odd codes) and running
+    # requests, counted once: a round only turns admitted heads from queued to running,
+    # so later rounds update the counts of the instances still open on [I] alone.
+    queued = (state.status & 1).sum(dim=1)
+    running = (state.status == RUNNING).sum(dim=1)
     # A step that preempted admits nothing: freed blocks go to running requests first.
-    open_ = ~plan.preempted.any(dim=1) & (plan.budget > 0)
-    while True:
-        waiting = (state.status == WAITING) | (state.status == PREEMPTED)
-        seats = (state.status == RUNNING).sum(dim=1) < config.max_num_seqs
-        open_ &= waiting.any(dim=1) & seats & (plan.budget > 0)
-        inst = torch.nonzero(open_).squeeze(1)
-        if inst.numel() == 0:
-            return
-        admitted = _admit_heads(state, config, plan, inst)
-        open_[inst] = admitted
+    open_ = ~plan.preempted.any(dim=1) & (queued > 0) & (running < config.max_num_seqs)
+    inst = selected(open_ & (plan.budget > 0))
+    queued, running = queued.index_select(0, inst), running.index_select(0, inst)
+    while inst.numel() > 0:
+        admitted = _admit_heads(state, config, plan, inst, running > 0)
+        queued, running = queued - 1, running + 1
+        go_on = admitted & (queued > 0) & (running < config.max_num_seqs)
+        left = selected(go_on & (plan.budget.index_select(0, inst) > 0))
+        inst, queued, running = (pick(t, left) for t in (inst, queued, running))
 
 
 def longest_cached_prefix(
@@ -86,13 +89,19 @@ def longest_cached_prefix(
 
 
 def _admit_heads(
-    state: BatchState, config: SchedulerConfig, plan: StepPlan, inst: torch.Tensor
+    state: BatchState,
+    config: SchedulerConfig,
+    plan: StepPlan,
+    inst: torch.Tensor,
+    running: torch.Tensor,
 ) -> torch.Tensor:
-    """Try to admit each instance's queue head; True where it was admitted. Reads and
-    writes go through flat_index (one head per instance: the pairs are distinct)."""
+    """Try to admit each instance's queue head (`running`: whether something in the
+    instance runs); True where it was admitted. Reads and writes go through flat_index
+    (one head per instance: the pairs are distinct)."""
     status = state.status.index_select(0, inst)
-    waiting = (status == WAITING) | (status == PREEMPTED)
-    head = torch.argmin(torch.where(waiting, state.wait_key.index_select(0, inst), BIG), dim=1)
+    # WAITING (1) and PREEMPTED (3) are the odd codes; the others never head the queue.
+    keys = state.wait_key.index_select(0, inst).masked_fill_((status & 1) == 0, BIG)
+    head = torch.argmin(keys, dim=1)
     hits, num_hit_blocks = longest_cached_prefix(state, config, inst, head)
     num_hit = num_hit_blocks * config.block_size
     num_tokens = take_at(state.num_tokens, inst, head)
@@ -103,7 +112,6 @@ def _admit_heads(
         ok &= tokens <= budget  # head-of-line: nothing behind it is tried this step
     tokens = torch.minimum(tokens, budget)
     # The watermark is charged to admissions only while something runs.
-    running = (status == RUNNING).any(dim=1)
     spare = torch.where(running, config.watermark_blocks, 0)
     hit = _HitEntries(state, inst, hits)
     # Hits still in the free queue (no table holds them).
