@@ -22,7 +22,7 @@ from schedspec.gpu_impl.batch_state import (
     BatchState,
     num_free_blocks,
 )
-from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, take_at
 from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
@@ -124,12 +124,16 @@ def _admit_heads(
     slots_needed = num_hit + tokens + config.lookahead_tokens
     chunk = blocks_to_allocate(config, zero, slots_needed, num_hit_blocks, evictable)
     ok &= (whole + spare <= free) & (chunk + spare <= free)
-    _take_hits(state, inst, head, hit, num_hit_blocks, evictable, ok)
-    put_at(state.num_computed, inst, head, num_hit, ok)
-    put_at(plan.computed_before, inst, head, num_hit, ok)
-    kind = torch.where(
-        status.gather(1, head.unsqueeze(1)).squeeze(1) == WAITING, SCHEDULED_NEW, SCHEDULED_RESUMED
-    )
+    # The heads' flat rows in the [B, S] tensors. A queued request has computed nothing
+    # and holds no blocks (preemption resets both, a freed slot is emptied): the writes
+    # of those counts add to zeros.
+    row = flat_rows(state.status, inst, head)
+    admitted = ok.long()
+    _take_hits(state, inst, row, hit, num_hit_blocks * admitted, evictable, ok)
+    for field in (state.num_computed, plan.computed_before):
+        field.view(-1).index_add_(0, row, num_hit * admitted)
+    head_status = status.gather(1, head.unsqueeze(1)).squeeze(1)
+    kind = torch.where(head_status == WAITING, SCHEDULED_NEW, SCHEDULED_RESUMED)
     slots = torch.where(ok, head, -1).unsqueeze(1)
     commit(
         state,
@@ -141,9 +145,9 @@ def _admit_heads(
         (chunk - evictable).unsqueeze(1),
         kind.unsqueeze(1),
     )
-    put_at(state.status, inst, head, RUNNING, ok)
-    put_at(state.run_key, inst, head, state.next_run.index_select(0, inst), ok)
-    state.next_run.index_add_(0, inst, ok.long())
+    state.status.view(-1).index_add_(0, row, (RUNNING - head_status) * admitted)
+    put_flat(state.run_key.view(-1), row, state.next_run.index_select(0, inst), ok)
+    state.next_run.index_add_(0, inst, admitted)
     return ok
 
 
@@ -154,7 +158,10 @@ class _HitEntries:
 
     def __init__(self, state: BatchState, inst: torch.Tensor, hits: torch.Tensor) -> None:
         self.at = selected(hits >= 0)
-        self.row = torch.div(self.at, hits.shape[1], rounding_mode="floor")
+        m = hits.shape[1]
+        # A shift where M is a power of two (a fifth of an int64 division's cost).
+        is_pow2 = m & (m - 1) == 0
+        self.row = self.at >> (m.bit_length() - 1) if is_pow2 else self.at // m
         self.blocks = pick(hits, self.at)
         self.block_index = inst.index_select(0, self.row) * state.ref_cnt.shape[1] + self.blocks
 
@@ -162,14 +169,16 @@ class _HitEntries:
 def _take_hits(
     state: BatchState,
     inst: torch.Tensor,
-    slot: torch.Tensor,
+    row: torch.Tensor,
     hit: _HitEntries,
     count: torch.Tensor,
     evictable: torch.Tensor,
     ok: torch.Tensor,
 ) -> None:
-    """touch(): where ok, the hit blocks start the table, one more reference each (the
-    `evictable` free ones leave the free queue), and count as already registered."""
+    """touch(): where ok, the hit blocks start the table of the request at flat row
+    row[i] of the [B, S] tensors, one more reference each (the `evictable` free ones
+    leave the free queue), and count as already registered: count[i] of them (0 where
+    not ok), added to the request's zero counts."""
     taken = selected(ok.index_select(0, hit.row))
     # Hits name distinct blocks within a row and rows are distinct instances.
     block_index = pick(hit.block_index, taken)
@@ -179,8 +188,8 @@ def _take_hits(
     # Hit j of head r (flat position r * m + j in hits) goes to column j of its table row.
     m = state.table.shape[2]
     rows = torch.arange(inst.numel(), device=inst.device)
-    shift = (flat_rows(state.table, inst, slot) - rows) * m
+    shift = (row - rows) * m
     table_index = shift.index_select(0, pick(hit.row, taken)) + pick(hit.at, taken)
     state.table.view(-1).index_copy_(0, table_index, pick(hit.blocks, taken))
-    put_at(state.num_held, inst, slot, count, ok)
-    put_at(state.num_cached_block, inst, slot, count, ok)
+    state.num_held.view(-1).index_add_(0, row, count)
+    state.num_cached_block.view(-1).index_add_(0, row, count)

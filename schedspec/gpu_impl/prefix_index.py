@@ -82,7 +82,7 @@ def forget(state: BatchState, block_index: torch.Tensor) -> None:
     bucket = state.cache_bucket.view(-1).index_select(0, block_index)
     at = selected(bucket >= 0)
     block_index = pick(block_index, at)
-    rows = torch.div(block_index, state.block_hash.shape[1], rounding_mode="floor")
+    rows, _ = _split(block_index, state.block_hash.shape[1])
     h = state.cache_index.shape[1]
     state.cache_index.view(-1).index_fill_(0, rows * h + pick(bucket, at), TOMBSTONE)
     state.cache_bucket.view(-1).index_fill_(0, block_index, NO_BUCKET)
@@ -121,13 +121,14 @@ def oldest_holders(state: BatchState, rows: torch.Tensor, ids: torch.Tensor) -> 
     """For content ids [P] of instances rows [P]: the block holding each one with the
     smallest reg_seq, EMPTY_BUCKET where none does. Host reads: one per pass (two passes
     at most), none per id."""
-    ended, age, holder = _probe(state, rows, ids, 0, _FIRST_WIDTH)
-    # Only ids whose run went on past the window, in instances with entries farther out.
+    age, holder, entries = _probe(state, rows, ids, 0, _FIRST_WIDTH)
+    # Only ids whose run went on past the window (no EMPTY_BUCKET in it), in instances
+    # with entries farther out.
     reach = state.cache_reach.index_select(0, rows)
-    rest = selected(~ended & (reach > _FIRST_WIDTH))
+    rest = selected((entries != EMPTY_BUCKET).all(dim=1) & (reach > _FIRST_WIDTH))
     if rest.numel() > 0:
         width = int(reach.index_select(0, rest).max()) - _FIRST_WIDTH
-        _, more_age, more_holder = _probe(
+        more_age, more_holder, _ = _probe(
             state, rows.index_select(0, rest), ids.index_select(0, rest), _FIRST_WIDTH, width
         )
         older = more_age < age.index_select(0, rest)
@@ -139,9 +140,9 @@ def oldest_holders(state: BatchState, rows: torch.Tensor, ids: torch.Tensor) -> 
 def _probe(
     state: BatchState, rows: torch.Tensor, ids: torch.Tensor, start: int, width: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Buckets start..start+width-1 past each id's home ([P] ids of instances rows):
-    whether the window holds an EMPTY_BUCKET (the id's run ended), and the smallest
-    reg_seq among the window's holders of the id (BIG: none) with its block."""
+    """Buckets start..start+width-1 past each id's home ([P] ids of instances rows): the
+    smallest reg_seq among the window's holders of the id (BIG: none), its block, and
+    the window's entries [P, width]."""
     h, n = state.cache_index.shape[1], state.block_hash.shape[1]
     steps = torch.arange(start, start + width, device=ids.device)
     buckets = ((ids & (h - 1)).unsqueeze(1) + steps) & (h - 1)  # [P, W]
@@ -152,7 +153,7 @@ def _probe(
     ages = torch.where(holds, _flat_read(state.reg_seq, blocks), BIG)
     age, column = ages.min(dim=1)
     holder = torch.gather(entries, 1, column.unsqueeze(1)).squeeze(1)
-    return (entries == EMPTY_BUCKET).any(dim=1), age, holder
+    return age, holder, entries
 
 
 def _flat_read(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
