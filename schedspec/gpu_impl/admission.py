@@ -17,13 +17,12 @@ from schedspec.gpu_impl.batch_state import (
     BIG,
     EMPTY_BUCKET,
     NO_HASH,
-    PREEMPTED,
     RUNNING,
     WAITING,
     BatchState,
     num_free_blocks,
 )
-from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, take_at
 from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
@@ -36,17 +35,21 @@ from schedspec.spec import SchedulerConfig
 
 
 def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan) -> None:
+    # Per instance, the queued (WAITING 1 and PREEMPTED 3: the odd codes) and running
+    # requests, counted once: a round only turns admitted heads from queued to running,
+    # so later rounds update the counts of the instances still open on [I] alone.
+    queued = (state.status & 1).sum(dim=1)
+    running = (state.status == RUNNING).sum(dim=1)
     # A step that preempted admits nothing: freed blocks go to running requests first.
-    open_ = ~plan.preempted.any(dim=1) & (plan.budget > 0)
-    while True:
-        waiting = (state.status == WAITING) | (state.status == PREEMPTED)
-        seats = (state.status == RUNNING).sum(dim=1) < config.max_num_seqs
-        open_ &= waiting.any(dim=1) & seats & (plan.budget > 0)
-        inst = torch.nonzero(open_).squeeze(1)
-        if inst.numel() == 0:
-            return
-        admitted = _admit_heads(state, config, plan, inst)
-        open_[inst] = admitted
+    open_ = ~plan.preempted.any(dim=1) & (queued > 0) & (running < config.max_num_seqs)
+    inst = selected(open_ & (plan.budget > 0))
+    queued, running = queued.index_select(0, inst), running.index_select(0, inst)
+    while inst.numel() > 0:
+        admitted = _admit_heads(state, config, plan, inst, running > 0)
+        queued, running = queued - 1, running + 1
+        go_on = admitted & (queued > 0) & (running < config.max_num_seqs)
+        left = selected(go_on & (plan.budget.index_select(0, inst) > 0))
+        inst, queued, running = (pick(t, left) for t in (inst, queued, running))
 
 
 def longest_cached_prefix(
@@ -86,13 +89,19 @@ def longest_cached_prefix(
 
 
 def _admit_heads(
-    state: BatchState, config: SchedulerConfig, plan: StepPlan, inst: torch.Tensor
+    state: BatchState,
+    config: SchedulerConfig,
+    plan: StepPlan,
+    inst: torch.Tensor,
+    running: torch.Tensor,
 ) -> torch.Tensor:
-    """Try to admit each instance's queue head; True where it was admitted. Reads and
-    writes go through flat_index (one head per instance: the pairs are distinct)."""
+    """Try to admit each instance's queue head (`running`: whether something in the
+    instance runs); True where it was admitted. Reads and writes go through flat_index
+    (one head per instance: the pairs are distinct)."""
     status = state.status.index_select(0, inst)
-    waiting = (status == WAITING) | (status == PREEMPTED)
-    head = torch.argmin(torch.where(waiting, state.wait_key.index_select(0, inst), BIG), dim=1)
+    # WAITING (1) and PREEMPTED (3) are the odd codes; the others never head the queue.
+    keys = state.wait_key.index_select(0, inst).masked_fill_((status & 1) == 0, BIG)
+    head = torch.argmin(keys, dim=1)
     hits, num_hit_blocks = longest_cached_prefix(state, config, inst, head)
     num_hit = num_hit_blocks * config.block_size
     num_tokens = take_at(state.num_tokens, inst, head)
@@ -103,7 +112,6 @@ def _admit_heads(
         ok &= tokens <= budget  # head-of-line: nothing behind it is tried this step
     tokens = torch.minimum(tokens, budget)
     # The watermark is charged to admissions only while something runs.
-    running = (status == RUNNING).any(dim=1)
     spare = torch.where(running, config.watermark_blocks, 0)
     hit = _HitEntries(state, inst, hits)
     # Hits still in the free queue (no table holds them).
@@ -116,12 +124,16 @@ def _admit_heads(
     slots_needed = num_hit + tokens + config.lookahead_tokens
     chunk = blocks_to_allocate(config, zero, slots_needed, num_hit_blocks, evictable)
     ok &= (whole + spare <= free) & (chunk + spare <= free)
-    _take_hits(state, inst, head, hit, num_hit_blocks, evictable, ok)
-    put_at(state.num_computed, inst, head, num_hit, ok)
-    put_at(plan.computed_before, inst, head, num_hit, ok)
-    kind = torch.where(
-        status.gather(1, head.unsqueeze(1)).squeeze(1) == WAITING, SCHEDULED_NEW, SCHEDULED_RESUMED
-    )
+    # The heads' flat rows in the [B, S] tensors. A queued request has computed nothing
+    # and holds no blocks (preemption resets both, a freed slot is emptied): the writes
+    # of those counts add to zeros.
+    row = flat_rows(state.status, inst, head)
+    admitted = ok.long()
+    _take_hits(state, inst, row, hit, num_hit_blocks * admitted, evictable, ok)
+    for field in (state.num_computed, plan.computed_before):
+        field.view(-1).index_add_(0, row, num_hit * admitted)
+    head_status = status.gather(1, head.unsqueeze(1)).squeeze(1)
+    kind = torch.where(head_status == WAITING, SCHEDULED_NEW, SCHEDULED_RESUMED)
     slots = torch.where(ok, head, -1).unsqueeze(1)
     commit(
         state,
@@ -133,9 +145,9 @@ def _admit_heads(
         (chunk - evictable).unsqueeze(1),
         kind.unsqueeze(1),
     )
-    put_at(state.status, inst, head, RUNNING, ok)
-    put_at(state.run_key, inst, head, state.next_run.index_select(0, inst), ok)
-    state.next_run.index_add_(0, inst, ok.long())
+    state.status.view(-1).index_add_(0, row, (RUNNING - head_status) * admitted)
+    put_flat(state.run_key.view(-1), row, state.next_run.index_select(0, inst), ok)
+    state.next_run.index_add_(0, inst, admitted)
     return ok
 
 
@@ -146,7 +158,10 @@ class _HitEntries:
 
     def __init__(self, state: BatchState, inst: torch.Tensor, hits: torch.Tensor) -> None:
         self.at = selected(hits >= 0)
-        self.row = torch.div(self.at, hits.shape[1], rounding_mode="floor")
+        m = hits.shape[1]
+        # A shift where M is a power of two (a fifth of an int64 division's cost).
+        is_pow2 = m & (m - 1) == 0
+        self.row = self.at >> (m.bit_length() - 1) if is_pow2 else self.at // m
         self.blocks = pick(hits, self.at)
         self.block_index = inst.index_select(0, self.row) * state.ref_cnt.shape[1] + self.blocks
 
@@ -154,14 +169,16 @@ class _HitEntries:
 def _take_hits(
     state: BatchState,
     inst: torch.Tensor,
-    slot: torch.Tensor,
+    row: torch.Tensor,
     hit: _HitEntries,
     count: torch.Tensor,
     evictable: torch.Tensor,
     ok: torch.Tensor,
 ) -> None:
-    """touch(): where ok, the hit blocks start the table, one more reference each (the
-    `evictable` free ones leave the free queue), and count as already registered."""
+    """touch(): where ok, the hit blocks start the table of the request at flat row
+    row[i] of the [B, S] tensors, one more reference each (the `evictable` free ones
+    leave the free queue), and count as already registered: count[i] of them (0 where
+    not ok), added to the request's zero counts."""
     taken = selected(ok.index_select(0, hit.row))
     # Hits name distinct blocks within a row and rows are distinct instances.
     block_index = pick(hit.block_index, taken)
@@ -171,8 +188,8 @@ def _take_hits(
     # Hit j of head r (flat position r * m + j in hits) goes to column j of its table row.
     m = state.table.shape[2]
     rows = torch.arange(inst.numel(), device=inst.device)
-    shift = (flat_rows(state.table, inst, slot) - rows) * m
+    shift = (row - rows) * m
     table_index = shift.index_select(0, pick(hit.row, taken)) + pick(hit.at, taken)
     state.table.view(-1).index_copy_(0, table_index, pick(hit.blocks, taken))
-    put_at(state.num_held, inst, slot, count, ok)
-    put_at(state.num_cached_block, inst, slot, count, ok)
+    state.num_held.view(-1).index_add_(0, row, count)
+    state.num_cached_block.view(-1).index_add_(0, row, count)

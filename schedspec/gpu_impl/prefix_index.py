@@ -82,7 +82,7 @@ def forget(state: BatchState, block_index: torch.Tensor) -> None:
     bucket = state.cache_bucket.view(-1).index_select(0, block_index)
     at = selected(bucket >= 0)
     block_index = pick(block_index, at)
-    rows = torch.div(block_index, state.block_hash.shape[1], rounding_mode="floor")
+    rows, _ = _split(block_index, state.block_hash.shape[1])
     h = state.cache_index.shape[1]
     state.cache_index.view(-1).index_fill_(0, rows * h + pick(bucket, at), TOMBSTONE)
     state.cache_bucket.view(-1).index_fill_(0, block_index, NO_BUCKET)
@@ -121,13 +121,14 @@ def oldest_holders(state: BatchState, rows: torch.Tensor, ids: torch.Tensor) -> 
     """For content ids [P] of instances rows [P]: the block holding each one with the
     smallest reg_seq, EMPTY_BUCKET where none does. Host reads: one per pass (two passes
     at most), none per id."""
-    ended, age, holder = _probe(state, rows, ids, 0, _FIRST_WIDTH)
-    # Only ids whose run went on past the window, in instances with entries farther out.
+    age, holder, entries = _probe(state, rows, ids, 0, _FIRST_WIDTH)
+    # Only ids whose run went on past the window (no EMPTY_BUCKET in it), in instances
+    # with entries farther out.
     reach = state.cache_reach.index_select(0, rows)
-    rest = selected(~ended & (reach > _FIRST_WIDTH))
+    rest = selected((entries != EMPTY_BUCKET).all(dim=1) & (reach > _FIRST_WIDTH))
     if rest.numel() > 0:
         width = int(reach.index_select(0, rest).max()) - _FIRST_WIDTH
-        _, more_age, more_holder = _probe(
+        more_age, more_holder, _ = _probe(
             state, rows.index_select(0, rest), ids.index_select(0, rest), _FIRST_WIDTH, width
         )
         older = more_age < age.index_select(0, rest)
@@ -139,9 +140,9 @@ def oldest_holders(state: BatchState, rows: torch.Tensor, ids: torch.Tensor) -> 
 def _probe(
     state: BatchState, rows: torch.Tensor, ids: torch.Tensor, start: int, width: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Buckets start..start+width-1 past each id's home ([P] ids of instances rows):
-    whether the window holds an EMPTY_BUCKET (the id's run ended), and the smallest
-    reg_seq among the window's holders of the id (BIG: none) with its block."""
+    """Buckets start..start+width-1 past each id's home ([P] ids of instances rows): the
+    smallest reg_seq among the window's holders of the id (BIG: none), its block, and
+    the window's entries [P, width]."""
     h, n = state.cache_index.shape[1], state.block_hash.shape[1]
     steps = torch.arange(start, start + width, device=ids.device)
     buckets = ((ids & (h - 1)).unsqueeze(1) + steps) & (h - 1)  # [P, W]
@@ -152,7 +153,7 @@ def _probe(
     ages = torch.where(holds, _flat_read(state.reg_seq, blocks), BIG)
     age, column = ages.min(dim=1)
     holder = torch.gather(entries, 1, column.unsqueeze(1)).squeeze(1)
-    return (entries == EMPTY_BUCKET).any(dim=1), age, holder
+    return age, holder, entries
 
 
 def _flat_read(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -165,23 +166,44 @@ def _place(
 ) -> None:
     """Enter blocks [K] of instances rows [K] (flat positions block_index; block_hash
     holds their ids) by linear probing, in rounds. One host read per round. The first
-    round proposes each entry's home bucket only: the table is at most half full of
-    entries, so most homes are free, and a one-bucket window keeps the round's ops on
-    [K]; the few left (home taken, or lost to an entry of the same call) look at
-    windows of _PLACE_WINDOW buckets from where they stopped."""
+    round proposes each entry's home bucket only (`_claim_homes`): the table is at most
+    half full of entries, so most homes are free; the few left (home taken, or lost to
+    an entry of the same call) look at windows of _PLACE_WINDOW buckets from the bucket
+    after their home on."""
     h = state.cache_index.shape[1]
     home = state.block_hash.view(-1).index_select(0, block_index) & (h - 1)
     base = rows * h
-    # distance: from home to the bucket taken (or, for the few left, to go on from).
-    won, distance = _propose(state, base, blocks, home, torch.zeros_like(rows), width=1)
-    todo = selected(~won)
-    while todo.numel() > 0:
-        left = [t.index_select(0, todo) for t in (base, blocks, home, distance)]
-        won, moved = _propose(state, *left, width=_PLACE_WINDOW)
-        distance.index_copy_(0, todo, moved)
-        todo = pick(todo, selected(~won))
+    todo = _claim_homes(state, base + home, blocks)
+    # Winners sit at their homes, at distance 0: their instances' reach is at least 1.
+    state.cache_bucket.view(-1).index_copy_(0, block_index, home)
+    state.cache_reach.scatter_reduce_(0, rows, torch.ones_like(rows), "amax")
+    if todo.numel() == 0:
+        return
+    left = [t.index_select(0, todo) for t in (base, blocks, home, block_index, rows)]
+    base, blocks, home, block_index, rows = left
+    # distance: from home to the bucket taken (or, for those still left, to go on from).
+    distance = torch.ones_like(home)
+    pending = torch.arange(todo.numel(), device=todo.device)
+    while pending.numel() > 0:
+        args = [t.index_select(0, pending) for t in (base, blocks, home, distance)]
+        won, moved = _propose(state, *args, width=_PLACE_WINDOW)
+        distance.index_copy_(0, pending, moved)
+        pending = pick(pending, selected(~won))
     state.cache_bucket.view(-1).index_copy_(0, block_index, (home + distance) & (h - 1))
     state.cache_reach.scatter_reduce_(0, rows, distance + 1, "amax")
+
+
+def _claim_homes(state: BatchState, at: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """The first round: each entry proposes its home bucket (flat positions at), where
+    it holds no entry; where several propose one, the smallest block id gets it. The
+    positions (in at) of those that did not get their home, to go on from the next."""
+    table = state.cache_index.view(-1)
+    seen = table.index_select(0, at)
+    proposes = seen < 0  # EMPTY_BUCKET or TOMBSTONE
+    # Those whose home holds an entry write it back: no change.
+    table.scatter_reduce_(0, at, torch.where(proposes, blocks, seen), "amin", include_self=False)
+    won = proposes & (table.index_select(0, at) == blocks)
+    return selected(~won)
 
 
 def _propose(
@@ -202,12 +224,13 @@ def _propose(
     steps = torch.arange(width, device=base.device)
     window = base.unsqueeze(1) + (((home + distance).unsqueeze(1) + steps) & (h - 1))
     seen = _flat_read(state.cache_index, window)  # [K, width]
-    free = seen < 0  # EMPTY_BUCKET or TOMBSTONE
-    first = free.long().argmax(dim=1, keepdim=True)  # the first free one (0 if none)
-    proposes = free.any(dim=1)
+    # Whether the window has a free bucket (EMPTY_BUCKET or TOMBSTONE), and the first
+    # one (max returns the first of equal values; 0 where none is free).
+    proposes, first = (seen < 0).max(dim=1, keepdim=True)
     at = torch.gather(window, 1, first).squeeze(1)
     # Those that saw no free bucket write back what their first bucket holds: no change.
     kept = torch.gather(seen, 1, first).squeeze(1)
+    proposes = proposes.squeeze(1)
     table = state.cache_index.view(-1)
     table.scatter_reduce_(0, at, torch.where(proposes, blocks, kept), "amin", include_self=False)
     won = proposes & (table.index_select(0, at) == blocks)
