@@ -22,7 +22,7 @@ from schedspec.gpu_impl.batch_state import (
     BatchState,
     num_free_blocks,
 )
-from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, take_at
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, take_at, write_rows
 from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
@@ -72,7 +72,7 @@ def longest_cached_prefix(
     first = prefix_index.oldest_holders(
         state, inst.index_select(0, heads), hashes[:, 0].index_select(0, heads)
     )
-    oldest.index_copy_(0, heads * m, first)
+    write_rows(oldest, heads * m, first)
     rows = pick(heads, selected(first >= 0))
     if rows.numel() > 0:
         at = selected(wanted.index_select(0, rows)[:, 1:])
@@ -82,7 +82,7 @@ def longest_cached_prefix(
         holder = prefix_index.oldest_holders(
             state, owner, hashes.view(-1).index_select(0, position)
         )
-        oldest.index_copy_(0, position, holder)
+        write_rows(oldest, position, holder)
     oldest = oldest.view(hashes.shape)
     chain = torch.cumprod((oldest >= 0).long(), dim=1).bool()
     return torch.where(chain, oldest, -1), chain.sum(dim=1)
@@ -183,13 +183,13 @@ def _take_hits(
     # Hits name distinct blocks within a row and rows are distinct instances.
     block_index = pick(hit.block_index, taken)
     state.ref_cnt.view(-1).index_add_(0, block_index, torch.ones_like(block_index))
-    state.free_key.view(-1).index_fill_(0, block_index, BIG)
+    write_rows(state.free_key, block_index, BIG)
     state.num_free.index_add_(0, inst, -torch.where(ok, evictable, 0))
     # Hit j of head r (flat position r * m + j in hits) goes to column j of its table row.
     m = state.table.shape[2]
     rows = torch.arange(inst.numel(), device=inst.device)
     shift = (row - rows) * m
     table_index = shift.index_select(0, pick(hit.row, taken)) + pick(hit.at, taken)
-    state.table.view(-1).index_copy_(0, table_index, pick(hit.blocks, taken))
+    write_rows(state.table, table_index, pick(hit.blocks, taken))
     state.num_held.view(-1).index_add_(0, row, count)
     state.num_cached_block.view(-1).index_add_(0, row, count)

@@ -19,7 +19,7 @@ import torch
 
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
-from schedspec.gpu_impl.flat_index import pick, put_at, selected, take_at
+from schedspec.gpu_impl.flat_index import pick, put_at, selected, take_at, write_rows
 from schedspec.gpu_impl.free_queue import make_room, place, pop_front
 
 
@@ -79,10 +79,10 @@ def take_free_blocks(
     held = state.num_held.view(-1).index_select(0, row)
     # Entry e lands after its request's held blocks and its pair's earlier entries.
     table_index = row * state.table.shape[2] + held + _offsets(pair, first)
-    state.table.view(-1).index_copy_(0, table_index, blocks)
-    state.ref_cnt.view(-1).index_fill_(0, block_index, 1)
+    write_rows(state.table, table_index, blocks)
+    write_rows(state.ref_cnt, block_index, 1)
     prefix_index.forget(state, block_index)
-    state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
+    write_rows(state.block_hash, block_index, NO_HASH)
     # scatter_add_: on the CPU about half index_add_'s cost over thousands of entries.
     state.num_held.view(-1).scatter_add_(0, row, torch.ones_like(row))
 
@@ -118,8 +118,8 @@ def register_blocks(
     seq = (state.next_reg.index_select(0, inst) - inst_first).index_select(0, owner) + entry
     # A block registered here is in this request's table only (a shared block is a hit,
     # registered before): the entries name distinct blocks.
-    state.block_hash.view(-1).index_copy_(0, block_index, hashes)
-    state.reg_seq.view(-1).index_copy_(0, block_index, seq)
+    write_rows(state.block_hash, block_index, hashes)
+    write_rows(state.reg_seq, block_index, seq)
     prefix_index.insert(state, block_index)
     state.next_reg.index_add_(0, inst, per_inst)
     # num_cached + counts = full blocks.
@@ -149,7 +149,7 @@ def uncache_uncomputed(
     rows = pick(_rows(inst, m), drop)
     block_index = rows * state.block_hash.shape[1] + pick(take_at(state.table, inst, slot), drop)
     prefix_index.forget(state, block_index)
-    state.block_hash.view(-1).index_fill_(0, block_index, NO_HASH)
+    write_rows(state.block_hash, block_index, NO_HASH)
     put_at(state.num_cached_block, inst, slot, torch.minimum(num_cached, keep), keep >= 0)
 
 
@@ -193,8 +193,8 @@ def release_tables(
         back = last & (state.block_hash.view(-1).index_select(0, block_index) != NO_HASH)
         _enqueue(state, inst, (blocks, pair, owner), pos, back, last ^ back)
     state.table.view(-1, state.table.shape[2]).index_fill_(0, row, NO_BLOCK)
-    state.num_held.view(-1).index_fill_(0, row, 0)
-    state.num_cached_block.view(-1).index_fill_(0, row, 0)
+    write_rows(state.num_held, row, 0)
+    write_rows(state.num_cached_block, row, 0)
 
 
 def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tensor:
@@ -215,8 +215,8 @@ def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tens
     keys = state.free_key.view(-1)
     keys.scatter_reduce_(0, shared_index, shared, "amax", include_self=False)
     last = keys.index_select(0, shared_index) == shared
-    keys.index_fill_(0, shared_index, BIG)
-    return alone.index_copy_(0, shared, zero & last)
+    write_rows(keys, shared_index, BIG)
+    return alone.scatter_(0, shared, zero & last)
 
 
 def _enqueue(

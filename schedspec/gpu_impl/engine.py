@@ -27,7 +27,7 @@ from schedspec.gpu_impl.batch_state import (
     grow,
 )
 from schedspec.gpu_impl.block_ops import full_blocks, register_blocks, release_tables
-from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread, write_rows
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
@@ -132,8 +132,8 @@ class BatchedScheduler:
             (st.eos, new.eos),
             (st.num_spec, 0),
         ):
-            _write_rows(field, row, value)
-        _write_rows(st.is_prefill_chunk, row, False)
+            write_rows(field, row, value)
+        write_rows(st.is_prefill_chunk, row, False)
         stops = torch.full((i.numel(), st.stops.shape[2]), NO_TOKEN, device=self.device)
         stops[:, : new.stops.shape[1]] = new.stops
         st.stops.view(-1, st.stops.shape[2]).index_copy_(0, row, stops)
@@ -143,15 +143,13 @@ class BatchedScheduler:
         acc, done = extend_hashes(
             zero, 0, new.prompt, new.prompt_len, config.block_size, self.max_positions
         )
-        st.req_hash.view(-1).index_copy_(
-            0, row.index_select(0, done.row) * m + done.index, done.ids
-        )
-        _write_rows(st.hash_acc, row, acc)
+        write_rows(st.req_hash, row.index_select(0, done.row) * m + done.index, done.ids)
+        write_rows(st.hash_acc, row, acc)
         if config.policy == "fcfs":
-            _write_rows(st.wait_key, row, st.wait_back.index_select(0, i))
+            write_rows(st.wait_key, row, st.wait_back.index_select(0, i))
             st.wait_back.index_add_(0, i, torch.ones_like(i))
         else:
-            _write_rows(st.wait_key, row, waiting_priority_key(new.priority, arrival))
+            write_rows(st.wait_key, row, waiting_priority_key(new.priority, arrival))
 
     @torch.inference_mode()
     def finish_requests(
@@ -167,7 +165,7 @@ class BatchedScheduler:
         release_tables(st, inst, mask, rank)
         slot = torch.arange(mask.shape[1], device=self.device)
         row = flat_rows(st.status, inst.unsqueeze(1), slot)
-        st.status.view(-1).index_fill_(0, pick(row, selected(mask)), EMPTY)
+        write_rows(st.status, pick(row, selected(mask)), EMPTY)
 
     # ----------------------------------------------------------------- schedule
 
@@ -224,10 +222,8 @@ class BatchedScheduler:
             config.block_size,
             self.max_positions,
         )
-        st.req_hash.view(-1).index_copy_(
-            0, row.index_select(0, done.row) * m + done.index, done.ids
-        )
-        st.hash_acc.view(-1).index_copy_(0, row, acc)
+        write_rows(st.req_hash, row.index_select(0, done.row) * m + done.index, done.ids)
+        write_rows(st.hash_acc, row, acc)
         st.num_tokens += kept
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
             self._register_accepted(row, sampling, rank)
@@ -305,7 +301,7 @@ class BatchedScheduler:
         spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
         # The masked slots drop their drafts, then the usable ones take their count.
         st.num_spec.mul_(mask.logical_not())  # masked_fill_ branches per element
-        st.num_spec.view(-1).index_copy_(0, row, pick(count, row))
+        write_rows(st.num_spec, row, pick(count, row))
 
 
 def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
@@ -318,12 +314,3 @@ def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
     slot = torch.arange(s, device=mask.device).expand(b, s)
     placed = torch.full((b, s + 1), -1, dtype=torch.int64, device=mask.device)
     return placed.scatter_(1, column, slot)[:, :s]
-
-
-def _write_rows(field: torch.Tensor, row: torch.Tensor, value: torch.Tensor | int | bool) -> None:
-    """field[b, s] = value at the flat rows `row` of a [B, S] tensor (distinct rows)."""
-    flat = field.view(-1)
-    if isinstance(value, torch.Tensor):
-        flat.index_copy_(0, row, value if value.dtype == field.dtype else value.to(field.dtype))
-    else:
-        flat.index_fill_(0, row, value)

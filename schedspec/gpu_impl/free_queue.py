@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from schedspec.gpu_impl.batch_state import BIG, BatchState
-from schedspec.gpu_impl.flat_index import pick, selected
+from schedspec.gpu_impl.flat_index import pick, selected, write_rows
 
 
 def pop_front(
@@ -59,7 +59,7 @@ def pop_front(
         blocks, block_index = _take_past_holes(
             state, inst.index_select(0, busy), need.index_select(0, busy), owner.numel()
         )
-    state.free_key.view(-1).index_fill_(0, block_index, BIG)
+    write_rows(state.free_key, block_index, BIG)
     state.num_free.index_add_(0, inst, need, alpha=-1)
     return blocks, block_index
 
@@ -86,7 +86,7 @@ def _take_past_holes(
             raise RuntimeError("take_free_blocks: fewer free blocks than asked for")
         width = min(2 * width, ring)  # holes left some instance short
     # Every key before the last one taken is taken or a hole.
-    state.free_front.index_copy_(0, rows, head + (rank < need.unsqueeze(1)).sum(dim=1) + 1)
+    write_rows(state.free_front, rows, head + (rank < need.unsqueeze(1)).sum(dim=1) + 1)
     return pick(blocks, at), pick(block_index, at)
 
 
@@ -94,8 +94,8 @@ def place(state: BatchState, rows: torch.Tensor, blocks: torch.Tensor, keys: tor
     """Give blocks [F] of instances rows [F] the queue keys `keys` (fresh ones, inside
     the span make_room left) and write them into the ring."""
     n, ring = state.free_key.shape[1], state.free_ring.shape[1]
-    state.free_key.view(-1).index_copy_(0, rows * n + blocks, keys)
-    state.free_ring.view(-1).index_copy_(0, rows * ring + (keys & (ring - 1)), blocks)
+    write_rows(state.free_key, rows * n + blocks, keys)
+    write_rows(state.free_ring, rows * ring + (keys & (ring - 1)), blocks)
 
 
 def make_room(
@@ -123,8 +123,8 @@ def renumber(state: BatchState, rows: torch.Tensor) -> None:
     ring = state.free_ring.index_select(0, rows)
     ring[:, :n] = order  # positions past the count name held blocks: stale entries
     state.free_ring.index_copy_(0, rows, ring)
-    state.free_front.index_fill_(0, rows, 0)
-    state.free_back.index_copy_(0, rows, count)
+    write_rows(state.free_front, rows, 0)
+    write_rows(state.free_back, rows, count)
 
 
 def ring_disagrees(state: BatchState) -> torch.Tensor:

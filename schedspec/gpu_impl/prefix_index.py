@@ -48,7 +48,7 @@ from schedspec.gpu_impl.batch_state import (
     TOMBSTONE,
     BatchState,
 )
-from schedspec.gpu_impl.flat_index import pick, selected
+from schedspec.gpu_impl.flat_index import pick, selected, write_rows
 
 # Buckets every lookup reads from an id's home before checking whether the run ended.
 _FIRST_WIDTH = 3
@@ -84,8 +84,8 @@ def forget(state: BatchState, block_index: torch.Tensor) -> None:
     block_index = pick(block_index, at)
     rows, _ = _split(block_index, state.block_hash.shape[1])
     h = state.cache_index.shape[1]
-    state.cache_index.view(-1).index_fill_(0, rows * h + pick(bucket, at), TOMBSTONE)
-    state.cache_bucket.view(-1).index_fill_(0, block_index, NO_BUCKET)
+    write_rows(state.cache_index, rows * h + pick(bucket, at), TOMBSTONE)
+    write_rows(state.cache_bucket, block_index, NO_BUCKET)
     state.cache_deleted.index_add_(0, rows, torch.ones_like(rows))
 
 
@@ -113,7 +113,7 @@ def find(
     at = selected(wanted)
     holder = oldest_holders(state, pick(inst.unsqueeze(1).expand_as(ids), at), pick(ids, at))
     oldest = torch.full_like(ids, EMPTY_BUCKET)
-    oldest.view(-1).index_copy_(0, at, holder)
+    write_rows(oldest, at, holder)
     return oldest >= 0, oldest
 
 
@@ -132,8 +132,8 @@ def oldest_holders(state: BatchState, rows: torch.Tensor, ids: torch.Tensor) -> 
             state, rows.index_select(0, rest), ids.index_select(0, rest), _FIRST_WIDTH, width
         )
         older = more_age < age.index_select(0, rest)
-        age.index_copy_(0, rest, torch.where(older, more_age, age.index_select(0, rest)))
-        holder.index_copy_(0, rest, torch.where(older, more_holder, holder.index_select(0, rest)))
+        write_rows(age, rest, torch.where(older, more_age, age.index_select(0, rest)))
+        write_rows(holder, rest, torch.where(older, more_holder, holder.index_select(0, rest)))
     return torch.where(age < BIG, holder, EMPTY_BUCKET)
 
 
@@ -175,7 +175,7 @@ def _place(
     base = rows * h
     todo = _claim_homes(state, base + home, blocks)
     # Winners sit at their homes, at distance 0: their instances' reach is at least 1.
-    state.cache_bucket.view(-1).index_copy_(0, block_index, home)
+    write_rows(state.cache_bucket, block_index, home)
     state.cache_reach.scatter_reduce_(0, rows, torch.ones_like(rows), "amax")
     if todo.numel() == 0:
         return
@@ -187,9 +187,9 @@ def _place(
     while pending.numel() > 0:
         args = [t.index_select(0, pending) for t in (base, blocks, home, distance)]
         won, moved = _propose(state, *args, width=_PLACE_WINDOW)
-        distance.index_copy_(0, pending, moved)
+        write_rows(distance, pending, moved)
         pending = pick(pending, selected(~won))
-    state.cache_bucket.view(-1).index_copy_(0, block_index, (home + distance) & (h - 1))
+    write_rows(state.cache_bucket, block_index, (home + distance) & (h - 1))
     state.cache_reach.scatter_reduce_(0, rows, distance + 1, "amax")
 
 

@@ -24,7 +24,7 @@ import torch
 
 from schedspec.gpu_impl.batch_state import BIG, RUNNING, BatchState, num_free_blocks
 from schedspec.gpu_impl.block_ops import uncache_uncomputed
-from schedspec.gpu_impl.flat_index import flat_rows, pick, selected
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, write_rows
 from schedspec.gpu_impl.step_plan import (
     NOT_SCHEDULED,
     SCHEDULED_RUNNING,
@@ -32,7 +32,6 @@ from schedspec.gpu_impl.step_plan import (
     commit,
     preempt,
     waiting_priority_key,
-    write_rows,
 )
 from schedspec.spec import SchedulerConfig
 
@@ -220,7 +219,7 @@ def _stopped_at(
     where = inst.index_select(0, stopped)
     before = torch.full_like(where, -1) if first else cursor.index_select(0, where)
     # inst names distinct instances: whole-row copies, no advanced indexing.
-    cursor.index_copy_(0, where, torch.where(at > 0, prev_key, before))
+    write_rows(cursor, where, torch.where(at > 0, prev_key, before))
     col = stopped * s + at
     return _Stuck(where, pick(order, col), pick(tokens, col))
 

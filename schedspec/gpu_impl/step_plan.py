@@ -20,7 +20,7 @@ from schedspec.gpu_impl.batch_state import (
     cdiv,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables, take_free_blocks
-from schedspec.gpu_impl.flat_index import flat_rows, pick, selected
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, write_rows
 from schedspec.spec import SchedulerConfig
 
 # Entry kinds in a step.
@@ -137,15 +137,6 @@ def commit(
     plan.next_rank.index_add_(0, inst, counted[:, -1])
     plan.budget.index_add_(0, inst, (tokens * real).sum(dim=1), alpha=-1)
     return at, committed
-
-
-def write_rows(x: torch.Tensor, rows: torch.Tensor, values: torch.Tensor | int) -> None:
-    """x.view(-1)[rows] = values for distinct flat rows (1-D) of a contiguous x. On the
-    CPU a scatter_ from a tensor takes a third of index_copy_'s or index_fill_'s time
-    (a scalar is spread into a tensor first: scatter_ with a scalar is slower still)."""
-    if isinstance(values, int):
-        values = torch.full_like(rows, values, dtype=x.dtype)
-    x.view(-1).scatter_(0, rows, values)
 
 
 def preempt(

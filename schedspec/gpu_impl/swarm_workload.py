@@ -25,7 +25,7 @@ import torch
 
 from schedspec.gpu_impl.batch_state import EMPTY, NO_TOKEN, RUNNING
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests, UpdateResult
-from schedspec.gpu_impl.flat_index import pick, selected
+from schedspec.gpu_impl.flat_index import pick, selected, write_rows
 from schedspec.gpu_impl.hashing import mix64
 from schedspec.gpu_impl.step_plan import StepPlan
 
@@ -156,7 +156,7 @@ class SwarmWorkload:
         mask = torch.arange(st.slots, device=st.device) == chosen.unsqueeze(1)
         self.engine.finish_requests(mask, torch.zeros_like(live, dtype=torch.int64), inst)
         slot = torch.full_like(abort_draw, -1)
-        return slot.index_copy_(0, inst, torch.where(chosen < st.slots, chosen, -1))
+        return slot.scatter_(0, inst, torch.where(chosen < st.slots, chosen, -1))
 
     def _add(self) -> NewRequests:
         st = self.engine.state
@@ -230,7 +230,7 @@ class SwarmWorkload:
         # Counts for the running slots only (the engine reads no other).
         at = selected(mask)
         count = torch.zeros_like(st.status).view(-1)
-        count.index_copy_(0, at, self.draws_at((_DRAFTS,), st.slots, at)[0] % (k + 1))
+        write_rows(count, at, self.draws_at((_DRAFTS,), st.slots, at)[0] % (k + 1))
         count = count.view_as(st.status)
         tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k, bits=_VOCAB_BITS)
         tokens = tokens.view(st.batch, st.slots, k)
@@ -252,10 +252,10 @@ class SwarmWorkload:
         stops_here = (stop_draw & 1023) < self.shape.stop_chance
         stops_here &= pick(st.eos, at) == STOP_TOKEN
         accepted, count = torch.zeros_like(st.status), torch.zeros_like(st.status)
-        accepted.view(-1).index_copy_(0, at, accepted_here)
-        count.view(-1).index_copy_(0, at, accepted_here + 1)
+        write_rows(accepted, at, accepted_here)
+        write_rows(count, at, accepted_here + 1)
         stop = torch.zeros_like(samples)
-        stop.view(-1).index_copy_(0, at, stops_here)
+        write_rows(stop, at, stops_here)
         tokens = self.draw_small(_SAMPLE, st.slots * (k + 1), bits=_VOCAB_BITS)
         tokens = tokens.view(st.batch, st.slots, k + 1)
         # Accepted drafts come first, column by column on [B, S] (a where over [B, S, K]
@@ -267,7 +267,7 @@ class SwarmWorkload:
         # The stop token replaces the last emitted token: few slots, written by flat index.
         stopping = selected(stops_here)
         last = at.index_select(0, stopping) * (k + 1) + accepted_here.index_select(0, stopping)
-        tokens.view(-1).index_fill_(0, last, STOP_TOKEN)
+        write_rows(tokens, last, STOP_TOKEN)
         return accepted, stop, tokens, count
 
 
