@@ -300,7 +300,7 @@ class BatchedScheduler:
         spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
         spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
         # The masked slots drop their drafts, then the usable ones take their count.
-        st.num_spec.mul_(mask.logical_not())  # masked_fill_ branches per element
+        st.num_spec.masked_fill_(mask, 0)
         write_rows(st.num_spec, row, pick(count, row))
 
 

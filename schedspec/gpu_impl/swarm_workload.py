@@ -235,7 +235,7 @@ class SwarmWorkload:
         tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k, bits=_VOCAB_BITS)
         tokens = tokens.view(st.batch, st.slots, k)
         self.engine.update_draft_token_ids(mask, tokens, count)
-        return (count - 1) + mask  # -1 where not running (count is 0 there)
+        return torch.where(mask, count, -1)
 
     def _model(
         self, plan: StepPlan
@@ -259,11 +259,11 @@ class SwarmWorkload:
         tokens = self.draw_small(_SAMPLE, st.slots * (k + 1), bits=_VOCAB_BITS)
         tokens = tokens.view(st.batch, st.slots, k + 1)
         # Accepted drafts come first, column by column on [B, S] (a where over [B, S, K]
-        # with a [B, S] mask broadcast innermost costs several times as much), each by
-        # adding (draft - token) times 0 or 1: a where branches per element on the CPU.
+        # with a [B, S] mask broadcast innermost costs several times as much; so did an
+        # arithmetic blend on these strided columns and a gather of the accepting rows).
         for t in range(k):
             column = tokens[..., t]
-            column += (plan.drafts[..., t] - column) * (accepted > t)
+            column.copy_(torch.where(accepted > t, plan.drafts[..., t], column))
         # The stop token replaces the last emitted token: few slots, written by flat index.
         stopping = selected(stops_here)
         last = at.index_select(0, stopping) * (k + 1) + accepted_here.index_select(0, stopping)
