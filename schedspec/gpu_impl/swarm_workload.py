@@ -61,7 +61,9 @@ class Tick:
     """What one tick did, per instance: enough to write it as trace events."""
 
     aborted: torch.Tensor  # [B] slot aborted, -1: none
-    added: NewRequests  # the requests added (at most one per instance)
+    # The requests added (at most one per instance), in the two add_requests calls:
+    # those with the shared prompt pattern (one row expanded), then the others.
+    added: tuple[NewRequests, NewRequests]
     drafts: torch.Tensor  # [B, S] drafts proposed (-1: no proposal)
     plan: StepPlan
     accepted: torch.Tensor  # [B, S] drafts accepted per sampling request (0 elsewhere)
@@ -158,7 +160,7 @@ class SwarmWorkload:
         slot = torch.full_like(abort_draw, -1)
         return slot.scatter_(0, inst, torch.where(chosen < st.slots, chosen, -1))
 
-    def _add(self) -> NewRequests:
+    def _add(self) -> tuple[NewRequests, NewRequests]:
         st = self.engine.state
         empty = st.status == EMPTY
         # Slots past the tensors' width are empty too: the first of them is the first
@@ -178,21 +180,32 @@ class SwarmWorkload:
             (_LENGTH, _EOS, _MAX_TOKENS, _PRIORITY), rows=inst
         )
         pattern, own = self._prompts(num_shared, inst[num_shared:])
-        new = NewRequests(
-            inst=inst,
-            slot=slot.index_select(0, inst),
-            prompt=torch.cat([pattern, own]),
-            prompt_len=1 + length % (self.config.max_model_len - 1),
-            max_tokens=1 + max_tokens % self.shape.max_new_tokens,
-            eos=torch.where((eos & 1) == 0, STOP_TOKEN, NO_TOKEN),
-            stops=torch.full((inst.numel(), 1), NO_TOKEN, device=st.device),
-            priority=priority & 3,
-        )
+        slots = slot.index_select(0, inst)
+        prompt_len = 1 + length % (self.config.max_model_len - 1)
+        max_tokens = 1 + max_tokens % self.shape.max_new_tokens
+        eos = torch.where((eos & 1) == 0, STOP_TOKEN, NO_TOKEN)
+        stops = torch.full((inst.numel(), 1), NO_TOKEN, device=st.device)
+        priority = priority & 3
+
+        def requests(part: slice, prompt: torch.Tensor) -> NewRequests:
+            return NewRequests(
+                inst=inst[part],
+                slot=slots[part],
+                prompt=prompt,
+                prompt_len=prompt_len[part],
+                max_tokens=max_tokens[part],
+                eos=eos[part],
+                stops=stops[part],
+                priority=priority[part],
+            )
+
         # Two calls (instances are independent): the shared prompts as one row
-        # expanded, which the engine hashes once, and the others.
-        self.engine.add_requests(_requests_in(new, 0, num_shared, pattern))
-        self.engine.add_requests(_requests_in(new, num_shared, inst.numel(), own))
-        return new
+        # expanded, which the engine hashes once, and the others. Their prompts are
+        # never put together (a copy of every padded prompt row, for nothing).
+        added = (requests(slice(0, num_shared), pattern), requests(slice(num_shared, None), own))
+        for part in added:
+            self.engine.add_requests(part)
+        return added
 
     def _prompts(
         self, num_shared: int, own_inst: torch.Tensor
@@ -269,20 +282,6 @@ class SwarmWorkload:
         last = at.index_select(0, stopping) * (k + 1) + accepted_here.index_select(0, stopping)
         write_rows(tokens, last, STOP_TOKEN)
         return accepted, stop, tokens, count
-
-
-def _requests_in(new: NewRequests, begin: int, end: int, prompt: torch.Tensor) -> NewRequests:
-    """Requests begin..end of `new` (views), with their prompts given as `prompt`."""
-    return NewRequests(
-        inst=new.inst[begin:end],
-        slot=new.slot[begin:end],
-        prompt=prompt,
-        prompt_len=new.prompt_len[begin:end],
-        max_tokens=new.max_tokens[begin:end],
-        eos=new.eos[begin:end],
-        stops=new.stops[begin:end],
-        priority=new.priority[begin:end],
-    )
 
 
 def _pick(mask: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:

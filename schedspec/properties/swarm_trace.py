@@ -59,22 +59,22 @@ def _tick_events(tick: Tick, names: dict[int, str], arrivals: int, events: list[
     aborted = int(tick.aborted[0])
     if aborted >= 0:
         events.append(Abort((names.pop(aborted),)))
-    new = tick.added
-    if new.inst.numel():
-        rid = f"r{arrivals}"
-        arrivals += 1
-        names[int(new.slot[0])] = rid
-        length = int(new.prompt_len[0])
-        eos = int(new.eos[0])
-        events.append(
-            AddRequest(
-                rid,
-                tuple(new.prompt[0, :length].tolist()),
-                int(new.max_tokens[0]),
-                eos_token_id=eos if eos >= 0 else None,
-                priority=int(new.priority[0]),
+    for new in tick.added:  # B = 1: at most one arrival, in either call
+        if new.inst.numel():
+            rid = f"r{arrivals}"
+            arrivals += 1
+            names[int(new.slot[0])] = rid
+            length = int(new.prompt_len[0])
+            eos = int(new.eos[0])
+            events.append(
+                AddRequest(
+                    rid,
+                    tuple(new.prompt[0, :length].tolist()),
+                    int(new.max_tokens[0]),
+                    eos_token_id=eos if eos >= 0 else None,
+                    priority=int(new.priority[0]),
+                )
             )
-        )
     proposed = tick.drafts[0].tolist()
     drafts = {names[s]: n for s, n in enumerate(proposed) if n >= 0 and s in names}
     if drafts:
