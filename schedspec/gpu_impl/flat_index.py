@@ -47,7 +47,7 @@ def put_at(
 def selected(mask: torch.Tensor) -> torch.Tensor:
     """The flat positions where mask holds: one nonzero pass that every sparse write
     after it reuses (a dense masked write over [I, R, W] mostly moves padding)."""
-    return torch.nonzero(mask.reshape(-1)).squeeze(1)
+    return torch.nonzero(mask.reshape(-1), as_tuple=True)[0]  # 1-D, no squeeze op
 
 
 def pick(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -95,4 +95,4 @@ def write_rows(x: torch.Tensor, rows: torch.Tensor, values: torch.Tensor | int |
             values = values.to(x.dtype)
     else:
         values = torch.full_like(rows, values, dtype=x.dtype)
-    x.view(-1).scatter_(0, rows, values)
+    (x if x.ndim == 1 else x.view(-1)).scatter_(0, rows, values)

@@ -31,7 +31,8 @@ from schedspec.gpu_impl.step_plan import StepPlan
 
 VOCAB = 64  # the model's tokens; the harness model's default vocabulary (a power of 2, < 128)
 STOP_TOKEN = VOCAB + 36  # never sampled, only forced
-PROMPT_VOCAB = 6  # few distinct prompt tokens: shared prefixes hit the cache
+# Prompt tokens: a power of two, so that a draw's low bits are a token (no lookup).
+PROMPT_VOCAB = 8
 _VOCAB_BITS = VOCAB.bit_length() - 1
 
 # Purposes: independent streams of the counter-based generator.
@@ -42,7 +43,6 @@ _PURPOSES = 14  # purposes are 1.._PURPOSES
 # Token draws come from 7-bit lanes of a 62-bit draw.
 _LANES_PER_DRAW = 8
 _LANE_SHIFTS = torch.arange(_LANES_PER_DRAW, dtype=torch.int64) * 7
-_PROMPT_TOKEN = torch.arange(128, dtype=torch.int64) % PROMPT_VOCAB
 _DRAW_BITS = 2**62 - 1
 
 
@@ -217,12 +217,8 @@ class SwarmWorkload:
         longest = self.config.max_model_len - 1
         device = own_inst.device
         pattern = (torch.arange(longest, device=device) * 5 // 3) % PROMPT_VOCAB
-        # draw % PROMPT_VOCAB, looked up: an int64 remainder per token costs more. Drawn
-        # a whole number of lanes wide (contiguous: no copy before the lookup).
-        whole = -(-longest // _LANES_PER_DRAW) * _LANES_PER_DRAW
-        small = self.draw_small(_TOKENS, whole, own_inst)
-        tokens = _PROMPT_TOKEN.to(device).index_select(0, small.view(-1)).view_as(small)
-        return pattern.expand(num_shared, longest), tokens[:, :longest]
+        tokens = self.draw_small(_TOKENS, longest, own_inst, bits=PROMPT_VOCAB.bit_length() - 1)
+        return pattern.expand(num_shared, longest), tokens
 
     def draw_small(
         self, purpose: int, width: int, rows: torch.Tensor | None = None, bits: int = 7
