@@ -14,10 +14,11 @@ from schedspec.gpu_impl.batch_state import BIG, EMPTY
 from schedspec.gpu_impl.block_ops import release_tables
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.hashing import extend_hashes
-from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
+from schedspec.gpu_impl.swarm_workload import SwarmWorkload
 from schedspec.properties.adapters.gpu import GpuEngine, HashCollisionError
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.spec import ModelRunnerOutput, Request, RequestError, SchedulerConfig
+from tests.gpu_helpers import busy_swarm
 
 CACHED = SchedulerConfig(
     block_size=2,
@@ -161,27 +162,10 @@ class TestDoor:
         assert engine.engine.state.slots == 32
 
 
-def _busy_swarm(policy: str) -> tuple[SchedulerConfig, WorkloadShape]:
-    """A tight, busy swarm (caching, drafts, a watermark): it reaches preemption."""
-    config = SchedulerConfig(
-        block_size=4,
-        num_blocks=24,
-        max_num_batched_tokens=48,
-        max_num_seqs=6,
-        max_model_len=64,
-        long_prefill_token_threshold=16,
-        enable_prefix_caching=True,
-        watermark=0.1,
-        num_speculative_tokens=2,
-        policy=policy,  # type: ignore[arg-type]
-    )
-    return config, WorkloadShape(add_chance=700)
-
-
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
     """Instances share tensors, never state: instance 5 of 8 ends exactly as it does alone."""
-    config, shape = _busy_swarm(policy)
+    config, shape = busy_swarm(policy)
     batch = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     alone = BatchedScheduler(config, batch=1, slots=10, device="cpu")
     workloads = [
@@ -204,7 +188,7 @@ def test_narrow_tensors_widen_on_demand_and_step_like_full_ones(policy: str) -> 
     higher slots are used makes every decision the full-width engine makes: plans and
     state agree on the narrow engine's columns, the full engine's other columns stay
     empty, and the per-block state is equal throughout."""
-    config, shape = _busy_swarm(policy)
+    config, shape = busy_swarm(policy)
     full = BatchedScheduler(config, batch=8, slots=32, device="cpu")
     narrow = BatchedScheduler(config, batch=8, slots=32, device="cpu", start_width=1)
     workloads = [SwarmWorkload(engine, 11, torch.arange(8), shape) for engine in (full, narrow)]

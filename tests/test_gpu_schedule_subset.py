@@ -10,30 +10,15 @@ import pytest
 import torch
 
 from schedspec.gpu_impl.engine import BatchedScheduler
-from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
-from schedspec.spec import SchedulerConfig
-
-
-def _busy(policy: str) -> SchedulerConfig:
-    return SchedulerConfig(
-        block_size=4,
-        num_blocks=24,
-        max_num_batched_tokens=48,
-        max_num_seqs=6,
-        max_model_len=64,
-        long_prefill_token_threshold=16,
-        enable_prefix_caching=True,
-        watermark=0.1,
-        num_speculative_tokens=2,
-        policy=policy,  # type: ignore[arg-type]
-    )
+from schedspec.gpu_impl.swarm_workload import SwarmWorkload
+from tests.gpu_helpers import busy_swarm
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_instances_sitting_out_change_nothing_for_the_others(policy: str) -> None:
     """Instance 2 of 8 never schedules; every other instance steps as in a batch where all
     schedule (its draws depend on its own id only), preemptions included."""
-    config, shape = _busy(policy), WorkloadShape(add_chance=700)
+    config, shape = busy_swarm(policy)
     every = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     some = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     active = torch.arange(8) != 2
