@@ -20,6 +20,7 @@ from schedspec.gpu_impl.batch_state import (
     RUNNING,
     WAITING,
     BatchState,
+    floor_div,
     num_free_blocks,
 )
 from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, take_at, write_rows
@@ -27,7 +28,6 @@ from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
     StepPlan,
-    apply_cap,
     blocks_to_allocate,
     commit,
 )
@@ -106,7 +106,7 @@ def _admit_heads(
     num_hit = num_hit_blocks * config.block_size
     num_tokens = take_at(state.num_tokens, inst, head)
     budget = plan.budget.index_select(0, inst)
-    tokens = apply_cap(num_tokens - num_hit, plan.cap.index_select(0, inst))
+    tokens = torch.minimum(num_tokens - num_hit, plan.cap.index_select(0, inst))  # BIG: none
     ok = torch.ones_like(head, dtype=torch.bool)
     if not config.enable_chunked_prefill:
         ok &= tokens <= budget  # head-of-line: nothing behind it is tried this step
@@ -158,10 +158,7 @@ class _HitEntries:
 
     def __init__(self, state: BatchState, inst: torch.Tensor, hits: torch.Tensor) -> None:
         self.at = selected(hits >= 0)
-        m = hits.shape[1]
-        # A shift where M is a power of two (a fifth of an int64 division's cost).
-        is_pow2 = m & (m - 1) == 0
-        self.row = self.at >> (m.bit_length() - 1) if is_pow2 else self.at // m
+        self.row = floor_div(self.at, hits.shape[1])
         self.blocks = pick(hits, self.at)
         self.block_index = inst.index_select(0, self.row) * state.ref_cnt.shape[1] + self.blocks
 

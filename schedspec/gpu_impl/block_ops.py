@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from schedspec.gpu_impl import prefix_index
-from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState
+from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState, floor_div
 from schedspec.gpu_impl.flat_index import pick, put_at, selected, take_at, write_rows
 from schedspec.gpu_impl.free_queue import make_room, place, pop_front
 
@@ -100,7 +100,7 @@ def register_blocks(
     upto 0 (their row may name any slot)."""
     row = rows.reshape(-1)
     num_cached = state.num_cached_block.view(-1).index_select(0, row)
-    full = full_blocks(upto, block_size).reshape(-1)
+    full = floor_div(upto, block_size).reshape(-1)  # full blocks
     counts = (full - num_cached).clamp(min=0)
     pair, owner, first, per_inst = _entries(counts.view(rows.shape))
     if pair.numel() == 0:
@@ -124,13 +124,6 @@ def register_blocks(
     state.next_reg.index_add_(0, inst, per_inst)
     # num_cached + counts = full blocks.
     state.num_cached_block.view(-1).scatter_add_(0, entry_row, torch.ones_like(entry_row))
-
-
-def full_blocks(tokens: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Full blocks among `tokens` tokens (>= 0): a shift for a power-of-two block size."""
-    if block_size & (block_size - 1) == 0:
-        return tokens >> (block_size.bit_length() - 1)
-    return torch.div(tokens, block_size, rounding_mode="floor")
 
 
 def uncache_uncomputed(
@@ -175,7 +168,7 @@ def release_tables(
     # The freed requests in (instance, rank, slot) order: two stable sorts of the few
     # freed requests (sorting every busy instance's [S] row costs several times more).
     by_rank = torch.argsort(pick(rank, freed), stable=True)
-    pos = torch.div(freed, slots, rounding_mode="floor").index_select(0, by_rank)
+    pos = floor_div(freed, slots).index_select(0, by_rank)
     by_inst = torch.argsort(pos, stable=True)
     freed = freed.index_select(0, by_rank.index_select(0, by_inst))
     pos = pos.index_select(0, by_inst)

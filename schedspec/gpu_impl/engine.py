@@ -24,9 +24,10 @@ from schedspec.gpu_impl.batch_state import (
     RUNNING,
     WAITING,
     empty_state,
+    floor_div,
     grow,
 )
-from schedspec.gpu_impl.block_ops import full_blocks, register_blocks, release_tables
+from schedspec.gpu_impl.block_ops import register_blocks, release_tables
 from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread, write_rows
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
@@ -238,7 +239,7 @@ class BatchedScheduler:
         sampling request (flat rows `row`) now holds a full block it has not registered
         take part: a few hundred of thousands, each registering what it would among all."""
         st = self.state
-        full = full_blocks(pick(st.num_computed, row), self.config.block_size)
+        full = floor_div(pick(st.num_computed, row), self.config.block_size)
         inst = self._instances_of(pick(row, selected(full > pick(st.num_cached_block, row))))
         ordered = _by_rank(sampling.index_select(0, inst), rank.index_select(0, inst))
         rows = flat_rows(st.num_computed, inst.unsqueeze(1), ordered.clamp(min=0))
@@ -249,7 +250,7 @@ class BatchedScheduler:
         """The distinct instances, ascending, that the flat [B, S] rows `rows` belong to."""
         st = self.state
         has = torch.zeros(st.batch, dtype=torch.bool, device=self.device)
-        return selected(has.index_fill_(0, torch.div(rows, st.slots, rounding_mode="floor"), True))
+        return selected(has.index_fill_(0, floor_div(rows, st.slots), True))
 
     def _first_finish(
         self, row: torch.Tensor, tokens: torch.Tensor, count: torch.Tensor, num_tokens: torch.Tensor

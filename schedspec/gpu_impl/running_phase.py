@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from schedspec.gpu_impl.batch_state import BIG, RUNNING, BatchState, num_free_blocks
+from schedspec.gpu_impl.batch_state import BIG, RUNNING, BatchState, floor_div, num_free_blocks
 from schedspec.gpu_impl.block_ops import uncache_uncomputed
 from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, write_rows
 from schedspec.gpu_impl.step_plan import (
@@ -146,12 +146,8 @@ def _blocks_needed(
     with the lookahead folded into the rounding and the max_model_len cap taken after
     it (rounding up is monotone, so capping before or after gives the same count)."""
     covered = ends + (config.lookahead_tokens + config.block_size - 1)
-    size = config.block_size
-    if size & (size - 1) == 0:
-        covered >>= size.bit_length() - 1
-    else:
-        covered = torch.div(covered, size, rounding_mode="floor")
-    limit = -(-config.max_model_len // size)
+    covered = floor_div(covered, config.block_size)
+    limit = -(-config.max_model_len // config.block_size)
     return covered.clamp_(max=limit).sub_(reads.held).clamp_(min=0).mul_(scheduled)
 
 

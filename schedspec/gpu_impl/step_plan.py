@@ -48,7 +48,7 @@ class StepPlan:
     def start(state: BatchState, config: SchedulerConfig, active: torch.Tensor) -> StepPlan:
         """A fresh plan; instances not `active` get no budget (they sit this step out)."""
         live = (state.status != EMPTY).sum(dim=1)
-        # BIG where there is no cap, so that a minimum applies it (apply_cap accepts 0 too).
+        # BIG where there is no cap, so that a plain minimum applies it.
         threshold = config.long_prefill_token_threshold
         cap = torch.where(live > 1, threshold if threshold > 0 else BIG, BIG)
         budget = torch.where(active, config.max_num_batched_tokens, 0)
@@ -66,13 +66,6 @@ class StepPlan:
             preempted=torch.zeros_like(state.is_prefill_chunk),
             cap=cap,
         )
-
-
-def apply_cap(num_tokens: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
-    """The long-prefill cap: cap if 0 < cap < num_tokens, else num_tokens. cap is per
-    instance (it broadcasts against num_tokens): the mask is worked out on it, and one
-    minimum runs at num_tokens' size."""
-    return torch.minimum(num_tokens, torch.where(cap > 0, cap, BIG))
 
 
 def blocks_to_allocate(
