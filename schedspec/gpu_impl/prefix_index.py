@@ -38,6 +38,8 @@ never share buckets, so an instance's layout depends on its own history only
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from schedspec.gpu_impl.batch_state import (
@@ -121,39 +123,47 @@ def oldest_holders(state: BatchState, rows: torch.Tensor, ids: torch.Tensor) -> 
     """For content ids [P] of instances rows [P]: the block holding each one with the
     smallest reg_seq, EMPTY_BUCKET where none does. Host reads: one per pass (two passes
     at most), none per id."""
-    age, holder, entries = _probe(state, rows, ids, 0, _FIRST_WIDTH)
+    h = state.cache_index.shape[1]
+    key, entries = _probe(state, rows, ids, 0, _FIRST_WIDTH)
     # Only ids whose run went on past the window (no EMPTY_BUCKET in it), in instances
-    # with entries farther out.
+    # with entries farther out. Per step, on contiguous [P] rows: a reduction over the
+    # few steps costs twice as much on the CPU.
+    run_goes_on = functools.reduce(torch.logical_and, (entries != EMPTY_BUCKET).unbind(0))
     reach = state.cache_reach.index_select(0, rows)
-    rest = selected((entries != EMPTY_BUCKET).all(dim=1) & (reach > _FIRST_WIDTH))
+    rest = selected(run_goes_on & (reach > _FIRST_WIDTH))
     if rest.numel() > 0:
         width = int(reach.index_select(0, rest).max()) - _FIRST_WIDTH
-        more_age, more_holder, _ = _probe(
+        more, _ = _probe(
             state, rows.index_select(0, rest), ids.index_select(0, rest), _FIRST_WIDTH, width
         )
-        older = more_age < age.index_select(0, rest)
-        write_rows(age, rest, torch.where(older, more_age, age.index_select(0, rest)))
-        write_rows(holder, rest, torch.where(older, more_holder, holder.index_select(0, rest)))
-    return torch.where(age < BIG, holder, EMPTY_BUCKET)
+        write_rows(key, rest, torch.minimum(key.index_select(0, rest), more))
+    return torch.where(key < BIG, key & (h - 1), EMPTY_BUCKET)
 
 
 def _probe(
     state: BatchState, rows: torch.Tensor, ids: torch.Tensor, start: int, width: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Buckets start..start+width-1 past each id's home ([P] ids of instances rows): the
-    smallest reg_seq among the window's holders of the id (BIG: none), its block, and
-    the window's entries [P, width]."""
+    smallest key among the window's holders of the id (BIG: none), and the window's
+    entries [width, P].
+
+    A holder's key is reg_seq * H + its block (H, the buckets per row, is a power of two
+    above the blocks per row): the smallest key is the oldest holder, read back by a
+    mask, so one min finds both (reg_seq stays far below BIG / H). Steps lie along the
+    first dimension, so that the reductions over them are ops on contiguous [P] rows.
+    """
     h, n = state.cache_index.shape[1], state.block_hash.shape[1]
-    steps = torch.arange(start, start + width, device=ids.device)
-    buckets = ((ids & (h - 1)).unsqueeze(1) + steps) & (h - 1)  # [P, W]
-    base = rows.unsqueeze(1)
-    entries = _flat_read(state.cache_index, base * h + buckets)
-    blocks = base * n + entries.clamp(min=0)
-    holds = (entries >= 0) & (_flat_read(state.block_hash, blocks) == ids.unsqueeze(1))
-    ages = torch.where(holds, _flat_read(state.reg_seq, blocks), BIG)
-    age, column = ages.min(dim=1)
-    holder = torch.gather(entries, 1, column.unsqueeze(1)).squeeze(1)
-    return age, holder, entries
+    steps = torch.arange(start, start + width, device=ids.device).unsqueeze(1)
+    # The home bucket is the id's low bits: (id + step) & (H - 1) wraps within the row.
+    entries = _flat_read(state.cache_index, ((ids + steps) & (h - 1)) + rows * h)
+    # An empty bucket reads block 0 of the row. That is harmless: if block 0 holds the id
+    # it is one of the id's holders, with the same key as through its own entry (every
+    # holder has an entry in the run, which the passes read whole).
+    block = entries.clamp(min=0)
+    flat_block = block + rows * n
+    holds = _flat_read(state.block_hash, flat_block) == ids
+    keys = torch.where(holds, torch.add(block, _flat_read(state.reg_seq, flat_block), alpha=h), BIG)
+    return functools.reduce(torch.minimum, keys.unbind(0)), entries
 
 
 def _flat_read(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
