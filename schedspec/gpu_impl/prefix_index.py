@@ -83,6 +83,9 @@ def forget(state: BatchState, block_index: torch.Tensor) -> None:
     block once); blocks without an id are skipped."""
     bucket = state.cache_bucket.view(-1).index_select(0, block_index)
     at = selected(bucket >= 0)
+    if at.numel() == 0:
+        # The usual case: in the benchmark no block taken from the free queue holds one.
+        return
     block_index = pick(block_index, at)
     rows, _ = _split(block_index, state.block_hash.shape[1])
     h = state.cache_index.shape[1]
@@ -192,13 +195,14 @@ def _place(
     left = [t.index_select(0, todo) for t in (base, blocks, home, block_index, rows)]
     base, blocks, home, block_index, rows = left
     # distance: from home to the bucket taken (or, for those still left, to go on from).
-    distance = torch.ones_like(home)
-    pending = torch.arange(todo.numel(), device=todo.device)
+    # The second round takes them all, from next to their homes: no gathers for it.
+    lost, distance = _propose(state, base, blocks, home, 1, width=_PLACE_WINDOW)
+    pending = selected(lost)
     while pending.numel() > 0:
         args = [t.index_select(0, pending) for t in (base, blocks, home, distance)]
-        won, moved = _propose(state, *args, width=_PLACE_WINDOW)
+        lost, moved = _propose(state, *args, width=_PLACE_WINDOW)
         write_rows(distance, pending, moved)
-        pending = pick(pending, selected(~won))
+        pending = pick(pending, selected(lost))
     write_rows(state.cache_bucket, block_index, (home + distance) & (h - 1))
     state.cache_reach.scatter_reduce_(0, rows, distance + 1, "amax")
 
@@ -210,10 +214,11 @@ def _claim_homes(state: BatchState, at: torch.Tensor, blocks: torch.Tensor) -> t
     table = state.cache_index.view(-1)
     seen = table.index_select(0, at)
     proposes = seen < 0  # EMPTY_BUCKET or TOMBSTONE
-    # Those whose home holds an entry write it back: no change.
+    # Those whose home holds an entry write it back: no change. That entry is another
+    # block (a block gets an entry only once it has an id), so the bucket names the
+    # entry's own block exactly where it won.
     table.scatter_reduce_(0, at, torch.where(proposes, blocks, seen), "amin", include_self=False)
-    won = proposes & (table.index_select(0, at) == blocks)
-    return selected(~won)
+    return selected(table.index_select(0, at) != blocks)
 
 
 def _propose(
@@ -221,15 +226,15 @@ def _propose(
     base: torch.Tensor,
     blocks: torch.Tensor,
     home: torch.Tensor,
-    distance: torch.Tensor,
+    distance: torch.Tensor | int,
     *,
     width: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One round: each entry (its row's first bucket at flat position base) proposes the
     first bucket without an entry in the `width` buckets at `distance` from its home;
     where several propose one bucket, the smallest block id gets it (block ids are
-    distinct within a row, and a row's buckets are its own). Whether each got its
-    bucket, and the distance to it, or to go on from."""
+    distinct within a row, and a row's buckets are its own). Whether each is still
+    without a bucket, and the distance to its bucket, or to go on from."""
     h = state.cache_index.shape[1]
     steps = torch.arange(width, device=base.device)
     window = base.unsqueeze(1) + (((home + distance).unsqueeze(1) + steps) & (h - 1))
@@ -238,12 +243,13 @@ def _propose(
     # one (max returns the first of equal values; 0 where none is free).
     proposes, first = (seen < 0).max(dim=1, keepdim=True)
     at = torch.gather(window, 1, first).squeeze(1)
-    # Those that saw no free bucket write back what their first bucket holds: no change.
+    # Those that saw no free bucket write back what their first bucket holds: no change
+    # (and, as in _claim_homes, not their own block).
     kept = torch.gather(seen, 1, first).squeeze(1)
     proposes = proposes.squeeze(1)
     table = state.cache_index.view(-1)
     table.scatter_reduce_(0, at, torch.where(proposes, blocks, kept), "amin", include_self=False)
-    won = proposes & (table.index_select(0, at) == blocks)
+    lost = table.index_select(0, at) != blocks
     # A winner stops on its bucket, a loser goes on past it, the others past the window.
-    step = torch.where(proposes, first.squeeze(1) + (~won).long(), width)
-    return won, distance + step
+    step = torch.where(proposes, first.squeeze(1) + lost, width)
+    return lost, distance + step
