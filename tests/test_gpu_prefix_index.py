@@ -187,7 +187,7 @@ def test_a_lookup_reads_past_its_first_window_only_up_to_the_reach(
 
     def recording(
         state: BatchState, rows: torch.Tensor, query: torch.Tensor, start: int, width: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         widths.append((start, width))
         return probe(state, rows, query, start, width)
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from schedspec.gpu_impl.flat_index import pick, selected
+from schedspec.gpu_impl.batch_state import floor_div
+from schedspec.gpu_impl.flat_index import selected
 
 _C1 = 0xBF58476D1CE4E5B9 - 2**64  # splitmix64's multipliers, as signed int64
 _C2 = 0x94D049BB133111EB - 2**64
@@ -194,34 +195,41 @@ def _block_ends(
     width: int,
     block_size: int,
 ) -> _BlockEnds:
-    """A row's first block end is the column where its position reaches a multiple of
-    block_size and the others follow every block_size columns, so each row has at most
-    ceil(width / block_size): candidates on [rows, that], no pass over the batch."""
-    rows = count.shape[0]
-    step = torch.arange(-(-width // block_size), device=count.device)
+    """Row r's counted tokens complete ends[r] blocks: the first ends at the column where
+    its position reaches a multiple of block_size, the others every block_size columns
+    after it. repeat_interleave lists the (row, block) pairs from those counts, no pass
+    over the batch (a third of the time of a nonzero over [rows, ceil(width /
+    block_size)] candidate columns)."""
+    first_block: torch.Tensor | int
     if isinstance(start, int):
         first_block, offset = divmod(start, block_size)
-        column = (step * block_size + (block_size - 1 - offset)).expand(rows, -1)
-        index = (step + first_block).expand(rows, -1)
+        ends = floor_div(count + offset, block_size)
     else:
-        blocks, first_end = _first_block_end(start, block_size)
-        column = first_end.unsqueeze(1) + step * block_size
-        index = blocks.unsqueeze(1) + step
-    at = selected(column < count.unsqueeze(1))
-    row = torch.arange(rows, device=count.device).unsqueeze(1).expand_as(column)
-    return _BlockEnds(pick(row, at), pick(index, at), pick(row_base.unsqueeze(1) + column, at))
+        first_block = floor_div(start, block_size)
+        ends = floor_div(start + count, block_size) - first_block
+    if width <= block_size:
+        # At most one end per row: a nonzero over the rows finds them (12 against 52 us
+        # for repeat_interleave over the 15K rows of update_from_output's tokens).
+        row = selected(ends)
+        index = _at_rows(first_block, row)
+    else:
+        row = torch.repeat_interleave(ends)
+        # Pair e is block first_block + e - before of its row, before counting the pairs
+        # of the rows before it.
+        before = torch.cumsum(ends, 0) - ends
+        pair = torch.arange(row.numel(), device=count.device)
+        index = pair + _at_rows(first_block - before, row)
+    # Block i of row r ends at column i * block_size + block_size - 1 - start.
+    column_base = row_base + (block_size - 1) - start
+    flat = torch.add(column_base.index_select(0, row), index, alpha=block_size)
+    return _BlockEnds(row, index, flat)
 
 
-def _first_block_end(start: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each position's block and the column, counted from it, of that block's last
-    position: block_size - 1 - start % block_size. A power-of-two block size takes a
-    shift and a mask (a floor division costs several times as much)."""
-    last = block_size - 1
-    if block_size & last == 0:
-        # last - (start & last) is (start & last) ^ last: last's bits are all ones.
-        return start >> (block_size.bit_length() - 1), (start & last) ^ last
-    blocks = torch.div(start, block_size, rounding_mode="floor")
-    return blocks, blocks * block_size + last - start
+def _at_rows(x: torch.Tensor | int, row: torch.Tensor) -> torch.Tensor:
+    """x[row] for a per-row x, or x at every row for an int."""
+    if isinstance(x, int):
+        return torch.full_like(row, x)
+    return x.index_select(0, row)
 
 
 def _no_blocks(acc: torch.Tensor) -> CompletedBlocks:
