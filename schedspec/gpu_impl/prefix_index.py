@@ -185,26 +185,28 @@ def _place(
     after their home on."""
     h = state.cache_index.shape[1]
     home = state.block_hash.view(-1).index_select(0, block_index) & (h - 1)
-    base = rows * h
-    todo = _claim_homes(state, base + home, blocks)
+    todo = _claim_homes(state, torch.add(home, rows, alpha=h), blocks)
     # Winners sit at their homes, at distance 0: their instances' reach is at least 1.
     write_rows(state.cache_bucket, block_index, home)
     state.cache_reach.scatter_reduce_(0, rows, torch.ones_like(rows), "amax")
     if todo.numel() == 0:
         return
-    left = [t.index_select(0, todo) for t in (base, blocks, home, block_index, rows)]
-    base, blocks, home, block_index, rows = left
-    # distance: from home to the bucket taken (or, for those still left, to go on from).
-    # The second round takes them all, from next to their homes: no gathers for it.
-    lost, distance = _propose(state, base, blocks, home, 1, width=_PLACE_WINDOW)
+    blocks, home, block_index, rows = (
+        t.index_select(0, todo) for t in (blocks, home, block_index, rows)
+    )
+    base = rows * h
+    # probe: home + the distance to the bucket taken (or, for those still left, to go on
+    # from), unwrapped. The second round takes them all, from next to their homes: no
+    # gathers for it.
+    lost, probe = _propose(state, base, blocks, home + 1, width=_PLACE_WINDOW)
     pending = selected(lost)
     while pending.numel() > 0:
-        args = [t.index_select(0, pending) for t in (base, blocks, home, distance)]
+        args = [t.index_select(0, pending) for t in (base, blocks, probe)]
         lost, moved = _propose(state, *args, width=_PLACE_WINDOW)
-        write_rows(distance, pending, moved)
+        write_rows(probe, pending, moved)
         pending = pick(pending, selected(lost))
-    write_rows(state.cache_bucket, block_index, (home + distance) & (h - 1))
-    state.cache_reach.scatter_reduce_(0, rows, distance + 1, "amax")
+    write_rows(state.cache_bucket, block_index, probe & (h - 1))
+    state.cache_reach.scatter_reduce_(0, rows, probe - home + 1, "amax")
 
 
 def _claim_homes(state: BatchState, at: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
@@ -222,34 +224,28 @@ def _claim_homes(state: BatchState, at: torch.Tensor, blocks: torch.Tensor) -> t
 
 
 def _propose(
-    state: BatchState,
-    base: torch.Tensor,
-    blocks: torch.Tensor,
-    home: torch.Tensor,
-    distance: torch.Tensor | int,
-    *,
-    width: int,
+    state: BatchState, base: torch.Tensor, blocks: torch.Tensor, probe: torch.Tensor, *, width: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One round: each entry (its row's first bucket at flat position base) proposes the
-    first bucket without an entry in the `width` buckets at `distance` from its home;
-    where several propose one bucket, the smallest block id gets it (block ids are
-    distinct within a row, and a row's buckets are its own). Whether each is still
-    without a bucket, and the distance to its bucket, or to go on from."""
+    first bucket without an entry in the `width` buckets from bucket `probe` (past the
+    row's end: wrapped) on; where several propose one bucket, the smallest block id gets
+    it (block ids are distinct within a row, and a row's buckets are its own). Whether
+    each is still without a bucket, and the probe of its bucket, or to go on from."""
     h = state.cache_index.shape[1]
     steps = torch.arange(width, device=base.device)
-    window = base.unsqueeze(1) + (((home + distance).unsqueeze(1) + steps) & (h - 1))
+    window = base.unsqueeze(1) + ((probe.unsqueeze(1) + steps) & (h - 1))
     seen = _flat_read(state.cache_index, window)  # [K, width]
     # Whether the window has a free bucket (EMPTY_BUCKET or TOMBSTONE), and the first
     # one (max returns the first of equal values; 0 where none is free).
     proposes, first = (seen < 0).max(dim=1, keepdim=True)
     at = torch.gather(window, 1, first).squeeze(1)
-    # Those that saw no free bucket write back what their first bucket holds: no change
-    # (and, as in _claim_homes, not their own block).
-    kept = torch.gather(seen, 1, first).squeeze(1)
     proposes = proposes.squeeze(1)
+    # Those that saw no free bucket write back what their window's first bucket (at)
+    # holds: no change (and, as in _claim_homes, not their own block).
     table = state.cache_index.view(-1)
-    table.scatter_reduce_(0, at, torch.where(proposes, blocks, kept), "amin", include_self=False)
+    table.scatter_reduce_(
+        0, at, torch.where(proposes, blocks, seen[:, 0]), "amin", include_self=False
+    )
     lost = table.index_select(0, at) != blocks
     # A winner stops on its bucket, a loser goes on past it, the others past the window.
-    step = torch.where(proposes, first.squeeze(1) + lost, width)
-    return lost, distance + step
+    return lost, probe + torch.where(proposes, first.squeeze(1) + lost, width)
