@@ -140,7 +140,7 @@ def extend_hashes(
     if width == 0:
         return acc, _no_blocks(acc)
     count = count.clamp(min=0, max=width)
-    keys = _position_keys(start, rows, width, max_positions, tokens.device)
+    keys = _position_keys(start, width, max_positions, tokens.device)
     repeated = isinstance(start, int) and rows > 1 and tokens.stride(0) == 0
     sums = torch.cumsum(_token_mixes(tokens[:1] if repeated else tokens, keys), dim=1)
     flat = sums.view(-1)
@@ -163,7 +163,7 @@ def extend_hashes(
 
 
 def _position_keys(
-    start: torch.Tensor | int, rows: int, width: int, max_positions: int, device: torch.device
+    start: torch.Tensor | int, width: int, max_positions: int, device: torch.device
 ) -> torch.Tensor:
     """The position keys (times _C1) of each row's columns: [rows, width], or [width]
     when every row starts at the same position (a slice of the table: no gather)."""

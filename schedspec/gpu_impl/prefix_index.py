@@ -84,7 +84,7 @@ def forget(state: BatchState, block_index: torch.Tensor) -> None:
     bucket = state.cache_bucket.view(-1).index_select(0, block_index)
     at = selected(bucket >= 0)
     if at.numel() == 0:
-        # The usual case: in the benchmark no block taken from the free queue holds one.
+        # The usual case: in the benchmark no block taken from the free queue still has an id.
         return
     block_index = pick(block_index, at)
     rows, _ = _split(block_index, state.block_hash.shape[1])
