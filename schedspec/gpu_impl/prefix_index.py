@@ -64,7 +64,7 @@ def insert(state: BatchState, block_index: torch.Tensor) -> None:
     block_hash already holds their ids. Then rebuild the rows worn by deletions."""
     rows, blocks = _split(block_index, state.block_hash.shape[1])
     _place(state, rows, blocks, block_index)
-    worn = torch.nonzero(state.cache_deleted > state.cache_index.shape[1] // 4).squeeze(1)
+    worn = selected(state.cache_deleted > state.cache_index.shape[1] // 4)
     if worn.numel() > 0:
         rebuild(state, worn)
 
