@@ -35,14 +35,15 @@ from schedspec.spec import SchedulerConfig
 
 
 def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan) -> None:
-    # Per instance, the queued (WAITING 1 and PREEMPTED 3: the odd codes) and running
-    # requests, counted once: a round only turns admitted heads from queued to running,
-    # so later rounds update the counts of the instances still open on [I] alone.
-    queued = (state.status & 1).sum(dim=1)
-    running = (state.status == RUNNING).sum(dim=1)
-    # A step that preempted admits nothing: freed blocks go to running requests first.
-    open_ = ~plan.preempted.any(dim=1) & (queued > 0) & (running < config.max_num_seqs)
-    inst = selected(open_ & (plan.budget > 0))
+    # Per instance, the queued and running requests, counted at the plan's start: a round
+    # only turns admitted heads from queued to running, so later rounds update the counts
+    # of the instances still open on [I] alone.
+    queued, running = plan.queued, plan.running
+    open_ = (queued > 0) & (running < config.max_num_seqs) & (plan.budget > 0)
+    if plan.some_preempted:
+        # A step that preempted admits nothing: freed blocks go to running requests first.
+        open_ &= ~plan.preempted.any(dim=1)
+    inst = selected(open_)
     queued, running = queued.index_select(0, inst), running.index_select(0, inst)
     while inst.numel() > 0:
         admitted = _admit_heads(state, config, plan, inst, running > 0)
