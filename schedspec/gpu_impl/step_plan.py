@@ -83,18 +83,17 @@ class StepPlan:
 
 def blocks_to_allocate(
     config: SchedulerConfig,
-    held: torch.Tensor,
     tokens: torch.Tensor,
     num_hit_blocks: torch.Tensor | None = None,
     evictable_hits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Free blocks consumed to cover `tokens` tokens (capped at max_model_len) for a
-    request holding `held` blocks plus `num_hit_blocks` prefix hits (None: none), of
-    which `evictable_hits` are free; a table longer than needed consumes none."""
+    request holding no blocks but `num_hit_blocks` prefix hits (None: none), of which
+    `evictable_hits` are free (admission's case; the running walk has its own)."""
     covered = cdiv(torch.clamp(tokens, max=config.max_model_len), config.block_size)
     if num_hit_blocks is not None:
         covered = covered - num_hit_blocks
-    need = (covered - held).clamp(min=0)
+    need = covered.clamp(min=0)
     return need if evictable_hits is None else need + evictable_hits
 
 
