@@ -6,5 +6,5 @@ from schedspec.gpu_impl.batch_state import EMPTY, PREEMPTED, RUNNING, WAITING
 
 
 def test_the_queued_status_codes_are_exactly_the_odd_ones() -> None:
-    # schedule_waiting counts and _admit_heads finds queued requests by `status & 1`.
+    # StepPlan.start counts and _admit_heads finds queued requests by `status & 1`.
     assert [code & 1 for code in (EMPTY, WAITING, RUNNING, PREEMPTED)] == [0, 1, 0, 1]

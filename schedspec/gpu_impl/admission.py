@@ -16,14 +16,13 @@ from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import (
     BIG,
     EMPTY_BUCKET,
-    NO_HASH,
     RUNNING,
     WAITING,
     BatchState,
     floor_div,
     num_free_blocks,
 )
-from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, take_at, write_rows
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, write_rows
 from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
@@ -35,14 +34,15 @@ from schedspec.spec import SchedulerConfig
 
 
 def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan) -> None:
-    # Per instance, the queued (WAITING 1 and PREEMPTED 3: the odd codes) and running
-    # requests, counted once: a round only turns admitted heads from queued to running,
-    # so later rounds update the counts of the instances still open on [I] alone.
-    queued = (state.status & 1).sum(dim=1)
-    running = (state.status == RUNNING).sum(dim=1)
-    # A step that preempted admits nothing: freed blocks go to running requests first.
-    open_ = ~plan.preempted.any(dim=1) & (queued > 0) & (running < config.max_num_seqs)
-    inst = selected(open_ & (plan.budget > 0))
+    # Per instance, the queued and running requests, counted at the plan's start: a round
+    # only turns admitted heads from queued to running, so later rounds update the counts
+    # of the instances still open on [I] alone.
+    queued, running = plan.queued, plan.running
+    open_ = (queued > 0) & (running < config.max_num_seqs) & (plan.budget > 0)
+    if plan.some_preempted:
+        # A step that preempted admits nothing: freed blocks go to running requests first.
+        open_ &= ~plan.preempted.any(dim=1)
+    inst = selected(open_)
     queued, running = queued.index_select(0, inst), running.index_select(0, inst)
     while inst.numel() > 0:
         admitted = _admit_heads(state, config, plan, inst, running > 0)
@@ -57,35 +57,55 @@ def longest_cached_prefix(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """get_computed_blocks: the cached blocks ([I, M], -1 padded) holding the request's
     longest prefix of whole blocks, never its last token, and how many there are."""
-    hashes = take_at(state.req_hash, inst, slot)  # [I, M]
+    row = flat_rows(state.status, inst, slot)
+    oldest, hit, count = _cached_prefix(state, config, inst, row, pick(state.num_tokens, row))
+    return torch.where(hit, oldest, -1), count
+
+
+def _cached_prefix(
+    state: BatchState,
+    config: SchedulerConfig,
+    inst: torch.Tensor,
+    row: torch.Tensor,
+    num_tokens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """longest_cached_prefix for the requests at flat rows `row` of the [B, S] tensors,
+    holding num_tokens tokens, the hits unmasked: each id's oldest holder ([I, M]), a
+    mask of the hits among them (a prefix of each row) and the hits per request."""
+    m = state.req_hash.shape[2]
     if not config.enable_prefix_caching:
-        return torch.full_like(hashes, -1), torch.zeros_like(slot)
-    max_hit = (take_at(state.num_tokens, inst, slot) - 1) // config.block_size
-    j = torch.arange(hashes.shape[1], device=inst.device)
-    wanted = (hashes != NO_HASH) & (j < max_hit.unsqueeze(1))
+        none = torch.zeros((inst.numel(), m), dtype=torch.bool, device=inst.device)
+        return torch.full_like(none, -1, dtype=row.dtype), none, torch.zeros_like(row)
+    # Every full block of known tokens has its content id in req_hash, and the blocks
+    # below max_hit are full and known. The ids are read where they are looked up (a
+    # gather of the heads' [I, M] rows read mostly ids never looked up).
+    ids = state.req_hash.view(-1)
+    first_id = row * m  # each head's id 0 in ids
+    max_hit = floor_div(num_tokens - 1, config.block_size)
     # Content ids are chained: nothing after a miss can hit. About half the heads miss
     # their first block, so only the others look up the rest. Holders land in a flat
     # [I * M] tensor (EMPTY_BUCKET: not looked up, or no holder).
-    m = hashes.shape[1]
-    oldest = torch.full((hashes.numel(),), EMPTY_BUCKET, dtype=hashes.dtype, device=inst.device)
-    heads = selected(wanted[:, 0])
+    oldest = torch.full((inst.numel() * m,), EMPTY_BUCKET, dtype=ids.dtype, device=inst.device)
+    heads = selected(max_hit > 0)
+    head_id = first_id.index_select(0, heads)
     first = prefix_index.oldest_holders(
-        state, inst.index_select(0, heads), hashes[:, 0].index_select(0, heads)
+        state, inst.index_select(0, heads), ids.index_select(0, head_id)
     )
     write_rows(oldest, heads * m, first)
-    rows = pick(heads, selected(first >= 0))
+    found = selected(first >= 0)
+    rows = pick(heads, found)
     if rows.numel() > 0:
-        at = selected(wanted.index_select(0, rows)[:, 1:])
-        # Flat positions in [I, M] of the rest of those heads' wanted ids.
-        position = pick((rows * m + 1).unsqueeze(1) + j[: m - 1], at)
+        j = torch.arange(1, m, device=inst.device)
+        at = selected(j < max_hit.index_select(0, rows).unsqueeze(1))
+        # Flat positions in [I, M] of the rest of those heads' wanted ids, and in ids.
+        position = pick((rows * m).unsqueeze(1) + j, at)
+        id_at = pick(pick(head_id, found).unsqueeze(1) + j, at)
         owner = pick(inst.index_select(0, rows).unsqueeze(1).expand(-1, m - 1), at)
-        holder = prefix_index.oldest_holders(
-            state, owner, hashes.view(-1).index_select(0, position)
-        )
+        holder = prefix_index.oldest_holders(state, owner, ids.index_select(0, id_at))
         write_rows(oldest, position, holder)
-    oldest = oldest.view(hashes.shape)
+    oldest = oldest.view(-1, m)
     chain = torch.cumprod((oldest >= 0).long(), dim=1).bool()
-    return torch.where(chain, oldest, -1), chain.sum(dim=1)
+    return oldest, chain, chain.sum(dim=1)
 
 
 def _admit_heads(
@@ -100,52 +120,65 @@ def _admit_heads(
     (one head per instance: the pairs are distinct)."""
     status = state.status.index_select(0, inst)
     # WAITING (1) and PREEMPTED (3) are the odd codes; the others never head the queue.
-    keys = state.wait_key.index_select(0, inst).masked_fill_((status & 1) == 0, BIG)
+    keys = state.wait_key.index_select(0, inst)
+    if config.policy == "fcfs":
+        # fcfs keys are counters, far from -+2**62: queued keys drop by BIG, below every
+        # other slot's, in one add instead of a compare and a masked fill (whose branches
+        # mispredict). Priority keys span about 2**63: they take the masked fill.
+        keys = torch.add(keys, status & 1, alpha=-BIG)
+    else:
+        keys.masked_fill_((status & 1) == 0, BIG)
     head = torch.argmin(keys, dim=1)
-    hits, num_hit_blocks = longest_cached_prefix(state, config, inst, head)
+    # The heads' flat rows in the [B, S] tensors: every read and write below goes there.
+    row = flat_rows(state.status, inst, head)
+    num_tokens = pick(state.num_tokens, row)
+    oldest, is_hit, num_hit_blocks = _cached_prefix(state, config, inst, row, num_tokens)
     num_hit = num_hit_blocks * config.block_size
-    num_tokens = take_at(state.num_tokens, inst, head)
     budget = plan.budget.index_select(0, inst)
     tokens = torch.minimum(num_tokens - num_hit, plan.cap.index_select(0, inst))  # BIG: none
-    ok = torch.ones_like(head, dtype=torch.bool)
-    if not config.enable_chunked_prefill:
-        ok &= tokens <= budget  # head-of-line: nothing behind it is tried this step
+    # Head-of-line without chunking: nothing behind a head that does not fit is tried.
+    fits_budget = None if config.enable_chunked_prefill else tokens <= budget
     tokens = torch.minimum(tokens, budget)
     # The watermark is charged to admissions only while something runs.
     spare = torch.where(running, config.watermark_blocks, 0)
-    hit = _HitEntries(state, inst, hits)
+    hit = _HitEntries(state, inst, oldest, is_hit)
     # Hits still in the free queue (no table holds them).
     free_hit = state.ref_cnt.view(-1).index_select(0, hit.block_index) == 0
     evictable = torch.zeros_like(head).index_add_(0, hit.row, free_hit.long())
     free = num_free_blocks(state).index_select(0, inst)
-    zero = torch.zeros_like(tokens)
-    # The whole known sequence must fit today's free blocks, and so must this chunk.
-    whole = blocks_to_allocate(config, zero, num_tokens, num_hit_blocks, evictable)
+    # The whole known sequence must fit today's free blocks, and so must this chunk (a
+    # queued request holds no blocks).
+    whole = blocks_to_allocate(config, num_tokens, num_hit_blocks, evictable)
     slots_needed = num_hit + tokens + config.lookahead_tokens
-    chunk = blocks_to_allocate(config, zero, slots_needed, num_hit_blocks, evictable)
-    ok &= (whole + spare <= free) & (chunk + spare <= free)
-    # The heads' flat rows in the [B, S] tensors. A queued request has computed nothing
-    # and holds no blocks (preemption resets both, a freed slot is emptied): the writes
-    # of those counts add to zeros.
-    row = flat_rows(state.status, inst, head)
+    chunk = blocks_to_allocate(config, slots_needed, num_hit_blocks, evictable)
+    ok = torch.maximum(whole, chunk) <= free - spare
+    if fits_budget is not None:
+        ok &= fits_budget
+    # A queued request has computed nothing and holds no blocks (preemption resets both,
+    # a freed slot is emptied): the writes of those counts add to zeros (scatter_add_:
+    # about half index_add_'s cost on the CPU).
     admitted = ok.long()
     _take_hits(state, inst, row, hit, num_hit_blocks * admitted, evictable, ok)
+    computed = num_hit * admitted
     for field in (state.num_computed, plan.computed_before):
-        field.view(-1).index_add_(0, row, num_hit * admitted)
+        field.view(-1).scatter_add_(0, row, computed)
     head_status = status.gather(1, head.unsqueeze(1)).squeeze(1)
     kind = torch.where(head_status == WAITING, SCHEDULED_NEW, SCHEDULED_RESUMED)
-    slots = torch.where(ok, head, -1).unsqueeze(1)
+    tokens = tokens.unsqueeze(1)
     commit(
         state,
         config,
         plan,
         inst,
-        slots,
-        tokens.unsqueeze(1),
+        head.unsqueeze(1),
+        tokens,
         (chunk - evictable).unsqueeze(1),
         kind.unsqueeze(1),
+        real=ok.unsqueeze(1),
+        rows=row.unsqueeze(1),
+        upto=torch.minimum(computed.unsqueeze(1) + tokens, num_tokens.unsqueeze(1)),
     )
-    state.status.view(-1).index_add_(0, row, (RUNNING - head_status) * admitted)
+    state.status.view(-1).scatter_add_(0, row, (RUNNING - head_status) * admitted)
     put_flat(state.run_key.view(-1), row, state.next_run.index_select(0, inst), ok)
     state.next_run.index_add_(0, inst, admitted)
     return ok
@@ -153,13 +186,15 @@ def _admit_heads(
 
 class _HitEntries:
     """The heads' hit blocks packed, one entry per hit (a few per head) instead of the
-    [I, M] padded table: at (the flat position in hits), row (the head's index in
+    [I, M] padded table: at (the flat position in [I, M]), row (the head's index in
     inst), blocks (block ids) and block_index (flat positions in the [B, N] tensors)."""
 
-    def __init__(self, state: BatchState, inst: torch.Tensor, hits: torch.Tensor) -> None:
-        self.at = selected(hits >= 0)
-        self.row = floor_div(self.at, hits.shape[1])
-        self.blocks = pick(hits, self.at)
+    def __init__(
+        self, state: BatchState, inst: torch.Tensor, oldest: torch.Tensor, is_hit: torch.Tensor
+    ) -> None:
+        self.at = selected(is_hit)
+        self.row = floor_div(self.at, is_hit.shape[1])
+        self.blocks = pick(oldest, self.at)
         self.block_index = inst.index_select(0, self.row) * state.ref_cnt.shape[1] + self.blocks
 
 
@@ -179,14 +214,14 @@ def _take_hits(
     taken = selected(ok.index_select(0, hit.row))
     # Hits name distinct blocks within a row and rows are distinct instances.
     block_index = pick(hit.block_index, taken)
-    state.ref_cnt.view(-1).index_add_(0, block_index, torch.ones_like(block_index))
+    state.ref_cnt.view(-1).scatter_add_(0, block_index, torch.ones_like(block_index))
     write_rows(state.free_key, block_index, BIG)
     state.num_free.index_add_(0, inst, -torch.where(ok, evictable, 0))
-    # Hit j of head r (flat position r * m + j in hits) goes to column j of its table row.
+    # Hit j of head r (flat position r * m + j in [I, M]) goes to column j of its table row.
     m = state.table.shape[2]
     rows = torch.arange(inst.numel(), device=inst.device)
     shift = (row - rows) * m
     table_index = shift.index_select(0, pick(hit.row, taken)) + pick(hit.at, taken)
     write_rows(state.table, table_index, pick(hit.blocks, taken))
-    state.num_held.view(-1).index_add_(0, row, count)
-    state.num_cached_block.view(-1).index_add_(0, row, count)
+    state.num_held.view(-1).scatter_add_(0, row, count)
+    state.num_cached_block.view(-1).scatter_add_(0, row, count)

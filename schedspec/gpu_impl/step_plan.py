@@ -14,8 +14,8 @@ import torch
 from schedspec.gpu_impl.batch_state import (
     ARRIVAL_SHIFT,
     BIG,
-    EMPTY,
     PREEMPTED,
+    RUNNING,
     BatchState,
     cdiv,
 )
@@ -43,14 +43,25 @@ class StepPlan:
     num_drafts: torch.Tensor  # [B, S] drafts verified this step
     preempted: torch.Tensor  # [B, S] bool
     cap: torch.Tensor  # [B] the long-prefill cap (BIG: none)
+    # Queued (WAITING, PREEMPTED) and RUNNING requests per instance [B] at the start of
+    # the step, counted once for both phases: the running walk changes a status only by
+    # preempting, and an instance that preempted admits nothing, so the counts hold for
+    # every instance admission looks at.
+    queued: torch.Tensor
+    running: torch.Tensor
+    # False while no preempt() ran this step (plan.preempted is all False): admission
+    # then skips the pass over it.
+    some_preempted: bool = False
 
     @staticmethod
     def start(state: BatchState, config: SchedulerConfig, active: torch.Tensor) -> StepPlan:
         """A fresh plan; instances not `active` get no budget (they sit this step out)."""
-        live = (state.status != EMPTY).sum(dim=1)
+        # WAITING (1) and PREEMPTED (3) are the odd codes (a test pins that).
+        queued = (state.status & 1).sum(dim=1)
+        running = (state.status == RUNNING).sum(dim=1)
         # BIG where there is no cap, so that a plain minimum applies it.
         threshold = config.long_prefill_token_threshold
-        cap = torch.where(live > 1, threshold if threshold > 0 else BIG, BIG)
+        cap = torch.where(queued + running > 1, threshold if threshold > 0 else BIG, BIG)
         budget = torch.where(active, config.max_num_batched_tokens, 0)
         per_slot = state.status  # the [B, S] fields take its shape and dtype
         return StepPlan(
@@ -65,23 +76,24 @@ class StepPlan:
             num_drafts=torch.zeros_like(per_slot),
             preempted=torch.zeros_like(state.is_prefill_chunk),
             cap=cap,
+            queued=queued,
+            running=running,
         )
 
 
 def blocks_to_allocate(
     config: SchedulerConfig,
-    held: torch.Tensor,
     tokens: torch.Tensor,
     num_hit_blocks: torch.Tensor | None = None,
     evictable_hits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Free blocks consumed to cover `tokens` tokens (capped at max_model_len) for a
-    request holding `held` blocks plus `num_hit_blocks` prefix hits (None: none), of
-    which `evictable_hits` are free; a table longer than needed consumes none."""
+    request holding no blocks but `num_hit_blocks` prefix hits (None: none), of which
+    `evictable_hits` are free (admission's case; the running walk has its own)."""
     covered = cdiv(torch.clamp(tokens, max=config.max_model_len), config.block_size)
     if num_hit_blocks is not None:
         covered = covered - num_hit_blocks
-    need = (covered - held).clamp(min=0)
+    need = covered.clamp(min=0)
     return need if evictable_hits is None else need + evictable_hits
 
 
@@ -156,6 +168,7 @@ def preempt(
             state.priority[inst, slot], state.arrival[inst, slot]
         )
     plan.preempted[inst, slot] = True
+    plan.some_preempted = True
 
 
 def waiting_priority_key(priority: torch.Tensor, arrival: torch.Tensor) -> torch.Tensor:
