@@ -173,6 +173,30 @@ def release_tables(
     freed = freed.index_select(0, by_rank.index_select(0, by_inst))
     pos = pos.index_select(0, by_inst)
     row = inst.index_select(0, pos) * state.num_held.shape[1] + (freed - pos * slots)
+    _release_ordered(state, inst, pos, row)
+
+
+def release_rows(state: BatchState, rows: torch.Tensor, rank: torch.Tensor) -> None:
+    """release_tables for the requests at flat rows `rows` ([F], ascending) of the [B, S]
+    tensors, rank[f] being each one's rank: distinct within an instance and in [0, S), as
+    a step's scheduling order is. update_from_output knows its finished requests packed:
+    this spares the passes over every slot that a [B, S] mask costs, and with such ranks
+    one sort of (instance, rank) orders them."""
+    if rows.numel() == 0:
+        return
+    slots = state.num_held.shape[1]
+    key = rank + (rows - rows % slots)  # instance * S + rank: distinct
+    key, order = torch.sort(key)
+    inst = torch.arange(state.num_held.shape[0], device=rows.device)
+    _release_ordered(state, inst, floor_div(key, slots), rows.index_select(0, order))
+
+
+def _release_ordered(
+    state: BatchState, inst: torch.Tensor, pos: torch.Tensor, row: torch.Tensor
+) -> None:
+    """Free the requests at flat rows `row` of the [B, S] tensors, in that order: pos
+    names each one's instance by its position in inst (distinct), grouped in inst
+    order (see release_tables)."""
     held = state.num_held.view(-1).index_select(0, row)
     pair, _, first, _ = _entries(held.unsqueeze(1))
     if pair.numel() > 0:

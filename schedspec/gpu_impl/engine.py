@@ -27,7 +27,7 @@ from schedspec.gpu_impl.batch_state import (
     floor_div,
     grow,
 )
-from schedspec.gpu_impl.block_ops import register_blocks, release_tables
+from schedspec.gpu_impl.block_ops import register_blocks, release_rows, release_tables
 from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread, write_rows
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
@@ -201,7 +201,8 @@ class BatchedScheduler:
     ) -> UpdateResult:
         """Apply the model's tokens ([B, S, T], count[b, s] of them; 0: nothing sampled):
         roll back rejected drafts, append up to a stop, register, free the finished
-        in scheduling order (rank)."""
+        in scheduling order (rank: the sampling requests' ranks are distinct within an
+        instance and in [0, S), as a plan's are)."""
         st, config = self.state, self.config
         sampling = (count > 0) & (st.status != EMPTY)
         # Only the sampling requests take tokens: a small share of the slots, compacted
@@ -228,7 +229,10 @@ class BatchedScheduler:
         st.num_tokens += kept
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
             self._register_accepted(row, sampling, rank)
-        self.finish_requests(finish > 0, rank)
+        # The finished requests are known packed: freed without a pass over every slot.
+        finished = pick(row, selected(finish_rows > 0))
+        release_rows(st, finished, pick(rank, finished))
+        write_rows(st.status, finished, EMPTY)
         return UpdateResult(kept=kept, finish=finish)
 
     def _register_accepted(
