@@ -198,16 +198,18 @@ class BatchedScheduler:
         count: torch.Tensor,
         num_drafts: torch.Tensor,
         rank: torch.Tensor,
+        rows: torch.Tensor | None = None,
     ) -> UpdateResult:
         """Apply the model's tokens ([B, S, T], count[b, s] of them; 0: nothing sampled):
         roll back rejected drafts, append up to a stop, register, free the finished
         in scheduling order (rank: the sampling requests' ranks are distinct within an
-        instance and in [0, S), as a plan's are)."""
+        instance and in [0, S), as a plan's are). A caller that has compacted the
+        sampling requests (count > 0, not EMPTY) passes their flat rows of the [B, S]
+        tensors, ascending, as `rows`: that spares a pass over every slot."""
         st, config = self.state, self.config
-        sampling = (count > 0) & (st.status != EMPTY)
         # Only the sampling requests take tokens: a small share of the slots, compacted
         # once (the hashing below reads the same rows).
-        row = selected(sampling)
+        row = selected((count > 0) & (st.status != EMPTY)) if rows is None else rows
         t, m = tokens.shape[2], st.req_hash.shape[2]
         sampled, num_tokens = tokens.reshape(-1, t).index_select(0, row), pick(st.num_tokens, row)
         kept_rows, finish_rows = self._first_finish(row, sampled, pick(count, row), num_tokens)
@@ -216,6 +218,8 @@ class BatchedScheduler:
         moved = kept_rows - 1 - pick(num_drafts, row)
         st.num_computed.view(-1).scatter_add_(0, row, moved)
         kept, finish = spread(kept_rows, row, count.shape), spread(finish_rows, row, count.shape)
+        # The sampling rows only (a scatter: an add over [B, S] costs the whole width).
+        st.num_tokens.view(-1).scatter_add_(0, row, kept_rows)
         acc, done = extend_hashes(
             pick(st.hash_acc, row),
             num_tokens,
@@ -226,9 +230,8 @@ class BatchedScheduler:
         )
         write_rows(st.req_hash, row.index_select(0, done.row) * m + done.index, done.ids)
         write_rows(st.hash_acc, row, acc)
-        st.num_tokens += kept
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
-            self._register_accepted(row, sampling, rank)
+            self._register_accepted(row, count, rank)
         # The finished requests are known packed: freed without a pass over every slot.
         finished = pick(row, selected(finish_rows > 0))
         release_rows(st, finished, pick(rank, finished))
@@ -236,7 +239,7 @@ class BatchedScheduler:
         return UpdateResult(kept=kept, finish=finish)
 
     def _register_accepted(
-        self, row: torch.Tensor, sampling: torch.Tensor, rank: torch.Tensor
+        self, row: torch.Tensor, count: torch.Tensor, rank: torch.Tensor
     ) -> None:
         """Register the blocks that accepted drafts filled (the schedule-time registration
         could not know them), in rank order per instance. Only the instances where a
@@ -245,7 +248,8 @@ class BatchedScheduler:
         st = self.state
         full = floor_div(pick(st.num_computed, row), self.config.block_size)
         inst = self._instances_of(pick(row, selected(full > pick(st.num_cached_block, row))))
-        ordered = _by_rank(sampling.index_select(0, inst), rank.index_select(0, inst))
+        sampling = (count.index_select(0, inst) > 0) & (st.status.index_select(0, inst) != EMPTY)
+        ordered = _by_rank(sampling, rank.index_select(0, inst))
         rows = flat_rows(st.num_computed, inst.unsqueeze(1), ordered.clamp(min=0))
         upto = pick(st.num_computed, rows) * (ordered >= 0)
         register_blocks(st, inst, rows, upto, self.config.block_size)
@@ -292,21 +296,28 @@ class BatchedScheduler:
 
     @torch.inference_mode()
     def update_draft_token_ids(
-        self, mask: torch.Tensor, drafts: torch.Tensor, count: torch.Tensor
+        self,
+        mask: torch.Tensor,
+        drafts: torch.Tensor,
+        count: torch.Tensor,
+        rows: torch.Tensor | None = None,
     ) -> None:
         """Drafts to verify next step for the masked slots; dropped for a request that is
-        not running or stopped mid-prefill."""
+        not running or stopped mid-prefill. A caller that has compacted the mask passes
+        its flat positions, ascending, as `rows`: that spares a pass over every slot."""
         st = self.state
-        # Running and not mid-prefill (bools: a > b is a & ~b in one op).
-        usable = mask & ((st.status == RUNNING) > st.is_prefill_chunk)
+        if rows is None:
+            rows = selected(mask)
+        # Running and not mid-prefill (bools: a > b is a & ~b in one op), among the masked.
+        usable = (pick(st.status, rows) == RUNNING) > pick(st.is_prefill_chunk, rows)
         # Rows of [B * S, K], compacted: a where over [B, S, K] broadcasts a [B, S] mask
         # along the innermost dimension, several times slower on the CPU.
-        width, row = drafts.shape[2], selected(usable)
+        width, row = drafts.shape[2], pick(rows, selected(usable))
         spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
         spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
-        # The masked slots drop their drafts, then the usable ones take their count.
-        st.num_spec.masked_fill_(mask, 0)
-        write_rows(st.num_spec, row, pick(count, row))
+        # The masked slots drop their drafts, the usable ones taking their count: one
+        # write over the masked rows (a masked_fill_ over [B, S] costs the whole width).
+        write_rows(st.num_spec, rows, pick(count, rows) * usable)
 
 
 def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
