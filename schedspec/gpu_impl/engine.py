@@ -144,7 +144,7 @@ class BatchedScheduler:
         stops = torch.full((i.numel(), st.stops.shape[2]), NO_TOKEN, device=self.device)
         stops[:, : new.stops.shape[1]] = new.stops
         self.stop_width = max(self.stop_width, new.stops.shape[1])
-        st.stops.view(-1, st.stops.shape[2]).index_copy_(0, row, stops)
+        _write_row_prefixes(st.stops, row, stops, packed=True)
         acc, done = extend_hashes(
             zero, 0, new.prompt, new.prompt_len, config.block_size, self.max_positions
         )
@@ -323,11 +323,29 @@ class BatchedScheduler:
         # Rows of [B * S, K], compacted: a where over [B, S, K] broadcasts a [B, S] mask
         # along the innermost dimension, several times slower on the CPU.
         width, row = drafts.shape[2], pick(rows, selected(usable))
-        spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
-        spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
+        _write_row_prefixes(st.spec, row, drafts.reshape(-1, width))
         # The masked slots drop their drafts, the usable ones taking their count: one
         # write over the masked rows (a masked_fill_ over [B, S] costs the whole width).
         write_rows(st.num_spec, rows, pick(count, rows) * usable)
+
+
+def _write_row_prefixes(
+    x: torch.Tensor, row: torch.Tensor, values: torch.Tensor, packed: bool = False
+) -> None:
+    """x viewed as [B * S, K] takes, at the flat rows `row` (distinct), the rows of
+    values ([B * S, W], or [len(row), W] if packed) at those rows in its first W
+    columns. Element by element (one scatter_): at the few columns of drafts and stop
+    ids, an index_copy_ of rows costs nearly twice as much (121 against 67 us for 15K
+    rows of 2)."""
+    width, k = values.shape[1], x.shape[-1]
+    column = torch.arange(width, device=row.device)
+    to = flat_rows(x.view(-1, k), row.unsqueeze(1), column).view(-1)
+    if packed:
+        given = values.reshape(-1)
+    else:
+        at = to if width == k else flat_rows(values, row.unsqueeze(1), column).view(-1)
+        given = pick(values, at)
+    write_rows(x, to, given)
 
 
 def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
