@@ -203,7 +203,11 @@ def _release_ordered(
         entry = torch.arange(pair.numel(), device=pair.device)
         # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]).
         to_table = row * state.table.shape[2] + held - 1 + first
-        blocks = state.table.view(-1).index_select(0, to_table.index_select(0, pair) - entry)
+        table_index = to_table.index_select(0, pair) - entry
+        blocks = state.table.view(-1).index_select(0, table_index)
+        # A table holds NO_BLOCK past its held blocks: clearing the held entries clears
+        # it (a scatter over the blocks costs less than an index_fill_ of whole rows).
+        write_rows(state.table, table_index, NO_BLOCK)
         owner = pos.index_select(0, pair)
         block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
         # Only the entries that dropped a block's last reference queue it: compacted
@@ -211,7 +215,6 @@ def _release_ordered(
         at = selected(_drop_references(state, block_index))
         back = state.block_hash.view(-1).index_select(0, pick(block_index, at)) != NO_HASH
         _enqueue(state, inst, (pick(blocks, at), pick(pair, at), pick(owner, at)), pos, back)
-    state.table.view(-1, state.table.shape[2]).index_fill_(0, row, NO_BLOCK)
     write_rows(state.num_held, row, 0)
     write_rows(state.num_cached_block, row, 0)
 
