@@ -185,8 +185,8 @@ def release_rows(state: BatchState, rows: torch.Tensor, rank: torch.Tensor) -> N
     if rows.numel() == 0:
         return
     slots = state.num_held.shape[1]
-    key = rank + (rows - rows % slots)  # instance * S + rank: distinct
-    key, order = torch.sort(key)
+    key = torch.add(rank, floor_div(rows, slots), alpha=slots)  # instance * S + rank
+    key, order = torch.sort(key)  # distinct keys
     inst = torch.arange(state.num_held.shape[0], device=rows.device)
     _release_ordered(state, inst, floor_div(key, slots), rows.index_select(0, order))
 
