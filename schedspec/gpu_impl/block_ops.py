@@ -19,7 +19,7 @@ import torch
 
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState, floor_div
-from schedspec.gpu_impl.flat_index import pick, put_at, selected, take_at, write_rows
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at, write_rows
 from schedspec.gpu_impl.free_queue import make_room, place, pop_front
 
 
@@ -77,14 +77,16 @@ def take_free_blocks(
     # padded [I, R] pairs' (most pairs take nothing).
     row = rows.reshape(-1).index_select(0, pair)
     held = state.num_held.view(-1).index_select(0, row)
-    # Entry e lands after its request's held blocks and its pair's earlier entries.
-    table_index = row * state.table.shape[2] + held + _offsets(pair, first)
+    # Entry e lands after its request's held blocks and its pair's earlier entries (row
+    # * M + held in one fused add: an op's own cost is most of it at these sizes).
+    table_index = torch.add(held, row, alpha=state.table.shape[2]) + _offsets(pair, first)
     write_rows(state.table, table_index, blocks)
-    write_rows(state.ref_cnt, block_index, 1)
+    one = torch.ones_like(row)  # the taken blocks' reference count, and one held more
+    write_rows(state.ref_cnt, block_index, one)
     prefix_index.forget(state, block_index)
     write_rows(state.block_hash, block_index, NO_HASH)
     # scatter_add_: on the CPU about half index_add_'s cost over thousands of entries.
-    state.num_held.view(-1).scatter_add_(0, row, torch.ones_like(row))
+    state.num_held.view(-1).scatter_add_(0, row, one)
 
 
 def register_blocks(
@@ -109,10 +111,10 @@ def register_blocks(
     # One row per entry (most pairs register nothing): the table from num_cached on.
     entry_row = row.index_select(0, pair)
     from_pair = num_cached.index_select(0, pair) - first.index_select(0, pair)
-    table_index = entry_row * state.table.shape[2] + from_pair + entry
+    table_index = torch.add(from_pair, entry_row, alpha=state.table.shape[2]) + entry
     blocks = state.table.view(-1).index_select(0, table_index)
     hashes = state.req_hash.view(-1).index_select(0, table_index)
-    block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
+    block_index = flat_rows(state.ref_cnt, inst.index_select(0, owner), blocks)
     # Registration order: the instance's counter, then the instance's entries in order.
     inst_first = first.view(rows.shape)[:, 0]
     seq = (state.next_reg.index_select(0, inst) - inst_first).index_select(0, owner) + entry
@@ -200,16 +202,17 @@ def _release_ordered(
     held = state.num_held.view(-1).index_select(0, row)
     pair, _, first, _ = _entries(held.unsqueeze(1))
     if pair.numel() > 0:
-        entry = torch.arange(pair.numel(), device=pair.device)
-        # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]).
-        to_table = row * state.table.shape[2] + held - 1 + first
-        table_index = to_table.index_select(0, pair) - entry
+        # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]), that
+        # is held + first[pair[e]] - (e + 1).
+        after = torch.arange(1, pair.numel() + 1, device=pair.device)
+        to_table = torch.add(held + first, row, alpha=state.table.shape[2])
+        table_index = to_table.index_select(0, pair) - after
         blocks = state.table.view(-1).index_select(0, table_index)
         # A table holds NO_BLOCK past its held blocks: clearing the held entries clears
         # it (a scatter over the blocks costs less than an index_fill_ of whole rows).
         write_rows(state.table, table_index, NO_BLOCK)
         owner = pos.index_select(0, pair)
-        block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
+        block_index = flat_rows(state.ref_cnt, inst.index_select(0, owner), blocks)
         # Only the entries that dropped a block's last reference queue it: compacted
         # once, everything after works on them (a fifth to a quarter fewer).
         at = selected(_drop_references(state, block_index))
