@@ -165,10 +165,10 @@ class BatchedScheduler:
     def finish_requests(
         self, mask: torch.Tensor, rank: torch.Tensor, inst: torch.Tensor | None = None
     ) -> None:
-        """End the masked requests (aborts; update_from_output's stops and caps too),
-        freeing their blocks in rank order and emptying their slots: mask and rank are
-        [B, S], or [I, S] for the instances `inst` only (distinct), so that a few aborts
-        among thousands of instances cost a few rows."""
+        """End the masked requests (aborts: update_from_output frees its stops and caps
+        packed, block_ops.release_rows), freeing their blocks in rank order and emptying
+        their slots: mask and rank are [B, S], or [I, S] for the instances `inst` only
+        (distinct), so that a few aborts among thousands of instances cost a few rows."""
         st = self.state
         if inst is None:
             inst = torch.arange(st.batch, device=self.device)
