@@ -2,8 +2,10 @@
 
 Each function works on a set of instances `inst` ([I] indices, no repeats)
 and, per instance, requests in an order ([I, R]: their flat rows in the
-[B, S] tensors, padding asking for nothing; release_tables: a slot mask),
-doing for all of them at once what the reference does one request at a time.
+[B, S] tensors, padding asking for nothing; release_tables: a slot mask;
+release_rows: the requests' flat rows, packed, with every instance taking
+part), doing for all of them at once what the reference does one request at
+a time.
 The free queue is a key per block (batch_state.py): taking blocks takes
 the smallest keys (free_queue.py finds them), a block put at the front gets
 a key below every other, one put at the back a key above.
