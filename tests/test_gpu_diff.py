@@ -101,8 +101,17 @@ def _all_to_back(
     state.block_hash.copy_(hashes)
 
 
+def _rows_to_back(state: BatchState, rows: torch.Tensor, rank: torch.Tensor) -> None:
+    """release_rows (update_from_output's finished requests), every freed block to the back."""
+    hashes = state.block_hash.clone()
+    state.block_hash.fill_(0)
+    block_ops.release_rows(state, rows, rank)
+    state.block_hash.copy_(hashes)
+
+
 def test_a_free_order_bug_diverges_on_block_ids(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "release_tables", _all_to_back)
+    monkeypatch.setattr(engine, "release_rows", _rows_to_back)
     monkeypatch.setattr(step_plan, "release_tables", _all_to_back)
     result = diff_trace(PREEMPTING, reference_engine, gpu_engine, "safety", EXACT)
     found = result.divergence

@@ -2,8 +2,10 @@
 
 Each function works on a set of instances `inst` ([I] indices, no repeats)
 and, per instance, requests in an order ([I, R]: their flat rows in the
-[B, S] tensors, padding asking for nothing; release_tables: a slot mask),
-doing for all of them at once what the reference does one request at a time.
+[B, S] tensors, padding asking for nothing; release_tables: a slot mask;
+release_rows: the requests' flat rows, packed, with every instance taking
+part), doing for all of them at once what the reference does one request at
+a time.
 The free queue is a key per block (batch_state.py): taking blocks takes
 the smallest keys (free_queue.py finds them), a block put at the front gets
 a key below every other, one put at the back a key above.
@@ -19,7 +21,7 @@ import torch
 
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.batch_state import BIG, NO_BLOCK, NO_HASH, BatchState, floor_div
-from schedspec.gpu_impl.flat_index import pick, put_at, selected, take_at, write_rows
+from schedspec.gpu_impl.flat_index import flat_rows, pick, put_at, selected, take_at, write_rows
 from schedspec.gpu_impl.free_queue import make_room, place, pop_front
 
 
@@ -77,14 +79,16 @@ def take_free_blocks(
     # padded [I, R] pairs' (most pairs take nothing).
     row = rows.reshape(-1).index_select(0, pair)
     held = state.num_held.view(-1).index_select(0, row)
-    # Entry e lands after its request's held blocks and its pair's earlier entries.
-    table_index = row * state.table.shape[2] + held + _offsets(pair, first)
+    # Entry e lands after its request's held blocks and its pair's earlier entries (row
+    # * M + held in one fused add: an op's own cost is most of it at these sizes).
+    table_index = torch.add(held, row, alpha=state.table.shape[2]) + _offsets(pair, first)
     write_rows(state.table, table_index, blocks)
-    write_rows(state.ref_cnt, block_index, 1)
+    one = torch.ones_like(row)  # the taken blocks' reference count, and one held more
+    write_rows(state.ref_cnt, block_index, one)
     prefix_index.forget(state, block_index)
     write_rows(state.block_hash, block_index, NO_HASH)
     # scatter_add_: on the CPU about half index_add_'s cost over thousands of entries.
-    state.num_held.view(-1).scatter_add_(0, row, torch.ones_like(row))
+    state.num_held.view(-1).scatter_add_(0, row, one)
 
 
 def register_blocks(
@@ -109,10 +113,10 @@ def register_blocks(
     # One row per entry (most pairs register nothing): the table from num_cached on.
     entry_row = row.index_select(0, pair)
     from_pair = num_cached.index_select(0, pair) - first.index_select(0, pair)
-    table_index = entry_row * state.table.shape[2] + from_pair + entry
+    table_index = torch.add(from_pair, entry_row, alpha=state.table.shape[2]) + entry
     blocks = state.table.view(-1).index_select(0, table_index)
     hashes = state.req_hash.view(-1).index_select(0, table_index)
-    block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
+    block_index = flat_rows(state.ref_cnt, inst.index_select(0, owner), blocks)
     # Registration order: the instance's counter, then the instance's entries in order.
     inst_first = first.view(rows.shape)[:, 0]
     seq = (state.next_reg.index_select(0, inst) - inst_first).index_select(0, owner) + entry
@@ -173,19 +177,49 @@ def release_tables(
     freed = freed.index_select(0, by_rank.index_select(0, by_inst))
     pos = pos.index_select(0, by_inst)
     row = inst.index_select(0, pos) * state.num_held.shape[1] + (freed - pos * slots)
+    _release_ordered(state, inst, pos, row)
+
+
+def release_rows(state: BatchState, rows: torch.Tensor, rank: torch.Tensor) -> None:
+    """release_tables for the requests at flat rows `rows` ([F], ascending) of the [B, S]
+    tensors, rank[f] being each one's rank: distinct within an instance and in [0, S), as
+    a step's scheduling order is. update_from_output knows its finished requests packed:
+    this spares the passes over every slot that a [B, S] mask costs, and with such ranks
+    one sort of (instance, rank) orders them."""
+    if rows.numel() == 0:
+        return
+    slots = state.num_held.shape[1]
+    key = torch.add(rank, floor_div(rows, slots), alpha=slots)  # instance * S + rank
+    key, order = torch.sort(key)  # distinct keys
+    inst = torch.arange(state.num_held.shape[0], device=rows.device)
+    _release_ordered(state, inst, floor_div(key, slots), rows.index_select(0, order))
+
+
+def _release_ordered(
+    state: BatchState, inst: torch.Tensor, pos: torch.Tensor, row: torch.Tensor
+) -> None:
+    """Free the requests at flat rows `row` of the [B, S] tensors, in that order: pos
+    names each one's instance by its position in inst (distinct), grouped in inst
+    order (see release_tables)."""
     held = state.num_held.view(-1).index_select(0, row)
     pair, _, first, _ = _entries(held.unsqueeze(1))
     if pair.numel() > 0:
-        entry = torch.arange(pair.numel(), device=pair.device)
-        # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]).
-        to_table = row * state.table.shape[2] + held - 1 + first
-        blocks = state.table.view(-1).index_select(0, to_table.index_select(0, pair) - entry)
+        # Tail first: entry e reads its table at held - 1 - (e - first[pair[e]]), that
+        # is held + first[pair[e]] - (e + 1).
+        after = torch.arange(1, pair.numel() + 1, device=pair.device)
+        to_table = torch.add(held + first, row, alpha=state.table.shape[2])
+        table_index = to_table.index_select(0, pair) - after
+        blocks = state.table.view(-1).index_select(0, table_index)
+        # A table holds NO_BLOCK past its held blocks: clearing the held entries clears
+        # it (a scatter over the blocks costs less than an index_fill_ of whole rows).
+        write_rows(state.table, table_index, NO_BLOCK)
         owner = pos.index_select(0, pair)
-        block_index = (inst * state.ref_cnt.shape[1]).index_select(0, owner) + blocks
-        last = _drop_references(state, block_index)
-        back = last & (state.block_hash.view(-1).index_select(0, block_index) != NO_HASH)
-        _enqueue(state, inst, (blocks, pair, owner), pos, back, last ^ back)
-    state.table.view(-1, state.table.shape[2]).index_fill_(0, row, NO_BLOCK)
+        block_index = flat_rows(state.ref_cnt, inst.index_select(0, owner), blocks)
+        # Only the entries that dropped a block's last reference queue it: compacted
+        # once, everything after works on them (a fifth to a quarter fewer).
+        at = selected(_drop_references(state, block_index))
+        back = state.block_hash.view(-1).index_select(0, pick(block_index, at)) != NO_HASH
+        _enqueue(state, inst, (pick(blocks, at), pick(pair, at), pick(owner, at)), pos, back)
     write_rows(state.num_held, row, 0)
     write_rows(state.num_cached_block, row, 0)
 
@@ -196,20 +230,22 @@ def _drop_references(state: BatchState, block_index: torch.Tensor) -> torch.Tens
     table names each block once, so a block held once is named by one entry, which
     drops its last reference; a block named twice is shared by two freed requests and
     reaches zero at the later one, as the reference's one-by-one free does. Shared
-    blocks are few, so only their entries are counted further."""
+    blocks are few, and fewer reach zero (a few hundred of the 17K entries a B = 4096
+    update frees), so only their entries are counted further."""
     refs = state.ref_cnt.view(-1)
     alone = refs.index_select(0, block_index) == 1
     refs.scatter_add_(0, block_index, torch.full_like(block_index, -1))
     shared = selected(~alone)
-    shared_index = pick(block_index, shared)
-    zero = refs.index_select(0, shared_index) == 0
+    # The entries whose shared block nobody holds any more.
+    gone = pick(shared, selected(refs.index_select(0, pick(block_index, shared)) == 0))
+    gone_index = pick(block_index, gone)
     # Held blocks' queue keys are BIG until they are placed: they serve as scratch to
-    # find, for each shared block, the last entry naming it.
+    # find, for each such block, the last entry naming it.
     keys = state.free_key.view(-1)
-    keys.scatter_reduce_(0, shared_index, shared, "amax", include_self=False)
-    last = keys.index_select(0, shared_index) == shared
-    write_rows(keys, shared_index, BIG)
-    return alone.scatter_(0, shared, zero & last)
+    keys.scatter_reduce_(0, gone_index, gone, "amax", include_self=False)
+    last = keys.index_select(0, gone_index) == gone
+    write_rows(keys, gone_index, BIG)
+    return alone.scatter_(0, gone, last)
 
 
 def _enqueue(
@@ -218,16 +254,16 @@ def _enqueue(
     entries: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     pos: torch.Tensor,
     back: torch.Tensor,
-    front: torch.Tensor,
 ) -> None:
-    """Queue the entries' blocks marked back or front (entries packed as release_tables
-    lays them out: blocks, pair = request, owner = instance position in inst; pos: each
-    request's instance position, grouped in inst order): the back ones in entry order
-    from free_back on, the front ones below free_front in entry order with each
-    instance's requests reversed."""
+    """Queue the entries' blocks (entries packed as release_tables lays them out, less
+    those whose block is still held: blocks, pair = request, owner = instance position
+    in inst; pos: each request's instance position, grouped in inst order), at the back
+    where `back` holds, at the front elsewhere: the back ones in entry order from
+    free_back on, the front ones below free_front in entry order with each instance's
+    requests reversed."""
     blocks, pair, owner = entries
-    front_long, back_long = front.long(), back.long()
-    front_per_req = torch.zeros_like(pos).scatter_add_(0, pair, front_long)
+    back_long = back.long()
+    front_per_req = torch.zeros_like(pos).scatter_add_(0, pair, 1 - back_long)
     front_total = torch.zeros_like(inst).index_add_(0, pos, front_per_req)
     back_total = torch.zeros_like(inst).scatter_add_(0, owner, back_long)
     make_room(state, inst, front_total, back_total)
@@ -242,15 +278,14 @@ def _enqueue(
     # An entry's back position: its instance's back entries before it.
     from_inst = state.free_back.index_select(0, inst) - (torch.cumsum(back_total, 0) - back_total)
     back_before = torch.cumsum(back_long, 0) - back_long
-    front_before = torch.cumsum(front_long, 0) - front_long
-    at = selected(back | front)
-    at_owner = pick(owner, at)
+    # Every entry goes to one end: the front entries before it are the rest.
+    front_before = torch.arange(back.numel(), device=back.device) - back_before
     keys = torch.where(
-        pick(back, at),
-        from_inst.index_select(0, at_owner) + pick(back_before, at),
-        from_req.index_select(0, pick(pair, at)) + pick(front_before, at),
+        back,
+        from_inst.index_select(0, owner) + back_before,
+        from_req.index_select(0, pair) + front_before,
     )
-    place(state, inst.index_select(0, at_owner), pick(blocks, at), keys)
+    place(state, inst.index_select(0, owner), blocks, keys)
     state.free_back.index_add_(0, inst, back_total)
     state.free_front.index_add_(0, inst, front_total, alpha=-1)
     state.num_free.index_add_(0, inst, front_total + back_total)

@@ -27,7 +27,7 @@ from schedspec.gpu_impl.batch_state import (
     floor_div,
     grow,
 )
-from schedspec.gpu_impl.block_ops import register_blocks, release_tables
+from schedspec.gpu_impl.block_ops import register_blocks, release_rows, release_tables
 from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread, write_rows
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
@@ -91,6 +91,9 @@ class BatchedScheduler:
         self.state = empty_state(config, batch, width, max_stops, self.device)
         # Positions a token can take: the prompt and outputs, plus drafts past them.
         self.max_positions = config.max_model_len + config.num_speculative_tokens + 1
+        # Stop id columns any request was given (the widest NewRequests.stops, known on
+        # the host): the columns past it hold NO_TOKEN only, so update skips them.
+        self.stop_width = 0
 
     @torch.inference_mode(False)
     def grow(self, slots: int, max_stops: int) -> None:
@@ -120,35 +123,41 @@ class BatchedScheduler:
         # Each request names a distinct (instance, slot): writes go to flat rows.
         row = flat_rows(st.status, i, s)
         arrival = st.next_arrival.index_select(0, i)
-        st.next_arrival.index_add_(0, i, torch.ones_like(i))
+        # One tensor each of ones and zeros for every write that takes them (a scalar
+        # write_rows makes its own).
+        one, zero = torch.ones_like(i), torch.zeros_like(i)
+        st.next_arrival.index_add_(0, i, one)
         for field, value in (
             (st.status, WAITING),
             (st.arrival, arrival),
             (st.priority, new.priority),
             (st.num_prompt, new.prompt_len),
             (st.num_tokens, new.prompt_len),
-            (st.num_computed, 0),
+            (st.num_computed, zero),
             (st.max_tokens, new.max_tokens),
-            (st.num_preemptions, 0),
+            (st.num_preemptions, zero),
             (st.eos, new.eos),
-            (st.num_spec, 0),
+            (st.num_spec, zero),
         ):
             write_rows(field, row, value)
         write_rows(st.is_prefill_chunk, row, False)
         stops = torch.full((i.numel(), st.stops.shape[2]), NO_TOKEN, device=self.device)
         stops[:, : new.stops.shape[1]] = new.stops
-        st.stops.view(-1, st.stops.shape[2]).index_copy_(0, row, stops)
-        m = st.req_hash.shape[2]
-        st.req_hash.view(-1, m).index_fill_(0, row, NO_HASH)
-        zero = torch.zeros_like(new.prompt_len)
+        self.stop_width = max(self.stop_width, new.stops.shape[1])
+        _write_row_prefixes(st.stops, row, stops, packed=True)
         acc, done = extend_hashes(
             zero, 0, new.prompt, new.prompt_len, config.block_size, self.max_positions
         )
-        write_rows(st.req_hash, row.index_select(0, done.row) * m + done.index, done.ids)
+        # The requests' hash rows are put together packed, then copied in whole: the
+        # scatter of the hashes lands in a small [R, M] tensor, not the [B, S, M] one.
+        m = st.req_hash.shape[2]
+        hashes = torch.full((i.numel(), m), NO_HASH, device=self.device)
+        write_rows(hashes, done.row * m + done.index, done.ids)
+        st.req_hash.view(-1, m).index_copy_(0, row, hashes)
         write_rows(st.hash_acc, row, acc)
         if config.policy == "fcfs":
             write_rows(st.wait_key, row, st.wait_back.index_select(0, i))
-            st.wait_back.index_add_(0, i, torch.ones_like(i))
+            st.wait_back.index_add_(0, i, one)
         else:
             write_rows(st.wait_key, row, waiting_priority_key(new.priority, arrival))
 
@@ -156,10 +165,10 @@ class BatchedScheduler:
     def finish_requests(
         self, mask: torch.Tensor, rank: torch.Tensor, inst: torch.Tensor | None = None
     ) -> None:
-        """End the masked requests (aborts; update_from_output's stops and caps too),
-        freeing their blocks in rank order and emptying their slots: mask and rank are
-        [B, S], or [I, S] for the instances `inst` only (distinct), so that a few aborts
-        among thousands of instances cost a few rows."""
+        """End the masked requests (aborts: update_from_output frees its stops and caps
+        packed, block_ops.release_rows), freeing their blocks in rank order and emptying
+        their slots: mask and rank are [B, S], or [I, S] for the instances `inst` only
+        (distinct), so that a few aborts among thousands of instances cost a few rows."""
         st = self.state
         if inst is None:
             inst = torch.arange(st.batch, device=self.device)
@@ -198,15 +207,18 @@ class BatchedScheduler:
         count: torch.Tensor,
         num_drafts: torch.Tensor,
         rank: torch.Tensor,
+        rows: torch.Tensor | None = None,
     ) -> UpdateResult:
         """Apply the model's tokens ([B, S, T], count[b, s] of them; 0: nothing sampled):
         roll back rejected drafts, append up to a stop, register, free the finished
-        in scheduling order (rank)."""
+        in scheduling order (rank: the sampling requests' ranks are distinct within an
+        instance and in [0, S), as a plan's are). A caller that has compacted the
+        sampling requests (count > 0, not EMPTY) passes their flat rows of the [B, S]
+        tensors, ascending, as `rows`: that spares a pass over every slot."""
         st, config = self.state, self.config
-        sampling = (count > 0) & (st.status != EMPTY)
         # Only the sampling requests take tokens: a small share of the slots, compacted
         # once (the hashing below reads the same rows).
-        row = selected(sampling)
+        row = selected((count > 0) & (st.status != EMPTY)) if rows is None else rows
         t, m = tokens.shape[2], st.req_hash.shape[2]
         sampled, num_tokens = tokens.reshape(-1, t).index_select(0, row), pick(st.num_tokens, row)
         kept_rows, finish_rows = self._first_finish(row, sampled, pick(count, row), num_tokens)
@@ -215,6 +227,8 @@ class BatchedScheduler:
         moved = kept_rows - 1 - pick(num_drafts, row)
         st.num_computed.view(-1).scatter_add_(0, row, moved)
         kept, finish = spread(kept_rows, row, count.shape), spread(finish_rows, row, count.shape)
+        # The sampling rows only (a scatter: an add over [B, S] costs the whole width).
+        st.num_tokens.view(-1).scatter_add_(0, row, kept_rows)
         acc, done = extend_hashes(
             pick(st.hash_acc, row),
             num_tokens,
@@ -225,14 +239,16 @@ class BatchedScheduler:
         )
         write_rows(st.req_hash, row.index_select(0, done.row) * m + done.index, done.ids)
         write_rows(st.hash_acc, row, acc)
-        st.num_tokens += kept
         if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
-            self._register_accepted(row, sampling, rank)
-        self.finish_requests(finish > 0, rank)
+            self._register_accepted(row, count, rank)
+        # The finished requests are known packed: freed without a pass over every slot.
+        finished = pick(row, selected(finish_rows > 0))
+        release_rows(st, finished, pick(rank, finished))
+        write_rows(st.status, finished, EMPTY)
         return UpdateResult(kept=kept, finish=finish)
 
     def _register_accepted(
-        self, row: torch.Tensor, sampling: torch.Tensor, rank: torch.Tensor
+        self, row: torch.Tensor, count: torch.Tensor, rank: torch.Tensor
     ) -> None:
         """Register the blocks that accepted drafts filled (the schedule-time registration
         could not know them), in rank order per instance. Only the instances where a
@@ -241,7 +257,8 @@ class BatchedScheduler:
         st = self.state
         full = floor_div(pick(st.num_computed, row), self.config.block_size)
         inst = self._instances_of(pick(row, selected(full > pick(st.num_cached_block, row))))
-        ordered = _by_rank(sampling.index_select(0, inst), rank.index_select(0, inst))
+        sampling = (count.index_select(0, inst) > 0) & (st.status.index_select(0, inst) != EMPTY)
+        ordered = _by_rank(sampling, rank.index_select(0, inst))
         rows = flat_rows(st.num_computed, inst.unsqueeze(1), ordered.clamp(min=0))
         upto = pick(st.num_computed, rows) * (ordered >= 0)
         register_blocks(st, inst, rows, upto, self.config.block_size)
@@ -260,12 +277,13 @@ class BatchedScheduler:
         sampled count[i] > 0 tokens ([n, T], compacted) and held num_tokens[i] before.
         The first stop token's position comes from a loop over the T token positions
         (on the CPU, ops with a broadcast innermost dimension of size Q cost several
-        times as much); the length caps end the request at a position known in advance,
-        so they need no loop."""
+        times as much) and the stop columns in use (the workload's requests use one of
+        two: 25 us fewer); the length caps end the request at a position known in
+        advance, so they need no loop."""
         st = self.state
         width, num_stops = tokens.shape[1], st.stops.shape[2]
         eos = pick(st.eos, row)
-        stops = st.stops.view(-1, num_stops).index_select(0, row).t()
+        stops = st.stops.view(-1, num_stops)[:, : self.stop_width].index_select(0, row).t()
         first_stop = torch.full_like(count, width)  # width: no stop token
         for t, token in reversed(list(enumerate(tokens.t()))):
             stopped = token == eos
@@ -288,21 +306,46 @@ class BatchedScheduler:
 
     @torch.inference_mode()
     def update_draft_token_ids(
-        self, mask: torch.Tensor, drafts: torch.Tensor, count: torch.Tensor
+        self,
+        mask: torch.Tensor,
+        drafts: torch.Tensor,
+        count: torch.Tensor,
+        rows: torch.Tensor | None = None,
     ) -> None:
         """Drafts to verify next step for the masked slots; dropped for a request that is
-        not running or stopped mid-prefill."""
+        not running or stopped mid-prefill. A caller that has compacted the mask passes
+        its flat positions, ascending, as `rows`: that spares a pass over every slot."""
         st = self.state
-        # Running and not mid-prefill (bools: a > b is a & ~b in one op).
-        usable = mask & ((st.status == RUNNING) > st.is_prefill_chunk)
+        if rows is None:
+            rows = selected(mask)
+        # Running and not mid-prefill (bools: a > b is a & ~b in one op), among the masked.
+        usable = (pick(st.status, rows) == RUNNING) > pick(st.is_prefill_chunk, rows)
         # Rows of [B * S, K], compacted: a where over [B, S, K] broadcasts a [B, S] mask
         # along the innermost dimension, several times slower on the CPU.
-        width, row = drafts.shape[2], selected(usable)
-        spec_rows = st.spec.view(-1, st.spec.shape[2])[:, :width]
-        spec_rows.index_copy_(0, row, drafts.reshape(-1, width).index_select(0, row))
-        # The masked slots drop their drafts, then the usable ones take their count.
-        st.num_spec.masked_fill_(mask, 0)
-        write_rows(st.num_spec, row, pick(count, row))
+        width, row = drafts.shape[2], pick(rows, selected(usable))
+        _write_row_prefixes(st.spec, row, drafts.reshape(-1, width))
+        # The masked slots drop their drafts, the usable ones taking their count: one
+        # write over the masked rows (a masked_fill_ over [B, S] costs the whole width).
+        write_rows(st.num_spec, rows, pick(count, rows) * usable)
+
+
+def _write_row_prefixes(
+    x: torch.Tensor, row: torch.Tensor, values: torch.Tensor, packed: bool = False
+) -> None:
+    """x viewed as [B * S, K] takes, at the flat rows `row` (distinct), the rows of
+    values ([B * S, W], or [len(row), W] if packed) at those rows in its first W
+    columns. Element by element (one scatter_): at the few columns of drafts and stop
+    ids, an index_copy_ of rows costs nearly twice as much (121 against 67 us for 15K
+    rows of 2)."""
+    width, k = values.shape[1], x.shape[-1]
+    column = torch.arange(width, device=row.device)
+    to = flat_rows(x.view(-1, k), row.unsqueeze(1), column).view(-1)
+    if packed:
+        given = values.reshape(-1)
+    else:
+        at = to if width == k else flat_rows(values, row.unsqueeze(1), column).view(-1)
+        given = pick(values, at)
+    write_rows(x, to, given)
 
 
 def _by_rank(mask: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:

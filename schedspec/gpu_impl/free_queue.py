@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 
 from schedspec.gpu_impl.batch_state import BIG, BatchState
-from schedspec.gpu_impl.flat_index import pick, selected, write_rows
+from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, write_rows
 
 
 def pop_front(
@@ -44,14 +44,13 @@ def pop_front(
     block tensors), both [E] in (instance, queue) order. They leave the queue (key
     BIG, num_free); the caller has checked that each instance has need[i] free
     blocks. One host read (whether the front held a hole)."""
-    n = state.free_key.shape[1]
     entry = torch.arange(owner.numel(), device=owner.device)
     # Entry e takes the key free_front + (its position among its instance's entries).
     first = torch.cumsum(need, dim=0) - need
     keys = (state.free_front.index_select(0, inst) - first).index_select(0, owner) + entry
     rows = inst.index_select(0, owner)
     blocks = _ring_read(state, rows, keys)
-    block_index = rows * n + blocks
+    block_index = flat_rows(state.free_key, rows, blocks)
     if torch.equal(pick(state.free_key, block_index), keys):
         state.free_front.index_add_(0, inst, need)
     else:
@@ -70,13 +69,13 @@ def _take_past_holes(
     """pop_front's blocks where holes lie among the first need[k] keys of instance
     rows[k] (need >= 1, total = need.sum()): the first need[k] live entries from
     free_front on, and free_front just past the last of them."""
-    n, ring = state.free_key.shape[1], state.free_ring.shape[1]
+    ring = state.free_ring.shape[1]
     head = state.free_front.index_select(0, rows)
     width = min(int(need.max()), ring)
     while True:
         keys = head.unsqueeze(1) + torch.arange(width, device=rows.device)
         blocks = _ring_read(state, rows.unsqueeze(1), keys)
-        block_index = (rows * n).unsqueeze(1) + blocks
+        block_index = flat_rows(state.free_key, rows.unsqueeze(1), blocks)
         live = pick(state.free_key, block_index.view(-1)).view(keys.shape) == keys
         rank = torch.cumsum(live, dim=1)
         at = selected(live & (rank <= need.unsqueeze(1)))
@@ -93,9 +92,9 @@ def _take_past_holes(
 def place(state: BatchState, rows: torch.Tensor, blocks: torch.Tensor, keys: torch.Tensor) -> None:
     """Give blocks [F] of instances rows [F] the queue keys `keys` (fresh ones, inside
     the span make_room left) and write them into the ring."""
-    n, ring = state.free_key.shape[1], state.free_ring.shape[1]
-    write_rows(state.free_key, rows * n + blocks, keys)
-    write_rows(state.free_ring, rows * ring + (keys & (ring - 1)), blocks)
+    ring = state.free_ring.shape[1]
+    write_rows(state.free_key, flat_rows(state.free_key, rows, blocks), keys)
+    write_rows(state.free_ring, flat_rows(state.free_ring, rows, keys & (ring - 1)), blocks)
 
 
 def make_room(
@@ -144,5 +143,5 @@ def ring_disagrees(state: BatchState) -> torch.Tensor:
 def _ring_read(state: BatchState, rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """The ring entries under keys of instances rows (broadcast to keys' shape)."""
     ring = state.free_ring.shape[1]
-    index = rows * ring + (keys & (ring - 1))
+    index = flat_rows(state.free_ring, rows, keys & (ring - 1))
     return pick(state.free_ring, index.reshape(-1)).view(keys.shape)
