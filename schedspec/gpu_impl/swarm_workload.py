@@ -12,7 +12,8 @@ holds. They are drawn for every slot, read or not: finding the slots that
 read them (a nonzero over [B, S]) costs more than drawing. Only the tokens
 of prompts that take the shared pattern are not drawn. A value below n is
 a multiply-high of a draw's top bits by n (integer division is slow on the
-CPU): uniform to within n / 2**21 or better.
+CPU): each value's chance is within 2**-15 of 1 / n (a draft count's
+15-bit lane; 2**-21 or 2**-31 elsewhere).
 
 One tick: maybe abort a live request, maybe add one, propose drafts for
 running requests, schedule, let the model answer (accepted drafts and an
