@@ -4,14 +4,21 @@ Every draw is a pure function of (seed, instance id, tick, purpose, slot),
 a counter-based generator, not a stream: instance i alone (B = 1, id i)
 goes through exactly the ticks it went through among thousands. That is
 how a swarm finding becomes a trace (schedspec.properties.swarm): re-run the
-one instance with a recorder attached. Draws nothing reads are not made
-(drafts of slots not running, accepted drafts and stops of slots not
-sampling, tokens of prompts that take the shared pattern): every value that
-is read equals the full draw's at its position.
+one instance with a recorder attached. Per-slot values (draft counts and
+tokens, accepted drafts, stops, sampled tokens) come from narrow lanes (8,
+16 or 32 bits) of 64-bit draws, lane j of a purpose always the same piece
+of the same draw, so a value does not depend on how many slots the engine
+holds. They are drawn for every slot, read or not: finding the slots that
+read them (a nonzero over [B, S]) costs more than drawing. Only the tokens
+of prompts that take the shared pattern are not drawn. A value below n is
+a multiply-high of a draw's top bits by n (integer division is slow on the
+CPU): each value's chance is within 2**-15 of 1 / n (a draft count's
+15-bit lane; 2**-21 or 2**-31 elsewhere).
 
 One tick: maybe abort a live request, maybe add one, propose drafts for
 running requests, schedule, let the model answer (accepted drafts and an
-occasional forced stop are drawn), update. Stop tokens lie outside the
+occasional forced stop are drawn; the tokens are the accepted drafts, then
+one drawn token or the stop token), update. Stop tokens lie outside the
 model's vocabulary, so only a drawn stop ends a request early: a trace's
 Step decisions then say everything the model decided.
 """
@@ -23,27 +30,30 @@ from dataclasses import dataclass
 
 import torch
 
-from schedspec.gpu_impl.batch_state import EMPTY, NO_TOKEN, RUNNING
+from schedspec.gpu_impl.batch_state import EMPTY, NO_TOKEN, PREEMPTED, RUNNING, WAITING
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests, UpdateResult
-from schedspec.gpu_impl.flat_index import pick, selected, write_rows
+from schedspec.gpu_impl.flat_index import pick, selected
 from schedspec.gpu_impl.hashing import mix64
 from schedspec.gpu_impl.step_plan import StepPlan
 
-VOCAB = 64  # the model's tokens; the harness model's default vocabulary (a power of 2, < 128)
+assert min(WAITING, RUNNING, PREEMPTED) > EMPTY  # _add finds empty slots by a minimum
+
+# The model's tokens: the harness model's default vocabulary, 2**6 (draw_small's default).
+VOCAB = 64
 STOP_TOKEN = VOCAB + 36  # never sampled, only forced
 # Prompt tokens: a power of two, so that a draw's low bits are a token (no lookup).
 PROMPT_VOCAB = 8
-_VOCAB_BITS = VOCAB.bit_length() - 1
 
 # Purposes: independent streams of the counter-based generator.
 _ABORT, _ABORT_PICK, _ADD, _LENGTH, _TOKENS, _MAX_TOKENS = 1, 2, 3, 4, 5, 6
-_EOS, _PRIORITY, _DRAFTS, _ACCEPT, _STOP, _SAMPLE, _PREFIX = 7, 8, 9, 10, 11, 12, 13
-_DRAFT_TOKENS = 14
-_PURPOSES = 14  # purposes are 1.._PURPOSES
-# Token draws come from 7-bit lanes of a 62-bit draw.
-_LANES_PER_DRAW = 8
-_LANE_SHIFTS = torch.arange(_LANES_PER_DRAW, dtype=torch.int64) * 7
+_EOS, _PRIORITY, _DRAFTS, _ACCEPT_STOP, _SAMPLE, _PREFIX = 7, 8, 9, 10, 11, 12
+_DRAFT_TOKENS = 13
+_PURPOSES = 13  # purposes are 1.._PURPOSES
+# draw_small's lanes: a 64-bit draw viewed as 8-, 16- or 32-bit integers (each lane's
+# top bit is masked off, so the signed views give values >= 0).
+_LANE_DTYPES = {8: torch.uint8, 16: torch.int16, 32: torch.int32}
 _DRAW_BITS = 2**62 - 1
+_LANE_KEY = 104_729  # lane (slot, or position of a wide draw) j adds j times this to its base
 
 
 @dataclass(frozen=True)
@@ -64,12 +74,19 @@ class Tick:
     # The requests added (at most one per instance), in the two add_requests calls:
     # those with the shared prompt pattern (one row expanded), then the others.
     added: tuple[NewRequests, NewRequests]
-    drafts: torch.Tensor  # [B, S] drafts proposed (-1: no proposal)
+    proposing: torch.Tensor  # [B, S] bool: the slots that proposed drafts (the running)
+    proposed: torch.Tensor  # [B, S] how many drafts, where proposing (any value elsewhere)
     plan: StepPlan
     accepted: torch.Tensor  # [B, S] drafts accepted per sampling request (0 elsewhere)
     stopped: torch.Tensor  # [B, S] bool: the model emitted the stop token
     sampled: torch.Tensor  # [B, S] tokens emitted (0: none)
     result: UpdateResult
+
+    @property
+    def drafts(self) -> torch.Tensor:
+        """[B, S] drafts proposed, -1: no proposal. Made when asked (traces ask): a where
+        over [B, S] took 90 us of every tick."""
+        return torch.where(self.proposing, self.proposed, -1)
 
 
 class SwarmWorkload:
@@ -88,46 +105,40 @@ class SwarmWorkload:
         self.tick_index = 0
         # Every draw's instance part, fixed for the run, plus each purpose's.
         self._instance_keys = mix64(self.ids * 1_000_003 + seed)
-        self._purpose_keys = torch.arange(1, _PURPOSES + 1, device=engine.device).unsqueeze(1)
-        self._tick_bases = self._instance_keys.unsqueeze(0)  # set on a tick's first draw
+        self._purpose_keys = torch.arange(1, _PURPOSES + 1, device=engine.device)
+        self._tick_bases = self._instance_keys.unsqueeze(1)  # set on a tick's first draw
         self._tick_bases_of = -1
+        longest = self.config.max_model_len - 1
+        self._pattern = (torch.arange(longest, device=engine.device) * 5 // 3) % PROMPT_VOCAB
+        self._starts = torch.empty(0, dtype=torch.int64, device=engine.device)
 
     @torch.inference_mode()
     def draws(
-        self, purposes: tuple[int, ...], width: int = 0, rows: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """Non-negative draws for this tick, one row per purpose: [P, B] (width 0) or
-        [P, B, width] (for the instances `rows` only, if given)."""
+        self, purposes: tuple[int, ...], rows: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """Non-negative draws (62 bits) for this tick, [B] each (or [len(rows)], for the
+        instances `rows` only, if given), one per purpose: views of the bases' columns."""
         bases = self._bases(rows)
-        base = torch.stack([bases[purpose - 1] for purpose in purposes])
-        if width == 0:
-            return base & _DRAW_BITS
-        return mix64(base.unsqueeze(2) + _lane_keys(width, base.device)) & _DRAW_BITS
+        return tuple(bases[:, purpose - 1] for purpose in purposes)
 
-    def draw(self, purpose: int, width: int = 0, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """Non-negative draws, [B] (width 0) or [B, width], for this tick and purpose
-        (for the instances `rows` only, if given)."""
-        return self.draws((purpose,), width, rows)[0]
-
-    @torch.inference_mode()
-    def draws_at(self, purposes: tuple[int, ...], width: int, at: torch.Tensor) -> torch.Tensor:
-        """[P, len(at)]: the draws of draws(purposes, width) at flat positions `at` of
-        [B, width], mixing only those (a draw a slot does not use costs nothing)."""
-        bases = self._bases()
-        keys = torch.stack([bases[purpose - 1] for purpose in purposes]).unsqueeze(2)
-        keys = (keys + _lane_keys(width, at.device)).view(len(purposes), -1)
-        return mix64(keys.index_select(1, at)) & _DRAW_BITS
+    def draw(self, purpose: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Non-negative draws, [B] (or [len(rows)]), for this tick and purpose."""
+        return self.draws((purpose,), rows)[0]
 
     def _bases(self, rows: torch.Tensor | None = None) -> torch.Tensor:
-        """[purposes, B] (or [purposes, len(rows)]): each draw's mix of (instance, tick,
-        purpose), row p - 1 for purpose p. All purposes are mixed at once on a tick's
-        first draw (one mix over [purposes, B], not one per draw: on [B] the ops' own
-        overhead dominates)."""
+        """[B, purposes] (or [len(rows), purposes]): each draw's mix of (instance, tick,
+        purpose), 62 bits, column p - 1 for purpose p. All purposes are mixed at once
+        on a tick's first draw (one mix over [B, purposes], not one per draw: on [B]
+        the ops' own overhead dominates). Instance-major, so that a few instances'
+        bases are whole rows (index_select of 2,000 rows: 7 us, against 105 us for
+        columns of [P, B])."""
         if self._tick_bases_of != self.tick_index:
             tick_keys = self._purpose_keys + self.tick_index * 7919
-            self._tick_bases = mix64(self._instance_keys + tick_keys)
+            # Masked once here, not per draw (eight masks of a column cost more).
+            self._tick_bases = mix64(self._instance_keys.unsqueeze(1) + tick_keys)
+            self._tick_bases &= _DRAW_BITS
             self._tick_bases_of = self.tick_index
-        return self._tick_bases if rows is None else self._tick_bases.index_select(1, rows)
+        return self._tick_bases if rows is None else self._tick_bases.index_select(0, rows)
 
     @torch.inference_mode()
     def tick(self, after_schedule: Callable[[StepPlan], None] | None = None) -> Tick:
@@ -135,14 +146,14 @@ class SwarmWorkload:
         engine = self.engine
         aborted = self._abort()
         added = self._add()
-        drafts = self._propose()
+        proposing, proposed = self._propose()
         plan = engine.schedule()
         if after_schedule is not None:
             after_schedule(plan)
         accepted, stopped, tokens, count = self._model(plan)
         result = engine.update_from_output(tokens, count, plan.num_drafts, plan.rank)
         self.tick_index += 1
-        return Tick(aborted, added, drafts, plan, accepted, stopped, count, result)
+        return Tick(aborted, added, proposing, proposed, plan, accepted, stopped, count, result)
 
     # ------------------------------------------------------------------ events
 
@@ -162,13 +173,16 @@ class SwarmWorkload:
 
     def _add(self) -> tuple[NewRequests, NewRequests]:
         st = self.engine.state
-        empty = st.status == EMPTY
         # Slots past the tensors' width are empty too: the first of them is the first
         # empty slot of an instance whose columns are all in use (the engine widens).
-        has_empty = empty.any(dim=1)
+        # EMPTY is the lowest status, so a row's minimum says whether it has an empty
+        # slot and its index is the first one (the first minimum's): one op, 40 us,
+        # against 200 for == , any and argmax.
+        lowest, first_empty = st.status.min(dim=1)
+        has_empty = lowest == EMPTY
         room = has_empty | (st.slots < self.engine.capacity)
         go = ((self.draw(_ADD) & 1023) < self.shape.add_chance) & room
-        slot = torch.where(has_empty, torch.argmax(empty.long(), dim=1), st.slots)
+        slot = torch.where(has_empty, first_empty, st.slots)
         arriving = selected(go)
         # The arrivals whose prompt is the shared pattern first, then those with their
         # own tokens (x & 1 is x % 2: draws are >= 0).
@@ -177,12 +191,12 @@ class SwarmWorkload:
         num_shared = int(shared.sum())
         # Only the arriving instances' draws (x & (2**n - 1) is x % 2**n).
         length, eos, max_tokens, priority = self.draws(
-            (_LENGTH, _EOS, _MAX_TOKENS, _PRIORITY), rows=inst
+            (_LENGTH, _EOS, _MAX_TOKENS, _PRIORITY), inst
         )
         pattern, own = self._prompts(num_shared, inst[num_shared:])
         slots = slot.index_select(0, inst)
-        prompt_len = 1 + length % (self.config.max_model_len - 1)
-        max_tokens = 1 + max_tokens % self.shape.max_new_tokens
+        prompt_len = 1 + _below(length, self.config.max_model_len - 1)
+        max_tokens = 1 + _below(max_tokens, self.shape.max_new_tokens)
         eos = torch.where((eos & 1) == 0, STOP_TOKEN, NO_TOKEN)
         stops = torch.full((inst.numel(), 1), NO_TOKEN, device=st.device)
         priority = priority & 3
@@ -215,36 +229,43 @@ class SwarmWorkload:
         own tokens all along (tokens past prompt_len are padding: nobody reads them;
         hashing counts, traces slice)."""
         longest = self.config.max_model_len - 1
-        device = own_inst.device
-        pattern = (torch.arange(longest, device=device) * 5 // 3) % PROMPT_VOCAB
         tokens = self.draw_small(_TOKENS, longest, own_inst, bits=PROMPT_VOCAB.bit_length() - 1)
-        return pattern.expand(num_shared, longest), tokens
+        return self._pattern.expand(num_shared, longest), tokens
 
     def draw_small(
-        self, purpose: int, width: int, rows: torch.Tensor | None = None, bits: int = 7
+        self,
+        purpose: int,
+        width: int,
+        rows: torch.Tensor | None = None,
+        bits: int = 6,
+        lane_bits: int = 8,
     ) -> torch.Tensor:
-        """Draws below 2**bits (bits <= 7), [B, width] (or [len(rows), width]),
-        contiguous: each 62-bit draw yields eight 7-bit lanes, an eighth of the mixing of
-        one draw per value (token draws were most of the workload's own cost); fewer
-        bits keep a lane's low bits."""
-        lanes = self.draw(purpose, -(-width // _LANES_PER_DRAW), rows)
-        shifted = (lanes.unsqueeze(-1) >> _LANE_SHIFTS.to(lanes.device)).flatten(1)
-        return shifted[:, :width] & ((1 << bits) - 1)
+        """Draws below 2**bits (bits < lane_bits), [B, width] (or [len(rows), width]),
+        contiguous: lane j is the j-th lane_bits-wide (8, 16 or 32) piece of 64-bit
+        draws (little-endian, as CPUs and CUDA devices are), so a draw feeds 64 /
+        lane_bits values, a fraction of the mixing of one draw per value. One mask over
+        the draws keeps every lane's low bits, then the lanes are converted (a shift and
+        a mask per lane over [n, width] cost three times as much)."""
+        per_draw = 64 // lane_bits
+        base = self._bases(rows)[:, purpose - 1]
+        lanes = mix64(base.unsqueeze(1) + _lane_keys(-(-width // per_draw), base.device))
+        lanes &= ((1 << bits) - 1) * ((2**64 - 1) // (2**lane_bits - 1))
+        return lanes.view(_LANE_DTYPES[lane_bits])[:, :width].to(torch.int64)
 
-    def _propose(self) -> torch.Tensor:
+    def _propose(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The running slots propose drafts: ([B, S] which slots, how many there)."""
         st, k = self.engine.state, self.config.num_speculative_tokens
         if k == 0:
-            return torch.full_like(st.status, -1)
+            return torch.zeros_like(st.status, dtype=torch.bool), torch.zeros_like(st.status)
         mask = st.status == RUNNING
-        # Counts for the running slots only (the engine reads no other).
-        at = selected(mask)
-        count = torch.zeros_like(st.status).view(-1)
-        write_rows(count, at, self.draws_at((_DRAFTS,), st.slots, at)[0] % (k + 1))
-        count = count.view_as(st.status)
-        tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k, bits=_VOCAB_BITS)
+        # Counts from 15-bit lanes for every slot; the engine reads the running slots'
+        # only. Drawing per slot costs less than finding the running slots to draw for
+        # (a nonzero: 120 us).
+        count = _below(self.draw_small(_DRAFTS, st.slots, bits=15, lane_bits=16), k + 1, 15)
+        tokens = self.draw_small(_DRAFT_TOKENS, st.slots * k)
         tokens = tokens.view(st.batch, st.slots, k)
         self.engine.update_draft_token_ids(mask, tokens, count)
-        return torch.where(mask, count, -1)
+        return mask, count
 
     def _model(
         self, plan: StepPlan
@@ -254,39 +275,56 @@ class SwarmWorkload:
         st, k = self.engine.state, self.config.num_speculative_tokens
         before = plan.computed_before + plan.scheduled - plan.num_drafts
         samples = (plan.scheduled > 0) & (before >= st.num_tokens)
-        # Accepted drafts and stops are drawn for the sampling slots only (0 elsewhere).
-        at = selected(samples)
-        accept_draw, stop_draw = self.draws_at((_ACCEPT, _STOP), st.slots, at)
-        accepted_here = accept_draw % (pick(plan.num_drafts, at) + 1)
-        stops_here = (stop_draw & 1023) < self.shape.stop_chance
-        stops_here &= pick(st.eos, at) == STOP_TOKEN
-        accepted, count = torch.zeros_like(st.status), torch.zeros_like(st.status)
-        write_rows(accepted, at, accepted_here)
-        write_rows(count, at, accepted_here + 1)
-        stop = torch.zeros_like(samples)
-        write_rows(stop, at, stops_here)
-        tokens = self.draw_small(_SAMPLE, st.slots * (k + 1), bits=_VOCAB_BITS)
-        tokens = tokens.view(st.batch, st.slots, k + 1)
-        # Accepted drafts come first, column by column on [B, S] (a where over [B, S, K]
-        # with a [B, S] mask broadcast innermost costs several times as much; so did an
-        # arithmetic blend on these strided columns and a gather of the accepting rows).
-        for t in range(k):
-            column = tokens[..., t]
-            column.copy_(torch.where(accepted > t, plan.drafts[..., t], column))
-        # The stop token replaces the last emitted token: few slots, written by flat index.
-        stopping = selected(stops_here)
-        last = at.index_select(0, stopping) * (k + 1) + accepted_here.index_select(0, stopping)
-        write_rows(tokens, last, STOP_TOKEN)
+        # Accepted drafts and stops, drawn for every slot (cheaper than finding the
+        # sampling slots: see _propose) and kept for the sampling slots (0 elsewhere):
+        # one 31-bit lane each, the stop from its top 10 bits, the accepted drafts
+        # from the other 21.
+        draw = self.draw_small(_ACCEPT_STOP, st.slots, bits=31, lane_bits=32)
+        stop = (draw < self.shape.stop_chance << 21) & samples
+        stop &= st.eos == STOP_TOKEN
+        rest = draw & (2**21 - 1)
+        # _below(rest, num_drafts + 1, 21), the + 1 folded into one op.
+        accepted = (torch.addcmul(rest, rest, plan.num_drafts) >> 21) * samples
+        count = accepted + samples
+        # The tokens: the accepted drafts, then the model's own, or the stop token, at
+        # position `accepted` (past count nothing is read). The drafts are copied whole
+        # and the one token scattered by flat position (a where per draft column on
+        # [B, S], with token draws for every position, cost a fifth more; a scatter
+        # along the last dimension of [B, S, k + 1] twice as much as this one).
+        last = torch.where(stop, STOP_TOKEN, self.draw_small(_SAMPLE, st.slots))
+        tokens = torch.cat([plan.drafts[..., :k], last.unsqueeze(2)], dim=2)
+        at = self._token_starts() + accepted.view(-1)
+        tokens.view(-1).scatter_(0, at, last.view(-1))
         return accepted, stop, tokens, count
+
+    def _token_starts(self) -> torch.Tensor:
+        """[B * S]: each slot's first flat position in the model's [B, S, k + 1] tokens,
+        kept until S changes (the engine widens rarely)."""
+        size = self.engine.state.status.numel()
+        if self._starts.numel() != size:
+            width = self.config.num_speculative_tokens + 1
+            self._starts = torch.arange(size, device=self.engine.device) * width
+        return self._starts
 
 
 def _pick(mask: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:
     """A slot among the masked ones, picked by draw (the width where none): the n-th
     masked slot is the number of slots before the running count passes n."""
-    nth = draw % mask.sum(dim=1).clamp(min=1)
+    nth = _below(draw, mask.sum(dim=1))
     return (torch.cumsum(mask, dim=1) <= nth.unsqueeze(1)).sum(dim=1)
+
+
+def _below(draw: torch.Tensor, n: torch.Tensor | int, bits: int = 62) -> torch.Tensor:
+    """A draw (below 2**bits, >= 0) brought below n (0 where n is 0; n < 2**32): its
+    top 31 bits (all of them, if fewer) times n, over 2**31 (over 2**bits), so each
+    value has 2**31 / n of the draws' values give or take one. Integer division is
+    slow on the CPU: a remainder by a tensor took 35 us on 15K entries, these ops
+    about 10."""
+    if bits > 31:
+        draw, bits = draw >> (bits - 31), 31
+    return (draw * n) >> bits
 
 
 def _lane_keys(width: int, device: torch.device) -> torch.Tensor:
     """What each lane (slot, or position of a wide draw) adds to its draw's base."""
-    return torch.arange(width, device=device) * 104_729
+    return torch.arange(width, device=device) * _LANE_KEY
