@@ -169,8 +169,8 @@ def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
     batch = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     alone = BatchedScheduler(config, batch=1, slots=10, device="cpu")
     workloads = [
-        SwarmWorkload(batch, 11, torch.arange(8), shape),
-        SwarmWorkload(alone, 11, torch.tensor([5]), shape),
+        SwarmWorkload(batch, 1, torch.arange(8), shape),
+        SwarmWorkload(alone, 1, torch.tensor([5]), shape),
     ]
     preempted = 0
     for _ in range(40):

@@ -64,7 +64,8 @@ def insert(state: BatchState, block_index: torch.Tensor) -> None:
     block_hash already holds their ids. Then rebuild the rows worn by deletions."""
     rows, blocks = _split(block_index, state.block_hash.shape[1])
     _place(state, rows, blocks, block_index)
-    worn = selected(state.cache_deleted > state.cache_index.shape[1] // 4)
+    inserting = torch.zeros_like(state.cache_deleted, dtype=torch.bool).index_fill_(0, rows, True)
+    worn = selected(inserting & (state.cache_deleted > state.cache_index.shape[1] // 4))
     if worn.numel() > 0:
         rebuild(state, worn)
 
