@@ -207,18 +207,15 @@ class BatchedScheduler:
         count: torch.Tensor,
         num_drafts: torch.Tensor,
         rank: torch.Tensor,
-        rows: torch.Tensor | None = None,
     ) -> UpdateResult:
         """Apply the model's tokens ([B, S, T], count[b, s] of them; 0: nothing sampled):
         roll back rejected drafts, append up to a stop, register, free the finished
         in scheduling order (rank: the sampling requests' ranks are distinct within an
-        instance and in [0, S), as a plan's are). A caller that has compacted the
-        sampling requests (count > 0, not EMPTY) passes their flat rows of the [B, S]
-        tensors, ascending, as `rows`: that spares a pass over every slot."""
+        instance and in [0, S), as a plan's are)."""
         st, config = self.state, self.config
         # Only the sampling requests take tokens: a small share of the slots, compacted
         # once (the hashing below reads the same rows).
-        row = selected((count > 0) & (st.status != EMPTY)) if rows is None else rows
+        row = selected((count > 0) & (st.status != EMPTY))
         t, m = tokens.shape[2], st.req_hash.shape[2]
         sampled, num_tokens = tokens.reshape(-1, t).index_select(0, row), pick(st.num_tokens, row)
         kept_rows, finish_rows = self._first_finish(row, sampled, pick(count, row), num_tokens)
@@ -310,14 +307,11 @@ class BatchedScheduler:
         mask: torch.Tensor,
         drafts: torch.Tensor,
         count: torch.Tensor,
-        rows: torch.Tensor | None = None,
     ) -> None:
         """Drafts to verify next step for the masked slots; dropped for a request that is
-        not running or stopped mid-prefill. A caller that has compacted the mask passes
-        its flat positions, ascending, as `rows`: that spares a pass over every slot."""
+        not running or stopped mid-prefill."""
         st = self.state
-        if rows is None:
-            rows = selected(mask)
+        rows = selected(mask)
         # Running and not mid-prefill (bools: a > b is a & ~b in one op), among the masked.
         usable = (pick(st.status, rows) == RUNNING) > pick(st.is_prefill_chunk, rows)
         # Rows of [B * S, K], compacted: a where over [B, S, K] broadcasts a [B, S] mask
