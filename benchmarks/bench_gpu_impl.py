@@ -4,10 +4,13 @@ Part 1 steps B instances of one random workload (gpu_impl's SwarmWorkload:
 arrivals, aborts, drafts, prefix sharing, forced stops) for B = 1, 64,
 1024, 4096: gpu_impl all B at once, the reference one instance after
 another. The reference's rate does not depend on B (it steps instances one
-by one), so it is measured once, on the first instances of the same swarm
-replayed as traces (swarm_trace.record_instance: the same requests and
-the same model decisions), over the same ticks; each ratio below divides
-two rates measured in this run.
+by one), so it is measured once, on the first REFERENCE_INSTANCES (64)
+instances of the same swarm replayed as traces (swarm_trace.record_instance:
+the same requests and the same model decisions), over the same ticks; each
+ratio below divides two rates measured in this run. Instances differ in
+load: the reference's rate over groups of 16 of them ranged 13,800-15,700
+instance-steps/s, so a sample of 16 moved the ratio by a tenth; 64 take
+about five seconds to record and step.
 
 Part 2 times one instance with 256 and 1024 running requests (all past
 their prefill, decoding one token per step): gpu_impl with B = 1 and the
@@ -72,6 +75,10 @@ WORKLOAD = SwarmRun(
     shape=WorkloadShape(add_chance=512, max_new_tokens=24),
     slots=24,
 )
+
+
+# Instances the reference steps to measure its rate (see the module docstring).
+REFERENCE_INSTANCES = 64
 
 
 def sync(device: torch.device) -> None:
@@ -200,7 +207,7 @@ TIMED: list[tuple[Any, str, str]] = [
     (BatchedScheduler, "schedule", "engine.schedule"),
     (running_phase, "_segment", "  running walk (segments)"),
     (admission, "_admit_heads", "  admission rounds"),
-    (admission, "longest_cached_prefix", "    prefix-cache lookup"),
+    (admission, "_cached_prefix", "    prefix-cache lookup"),
     (step_plan, "take_free_blocks", "  take_free_blocks (both phases)"),
     (step_plan, "register_blocks", "  register_blocks (both phases)"),
     (BatchedScheduler, "update_from_output", "engine.update_from_output"),
@@ -358,7 +365,7 @@ def main() -> None:
     if args.lines:
         lines(args.lines, 30, 10, device)
         return
-    ref = reference_rate(4 if args.quick else 16, warm, ticks)
+    ref = reference_rate(4 if args.quick else REFERENCE_INSTANCES, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
     header = f"{'B':>8} {'gpu_impl inst-steps/s':>22} {'ms/tick':>8} {'x reference':>12}"
     print(f"{header} {'running/inst':>13} {'GPU busy':>9}", flush=True)
