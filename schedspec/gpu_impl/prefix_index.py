@@ -15,10 +15,11 @@ id all lie between its home and the first EMPTY_BUCKET after it; ids that
 share their low bits share that run and are told apart by comparing the
 blocks' ids in full. A deleted entry leaves a TOMBSTONE (emptying the
 bucket would cut the run of entries placed past it); inserts reuse
-tombstones, and a row is rebuilt from `block_hash` once H / 4 entries were
-deleted since its last rebuild (`cache_deleted`, a bound on its tombstones),
-which keeps runs short: entries, at most N, and tombstones never fill more
-than three quarters of the row, so every run ends.
+tombstones, and a row is rebuilt from `block_hash`, by the `forget` that wears
+it, once more than H / 4 entries were deleted since its last rebuild
+(`cache_deleted`, a bound on its tombstones), which keeps runs short: entries,
+at most N, and tombstones never fill more than three quarters of the row, so
+every run ends.
 
 A lookup reads a fixed width of buckets from each id's home (the table is
 sparse: most runs end within it) and goes on only for the ids whose window
@@ -58,16 +59,14 @@ _FIRST_WIDTH = 3
 _PLACE_WINDOW = 4
 
 
-def insert(state: BatchState, block_index: torch.Tensor) -> None:
+def insert(state: BatchState, block_index: torch.Tensor, ids: torch.Tensor | None = None) -> None:
     """Index blocks that were just given content ids: block_index holds their flat
     positions (instance * N + block) in the [B, N] block tensors, each block once, and
-    block_hash already holds their ids. Then rebuild the rows worn by deletions."""
+    block_hash already holds their ids; a caller that has the ids at hand passes them
+    as `ids` (sparing a gather of block_hash). Rows worn by deletions were rebuilt
+    when they wore (`forget`), so an insert only places."""
     rows, blocks = _split(block_index, state.block_hash.shape[1])
-    _place(state, rows, blocks, block_index)
-    inserting = torch.zeros_like(state.cache_deleted, dtype=torch.bool).index_fill_(0, rows, True)
-    worn = selected(inserting & (state.cache_deleted > state.cache_index.shape[1] // 4))
-    if worn.numel() > 0:
-        rebuild(state, worn)
+    _place(state, rows, blocks, block_index, ids)
 
 
 def _split(block_index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,19 +79,28 @@ def _split(block_index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tenso
 
 
 def forget(state: BatchState, block_index: torch.Tensor) -> None:
-    """Delete the entries of blocks about to lose their content ids (flat positions, each
-    block once); blocks without an id are skipped."""
+    """Blocks lose their content ids (flat positions, each block once): their entries
+    are deleted and block_hash set to NO_HASH; blocks without an id are skipped (their
+    block_hash is NO_HASH already). Then the rows these deletions wore are rebuilt."""
     bucket = state.cache_bucket.view(-1).index_select(0, block_index)
     at = selected(bucket >= 0)
     if at.numel() == 0:
-        # The usual case: in the benchmark no block taken from the free queue still has an id.
+        # The usual case: in the benchmark no block taken from the free queue still has
+        # an id, so the caller's block_hash write is spared too (about 20 us a call).
         return
     block_index = pick(block_index, at)
     rows, _ = _split(block_index, state.block_hash.shape[1])
     h = state.cache_index.shape[1]
     write_rows(state.cache_index, rows * h + pick(bucket, at), TOMBSTONE)
     write_rows(state.cache_bucket, block_index, NO_BUCKET)
+    write_rows(state.block_hash, block_index, NO_HASH)
     state.cache_deleted.index_add_(0, rows, torch.ones_like(rows))
+    # Only rows that deleted here can have worn: the check costs nothing on inserts,
+    # and an instance's layout still depends on its own history only.
+    deleting = torch.zeros_like(state.cache_deleted, dtype=torch.bool).index_fill_(0, rows, True)
+    worn = selected(deleting & (state.cache_deleted > h // 4))
+    if worn.numel() > 0:
+        rebuild(state, worn)
 
 
 def rebuild(state: BatchState, inst: torch.Tensor) -> None:
@@ -176,16 +184,22 @@ def _flat_read(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def _place(
-    state: BatchState, rows: torch.Tensor, blocks: torch.Tensor, block_index: torch.Tensor
+    state: BatchState,
+    rows: torch.Tensor,
+    blocks: torch.Tensor,
+    block_index: torch.Tensor,
+    ids: torch.Tensor | None = None,
 ) -> None:
     """Enter blocks [K] of instances rows [K] (flat positions block_index; block_hash
-    holds their ids) by linear probing, in rounds. One host read per round. The first
-    round proposes each entry's home bucket only (`_claim_homes`): the table is at most
-    half full of entries, so most homes are free; the few left (home taken, or lost to
-    an entry of the same call) look at windows of _PLACE_WINDOW buckets from the bucket
-    after their home on."""
+    holds their ids, and so does ids where given) by linear probing, in rounds. One
+    host read per round. The first round proposes each entry's home bucket only
+    (`_claim_homes`): the table is at most half full of entries, so most homes are
+    free; the few left (home taken, or lost to an entry of the same call) look at
+    windows of _PLACE_WINDOW buckets from the bucket after their home on."""
     h = state.cache_index.shape[1]
-    home = state.block_hash.view(-1).index_select(0, block_index) & (h - 1)
+    if ids is None:
+        ids = state.block_hash.view(-1).index_select(0, block_index)
+    home = ids & (h - 1)
     todo = _claim_homes(state, torch.add(home, rows, alpha=h), blocks)
     # Winners sit at their homes, at distance 0: their instances' reach is at least 1.
     write_rows(state.cache_bucket, block_index, home)
