@@ -111,12 +111,12 @@ def test_forgetting_a_block_without_an_id_changes_nothing() -> None:
 
 
 def test_two_ids_with_one_home_in_one_call_both_get_in() -> None:
-    """Blocks 2 and 1 propose bucket 4 in the same round: the smaller block id takes it,
+    """Blocks 2 and 1 propose bucket 4 in the same round: the larger block id takes it,
     the other goes on to bucket 5 (a reach of 2); both are found."""
     st = _state()
     a, b = _id(4, 1), _id(4, 2)
     _register(st, 0, {2: a, 1: b})
-    assert st.cache_index[0, 4:6].tolist() == [1, 2]
+    assert st.cache_index[0, 4:6].tolist() == [2, 1]
     assert st.cache_reach.tolist() == [2]
     assert _find(st, 0, [a, b]) == [2, 1]
     _assert_consistent(st)
@@ -166,7 +166,7 @@ def test_probes_wrap_around_the_end_of_the_row() -> None:
     st = _state()
     a, b = _id(H - 1, 1), _id(H - 1, 2)
     _register(st, 0, {4: a, 5: b})
-    assert st.cache_index[0, H - 1] == 4 and st.cache_index[0, 0] == 5
+    assert st.cache_index[0, H - 1] == 5 and st.cache_index[0, 0] == 4
     assert _find(st, 0, [a, b]) == [4, 5]
     _assert_consistent(st)
 
@@ -201,23 +201,25 @@ def test_a_lookup_reads_past_its_first_window_only_up_to_the_reach(
 
 
 def test_a_row_worn_by_deletions_is_rebuilt_by_the_forget_that_wears_it() -> None:
-    """Six ids with home 0 fill buckets 0-5. Four evictions (H / 4 = 4) leave
-    tombstones; the fifth wears the row, and that forget rebuilds it from block_hash
-    without the evicted blocks: the survivor moves home, the tombstones go, and the
-    reach drops back to 1. Instance 1, holding the same ids, is left alone."""
+    """Six ids with home 0 fill buckets 0-5 (block 5 at 0, block 0 at 5: the larger
+    block wins a bucket). Four evictions (H / 4 = 4) leave tombstones; the fifth wears
+    the row, and that forget rebuilds it from block_hash without the evicted blocks:
+    the survivor moves home, the tombstones go, and the reach drops back to 1.
+    Instance 1, holding the same ids, is left alone."""
     st = _state(batch=2)
     ids = [_id(0, tag) for tag in range(1, 7)]
     _register(st, 0, dict(enumerate(ids)))
     _register(st, 1, dict(enumerate(ids)))
-    _evict(st, 0, [0, 1, 2, 3])
+    assert st.cache_index[0, :6].tolist() == [5, 4, 3, 2, 1, 0]
+    _evict(st, 0, [2, 3, 4, 5])
     assert st.cache_deleted.tolist() == [4, 0]
     assert st.cache_index[0, :4].tolist() == [TOMBSTONE] * 4
     _assert_consistent(st)
-    _evict(st, 0, [4])
+    _evict(st, 0, [1])
     assert st.cache_deleted.tolist() == [0, 0]
-    assert st.cache_index[0].tolist() == [5] + [EMPTY_BUCKET] * 15
+    assert st.cache_index[0].tolist() == [0] + [EMPTY_BUCKET] * 15
     assert st.cache_reach.tolist() == [1, 6]
-    assert _find(st, 0, [ids[5], ids[4]]) == [5, -1]
+    assert _find(st, 0, [ids[0], ids[1]]) == [0, -1]
     _assert_consistent(st)
     _register(st, 0, {6: _id(9, 1)})
     assert st.cache_index[0, 9] == 6 and st.cache_deleted.tolist() == [0, 0]
@@ -253,7 +255,7 @@ def test_instances_of_one_call_never_meet() -> None:
             st.block_hash[inst, block] = content
     prefix_index.insert(st, torch.tensor([i * N + b for i in (0, 1) for b in ids]))
     assert torch.equal(st.cache_index[0], st.cache_index[1])
-    assert st.cache_index[0, 2:4].tolist() == [1, 3]
+    assert st.cache_index[0, 2:4].tolist() == [3, 1]
     _assert_consistent(st)
 
 

@@ -30,7 +30,7 @@ the id.
 
 Inserts of one call are placed in rounds: each pending entry looks at a
 window of buckets and proposes the first without an entry; where several
-propose one bucket, the smallest block id gets it (scatter_reduce amin) and
+propose one bucket, the largest block id gets it (scatter_reduce amax) and
 the others go on past it. The first round's window is the home bucket alone
 (most homes are free), the later rounds' _PLACE_WINDOW buckets. Instances
 never share buckets, so an instance's layout depends on its own history only
@@ -229,7 +229,7 @@ def _place(
 
 def _claim_homes(state: BatchState, at: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
     """The first round: each entry proposes its home bucket (flat positions at), where
-    it holds no entry; where several propose one, the smallest block id gets it. The
+    it holds no entry; where several propose one, the largest block id gets it. The
     positions (in at) of those that did not get their home, to go on from the next."""
     table = state.cache_index.view(-1)
     seen = table.index_select(0, at)
@@ -237,8 +237,17 @@ def _claim_homes(state: BatchState, at: torch.Tensor, blocks: torch.Tensor) -> t
     # Those whose home holds an entry write it back: no change. That entry is another
     # block (a block gets an entry only once it has an id), so the bucket names the
     # entry's own block exactly where it won.
-    table.scatter_reduce_(0, at, torch.where(proposes, blocks, seen), "amin", include_self=False)
+    _claim(table, at, torch.where(proposes, blocks, seen))
     return selected(table.index_select(0, at) != blocks)
+
+
+def _claim(table: torch.Tensor, at: torch.Tensor, values: torch.Tensor) -> None:
+    """table[at] = the largest of the values written to each bucket. A bucket's writers
+    either all propose their blocks (the bucket is free: its EMPTY_BUCKET or TOMBSTONE,
+    negative, loses to any block) or all write back the entry it holds, so the bucket's
+    own value can take part: amax with include_self costs a third of amin without it
+    (6.6 against 17 us for 5K writes). Order-free, so CUDA's unordered writes agree."""
+    table.scatter_reduce_(0, at, values, "amax")
 
 
 def _propose(
@@ -246,7 +255,7 @@ def _propose(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One round: each entry (its row's first bucket at flat position base) proposes the
     first bucket without an entry in the `width` buckets from bucket `probe` (past the
-    row's end: wrapped) on; where several propose one bucket, the smallest block id gets
+    row's end: wrapped) on; where several propose one bucket, the largest block id gets
     it (block ids are distinct within a row, and a row's buckets are its own). Whether
     each is still without a bucket, and the probe of its bucket, or to go on from."""
     h = state.cache_index.shape[1]
@@ -261,9 +270,7 @@ def _propose(
     # Those that saw no free bucket write back what their window's first bucket (at)
     # holds: no change (and, as in _claim_homes, not their own block).
     table = state.cache_index.view(-1)
-    table.scatter_reduce_(
-        0, at, torch.where(proposes, blocks, seen[:, 0]), "amin", include_self=False
-    )
+    _claim(table, at, torch.where(proposes, blocks, seen[:, 0]))
     lost = table.index_select(0, at) != blocks
     # A winner stops on its bucket, a loser goes on past it, the others past the window.
     return lost, probe + torch.where(proposes, first.squeeze(1) + lost, width)
