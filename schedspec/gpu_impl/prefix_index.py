@@ -168,8 +168,8 @@ def _probe(
     h, n = state.cache_index.shape[1], state.block_hash.shape[1]
     steps = torch.arange(start, start + width, device=ids.device).unsqueeze(1)
     # The home bucket is the id's low bits: (id + step) & (H - 1) wraps within the row.
-    # Flat positions row * width + column by one fused add (no multiply: an op's own
-    # cost is most of it at these sizes).
+    # Flat positions (row * H + bucket, row * N + block) by one fused add each, no
+    # multiply: an op's own cost is most of it at these sizes.
     entries = _flat_read(state.cache_index, torch.add((ids + steps) & (h - 1), rows, alpha=h))
     # An empty bucket reads block 0 of the row. That is harmless: if block 0 holds the id
     # it is one of the id's holders, with the same key as through its own entry (every
