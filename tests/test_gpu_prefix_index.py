@@ -55,10 +55,10 @@ def _register(state: BatchState, inst: int, holders: dict[int, int], first_seq: 
 
 
 def _evict(state: BatchState, inst: int, blocks: list[int]) -> None:
-    """Blocks lose their ids, as take_free_blocks and uncache_uncomputed do it."""
-    index = torch.tensor([inst * N + b for b in blocks])
-    prefix_index.forget(state, index)
-    state.block_hash.view(-1).index_fill_(0, index, NO_HASH)
+    """Blocks lose their ids, as take_free_blocks and uncache_uncomputed do it (forget
+    clears their block_hash itself)."""
+    prefix_index.forget(state, torch.tensor([inst * N + b for b in blocks]))
+    assert (state.block_hash[inst, blocks] == NO_HASH).all()
 
 
 def _find(state: BatchState, inst: int, ids: list[int]) -> list[int]:
@@ -111,12 +111,12 @@ def test_forgetting_a_block_without_an_id_changes_nothing() -> None:
 
 
 def test_two_ids_with_one_home_in_one_call_both_get_in() -> None:
-    """Blocks 2 and 1 propose bucket 4 in the same round: the smaller block id takes it,
+    """Blocks 2 and 1 propose bucket 4 in the same round: the larger block id takes it,
     the other goes on to bucket 5 (a reach of 2); both are found."""
     st = _state()
     a, b = _id(4, 1), _id(4, 2)
     _register(st, 0, {2: a, 1: b})
-    assert st.cache_index[0, 4:6].tolist() == [1, 2]
+    assert st.cache_index[0, 4:6].tolist() == [2, 1]
     assert st.cache_reach.tolist() == [2]
     assert _find(st, 0, [a, b]) == [2, 1]
     _assert_consistent(st)
@@ -166,7 +166,7 @@ def test_probes_wrap_around_the_end_of_the_row() -> None:
     st = _state()
     a, b = _id(H - 1, 1), _id(H - 1, 2)
     _register(st, 0, {4: a, 5: b})
-    assert st.cache_index[0, H - 1] == 4 and st.cache_index[0, 0] == 5
+    assert st.cache_index[0, H - 1] == 5 and st.cache_index[0, 0] == 4
     assert _find(st, 0, [a, b]) == [4, 5]
     _assert_consistent(st)
 
@@ -200,22 +200,48 @@ def test_a_lookup_reads_past_its_first_window_only_up_to_the_reach(
     assert widths == [(0, first)]
 
 
-def test_a_row_worn_by_deletions_is_rebuilt_on_the_next_insert() -> None:
-    """Six ids with home 0 fill buckets 0-5; five are evicted (more than H / 4 = 4
-    deletions). The next insert rebuilds the row: the survivor moves home, the
-    tombstones go, and the reach drops back to 1."""
+def test_a_row_worn_by_deletions_is_rebuilt_by_the_forget_that_wears_it() -> None:
+    """Six ids with home 0 fill buckets 0-5 (block 5 at 0, block 0 at 5: the larger
+    block wins a bucket). Four evictions (H / 4 = 4) leave tombstones; the fifth wears
+    the row, and that forget rebuilds it from block_hash without the evicted blocks:
+    the survivor moves home, the tombstones go, and the reach drops back to 1.
+    Instance 1, holding the same ids, is left alone."""
     st = _state(batch=2)
     ids = [_id(0, tag) for tag in range(1, 7)]
     _register(st, 0, dict(enumerate(ids)))
     _register(st, 1, dict(enumerate(ids)))
-    _evict(st, 0, [0, 1, 2, 3, 4])
-    assert st.cache_deleted.tolist() == [5, 0]
+    assert st.cache_index[0, :6].tolist() == [5, 4, 3, 2, 1, 0]
+    _evict(st, 0, [2, 3, 4, 5])
+    assert st.cache_deleted.tolist() == [4, 0]
+    assert st.cache_index[0, :4].tolist() == [TOMBSTONE] * 4
+    _assert_consistent(st)
+    _evict(st, 0, [1])
+    assert st.cache_deleted.tolist() == [0, 0]
+    assert st.cache_index[0].tolist() == [0] + [EMPTY_BUCKET] * 15
+    assert st.cache_reach.tolist() == [1, 6]
+    assert _find(st, 0, [ids[0], ids[1]]) == [0, -1]
     _assert_consistent(st)
     _register(st, 0, {6: _id(9, 1)})
-    assert st.cache_deleted.tolist() == [0, 0]
-    assert st.cache_index[0].tolist() == [5] + [EMPTY_BUCKET] * 8 + [6] + [EMPTY_BUCKET] * 6
-    assert st.cache_reach.tolist() == [1, 6]  # instance 1 is left alone
-    assert _find(st, 0, [ids[5]]) == [5]
+    assert st.cache_index[0, 9] == 6 and st.cache_deleted.tolist() == [0, 0]
+    _assert_consistent(st)
+
+
+def test_forget_over_blocks_with_and_without_ids_clears_only_the_ids() -> None:
+    """One call over blocks of two instances, some holding ids and some not (eviction
+    as take_free_blocks meets it): the holders' entries become tombstones and their
+    block_hash NO_HASH; the others and the other blocks stay as they were."""
+    st = _state(batch=2)
+    _register(st, 0, {1: _id(3, 1), 2: _id(4, 1)})
+    _register(st, 1, {5: _id(3, 1)})
+    before = st.block_hash.clone()
+    prefix_index.forget(st, torch.tensor([0 * N + 1, 0 * N + 6, 1 * N + 5, 1 * N + 0]))
+    expected = before.clone()
+    expected[0, 1] = expected[1, 5] = NO_HASH
+    assert torch.equal(st.block_hash, expected)
+    assert st.cache_index[0, 3] == TOMBSTONE and st.cache_index[0, 4] == 2
+    assert st.cache_index[1, 3] == TOMBSTONE
+    assert st.cache_deleted.tolist() == [1, 1]
+    assert _find(st, 0, [_id(3, 1), _id(4, 1)]) == [-1, 2]
     _assert_consistent(st)
 
 
@@ -229,7 +255,7 @@ def test_instances_of_one_call_never_meet() -> None:
             st.block_hash[inst, block] = content
     prefix_index.insert(st, torch.tensor([i * N + b for i in (0, 1) for b in ids]))
     assert torch.equal(st.cache_index[0], st.cache_index[1])
-    assert st.cache_index[0, 2:4].tolist() == [1, 3]
+    assert st.cache_index[0, 2:4].tolist() == [3, 1]
     _assert_consistent(st)
 
 

@@ -85,8 +85,7 @@ def take_free_blocks(
     write_rows(state.table, table_index, blocks)
     one = torch.ones_like(row)  # the taken blocks' reference count, and one held more
     write_rows(state.ref_cnt, block_index, one)
-    prefix_index.forget(state, block_index)
-    write_rows(state.block_hash, block_index, NO_HASH)
+    prefix_index.forget(state, block_index)  # clears block_hash where a block had an id
     # scatter_add_: on the CPU about half index_add_'s cost over thousands of entries.
     state.num_held.view(-1).scatter_add_(0, row, one)
 
@@ -124,7 +123,7 @@ def register_blocks(
     # registered before): the entries name distinct blocks.
     write_rows(state.block_hash, block_index, hashes)
     write_rows(state.reg_seq, block_index, seq)
-    prefix_index.insert(state, block_index)
+    prefix_index.insert(state, block_index, hashes)
     state.next_reg.index_add_(0, inst, per_inst)
     # num_cached + counts = full blocks.
     state.num_cached_block.view(-1).scatter_add_(0, entry_row, torch.ones_like(entry_row))
