@@ -144,8 +144,7 @@ def uncache_uncomputed(
     drop = selected((j >= keep.unsqueeze(1)) & (j < num_cached.unsqueeze(1)))
     rows = pick(_rows(inst, m), drop)
     block_index = rows * state.block_hash.shape[1] + pick(take_at(state.table, inst, slot), drop)
-    prefix_index.forget(state, block_index)
-    write_rows(state.block_hash, block_index, NO_HASH)
+    prefix_index.forget(state, block_index)  # clears their block_hash too
     put_at(state.num_cached_block, inst, slot, torch.minimum(num_cached, keep), keep >= 0)
 
 
