@@ -4,7 +4,9 @@ The batched release orders each instance's freed requests by rank (ties in slot
 order) with two stable sorts of the freed requests and packs their blocks; here
 it is compared, on states a swarm workload left behind, with release_tables
 called once per request in that order. Ranks are drawn with ties, negative
-values and values far apart, as the public finish_requests allows.
+values and values far apart, as the public finish_requests allows. The packed
+release of update_from_output's finished rows (release_rows) is compared with
+release_tables given the same requests as a mask.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 import torch
 
 from schedspec.gpu_impl.batch_state import BIG, BatchState
-from schedspec.gpu_impl.block_ops import release_tables
+from schedspec.gpu_impl.block_ops import release_rows, release_tables
 from schedspec.gpu_impl.engine import BatchedScheduler
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload
 from schedspec.spec import SchedulerConfig
@@ -95,3 +97,24 @@ def test_a_subset_of_instances_is_released_in_rank_order_within_each() -> None:
     for field in ("table", "num_held", "ref_cnt", "block_hash", "num_free"):
         assert torch.equal(getattr(batched, field), getattr(single, field)), field
     assert _queues(batched) == _queues(single)
+
+
+@pytest.mark.parametrize("seed", [0, 3, 6])
+def test_the_packed_release_of_finished_rows_matches_release_tables(seed: int) -> None:
+    """release_rows (update_from_output's finished requests, given as ascending flat rows
+    with a plan's ranks: distinct within an instance, in [0, S)) frees what
+    release_tables frees for the same requests as a mask, in the same order."""
+    state = _busy_state(seed)
+    draw = torch.Generator().manual_seed(seed)
+    held = state.num_held > 0
+    mask = held & (torch.rand(held.shape, generator=draw) < 0.7)
+    # A permutation of 0..S-1 per instance: the ranks a step gives its requests.
+    rank = torch.argsort(torch.rand(held.shape, generator=draw), dim=1)
+    assert int(mask.sum()) > mask.shape[0]
+    packed, masked = _copy(state), _copy(state)
+    rows = torch.nonzero(mask.reshape(-1)).squeeze(1)
+    release_rows(packed, rows, rank.reshape(-1)[rows])
+    release_tables(masked, torch.arange(mask.shape[0]), mask, rank)
+    for field in ("table", "num_held", "num_cached_block", "ref_cnt", "block_hash", "num_free"):
+        assert torch.equal(getattr(packed, field), getattr(masked, field)), field
+    assert _queues(packed) == _queues(masked)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import schedspec.gpu_impl.step_plan as step_plan
 from schedspec.cli import main
 from schedspec.gpu_impl.engine import BatchedScheduler
-from schedspec.gpu_impl.swarm_workload import SwarmWorkload
+from schedspec.gpu_impl.swarm_workload import SwarmWorkload, _below
 from schedspec.properties.adapters.gpu import gpu_engine
 from schedspec.properties.harness import SingleEngine
 from schedspec.properties.minimize import failure_signature
@@ -119,3 +119,25 @@ def test_swarm_mode_needs_the_gpu_engine() -> None:
     result = CliRunner().invoke(main, ["check", "--instances", "4"])
     assert result.exit_code == 2
     assert "needs --engine gpu" in result.output
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 7, 24])
+def test_a_draw_brought_below_n_takes_each_value_about_equally_often(n: int) -> None:
+    """_below is a multiply-high, not a remainder: over every 15-bit draw each value
+    below n comes up 2**15 / n times, give or take one."""
+    draws = torch.arange(2**15)
+    values = _below(draws, n, 15)
+    assert int(values.min()) == 0 and int(values.max()) == n - 1
+    counts = torch.bincount(values, minlength=n)
+    assert int(counts.max()) - int(counts.min()) <= 1
+    # A tensor of bounds works element by element, as for the accepted drafts.
+    bounds = torch.full((2**15,), n)
+    assert torch.equal(_below(draws, bounds, 15), values)
+
+
+def test_below_worked_example() -> None:
+    """n = 3 over the 32,768 15-bit draws: draw d gives (d * 3) >> 15, so 0 for d up to
+    10,922, 1 up to 21,845 and 2 from 21,846 on."""
+    counts = torch.bincount(_below(torch.arange(2**15), 3, 15))
+    assert counts.tolist() == [10_923, 10_923, 10_922]
+    assert _below(torch.tensor([10_922, 10_923, 21_845, 21_846]), 3, 15).tolist() == [0, 1, 1, 2]
