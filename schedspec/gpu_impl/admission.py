@@ -170,7 +170,6 @@ def _admit_heads(
         config,
         plan,
         inst,
-        head.unsqueeze(1),
         tokens,
         (chunk - evictable).unsqueeze(1),
         kind.unsqueeze(1),

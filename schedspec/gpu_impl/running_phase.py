@@ -311,7 +311,6 @@ def _commit_running(
         config,
         plan,
         inst,
-        order,
         tokens,
         blocks,
         SCHEDULED_RUNNING,

@@ -20,7 +20,7 @@ from schedspec.gpu_impl.batch_state import (
     cdiv,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables, take_free_blocks
-from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, write_rows
+from schedspec.gpu_impl.flat_index import pick, selected, write_rows
 from schedspec.spec import SchedulerConfig
 
 # Entry kinds in a step.
@@ -84,17 +84,14 @@ class StepPlan:
 def blocks_to_allocate(
     config: SchedulerConfig,
     tokens: torch.Tensor,
-    num_hit_blocks: torch.Tensor | None = None,
-    evictable_hits: torch.Tensor | None = None,
+    num_hit_blocks: torch.Tensor,
+    evictable_hits: torch.Tensor,
 ) -> torch.Tensor:
     """Free blocks consumed to cover `tokens` tokens (capped at max_model_len) for a
-    request holding no blocks but `num_hit_blocks` prefix hits (None: none), of which
+    request holding no blocks but `num_hit_blocks` prefix hits, of which
     `evictable_hits` are free (admission's case; the running walk has its own)."""
     covered = cdiv(torch.clamp(tokens, max=config.max_model_len), config.block_size)
-    if num_hit_blocks is not None:
-        covered = covered - num_hit_blocks
-    need = covered.clamp(min=0)
-    return need if evictable_hits is None else need + evictable_hits
+    return (covered - num_hit_blocks).clamp(min=0) + evictable_hits
 
 
 def commit(
@@ -102,31 +99,22 @@ def commit(
     config: SchedulerConfig,
     plan: StepPlan,
     inst: torch.Tensor,
-    slots: torch.Tensor,
     tokens: torch.Tensor,
     new_blocks: torch.Tensor,
     kind: torch.Tensor | int,
     *,
-    real: torch.Tensor | None = None,
-    rows: torch.Tensor | None = None,
-    upto: torch.Tensor | None = None,
+    real: torch.Tensor,
+    rows: torch.Tensor,
+    upto: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Schedule slots[i, r] for tokens[i, r] tokens where `real` holds (default: slots >=
-    0; -1 pads), in order: take their new blocks, register their full blocks, and
-    record them in the plan. A caller that has them passes the slots' flat rows in the
-    [B, S] tensors (`flat_rows`, padding clamped to a real slot) and, with prefix
-    caching, the tokens to register up to (min(computed + tokens, num_tokens)): the
-    running walk has read both already. Returns the committed entries' flat positions
-    in [I, R] (`selected(real)`) and their rows, for the caller's own writes."""
-    if real is None:
-        real = slots >= 0
-    if rows is None:
-        rows = flat_rows(state.status, inst.unsqueeze(1), slots.clamp(min=0))
+    """Schedule the requests at flat rows rows[i, r] of the [B, S] tensors (`flat_rows`;
+    padding, where `real` is False, names any slot) for tokens[i, r] tokens, in order:
+    take their new blocks, register their full blocks among the first upto[i, r] tokens
+    (min(computed + tokens, num_tokens): both callers have read those counts already),
+    and record them in the plan. Returns the committed entries' flat positions in [I, R]
+    (`selected(real)`) and their rows, for the caller's own writes."""
     take_free_blocks(state, inst, rows, new_blocks * real)
     if config.enable_prefix_caching:
-        if upto is None:
-            computed_to = pick(state.num_computed, rows) + tokens
-            upto = torch.minimum(computed_to, pick(state.num_tokens, rows))
         register_blocks(state, inst, rows, upto * real, config.block_size)
     # The plan's writes go to the committed rows only, compacted once: a slot is
     # committed at most once a step (so the rows are distinct) and nothing else writes
