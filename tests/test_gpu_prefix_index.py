@@ -51,7 +51,9 @@ def _register(state: BatchState, inst: int, holders: dict[int, int], first_seq: 
     for seq, (block, content) in enumerate(holders.items(), start=first_seq):
         state.block_hash[inst, block] = content
         state.reg_seq[inst, block] = seq
-    prefix_index.insert(state, torch.tensor([inst * N + b for b in holders]))
+    prefix_index.insert(
+        state, torch.tensor([inst * N + b for b in holders]), torch.tensor(list(holders.values()))
+    )
 
 
 def _evict(state: BatchState, inst: int, blocks: list[int]) -> None:
@@ -253,7 +255,11 @@ def test_instances_of_one_call_never_meet() -> None:
     for inst in (0, 1):
         for block, content in ids.items():
             st.block_hash[inst, block] = content
-    prefix_index.insert(st, torch.tensor([i * N + b for i in (0, 1) for b in ids]))
+    prefix_index.insert(
+        st,
+        torch.tensor([i * N + b for i in (0, 1) for b in ids]),
+        torch.tensor([content for _ in (0, 1) for content in ids.values()]),
+    )
     assert torch.equal(st.cache_index[0], st.cache_index[1])
     assert st.cache_index[0, 2:4].tolist() == [3, 1]
     _assert_consistent(st)

@@ -59,11 +59,11 @@ _FIRST_WIDTH = 3
 _PLACE_WINDOW = 4
 
 
-def insert(state: BatchState, block_index: torch.Tensor, ids: torch.Tensor | None = None) -> None:
+def insert(state: BatchState, block_index: torch.Tensor, ids: torch.Tensor) -> None:
     """Index blocks that were just given content ids: block_index holds their flat
     positions (instance * N + block) in the [B, N] block tensors, each block once, and
-    block_hash already holds their ids; a caller that has the ids at hand passes them
-    as `ids` (sparing a gather of block_hash). Rows worn by deletions were rebuilt
+    block_hash already holds their ids, which the caller passes as `ids` too (it has
+    just written them: no gather of block_hash). Rows worn by deletions were rebuilt
     when they wore (`forget`), so an insert only places."""
     rows, blocks = _split(block_index, state.block_hash.shape[1])
     _place(state, rows, blocks, block_index, ids)
@@ -114,10 +114,11 @@ def rebuild(state: BatchState, inst: torch.Tensor) -> None:
     ):
         field.index_fill_(0, inst, empty)
     n = state.block_hash.shape[1]
-    at = selected(state.block_hash.index_select(0, inst) != NO_HASH)
+    hashes = state.block_hash.index_select(0, inst)
+    at = selected(hashes != NO_HASH)
     rows = pick(inst.unsqueeze(1).expand(-1, n), at)
     blocks = pick(torch.arange(n, device=inst.device).expand(inst.numel(), n), at)
-    _place(state, rows, blocks, rows * n + blocks)
+    _place(state, rows, blocks, rows * n + blocks, pick(hashes, at))
 
 
 def find(
@@ -191,17 +192,15 @@ def _place(
     rows: torch.Tensor,
     blocks: torch.Tensor,
     block_index: torch.Tensor,
-    ids: torch.Tensor | None = None,
+    ids: torch.Tensor,
 ) -> None:
     """Enter blocks [K] of instances rows [K] (flat positions block_index; block_hash
-    holds their ids, and so does ids where given) by linear probing, in rounds. One
+    holds their ids, as does `ids`) by linear probing, in rounds. One
     host read per round. The first round proposes each entry's home bucket only
     (`_claim_homes`): the table is at most half full of entries, so most homes are
     free; the few left (home taken, or lost to an entry of the same call) look at
     windows of _PLACE_WINDOW buckets from the bucket after their home on."""
     h = state.cache_index.shape[1]
-    if ids is None:
-        ids = state.block_hash.view(-1).index_select(0, block_index)
     home = ids & (h - 1)
     todo = _claim_homes(state, torch.add(home, rows, alpha=h), blocks)
     # Winners sit at their homes, at distance 0: their instances' reach is at least 1.
