@@ -12,9 +12,7 @@ import pytest
 import torch
 
 import schedspec.gpu_impl.block_ops as block_ops
-import schedspec.gpu_impl.engine as engine
 import schedspec.gpu_impl.running_phase as running_phase
-import schedspec.gpu_impl.step_plan as step_plan
 from schedspec.gpu_impl.batch_state import BatchState
 from schedspec.properties.adapter import load_engine_factory
 from schedspec.properties.adapters.gpu import gpu_engine
@@ -91,28 +89,22 @@ def test_random_workloads_over_every_config_strategy_agree() -> None:
     assert result.stats.steps > 200
 
 
+_release_ordered = block_ops._release_ordered
+
+
 def _all_to_back(
-    state: BatchState, inst: torch.Tensor, mask: torch.Tensor, rank: torch.Tensor
+    state: BatchState, inst: torch.Tensor, pos: torch.Tensor, row: torch.Tensor
 ) -> None:
-    """release_tables, except every freed block goes to the back (no 'reuse unhashed first')."""
+    """The release that release_tables and release_rows share, except every freed block
+    goes to the back (no 'reuse unhashed first')."""
     hashes = state.block_hash.clone()
     state.block_hash.fill_(0)
-    block_ops.release_tables(state, inst, mask, rank)
-    state.block_hash.copy_(hashes)
-
-
-def _rows_to_back(state: BatchState, rows: torch.Tensor, rank: torch.Tensor) -> None:
-    """release_rows (update_from_output's finished requests), every freed block to the back."""
-    hashes = state.block_hash.clone()
-    state.block_hash.fill_(0)
-    block_ops.release_rows(state, rows, rank)
+    _release_ordered(state, inst, pos, row)
     state.block_hash.copy_(hashes)
 
 
 def test_a_free_order_bug_diverges_on_block_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "release_tables", _all_to_back)
-    monkeypatch.setattr(engine, "release_rows", _rows_to_back)
-    monkeypatch.setattr(step_plan, "release_tables", _all_to_back)
+    monkeypatch.setattr(block_ops, "_release_ordered", _all_to_back)
     result = diff_trace(PREEMPTING, reference_engine, gpu_engine, "safety", EXACT)
     found = result.divergence
     assert found is not None, result.violation or result.error
