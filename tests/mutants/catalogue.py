@@ -344,7 +344,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "drafts-on-partial-chunk",
         "scheduler.py",
         "        num_drafts = num_drafts_to_schedule(\n"
-        "            num_new, request.num_computed_tokens, request.num_tokens\n"
+        "            num_new,\n"
+        "            request.num_computed_tokens,\n"
+        "            request.num_tokens + request.num_output_placeholders,\n"
         "        )\n",
         "        num_drafts = len(request.spec_token_ids)\n",
         "All drafts are scheduled even when the budget or the long-prefill cap cut the "
@@ -355,8 +357,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "stop-keeps-computed",
         "stop_checker.py",
-        "            request.num_computed_tokens -= len(tokens) - kept\n",
-        "",
+        "                request.num_computed_tokens -= len(tokens) - kept\n",
+        "                pass\n",
         "A stop in the middle of the sampled tokens drops the tokens past it but does "
         "not pull num_computed_tokens back over them (visible in the engine's report).",
         {"ROLLBACK", CRASH},

@@ -103,6 +103,9 @@ class GpuEngine:
         self._content: dict[int, BlockHash] = {}  # device content id -> BLAKE2b
         self._last = _LastStep({})
         self._arrivals = 0
+        # The last step's tokens until its output is applied (the engine steps
+        # synchronously, so at most one step is in flight).
+        self._in_flight: dict[str, int] = {}
 
     # ----------------------------------------------------------------- requests
 
@@ -179,6 +182,7 @@ class GpuEngine:
         plan = self.engine.schedule()
         output = self._build_output(plan)
         self.finished_req_ids = set()
+        self._in_flight = dict(output.num_scheduled_tokens)
         return output
 
     def _build_output(self, plan: StepPlan) -> SchedulerOutput:
@@ -234,6 +238,7 @@ class GpuEngine:
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[str, RequestOutput]:
         sampling = self._sampling_requests(scheduler_output, model_runner_output.sampled_token_ids)
+        self._in_flight = {}
         if not sampling:
             return {}
         slots = self.engine.state.slots
@@ -344,6 +349,7 @@ class GpuEngine:
         tables = st.table[0].tolist()
         held = st.num_held[0].tolist()
         preemptions = st.num_preemptions[0].tolist()
+        chunk = st.is_prefill_chunk[0].tolist()
         run_key = st.run_key[0].tolist()
         wait_key = st.wait_key[0].tolist()
         requests: dict[str, RequestState] = {}
@@ -363,6 +369,8 @@ class GpuEngine:
                 max_tokens=r.max_tokens,
                 eos_token_id=r.eos_token_id,
                 stop_token_ids=r.stop_token_ids,
+                num_in_flight_tokens=self._in_flight.get(rid, 0),
+                is_prefill_chunk=chunk[s],
             )
         waiting = sorted(
             (wait_key[h.slot], rid) for rid, h in self.requests.items() if status[h.slot] != RUNNING
