@@ -225,7 +225,7 @@ class Driver:
         model_output = ModelRunnerOutput(sampled_token_ids=answer)
         self.scheduler.update_from_output(output, model_output)
         post = self.state
-        self.kv_content.on_land(output, arrivals, post)
+        self.kv_content.on_land(output, arrivals, pre, model_output)
         self.finished.update(r for r in pre.requests if r not in post.requests)
         return UpdateTransition(pre, output, model_output, post, None, arrivals, sampled_at)
 

@@ -39,9 +39,7 @@ def land(
 ) -> dict[str, RequestOutput]:
     """The step's output arrives: each sampler still live emits tokens[id] (default [7])."""
     given = dict(tokens or {})
-    sampled = {
-        rid: given.get(rid, [7]) for rid in step.samplers if rid in scheduler.requests
-    }
+    sampled = {rid: given.get(rid, [7]) for rid in step.samplers if rid in scheduler.requests}
     return scheduler.update_from_output(step.output, ModelRunnerOutput(sampled_token_ids=sampled))
 
 

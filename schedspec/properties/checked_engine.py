@@ -259,7 +259,7 @@ class CheckedEngine:
         pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self.engine.snapshot()
-        self._kv_content.on_land(output, step.arrivals, post)
+        self._kv_content.on_land(output, step.arrivals, pre, model_output)
         self._finished_since_schedule.update(r for r in pre.requests if r not in post.requests)
         self.state = post
         updated = UpdateTransition(

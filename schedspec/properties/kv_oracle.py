@@ -3,18 +3,29 @@
 No engine reports what its attention kernels wrote, but the harness knows
 which tokens each step computed into which blocks. Steps run in the order
 they are scheduled, so once a step is scheduled, every later step finds the
-KV of the known tokens it computes (async scheduling included, where the
-step has not landed yet); drafts become known, and their blocks' KV
-content certain, only when the step lands and accepts them. A block handed
-out afresh is about to be overwritten, so its old content is forgotten.
+KV of the known tokens it computes, even before it lands. That holds when
+the step's start is certain: with a sampling step in flight (async
+scheduling) the next step starts after however many of its drafts are
+accepted, which only its landing tells, so such a step is recorded when it
+lands. Drafts become known tokens, and their blocks' KV content certain,
+only then too. A block handed out afresh is about to be overwritten, so its
+old content is forgotten.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from schedspec.spec import BlockHash, RequestState, RequestStatus, SchedulerOutput, State
-from schedspec.spec.invariants import ChainHashes, computed_before
+from schedspec.spec import (
+    BlockHash,
+    ModelRunnerOutput,
+    RequestState,
+    RequestStatus,
+    SchedulerOutput,
+    State,
+)
+from schedspec.spec.invariants import ChainHashes, computed_before, expected_kept
 
 
 class KVContentOracle:
@@ -40,24 +51,44 @@ class KVContentOracle:
             for block in fresh:
                 self.written.pop(block, None)
         for rid in output.num_scheduled_tokens:
+            old = pre.requests.get(rid)
+            if old is not None and old.num_output_placeholders:
+                continue  # where it starts depends on a step in flight: see on_land
             request = mid.requests[rid]
             done = min(request.num_computed_tokens, request.num_tokens)
             self._remember(request, before.get(rid, 0) // bs, done // bs)
 
-    def on_land(self, output: SchedulerOutput, arrivals: Mapping[str, int], post: State) -> None:
-        """After a step's output landed: the blocks its accepted drafts filled, up to each
-        request's confirmed computed tokens, hold KV for their content."""
-        before = computed_before(output)
+    def on_land(
+        self,
+        output: SchedulerOutput,
+        arrivals: Mapping[str, int],
+        pre: State,
+        model_output: ModelRunnerOutput,
+    ) -> None:
+        """When a step's output lands (pre: the state just before): the step started at
+        each request's confirmed computed tokens and wrote valid KV up to its kept tokens
+        but the last (the newly sampled token has none yet), accepted drafts included;
+        a prefill chunk, up to its end."""
         bs = self.block_size
-        for rid in output.num_scheduled_tokens:
-            request = post.requests.get(rid)
+        max_model_len = pre.config.max_model_len
+        for rid, num in output.num_scheduled_tokens.items():
+            request = pre.requests.get(rid)
             if request is None or request.arrival != arrivals.get(rid, request.arrival):
-                continue  # finished, or the id now names another request
+                continue  # finished or aborted meanwhile, or the id names another request
             if request.status is not RequestStatus.RUNNING or request.num_stale_output_tokens:
                 continue  # preempted since the step was scheduled: its blocks are gone
-            confirmed = request.num_computed_tokens - request.num_in_flight_tokens
-            done = min(confirmed, request.num_tokens)
-            self._remember(request, before.get(rid, 0) // bs, done // bs)
+            start = request.num_computed_tokens - request.num_in_flight_tokens
+            sampled = tuple(model_output.sampled_token_ids.get(rid, ()))
+            if sampled:
+                kept = min(expected_kept(request, sampled, max_model_len), len(sampled))
+                end = request.num_tokens + kept - 1
+                # The kept tokens name the content of the blocks they complete.
+                request = replace(
+                    request, output_token_ids=request.output_token_ids + sampled[:kept]
+                )
+            else:
+                end = min(start + num, request.num_tokens)
+            self._remember(request, start // bs, end // bs)
 
     def _remember(self, request: RequestState, first: int, end: int) -> None:
         own = self.hashes.of(request)

@@ -57,7 +57,14 @@ def _threshold_draws(max_model_len: int) -> st.SearchStrategy[int]:
 
 
 @st.composite
-def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
+def configs(
+    draw: st.DrawFn,
+    max_model_len_cap: int = 96,
+    async_scheduling: bool | None = None,
+    pad_spec_decode: bool | None = None,
+) -> SchedulerConfig:
+    """Small configs; async_scheduling and pad_spec_decode are drawn unless fixed (an
+    engine that runs only some modes narrows them here rather than by filtering)."""
     block_size = draw(_BLOCK_SIZE_DRAWS)
     max_model_len = draw(_integers(2, max_model_len_cap))
     # From exactly one max_model_len request of blocks up to four: tiny caches
@@ -83,6 +90,9 @@ def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
         policy=draw(_POLICY_DRAWS),
         num_speculative_tokens=num_spec,
         num_lookahead_tokens=draw(_LOOKAHEAD_DRAWS) if num_spec else None,
+        async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
+        pad_spec_decode=num_spec > 0
+        and (draw(st.booleans()) if pad_spec_decode is None else pad_spec_decode),
     )
 
 

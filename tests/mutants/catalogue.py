@@ -169,19 +169,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "                skipped.append(self.waiting.pop())  # try the ones behind it\n"
         "                continue\n",
         "Chunked prefill off: a prompt too big for the budget left is set aside (vLLM's "
-        "skipped-waiting pattern) and a smaller one behind it is admitted.",
+        "skipped-waiting pattern, which async scheduling uses for stale output) and a "
+        "smaller one behind it is admitted.",
         {"SCHEDULE-ORDER", "QUEUE-ORDER", "ADMISSION-STOP"},
-        (
-            "        kv = self.kv_cache_manager\n        while self.waiting and",
-            "        kv = self.kv_cache_manager\n        skipped: list[Request] = []\n"
-            "        while self.waiting and",
-        ),
-        (
-            "            request.num_computed_tokens = num_hit\n",
-            "            request.num_computed_tokens = num_hit\n"
-            "        for skipped_request in reversed(skipped):\n"
-            "            self.waiting.prepend(skipped_request)\n",
-        ),
         configs=chunking_off_tight_budget,
     ),
     # --------------------------------------------------------- KV allocation

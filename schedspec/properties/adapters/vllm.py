@@ -277,15 +277,18 @@ def expressible(config: SchedulerConfig) -> SchedulerConfig:
 
 
 def vllm_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
-    """The suite's configs, made expressible for vLLM (see `expressible`)."""
-    return configs(max_model_len_cap).map(expressible)
+    """The suite's configs, made expressible for vLLM (see `expressible`). The adapter
+    drives the synchronous Scheduler without spec-decode padding for now."""
+    return configs(max_model_len_cap, async_scheduling=False, pad_spec_decode=False).map(
+        expressible
+    )
 
 
 def vllm_configs_without_drafts(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
     """vllm_configs() with speculative decoding off: with drafts vLLM pads one-token
     admissions with placeholder drafts (docs/FINDINGS.md, F1), which every drafts
     config trips over before reaching anything else."""
-    return configs(max_model_len_cap).map(
+    return configs(max_model_len_cap, async_scheduling=False, pad_spec_decode=False).map(
         lambda c: replace(c, num_speculative_tokens=0, num_lookahead_tokens=None)
     )
 
