@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from schedspec.check_command import CheckOptions, suite_settings
-from schedspec.cli import main
+from schedspec.cli.check import CheckOptions
+from schedspec.cli.main import main
+from schedspec.cli.suite_run import suite_settings
 from schedspec.properties.events import AddRequest, Step
 from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig
@@ -182,7 +183,7 @@ class TestUsageErrors:
     @pytest.mark.parametrize(
         ("engine", "message"),
         [
-            ("nope", "expected 'reference' or 'module:factory'"),
+            ("nope", "expected 'reference', 'gpu', 'vllm', or module:factory, got 'nope'"),
             ("no_such_module_x:f", "cannot import 'no_such_module_x'"),
             ("tests.broken_engines:NOT_A_FACTORY", "has no callable 'NOT_A_FACTORY'"),
         ],

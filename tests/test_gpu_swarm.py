@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 import schedspec.gpu_impl.step_plan as step_plan
-from schedspec.cli import main
+from schedspec.cli.main import main
 from schedspec.gpu_impl.engine import BatchedScheduler
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, _below
 from schedspec.properties.adapters.gpu import gpu_engine
@@ -84,7 +84,7 @@ def test_the_command_passes_on_the_correct_engine() -> None:
     code, output = _swarm_cli("--instances", "32", "--examples", "1", "--max-steps", "10")
     assert code == 0, output
     assert "32 instances of gpu_impl" in output
-    assert "PASSED: every device check held (1 configs, seed 3)" in output
+    assert "PASSED: every device check held (1 config, seed 3)" in output
 
 
 def test_the_command_writes_a_shrunk_trace_for_a_finding(

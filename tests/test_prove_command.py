@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from schedspec.cli import main
+from schedspec.cli.main import main
 from schedspec.properties.trace import Trace
 
 

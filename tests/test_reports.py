@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from schedspec.check_report import invariants_of
-from schedspec.cli import main
+from schedspec.cli.check_report import invariants_of
+from schedspec.cli.main import main
+from schedspec.cli.reports import EXIT_CODES, Outcome
 from schedspec.properties.events import AddRequest, Step
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import StepTimeoutError, TimedEngine, Watchdog
-from schedspec.reports import EXIT_CODES, Outcome
 from schedspec.spec import SchedulerConfig
 from tests.diff_engines import hanging
 

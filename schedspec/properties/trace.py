@@ -20,6 +20,15 @@ from schedspec.spec import ConfigError, SchedulerConfig, SpecInputError
 FORMAT = "schedspec-trace"
 VERSION = 1
 
+# The names commands give the traces they write (in --trace-dir, the current
+# directory by default): f"{stem}-{seed}.json", or for prove
+# f"{stem}-{invariant}-{variant}.json". The repository's .gitignore ignores them.
+FAILURE_TRACE_STEM = "schedspec-failure"  # check, and the pytest plugin
+DIFF_TRACE_STEM = "schedspec-diff"
+SWARM_TRACE_STEM = "schedspec-swarm"  # check --instances
+FORMAL_TRACE_STEM = "schedspec-formal"  # prove
+TRACE_STEMS = (FAILURE_TRACE_STEM, DIFF_TRACE_STEM, SWARM_TRACE_STEM, FORMAL_TRACE_STEM)
+
 
 class TraceError(SpecInputError):
     """A trace file that cannot be replayed, naming the event and field at fault."""

@@ -17,7 +17,7 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from schedspec.simulate.metrics import RequestMetrics
 from schedspec.simulate.simulator import SimulationResult
-from schedspec.timeline import Kind
+from schedspec.simulate.timeline import Kind
 
 KIND_COLORS: dict[Kind, str] = {"prefill": "tab:blue", "decode": "tab:green", "spec": "tab:orange"}
 LABELLED_ROWS = 40  # name every row up to this many requests
