@@ -114,9 +114,10 @@ def check(
 
 def run_check(options: CheckOptions) -> int:
     if options.instances > 1:
-        from schedspec.cli.swarm import run_swarm_check, swarm_engine
+        factory = _swarm_engine(options)  # before swarm.py, which imports torch
+        from schedspec.cli.swarm import run_swarm_check
 
-        return run_swarm_check(options, swarm_engine(options))
+        return run_swarm_check(options, factory)
     factory = load_engine(options.engine)
     with Watchdog(options.step_timeout) as watchdog:
         code, report = _check(options, time_limited(factory, watchdog))
@@ -159,3 +160,14 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
     else:
         click.echo(failed_verdict(result, failing, seed))
     return report.exit_code, report
+
+
+def _swarm_engine(options: CheckOptions) -> EngineFactory:
+    """The gpu engine, the only one swarm mode runs, or a usage error (also when torch,
+    which it needs, is missing)."""
+    if options.engine != "gpu":
+        raise click.BadParameter(
+            f"--instances {options.instances} runs swarm mode, which needs --engine gpu",
+            param_hint="'--instances'",
+        )
+    return load_engine(options.engine)

@@ -28,7 +28,7 @@ from schedspec.cli.prove_report import (
 from schedspec.properties.contracts import SIZING, check_contracts
 from schedspec.properties.dependencies import CROSSHAIR
 from schedspec.properties.formal_traces import to_trace
-from schedspec.properties.trace import FORMAL_TRACE_STEM
+from schedspec.properties.trace import FORMAL_TRACE_STEM, trace_file_name
 from schedspec.spec.formal.bmc import search
 from schedspec.spec.formal.progress import PROGRESS_ID
 from schedspec.spec.formal.properties import ORDER_ID
@@ -52,7 +52,7 @@ def write_counterexample_trace(row: ProofRow, variant: Variant, trace_dir: Path)
     if reached is None:
         return None
     trace_dir.mkdir(parents=True, exist_ok=True)
-    path = trace_dir / f"{FORMAL_TRACE_STEM}-{row.invariant}-{variant.name}.json"
+    path = trace_dir / trace_file_name(FORMAL_TRACE_STEM, row.invariant, variant.name)
     to_trace(reached).save(path)
     return path
 

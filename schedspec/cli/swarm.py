@@ -4,8 +4,9 @@ Configs come from the suite's strategy (or --configs), drawn by Hypothesis
 from the run's seed: --examples configs (QUICK / LONG below), each run as N
 instances for --max-steps ticks. The first finding stops the run, is
 replayed through the harness on the gpu engine and on the reference, shrunk
-(unless --no-shrink), and written as a trace. Needs torch: the gpu engine's
-entry in properties/engines.py says so before this module is imported.
+(unless --no-shrink), and written as a trace. Needs torch: check.py loads
+the gpu engine, whose entry in properties/engines.py asks for it, before
+importing this module.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from schedspec.cli.loading import engine_profiles, load_configs, load_engine, pick_profile
+from schedspec.cli.loading import engine_profiles, load_configs, pick_profile
 from schedspec.cli.reports import EXIT_CODES, Outcome
 from schedspec.cli.suite_run import choose_seed, is_long
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
@@ -33,7 +34,7 @@ from schedspec.properties.profiles import PROBE_CONFIG
 from schedspec.properties.strategies import configs
 from schedspec.properties.swarm import SwarmResult, run_swarm
 from schedspec.properties.swarm_trace import SwarmRun
-from schedspec.properties.trace import SWARM_TRACE_STEM
+from schedspec.properties.trace import SWARM_TRACE_STEM, trace_file_name
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
@@ -43,16 +44,6 @@ if TYPE_CHECKING:
 QUICK = (4, 40)  # configs, ticks per config (check's --instances help states them)
 LONG = (32, 100)
 SHRINK_SECONDS = 20.0
-
-
-def swarm_engine(options: CheckOptions) -> EngineFactory:
-    """The gpu engine, the only one swarm mode runs, or a usage error."""
-    if options.engine != "gpu":
-        raise click.BadParameter(
-            f"--instances {options.instances} runs swarm mode, which needs --engine gpu",
-            param_hint="'--instances'",
-        )
-    return load_engine(options.engine)
 
 
 def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
@@ -149,7 +140,7 @@ def _report_finding(result: SwarmResult, trace_dir: Path, seed: int, profile: st
         click.echo(f"replayed on {engine} ({len(finding.trace.events)} events): {verdict}")
     trace = finding.shrunk or finding.trace
     trace_dir.mkdir(parents=True, exist_ok=True)
-    path = trace_dir / f"{SWARM_TRACE_STEM}-{seed}.json"
+    path = trace_dir / trace_file_name(SWARM_TRACE_STEM, seed)
     trace.save(path)
     if finding.shrunk is not None:
         shrunk = "shrunk to"

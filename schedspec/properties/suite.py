@@ -26,7 +26,7 @@ from schedspec.properties.state_machine import (
     make_target_machine,
     rules_for,
 )
-from schedspec.properties.trace import FAILURE_TRACE_STEM, Trace
+from schedspec.properties.trace import FAILURE_TRACE_STEM, Trace, trace_file_name
 from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
@@ -102,7 +102,7 @@ def run_target(
     trace_stem: str = FAILURE_TRACE_STEM,
 ) -> SuiteResult:
     """run_suite for any target (differential.run_diff drives two engines in lockstep);
-    the trace goes to trace_dir / f"{trace_stem}-{seed}.json"."""
+    the trace goes to trace_dir / trace_file_name(trace_stem, seed)."""
     chosen = suite_settings or SuiteSettings.quick()
     seed = chosen.seed if chosen.seed is not None else random.randrange(2**32)
     recorder = SuiteRecorder()
@@ -139,7 +139,7 @@ def run_target(
     result.first_failure_example = recorder.first_failure_example
     if result.trace is not None and trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
-        result.trace_path = trace_dir / f"{trace_stem}-{seed}.json"
+        result.trace_path = trace_dir / trace_file_name(trace_stem, seed)
         result.trace.save(result.trace_path)
     return result
 
