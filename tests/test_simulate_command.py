@@ -144,6 +144,12 @@ def test_trace_workload(tmp_path: Path) -> None:
         (["--rate", "0"], "rate: must be > 0"),
         (["--workload", "long-prompt", "--rate", "3"], "--rate shape(s) only the mixed workload"),
         (["--engine", "nosuch"], "engine: expected 'reference', 'gpu', 'vllm', or module:factory"),
+        # --compare runs its own presets: a flag that also picks configs would be ignored.
+        (
+            ["--compare", "--experiment", "chunked-prefill"],
+            "--experiment: --compare runs its own presets",
+        ),
+        (["--compare", "--config", "chunked"], "--config: --compare runs its own presets"),
     ],
 )
 def test_bad_input_is_a_usage_error_naming_the_field(

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from schedspec.cli.loading import engine_profiles, load_configs, load_engine, pick_profile
+from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
 from schedspec.cli.options import (
     as_profile,
     engine_option,
@@ -36,7 +36,6 @@ from schedspec.cli.suite_run import (
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.failure_report import failure_report
 from schedspec.properties.parallel import run_suite_parallel
-from schedspec.properties.profiles import PROBE_CONFIG
 from schedspec.properties.suite import run_suite
 from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT, Watchdog, time_limited
 from schedspec.spec.invariants import Profile
@@ -128,11 +127,13 @@ def run_check(options: CheckOptions) -> int:
 def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunReport]:
     engines = {"engine": options.engine}
     try:
-        probe = factory(PROBE_CONFIG)
+        claimed = probe(factory, "--engine")
+    except click.UsageError:
+        raise
     except Exception as err:
         report = RunReport("check", engines, options.profile, options.seed, engine_error=err)
         return engine_failed(err), report
-    profile = pick_profile([engine_profiles(probe)], options.profile)
+    profile = pick_profile([claimed], options.profile)
     configs = load_configs(options.configs, [options.engine])
     seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)

@@ -8,7 +8,6 @@ Exit codes as for check (suite_run.py), with 3 for a divergence.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import click
 
 from schedspec.cli.diff_report import diff_failure_report
-from schedspec.cli.loading import engine_profiles, load_configs, load_engine, pick_profile
+from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
 from schedspec.cli.options import as_profile, pair_options, run_options
 from schedspec.cli.progress import suite_progress
 from schedspec.cli.reports import Outcome, RunReport, write_reports
@@ -30,7 +29,6 @@ from schedspec.cli.suite_run import (
 )
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.differential import DiffOptions, run_diff
-from schedspec.properties.profiles import PROBE_CONFIG
 from schedspec.properties.suite import SuiteResult
 from schedspec.properties.watchdog import (
     DEFAULT_STEP_TIMEOUT,
@@ -84,12 +82,12 @@ def load_pair(left: str, right: str) -> Pair:
     return load_engine(left, "--left"), load_engine(right, "--right")
 
 
-def pair_profile(engines: Sequence[object], requested: Profile | None) -> Profile:
-    """The profile both engines (built at PROBE_CONFIG) are checked on; an adapter that
-    declares no profiles, or does not claim the one asked for, is a usage error."""
-    claimed = [
-        engine_profiles(engine, flag) for engine, (_, flag) in zip(engines, SIDE_FLAGS, strict=True)
-    ]
+def probe_pair(pair: Pair) -> list[frozenset[Profile]]:
+    """The profiles each engine claims (loading.probe, with its side's flag)."""
+    return [probe(factory, flag) for factory, (_, flag) in zip(pair, SIDE_FLAGS, strict=True)]
+
+
+def pair_profile(claimed: list[frozenset[Profile]], requested: Profile | None) -> Profile:
     return pick_profile(claimed, requested, [side for side, _ in SIDE_FLAGS])
 
 
@@ -109,11 +107,13 @@ def _diff(options: DiffCommandOptions, pair: Pair) -> tuple[int, RunReport]:
         "step_timeout": options.step_timeout,
     }
     try:
-        probes = [factory(PROBE_CONFIG) for factory in pair]
+        claimed = probe_pair(pair)
+    except click.UsageError:
+        raise
     except (Exception, StepTimeoutError) as err:
         report = RunReport("diff", engines, options.profile, options.seed, engine_error=err)
         return engine_failed(err), report
-    profile = pair_profile(probes, options.profile)
+    profile = pair_profile(claimed, options.profile)
     configs = load_configs(options.configs, [options.left, options.right])
     seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)

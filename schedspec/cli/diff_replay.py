@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from schedspec.cli.diff import load_pair, pair_profile
+from schedspec.cli.diff import load_pair, pair_profile, probe_pair
 from schedspec.cli.diff_report import format_diff_log, replay_header
 from schedspec.cli.loading import load_trace
 from schedspec.cli.options import as_profile, pair_options, step_timeout_option
@@ -16,7 +16,6 @@ from schedspec.cli.reports import EXIT_CODES, outcome_of
 from schedspec.cli.suite_run import engine_failed
 from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
 from schedspec.properties.failure_report import plural
-from schedspec.properties.profiles import PROBE_CONFIG
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import (
     DEFAULT_STEP_TIMEOUT,
@@ -57,10 +56,12 @@ def run_diff_replay(
     with Watchdog(step_timeout) as watchdog:
         guarded = (time_limited(pair[0], watchdog), time_limited(pair[1], watchdog))
         try:
-            probes = [factory(PROBE_CONFIG) for factory in guarded]
+            claimed = probe_pair(guarded)
+        except click.UsageError:
+            raise
         except (Exception, StepTimeoutError) as err:
             return engine_failed(err)
-        profile = pair_profile(probes, requested)
+        profile = pair_profile(claimed, requested)
         click.echo(
             f"replaying {path} on {left} (left) and {right} (right) in lockstep "
             f"(profile {profile}): {plural(len(trace.events), 'event')}"

@@ -21,12 +21,17 @@ from schedspec.properties.engines import (
     load_config_strategy,
     load_engine_factory,
 )
-from schedspec.properties.profiles import ProfileError, choose_profile, claimed_profiles
+from schedspec.properties.profiles import (
+    PROBE_CONFIG,
+    ProfileError,
+    choose_profile,
+    claimed_profiles,
+)
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
-    from schedspec.properties.adapter import EngineFactory
+    from schedspec.properties.adapter import EngineAdapter, EngineFactory
     from schedspec.properties.trace import Trace
     from schedspec.spec import SchedulerConfig
     from schedspec.spec.invariants import Profile
@@ -62,12 +67,23 @@ def load_configs(
         raise click.BadParameter(str(err), param_hint="'--configs'") from None
 
 
-def engine_profiles(engine: object, flag: str = "--engine") -> frozenset[Profile]:
-    """The profiles an engine claims; an adapter that declares none is a usage error."""
+def build_engine(
+    factory: EngineFactory, config: SchedulerConfig, flag: str
+) -> tuple[EngineAdapter, frozenset[Profile]]:
+    """The engine the factory builds, and the profiles it claims. An adapter that
+    declares no profiles is a usage error on `flag`; anything else building it raises
+    is the engine's own failure, for the caller to report (callers let
+    click.UsageError through first)."""
     try:
-        return claimed_profiles(engine)
+        engine = factory(config)  # the harness's wrappers read the profiles, too
+        return engine, claimed_profiles(engine)
     except ProfileError as err:
         raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
+
+
+def probe(factory: EngineFactory, flag: str) -> frozenset[Profile]:
+    """The profiles the factory's engine claims, built at PROBE_CONFIG (as build_engine)."""
+    return build_engine(factory, PROBE_CONFIG, flag)[1]
 
 
 def pick_profile(

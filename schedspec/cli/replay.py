@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from schedspec.cli.loading import engine_profiles, load_engine, load_trace, pick_profile
+from schedspec.cli.loading import build_engine, load_engine, load_trace, pick_profile
 from schedspec.cli.options import as_profile, engine_option, profile_option, step_timeout_option
 from schedspec.cli.reports import EXIT_CODES, Outcome, outcome_of
 from schedspec.cli.suite_run import engine_failed
@@ -51,10 +51,12 @@ def _replay(
     path: Path, trace: Trace, factory: EngineFactory, engine_name: str, requested: Profile | None
 ) -> int:
     try:
-        engine = factory(trace.config)
+        engine, claimed = build_engine(factory, trace.config, "--engine")
+    except click.UsageError:
+        raise
     except Exception as err:
         return engine_failed(err)
-    profile = pick_profile([engine_profiles(engine)], requested)
+    profile = pick_profile([claimed], requested)
     click.echo(f"replaying {path} on {engine_name} (profile {profile}): {len(trace.events)} events")
     for line in format_config(trace.config, trace.model):
         click.echo(f"  {line}")

@@ -21,7 +21,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from schedspec.cli.loading import engine_profiles, load_configs, pick_profile
+from schedspec.cli.loading import load_configs, pick_profile, probe
 from schedspec.cli.reports import EXIT_CODES, Outcome
 from schedspec.cli.suite_run import choose_seed, is_long
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
@@ -30,7 +30,6 @@ from schedspec.gpu_impl.engine import default_device
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.adapters.gpu import DEVICE_ENV
 from schedspec.properties.failure_report import plural
-from schedspec.properties.profiles import PROBE_CONFIG
 from schedspec.properties.strategies import configs
 from schedspec.properties.swarm import SwarmResult, run_swarm
 from schedspec.properties.swarm_trace import SwarmRun
@@ -52,7 +51,7 @@ def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
     num_configs = options.examples or default_configs
     ticks = options.max_steps or default_ticks
     # Chosen as check chooses it: what the gpu engine claims.
-    profile = pick_profile([engine_profiles(factory(PROBE_CONFIG))], options.profile)
+    profile = pick_profile([probe(factory, "--engine")], options.profile)
     device = os.environ.get(DEVICE_ENV) or str(default_device())
     if device == "cpu":
         # A tick's tensors are small: intra-op threads cost more in hand-offs than they win.
