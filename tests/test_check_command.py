@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -20,6 +21,15 @@ from schedspec.spec.invariants import CATALOGUE, in_profile
 
 BROKEN = "tests.broken_engines:wrong_total"
 PROFILELESS = "tests.broken_engines:profileless"
+# The run flags left at their defaults (CheckOptions takes them by name).
+RUN_SHAPE: dict[str, Any] = {
+    "profile": None,
+    "examples": None,
+    "seed": None,
+    "max_steps": None,
+    "trace_dir": Path(),
+    "progress": False,
+}
 # A seed whose search finds the planted bug quickly and shrinks it to three events.
 BROKEN_SEED = "1"
 
@@ -81,12 +91,17 @@ class TestPassingCheck:
         assert first == _table_rows(_invoke("check", "--examples", "3", "--seed", "9").stdout)
 
     def test_long_profile_from_flag_or_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        options = CheckOptions("reference", None, None, None, None, False, Path(), True, False)
+        options = CheckOptions(**RUN_SHAPE, engine="reference", long=False, shrink=True)
         assert suite_settings(options, seed=1).examples == 100
         monkeypatch.setenv("SCHEDSPEC_LONG", "1")
         assert suite_settings(options, seed=1).examples == 2000
         monkeypatch.delenv("SCHEDSPEC_LONG")
-        long_run = CheckOptions("reference", None, 7, 3, 9, True, Path(), False, False)
+        long_run = CheckOptions(
+            **{**RUN_SHAPE, "examples": 7, "seed": 3, "max_steps": 9},
+            engine="reference",
+            long=True,
+            shrink=False,
+        )
         chosen = suite_settings(long_run, seed=3)
         assert (chosen.examples, chosen.rules_per_example, chosen.shrink) == (7, 9, False)
 

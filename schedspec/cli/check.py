@@ -26,6 +26,7 @@ from schedspec.cli.options import (
 from schedspec.cli.progress import suite_progress
 from schedspec.cli.reports import Outcome, RunReport, write_reports
 from schedspec.cli.suite_run import (
+    SuiteRunOptions,
     choose_seed,
     echo_checks,
     engine_failed,
@@ -37,25 +38,12 @@ from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.failure_report import failure_report
 from schedspec.properties.parallel import run_suite_parallel
 from schedspec.properties.suite import run_suite
-from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT, Watchdog, time_limited
-from schedspec.spec.invariants import Profile
+from schedspec.properties.watchdog import Watchdog, time_limited
 
 
-@dataclass(frozen=True)
-class CheckOptions:
+@dataclass(frozen=True, kw_only=True)
+class CheckOptions(SuiteRunOptions):
     engine: str
-    profile: Profile | None
-    examples: int | None
-    seed: int | None
-    max_steps: int | None
-    long: bool
-    trace_dir: Path
-    shrink: bool
-    progress: bool
-    step_timeout: float | None = DEFAULT_STEP_TIMEOUT  # None or 0: no limit
-    junit: Path | None = None
-    json: Path | None = None
-    configs: str | None = None  # module:strategy; None: the engine's default, or the suite's
     workers: int = 1  # processes; more than one splits the examples over seeds
     instances: int = 1  # more than one: swarm mode (gpu engine), swarm.py
 

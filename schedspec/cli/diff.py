@@ -20,6 +20,7 @@ from schedspec.cli.options import as_profile, pair_options, run_options
 from schedspec.cli.progress import suite_progress
 from schedspec.cli.reports import Outcome, RunReport, write_reports
 from schedspec.cli.suite_run import (
+    SuiteRunOptions,
     choose_seed,
     echo_checks,
     engine_failed,
@@ -31,7 +32,6 @@ from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.differential import DiffOptions, run_diff
 from schedspec.properties.suite import SuiteResult
 from schedspec.properties.watchdog import (
-    DEFAULT_STEP_TIMEOUT,
     StepTimeoutError,
     Watchdog,
     time_limited,
@@ -42,23 +42,11 @@ Pair = tuple[EngineFactory, EngineFactory]
 SIDE_FLAGS = (("left", "--left"), ("right", "--right"))
 
 
-@dataclass(frozen=True)
-class DiffCommandOptions:
+@dataclass(frozen=True, kw_only=True)
+class DiffCommandOptions(SuiteRunOptions):
     left: str
     right: str
-    profile: Profile | None
-    examples: int | None
-    seed: int | None
-    max_steps: int | None
-    long: bool
-    trace_dir: Path
-    shrink: bool
-    progress: bool
     compare_block_ids: bool = False
-    step_timeout: float | None = DEFAULT_STEP_TIMEOUT
-    junit: Path | None = None
-    json: Path | None = None
-    configs: str | None = None  # module:strategy; None: the engines' default, or the suite's
 
 
 @click.command()

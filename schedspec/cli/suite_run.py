@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import random
-from dataclasses import replace
-from typing import Protocol
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import click
 
@@ -19,21 +19,26 @@ from schedspec.cli.check_report import format_table, format_totals
 from schedspec.cli.reports import EXIT_CODES, RunReport, outcome_of
 from schedspec.properties.failure_report import crash_report
 from schedspec.properties.suite import SuiteResult, SuiteSettings
-from schedspec.properties.watchdog import StepTimeoutError
+from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT, StepTimeoutError
 from schedspec.spec.invariants import Profile
 
 
-class RunShape(Protocol):
-    """The flags `check` and `diff` share that shape a suite run."""
+@dataclass(frozen=True, kw_only=True)
+class SuiteRunOptions:
+    """The flags `check` and `diff` share (options.run_options), and the profile."""
 
-    @property
-    def examples(self) -> int | None: ...
-    @property
-    def max_steps(self) -> int | None: ...
-    @property
-    def long(self) -> bool: ...
-    @property
-    def shrink(self) -> bool: ...
+    profile: Profile | None
+    examples: int | None
+    seed: int | None
+    max_steps: int | None
+    long: bool
+    trace_dir: Path
+    shrink: bool
+    progress: bool
+    step_timeout: float | None = DEFAULT_STEP_TIMEOUT  # None or 0: no limit
+    junit: Path | None = None
+    json: Path | None = None
+    configs: str | None = None  # module:strategy; None: the engines' default, or the suite's
 
 
 def is_long(long_flag: bool) -> bool:
@@ -41,7 +46,7 @@ def is_long(long_flag: bool) -> bool:
     return long_flag or os.environ.get("SCHEDSPEC_LONG") == "1"
 
 
-def suite_settings(options: RunShape, seed: int) -> SuiteSettings:
+def suite_settings(options: SuiteRunOptions, seed: int) -> SuiteSettings:
     chosen = SuiteSettings.long() if is_long(options.long) else SuiteSettings.quick()
     return replace(
         chosen,
