@@ -416,5 +416,8 @@ def test_by_short_name_it_runs_on_its_own_configs_and_passes(
     result = CliRunner().invoke(main, [*args, *flags])
     assert result.exit_code == 0, result.output
     assert says in result.output
+    assert "configs from schedspec.properties.adapters.vllm:vllm_configs_without_drafts" in (
+        result.output
+    )
     assert len(built_configs) > 8  # the probe, then one per example
     assert {c.num_speculative_tokens for c in built_configs} == {0}

@@ -8,3 +8,9 @@ refuses into usage errors. Library modules never import this package: the
 commands sit on top of `spec`, `reference`, `gpu_impl`, `properties` and
 `simulate`, and tests/test_layering.py holds that.
 """
+
+# The console script's target (pyproject: schedspec = "schedspec.cli:main"); main.py
+# imports only click, so this costs nothing.
+from schedspec.cli.main import main
+
+__all__ = ["main"]

@@ -128,15 +128,18 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
     click.echo(
         f"checking {options.engine} against profile {profile}: "
         f"{chosen.examples} examples of up to {chosen.rules_per_example} actions"
+        + configs.described()
     )
     if options.workers > 1:
         # One Hypothesis run per process (seed, seed + 1, ...); no progress bar.
         result = run_suite_parallel(
-            factory, profile, chosen, options.workers, configs, options.trace_dir
+            factory, profile, chosen, options.workers, configs.strategy, options.trace_dir
         )
     else:
         with suite_progress(chosen.examples, options.progress) as on_example:
-            result = run_suite(factory, profile, chosen, configs, options.trace_dir, on_example)
+            result = run_suite(
+                factory, profile, chosen, configs.strategy, options.trace_dir, on_example
+            )
     replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
     if not result.passed:
         click.echo()

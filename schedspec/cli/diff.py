@@ -108,11 +108,12 @@ def _diff(options: DiffCommandOptions, pair: Pair) -> tuple[int, RunReport]:
     click.echo(
         f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
         f"{profile}: {chosen.examples} examples of up to {chosen.rules_per_example} actions"
+        + configs.described()
     )
     diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)
     with suite_progress(chosen.examples, options.progress) as on_example:
         result = run_diff(
-            *pair, profile, chosen, configs, diff_options, options.trace_dir, on_example
+            *pair, profile, chosen, configs.strategy, diff_options, options.trace_dir, on_example
         )
     replay = _replay_command(result.trace_path, options, profile)
     if not result.passed:

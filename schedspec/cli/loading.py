@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
@@ -50,19 +50,26 @@ def load_engine(name: str, flag: str = "--engine") -> EngineFactory:
         raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
 
 
-def load_configs(
-    name: str | None, engines: Sequence[str]
-) -> SearchStrategy[SchedulerConfig] | None:
+class ChosenConfigs(NamedTuple):
+    name: str | None  # module:strategy; None: the suite's own
+    strategy: SearchStrategy[SchedulerConfig] | None
+
+    def described(self) -> str:
+        """What a run's first line adds about them: nothing for the suite's own."""
+        return "" if self.name is None else f", configs from {self.name}"
+
+
+def load_configs(name: str | None, engines: Sequence[str]) -> ChosenConfigs:
     """The configs to draw: --configs, else what the engines run by default
-    (properties/engines.py), else None for the suite's own."""
+    (properties/engines.py), else the suite's own."""
     try:
         chosen = name if name is not None else default_configs(tuple(engines))
     except ValueError as err:
         raise click.UsageError(f"{err}: choose one with --configs") from None
     if chosen is None:
-        return None
+        return ChosenConfigs(None, None)
     try:
-        return load_config_strategy(chosen)
+        return ChosenConfigs(chosen, load_config_strategy(chosen))
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="'--configs'") from None
 

@@ -63,9 +63,9 @@ def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
     click.echo(
         f"swarm: {instances} instances of gpu_impl on {device}, profile {profile}, "
         f"{plural(num_configs, 'config')} of {ticks} ticks; device checks after every "
-        "schedule() and update"
+        "schedule() and update" + chosen.described()
     )
-    strategy = chosen if chosen is not None else configs()
+    strategy = chosen.strategy if chosen.strategy is not None else configs()
     shrink_seconds = SHRINK_SECONDS if options.shrink else 0.0
     results = _run_configs(
         strategy, num_configs, seed, instances, ticks, device, profile, shrink_seconds
