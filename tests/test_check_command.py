@@ -209,9 +209,9 @@ class TestEngineCrash:
         assert "FAILED at event 3 (Step): the engine raised" in result.stdout
         assert _invoke("replay", str(path)).exit_code == 0
 
-    def test_check_reports_the_traceback(self) -> None:
+    def test_check_reports_the_traceback(self, tmp_path: Path) -> None:
         args = ["--engine", "tests.broken_engines:crashing", "--seed", "1", "--examples", "5"]
-        result = _invoke("check", *args)
+        result = _invoke("check", *args, "--trace-dir", str(tmp_path))  # not into the checkout
         assert result.exit_code == 4, result.output  # an engine error (reports.EXIT_CODES)
         assert "the engine raised outside the invariant checks" in result.stdout
         assert "RuntimeError: planted crash in schedule()" in result.stdout

@@ -93,9 +93,8 @@ def check(
         engine=engine, profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
     )
     if options.instances > 1:
-        refuse_flags(
-            ctx, NOT_IN_SWARM_MODE, f"not used in swarm mode (--instances {run['instances']})"
-        )
+        why = f"not used in swarm mode (--instances {options.instances})"
+        refuse_flags(ctx, NOT_IN_SWARM_MODE, why)
     raise SystemExit(run_check(options))
 
 
