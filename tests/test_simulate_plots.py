@@ -30,9 +30,9 @@ from schedspec.simulate.plots import (
 )
 from schedspec.simulate.runs import ConfigRun, run_configs
 from schedspec.simulate.simulator import RequestTimeline, SimStep, SimulationResult
+from schedspec.simulate.timeline import ScheduledEntry
 from schedspec.simulate.workloads import long_prompt_among_decodes
 from schedspec.spec import SchedulerConfig
-from schedspec.timeline import ScheduledEntry
 
 
 def _step(start: float, *entries: ScheduledEntry, preempted: tuple[str, ...] = ()) -> SimStep:

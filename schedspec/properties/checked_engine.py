@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.profiles import choose_profile, claimed_profiles
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import BlockHash, SchedulerConfig, SchedulerOutput, SpecInputError, State
+from schedspec.spec import BlockHash, SchedulerConfig, SchedulerOutput, State
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -33,10 +34,6 @@ from schedspec.spec.invariants import (
 )
 
 DEFAULT_MODEL = ModelParams()
-
-
-class ProfileError(SpecInputError):
-    """The engine does not claim the profile it is asked to pass."""
 
 
 class InvariantViolationError(AssertionError):
@@ -80,10 +77,7 @@ class CheckedEngine:
         model: ModelParams = DEFAULT_MODEL,
         stats: CheckStats | None = None,
     ) -> None:
-        if profile not in engine.profiles:
-            raise ProfileError(
-                "profile", f"the engine claims {sorted(engine.profiles)}, not {profile!r}"
-            )
+        choose_profile([claimed_profiles(engine)], profile)
         self.engine = engine
         self.config = config
         self.profile = profile

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from schedspec.simulate.log_ticks import use_readable_log_ticks
 from schedspec.simulate.metrics import RequestMetrics
 from schedspec.simulate.simulator import SimulationResult
-from schedspec.timeline import Kind
+from schedspec.simulate.timeline import Kind
 
 KIND_COLORS: dict[Kind, str] = {"prefill": "tab:blue", "decode": "tab:green", "spec": "tab:orange"}
 WAIT_COLOR = "0.7"  # grey: not one of the work colours
