@@ -1,6 +1,6 @@
 """The README's code runs: the usage example prints what it says, the documented
-adapter for someone else's engine passes the suite, and every `$ schedspec ...` sample
-shows what the command prints."""
+adapter for someone else's engine passes the suite, every `$ schedspec ...` sample
+shows what the command prints, and CI runs the README's test command."""
 
 from __future__ import annotations
 
@@ -126,3 +126,21 @@ def test_the_readme_shows_what_its_commands_print(tmp_path: Path) -> None:
         )
         assert "Traceback" not in done.stderr, f"{command}\n{done.stderr}"
         assert shows(expected, done.stdout.splitlines()), f"{command}\n{done.stdout}"
+
+
+def _setup_commands() -> list[str]:
+    """The command lines of the README's set-up section's bash block."""
+    section = README.read_text().split("## Set-up and the two commands", 1)[1]
+    (block,) = re.findall(r"```bash\n(.*?)```", section.split("\n## ", 1)[0], flags=re.DOTALL)
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_ci_runs_the_readmes_test_command_verbatim() -> None:
+    main_command, test_command = _setup_commands()
+    assert main_command.endswith(".venv/bin/schedspec check")
+    assert test_command == (
+        "python3 -m venv .venv && scripts/install_torch_cpu.sh .venv && "
+        ".venv/bin/pip install -q -e '.[test]' && scripts/install_vllm.sh .venv && "
+        ".venv/bin/python -m pytest"
+    )
+    assert test_command in (REPO / ".ci" / "run").read_text().splitlines()
