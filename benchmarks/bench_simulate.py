@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from schedspec.properties.adapter import load_engine_factory
+from schedspec.properties.engines import ENGINE_FORMS, load_engine_factory
 from schedspec.simulate.configs import resolve_configs
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.metrics import request_metrics, summarize
@@ -35,7 +35,7 @@ from schedspec.simulate.workloads import SyntheticWorkload
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000 requests instead of 10,000")
-    parser.add_argument("--engine", default="reference", help="'reference' or 'module:factory'")
+    parser.add_argument("--engine", default="reference", help=ENGINE_FORMS)
     parser.add_argument("--config", default="chunked", help="a preset or NAME:field=value,...")
     args = parser.parse_args()
     num_requests = 1_000 if args.quick else 10_000

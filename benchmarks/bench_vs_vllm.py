@@ -35,8 +35,8 @@ those pauses, the median (the measure) does not.
 The target (the issue): the reference takes at most 0.5x vLLM's time per step.
 The numbers are for reading, never for asserting: nothing here fails on a time.
 
-    .venv-vllm/bin/python benchmarks/bench_vs_vllm.py            # default (about 1 min)
-    .venv-vllm/bin/python benchmarks/bench_vs_vllm.py --quick    # smoke run (seconds)
+    .venv/bin/python benchmarks/bench_vs_vllm.py            # default (about 1 min)
+    .venv/bin/python benchmarks/bench_vs_vllm.py --quick    # smoke run (seconds)
 
 vLLM must be importable: install it with scripts/install_vllm.sh VENV_DIR.
 """
@@ -98,8 +98,8 @@ def load_vllm() -> VllmNames:
         print(
             f"bench_vs_vllm: vLLM cannot be imported by {sys.executable}.\n"
             f"Install it into a venv with `{INSTALL_STEP}` (e.g. scripts/install_vllm.sh "
-            ".venv-vllm), install schedspec there (VENV_DIR/bin/pip install -e .), and run "
-            "this script with VENV_DIR/bin/python.",
+            ".venv, the README's venv), install schedspec there (VENV_DIR/bin/pip install -e .), "
+            "and run this script with VENV_DIR/bin/python.",
             file=sys.stderr,
         )
         raise SystemExit(2)

@@ -1,5 +1,5 @@
 """`python -m schedspec`: the command line without its installed script."""
 
-from schedspec.cli import main
+from schedspec.cli.main import main
 
 main()

@@ -1,34 +1,61 @@
 #!/usr/bin/env bash
-# Install vLLM into a venv, for the vLLM adapter (schedspec.properties.adapters.vllm).
+# Install vLLM's scheduler into a venv, for the vLLM adapter (schedspec.properties.adapters.vllm).
 #
 #   scripts/install_vllm.sh VENV_DIR        (the venv is created if it does not exist)
 #
-# Only vLLM's scheduler and its config classes are needed, not its kernels, so this
-# does not take vLLM's dependency list whole (that pulls a CUDA torch, gigabytes):
-#   1. torch==2.13.0, the CPU build (on this project's machines pip takes the wheel
-#      from local disk);
+# Only vLLM's scheduler, its config classes and what building a model config imports are
+# needed, not its kernels, so this does not take vLLM's dependency list whole (that pulls a
+# CUDA torch and its kernels, gigabytes):
+#   1. torch 2.13.0: kept if the venv has it (the CPU build, or a GPU user's CUDA build),
+#      else its CPU build through scripts/install_torch_cpu.sh;
 #   2. vllm==0.33.0 with --no-deps (the release the reference follows; ~340 MB);
-#   3. only the packages that vllm.v1.core.sched.scheduler and ModelConfig import,
-#      held to vLLM's own version pins by a constraints file generated from the
-#      wheel's METADATA (Requires-Dist; vLLM's torch pins are left out: vLLM's
-#      scheduler runs on the CPU torch 2.13.0);
-#   4. xgrammar at vLLM's pin, with --no-deps (the scheduler's import chain reaches
-#      it through vllm.parser; its own dependencies would pull another torch).
-# On a fresh machine: about 60-90 s, about 390 MB downloaded (336 MB of it the vLLM
-# wheel; torch and ~30 small wheels come from local disk), a 2.2 GB venv.
-# pip extras cannot say --no-deps, hence a script. Running it again is a no-op once
-# the install works. Afterwards: VENV_DIR/bin/pip install -e '.[test]' for schedspec.
+#   3. only the packages that building and stepping a VllmEngine imports (RUNTIME_PACKAGES),
+#      held to vLLM's own version pins by a constraints file made from the wheel's
+#      METADATA (Requires-Dist), vLLM's torch pins excepted;
+#   4. xgrammar at vLLM's pin, with --no-deps (the scheduler's imports reach it; its own
+#      dependencies add Triton);
+#   5. vllm's and xgrammar's METADATA trimmed of the requirements left out on purpose
+#      (scripts/lib/dist_requirements.py: the originals stay as METADATA.orig, the removed
+#      lines are listed in LEFT_OUT), so that later `pip install`s into the venv and
+#      `pip check` stay quiet about them and still check every other requirement.
+# Then the probe: `python -m schedspec.properties.adapters.vllm_probe` builds and steps a
+# real VllmEngine for every config family the adapter supports (no drafts, n-gram and EAGLE
+# drafts; fcfs, priority; prefix caching off, on) with every per-user cache (vLLM's, Hugging
+# Face's, the XDG folders) pointed at an empty temp folder: vLLM caches per user what it
+# learns by importing a model's code in a subprocess, and a warm cache would hide a
+# package only that import needs. The same probe runs first: a venv that passes it (and
+# has vllm==0.33.0, torch 2.13.0 and trimmed METADATA) needs nothing.
+#
+# The probe imports schedspec from this checkout (the script puts the checkout first on
+# PYTHONPATH), so it tests the adapter next to the script. schedspec's own runtime
+# dependencies (click, hypothesis, z3-solver, matplotlib) must import in the venv: after
+# the README's `pip install -e '.[test]'` they do; otherwise the script installs this
+# checkout into the venv (`pip install -e .`, which brings them).
+#
+# Downloads and time on a fresh machine: see the README's set-up section. Running it again
+# is a probe (~20-30 s) and nothing else once the install works.
 set -Eeuo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/pip_install.sh
+source "$REPO/scripts/lib/pip_install.sh"
 
 VLLM_VERSION=0.33.0
 TORCH_VERSION=2.13.0
-# What `import vllm.v1.core.sched.scheduler` and `vllm.config.ModelConfig` need: with
-# vllm 0.33.0 the adapter fails to build a scheduler without any one of them.
+# vLLM pins these to its CUDA torch 2.14.0; the venv keeps its torch 2.13.0, which vLLM's
+# scheduler runs on (and installs no torchvision or torchaudio).
+OVERRIDDEN=(torch torchvision torchaudio)
+# What building and stepping a VllmEngine imports with vllm 0.33.0, in the process or in
+# vLLM's model-inspection subprocess (einops: the Llama and EAGLE model code): without
+# any one of them the probe fails.
 RUNTIME_PACKAGES=(
     numpy packaging regex pydantic psutil cbor2 pyzmq requests transformers aiohttp
     oss-harmony openai msgspec cloudpickle pillow pybase64 cachetools uvloop py-cpuinfo
-    prometheus_client fastapi partial_json_parser llguidance apache-tvm-ffi
+    prometheus_client fastapi partial_json_parser llguidance apache-tvm-ffi einops
 )
+NO_DEPS=(vllm xgrammar)
+# What pip's resolver says about them until step 5 has trimmed their METADATA.
+PIP_EXPECTED=("^(vllm|xgrammar) [0-9.]+ requires " "^ERROR: pip's dependency resolver")
 
 die() {
     echo "install_vllm.sh: error: $*" >&2
@@ -46,39 +73,54 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip --disable-pip-version-check)
 
-# pip, minus the lines about what --no-deps leaves out on purpose (vLLM's CUDA
-# kernels, its server stack, its torch 2.14 pin): those would read as errors.
-pip_install() {
-    "${PIP[@]}" install "$@" 2>&1 | {
-        grep -v -E "^(vllm [0-9.]+ requires |ERROR: pip's dependency resolver|WARNING: Location 'file:)" || true
-    }
-}
-
-# The import a working install must pass: the scheduler and the config classes, offline.
-probe() {
-    HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=ERROR "$PY" - "$VLLM_VERSION" "$TORCH_VERSION" <<'EOF' >/dev/null 2>&1
+# "torch" if the venv lacks torch $TORCH_VERSION (any build), else "vllm" if it lacks vllm
+# $VLLM_VERSION, else nothing.
+missing_version() {
+    "$PY" - "$VLLM_VERSION" "$TORCH_VERSION" <<'EOF'
 import importlib.metadata as md
 import sys
 
-assert md.version("vllm") == sys.argv[1], md.version("vllm")
-assert md.version("torch").split("+")[0] == sys.argv[2], md.version("torch")
-import vllm.v1.core.sched.scheduler  # noqa: F401,E402
-from vllm.config import ModelConfig, VllmConfig  # noqa: F401,E402
+
+def version(name: str) -> str:
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return "none"
+
+
+if version("torch").split("+")[0] != sys.argv[2]:
+    print("torch")
+elif version("vllm") != sys.argv[1]:
+    print("vllm")
 EOF
 }
 
-if probe; then
+in_checkout() {
+    PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$@"
+}
+
+probe() {
+    in_checkout "$PY" -m schedspec.properties.adapters.vllm_probe
+}
+
+trimmed() {
+    local dist
+    for dist in "${NO_DEPS[@]}"; do
+        "$PY" "$REPO/scripts/lib/dist_requirements.py" is-trimmed "$dist" 2>/dev/null || return 1
+    done
+}
+
+if [[ -z $(missing_version) ]] && trimmed && probe >/dev/null 2>&1; then
     echo "install_vllm.sh: vllm==$VLLM_VERSION already works in $VENV; nothing to do"
     exit 0
 fi
 
-STEP="torch==$TORCH_VERSION (CPU build)"
-echo "== $STEP"
-pip_install -q "torch==$TORCH_VERSION"
-"$PY" -c 'import importlib.metadata as md, sys; sys.exit(md.version("torch").split("+")[0] != sys.argv[1])' \
-    "$TORCH_VERSION" || die "pip installed another torch than $TORCH_VERSION into $VENV"
+if [[ $(missing_version) == torch ]]; then
+    STEP="torch==$TORCH_VERSION (CPU build)"
+    echo "== $STEP"
+    "$REPO/scripts/install_torch_cpu.sh" "$VENV"
+fi
 
 STEP="vllm==$VLLM_VERSION --no-deps"
 echo "== $STEP"
@@ -87,21 +129,9 @@ pip_install -q --no-deps "vllm==$VLLM_VERSION"
 STEP="constraints from vLLM's Requires-Dist"
 CONSTRAINTS=$(mktemp)
 trap 'rm -f "$CONSTRAINTS"' EXIT
-"$PY" - >"$CONSTRAINTS" <<'EOF'
-# Each dependency vLLM pins, with its version specifier: the pins our subset obeys.
-import importlib.metadata as md
-
-from pip._vendor.packaging.requirements import Requirement
-
-LEFT_OUT = {"torch", "torchvision", "torchaudio"}  # we keep the CPU torch
-for line in md.requires("vllm") or []:
-    req = Requirement(line)
-    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-        continue  # an extra, or another platform
-    if req.name.lower() in LEFT_OUT or not str(req.specifier):
-        continue
-    print(f"{req.name}{req.specifier}")
-EOF
+pip_install -q packaging # what dist_requirements.py parses requirements with
+"$PY" "$REPO/scripts/lib/dist_requirements.py" constraints vllm --overridden "${OVERRIDDEN[@]}" \
+    >"$CONSTRAINTS"
 echo "== constraints: $(wc -l <"$CONSTRAINTS") pins from vllm $VLLM_VERSION's METADATA"
 XGRAMMAR_PIN=$(grep -i '^xgrammar' "$CONSTRAINTS" || true)
 [[ -n $XGRAMMAR_PIN ]] || die "vllm $VLLM_VERSION's METADATA pins no xgrammar version"
@@ -114,10 +144,29 @@ STEP="$XGRAMMAR_PIN --no-deps"
 echo "== $STEP"
 pip_install -q --no-deps "$XGRAMMAR_PIN"
 
-STEP="import check"
-if ! probe; then
-    HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL=ERROR "$PY" -c \
-        'import vllm.v1.core.sched.scheduler; from vllm.config import ModelConfig' || true
-    die "vllm $VLLM_VERSION is installed in $VENV but its scheduler does not import (above)"
+if ! in_checkout "$PY" -c 'import schedspec.properties.adapters.vllm' 2>/dev/null; then
+    STEP="schedspec's own dependencies (pip install -e $REPO)"
+    echo "== $STEP"
+    pip_install -q -e "$REPO"
 fi
+
+STEP="trim the METADATA of ${NO_DEPS[*]} (installed with --no-deps)"
+echo "== $STEP"
+for dist in "${NO_DEPS[@]}"; do
+    "$PY" "$REPO/scripts/lib/dist_requirements.py" trim "$dist" --overridden "${OVERRIDDEN[@]}"
+done
+CONFLICTS=$("$PY" -m pip --disable-pip-version-check check 2>&1 | grep -E "^($(
+    IFS='|'
+    echo "${NO_DEPS[*]}"
+)) " || true)
+[[ -z $CONFLICTS ]] || die "pip check still finds unmet requirements of ${NO_DEPS[*]}:
+$CONFLICTS"
+
+STEP="probe: build and step a VllmEngine per config family, with empty caches"
+echo "== $STEP"
+if ! OUTPUT=$(probe 2>&1); then
+    echo "$OUTPUT" >&2
+    die "vllm $VLLM_VERSION is installed in $VENV but the probe cannot build or step a VllmEngine (above)"
+fi
+echo "$OUTPUT"
 echo "install_vllm.sh: vllm==$VLLM_VERSION ready in $VENV"

@@ -56,4 +56,20 @@ def safety_only(config: SchedulerConfig) -> SafetyOnlyEngine:
     return SafetyOnlyEngine(config)
 
 
+class ProfilelessEngine:
+    """An adapter that forgot to declare its profiles (everything else delegated)."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.engine = ReferenceEngine(config)
+
+    def __getattr__(self, name: str) -> object:
+        if name == "profiles":
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+
+def profileless(config: SchedulerConfig) -> ProfilelessEngine:
+    return ProfilelessEngine(config)
+
+
 NOT_A_FACTORY = 42

@@ -1,8 +1,13 @@
-"""Hypothesis profiles: a quick one by default (CI), a long one behind SCHEDSPEC_LONG=1."""
+"""Hypothesis profiles: a quick one by default (CI), a long one behind SCHEDSPEC_LONG=1.
+And vLLM's per-user cache replaced by a fresh folder of the session's own."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
+from collections.abc import MutableMapping
 
 from hypothesis import HealthCheck, settings
 
@@ -13,3 +18,21 @@ settings.register_profile(
     "long", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("long" if os.environ.get("SCHEDSPEC_LONG") == "1" else "ci")
+
+VLLM_CACHE_PREFIX = "schedspec-tests-vllm-cache-"
+
+
+def use_fresh_vllm_cache(environ: MutableMapping[str, str]) -> str:
+    """Point environ's VLLM_CACHE_ROOT at a new empty folder, whatever it named before;
+    return the folder."""
+    root = tempfile.mkdtemp(prefix=VLLM_CACHE_PREFIX)
+    environ["VLLM_CACHE_ROOT"] = root
+    return root
+
+
+# vLLM caches per user (~/.cache/vllm, or VLLM_CACHE_ROOT) what it learns by importing a
+# model's code in a subprocess; a warm cache once hid a package missing from the venv
+# (einops) from every vLLM test. This module is imported before any test module, so
+# before anything imports vLLM, which reads the variable; subprocesses inherit it.
+SESSION_VLLM_CACHE_ROOT = use_fresh_vllm_cache(os.environ)
+atexit.register(shutil.rmtree, SESSION_VLLM_CACHE_ROOT, True)

@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
-from schedspec.check_command import CheckOptions, suite_settings
-from schedspec.cli import main
+from schedspec.cli.check import CheckOptions
+from schedspec.cli.main import main
+from schedspec.cli.suite_run import suite_settings
 from schedspec.properties.events import AddRequest, Step
 from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import CATALOGUE, in_profile
 
 BROKEN = "tests.broken_engines:wrong_total"
+PROFILELESS = "tests.broken_engines:profileless"
+# The run flags left at their defaults (CheckOptions takes them by name).
+RUN_SHAPE: dict[str, Any] = {
+    "profile": None,
+    "examples": None,
+    "seed": None,
+    "max_steps": None,
+    "trace_dir": Path(),
+    "progress": False,
+}
 # A seed whose search finds the planted bug quickly and shrinks it to three events.
 BROKEN_SEED = "1"
 
@@ -64,17 +77,31 @@ class TestPassingCheck:
         assert "4 examples of up to 7 actions" in result.stdout
         assert "checking: " in result.stderr and "\r" not in result.stderr  # plain lines in logs
 
+    def test_the_examples_count_is_the_number_run(self) -> None:
+        """Without a failure the totals count the examples asked for, plus any that
+        Hypothesis drew and dropped for outgrowing its choice budget (they were checked)."""
+        result = _invoke("check", "--examples", "5", "--seed", "2")
+        (totals,) = [line for line in result.stdout.splitlines() if line.startswith("examples: ")]
+        assert re.match(r"examples: \d+  steps checked: ", totals), totals
+        assert int(totals.split()[1]) >= 5
+        assert "first failure" not in totals
+
     def test_same_seed_same_counts(self) -> None:
         first = _table_rows(_invoke("check", "--examples", "3", "--seed", "9").stdout)
         assert first == _table_rows(_invoke("check", "--examples", "3", "--seed", "9").stdout)
 
     def test_long_profile_from_flag_or_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        options = CheckOptions("reference", None, None, None, None, False, Path(), True, False)
+        options = CheckOptions(**RUN_SHAPE, engine="reference", long=False, shrink=True)
         assert suite_settings(options, seed=1).examples == 100
         monkeypatch.setenv("SCHEDSPEC_LONG", "1")
         assert suite_settings(options, seed=1).examples == 2000
         monkeypatch.delenv("SCHEDSPEC_LONG")
-        long_run = CheckOptions("reference", None, 7, 3, 9, True, Path(), False, False)
+        long_run = CheckOptions(
+            **{**RUN_SHAPE, "examples": 7, "seed": 3, "max_steps": 9},
+            engine="reference",
+            long=True,
+            shrink=False,
+        )
         chosen = suite_settings(long_run, seed=3)
         assert (chosen.examples, chosen.rules_per_example, chosen.shrink) == (7, 9, False)
 
@@ -111,6 +138,19 @@ class TestFailingCheck:
         assert _table_rows(result.stdout)["BUDGET"][-1] == "1"
         assert _table_rows(result.stdout)["SEQS"][-1] == "0"
         assert result.stdout.rstrip().endswith(f"FAILED: BUDGET (seed {BROKEN_SEED})")
+
+    def test_the_examples_count_says_what_shrinking_added(self, failed_check: FailedCheck) -> None:
+        """20 examples asked for; the search failed in one of them and shrinking ran
+        many more, all counted (every one of them was checked)."""
+        out = failed_check.result.stdout
+        assert "20 examples of up to 40 actions" in out
+        (totals,) = [line for line in out.splitlines() if line.startswith("examples: ")]
+        found = re.match(
+            r"examples: (\d+) \(the first failure in example (\d+), then shrinking\)  steps", totals
+        )
+        assert found is not None, totals
+        run, first = int(found[1]), int(found[2])
+        assert 1 <= first <= 20 < run
 
     def test_prints_the_counterexample_with_what_the_engine_scheduled(
         self, failed_check: FailedCheck
@@ -169,9 +209,9 @@ class TestEngineCrash:
         assert "FAILED at event 3 (Step): the engine raised" in result.stdout
         assert _invoke("replay", str(path)).exit_code == 0
 
-    def test_check_reports_the_traceback(self) -> None:
+    def test_check_reports_the_traceback(self, tmp_path: Path) -> None:
         args = ["--engine", "tests.broken_engines:crashing", "--seed", "1", "--examples", "5"]
-        result = _invoke("check", *args)
+        result = _invoke("check", *args, "--trace-dir", str(tmp_path))  # not into the checkout
         assert result.exit_code == 4, result.output  # an engine error (reports.EXIT_CODES)
         assert "the engine raised outside the invariant checks" in result.stdout
         assert "RuntimeError: planted crash in schedule()" in result.stdout
@@ -182,7 +222,7 @@ class TestUsageErrors:
     @pytest.mark.parametrize(
         ("engine", "message"),
         [
-            ("nope", "expected 'reference' or 'module:factory'"),
+            ("nope", "expected 'reference', 'gpu', 'vllm', or module:factory, got 'nope'"),
             ("no_such_module_x:f", "cannot import 'no_such_module_x'"),
             ("tests.broken_engines:NOT_A_FACTORY", "has no callable 'NOT_A_FACTORY'"),
         ],
@@ -202,6 +242,28 @@ class TestUsageErrors:
         result = _invoke("check", "--engine", engine, "--examples", "2", "--seed", "1")
         assert result.exit_code == 0, result.output
         assert "against profile safety" in result.stdout
+
+    @pytest.mark.parametrize(
+        ("args", "flag"),
+        [
+            (["check", "--engine", PROFILELESS], "--engine"),
+            (["diff", "--right", PROFILELESS], "--right"),
+            (["diff", "--left", PROFILELESS, "--right", "reference"], "--left"),
+        ],
+    )
+    def test_an_adapter_without_profiles_exits_2_naming_the_attribute(
+        self, args: list[str], flag: str
+    ) -> None:
+        result = _invoke(*args, "--examples", "2", "--seed", "1")
+        assert result.exit_code == 2, result.output
+        assert f"Invalid value for '{flag}'" in result.stderr
+        assert "ProfilelessEngine has no `profiles` attribute" in result.stderr
+        assert "Traceback" not in result.output
+
+    def test_replay_on_an_adapter_without_profiles_exits_2(self, failed_check: FailedCheck) -> None:
+        result = _invoke("replay", str(failed_check.trace), "--engine", PROFILELESS)
+        assert result.exit_code == 2, result.output
+        assert "has no `profiles` attribute" in result.stderr
 
     def test_corrupted_trace_exits_2_naming_the_field(
         self, failed_check: FailedCheck, tmp_path: Path

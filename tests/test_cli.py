@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from schedspec.cli import main
+from schedspec.cli.main import main
 
 
 def _run(*args: str) -> Result:

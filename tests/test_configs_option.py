@@ -7,8 +7,8 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedspec.cli import main
-from schedspec.properties.adapter import load_config_strategy
+from schedspec.cli.main import main
+from schedspec.properties.engines import load_config_strategy
 from schedspec.properties.strategies import configs
 from tests.sched_helpers import make_config
 

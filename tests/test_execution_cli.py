@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from schedspec import cli
+from schedspec.cli import run as run_command
+from schedspec.cli.main import main
+from schedspec.cli.mixed_workload import build_workload
 from schedspec.gpu_impl.execution.builtin_workload import fit_workload
-from schedspec.workload import build_workload
 from tests.test_execution_invariance import one_thread, tiny_model  # noqa: F401
 from tests.test_execution_mutants import content_blind_engine
 
@@ -17,7 +18,7 @@ SMALL = ["run", "--execute", "--max-model-len", "256", "--num-blocks", "17"]
 
 
 def test_run_execute_reports_every_output_matched() -> None:
-    result = CliRunner().invoke(cli.main, SMALL)
+    result = CliRunner().invoke(main, SMALL)
     assert result.exit_code == 0, result.output
     assert "Output invariance: 14/14 requests matched the dense" in result.output
     assert "Slot safety held on all" in result.output
@@ -26,8 +27,8 @@ def test_run_execute_reports_every_output_matched() -> None:
 
 def test_run_execute_fails_when_the_scheduler_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
     """A scheduler whose prefix cache ignores content: the report says so, exit 1."""
-    monkeypatch.setattr(cli, "Scheduler", content_blind_engine)
-    result = CliRunner().invoke(cli.main, SMALL)
+    monkeypatch.setattr(run_command, "Scheduler", content_blind_engine)
+    result = CliRunner().invoke(main, SMALL)
     assert result.exit_code == 1
     # A same-step hit on a block another prompt is computing: its write clobbers the hit.
     assert "Slot safety violated: WRITE-NO-CLOBBER: request 'A' writes position 0" in result.output
@@ -35,7 +36,7 @@ def test_run_execute_fails_when_the_scheduler_is_wrong(monkeypatch: pytest.Monke
 
 
 def test_run_execute_refuses_json() -> None:
-    result = CliRunner().invoke(cli.main, [*SMALL, "--json"])
+    result = CliRunner().invoke(main, [*SMALL, "--json"])
     assert result.exit_code == 2
     assert "--execute prints a text report; drop --json" in result.output
 

@@ -27,7 +27,7 @@ from schedspec.gpu_impl.execution import (
     check_output_invariance,
 )
 from schedspec.gpu_impl.execution.executed_run import ExecEngine
-from schedspec.properties.adapter import load_engine_factory
+from schedspec.properties.engines import load_engine_factory
 from schedspec.properties.events import AddRequest
 from schedspec.properties.strategies import build_add_request, configs, request_draws
 from schedspec.spec import Request, SchedulerConfig

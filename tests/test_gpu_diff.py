@@ -14,9 +14,9 @@ import torch
 import schedspec.gpu_impl.block_ops as block_ops
 import schedspec.gpu_impl.running_phase as running_phase
 from schedspec.gpu_impl.batch_state import BatchState
-from schedspec.properties.adapter import load_engine_factory
 from schedspec.properties.adapters.gpu import gpu_engine
 from schedspec.properties.differential import DiffOptions, diff_trace, run_diff
+from schedspec.properties.engines import load_engine_factory
 from schedspec.properties.events import AddRequest, Drain, Step
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings

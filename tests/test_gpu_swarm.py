@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 import schedspec.gpu_impl.step_plan as step_plan
-from schedspec.cli import main
+from schedspec.cli.main import main
 from schedspec.gpu_impl.engine import BatchedScheduler
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, _below
 from schedspec.properties.adapters.gpu import gpu_engine
@@ -84,7 +84,7 @@ def test_the_command_passes_on_the_correct_engine() -> None:
     code, output = _swarm_cli("--instances", "32", "--examples", "1", "--max-steps", "10")
     assert code == 0, output
     assert "32 instances of gpu_impl" in output
-    assert "PASSED: every device check held (1 configs, seed 3)" in output
+    assert "PASSED: every device check held (1 config, seed 3)" in output
 
 
 def test_the_command_writes_a_shrunk_trace_for_a_finding(
@@ -141,3 +141,20 @@ def test_below_worked_example() -> None:
     counts = torch.bincount(_below(torch.arange(2**15), 3, 15))
     assert counts.tolist() == [10_923, 10_923, 10_922]
     assert _below(torch.tensor([10_922, 10_923, 21_845, 21_846]), 3, 15).tolist() == [0, 1, 1, 2]
+
+
+def test_swarm_defaults_are_4_configs_of_40_ticks_and_the_profile_the_engine_claims() -> None:
+    code, output = _swarm_cli("--instances", "2")
+    assert code == 0, output
+    assert "swarm: 2 instances of gpu_impl on cpu, profile vllm-v1, 4 configs of 40 ticks" in output
+    assert "PASSED: every device check held (4 configs, seed 3)" in output
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--workers", "2"], ["--junit", "r.xml"], ["--json", "r.json"], ["--step-timeout", "3"]],
+)
+def test_flags_swarm_mode_does_not_use_are_refused(flags: list[str]) -> None:
+    code, output = _swarm_cli("--instances", "4", *flags)
+    assert code == 2, output
+    assert f"{flags[0]}: not used in swarm mode (--instances 4)" in output

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from schedspec.cli import main
+from schedspec.cli.main import main
 from schedspec.properties.parallel import run_suite_parallel
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from schedspec.cli import main
+from schedspec.cli.main import main
 from schedspec.properties.trace import Trace
 
 
@@ -93,3 +93,23 @@ def test_bad_numbers_name_the_flag_and_bound() -> None:
     assert code == 2 and "--max-n" in out and "0<=x<=16" in out
     code, out = run("--timeout", "0")
     assert code == 2 and "--timeout" in out and "x>0" in out
+
+
+def test_contracts_runs_crosshair_with_a_full_report() -> None:
+    """Every contract of sizing.py is reported, one line each, then the count."""
+    code, out = run("--contracts")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("CrossHair: the contracts of ") and "sizing.py" in lines[0]
+    confirmed = [line for line in lines if line.endswith("info: Confirmed over all paths.")]
+    assert len(confirmed) >= 20
+    assert (
+        lines[-1]
+        == f"{len(confirmed)} conditions confirmed over all paths, 0 counterexamples, 0 undecided"
+    )
+
+
+def test_contracts_refuses_the_z3_flags() -> None:
+    code, out = run("--contracts", "--only", "BUDGET", "--max-n", "2")
+    assert code == 2
+    assert "--max-n, --only: flags of the Z3 proofs, which --contracts does not run" in out

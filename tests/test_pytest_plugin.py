@@ -6,6 +6,8 @@ be in an engine's repository; nothing here registers it by hand.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -86,6 +88,40 @@ def test_bad_engine_is_a_usage_error(engines: pytest.Pytester) -> None:
     result = engines.runpytest("--schedspec-engine", "engine_repo:nothing_here")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--schedspec-engine: engine: * has no callable 'nothing_here'"])
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        # An adapter without profiles: the engine option's fault, naming the attribute.
+        (
+            ["--schedspec-engine", "tests.broken_engines:profileless"],
+            "*--schedspec-engine: profiles: the adapter ProfilelessEngine has no `profiles`*",
+        ),
+        (
+            [
+                "--schedspec-engine",
+                "tests.broken_engines:safety_only",
+                "--schedspec-profile",
+                "vllm-v1",
+            ],
+            "*--schedspec-profile: profile: the engine claims [[]'safety'[]], not 'vllm-v1'",
+        ),
+    ],
+)
+def test_an_engine_that_cannot_be_checked_is_a_usage_error(
+    engines: pytest.Pytester, options: list[str], error: str
+) -> None:
+    engines.syspathinsert(str(Path(__file__).resolve().parent.parent))  # tests.broken_engines
+    result = engines.runpytest(*options, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([error])
+
+
+def test_the_engine_option_names_the_engines(engines: pytest.Pytester) -> None:
+    result = engines.runpytest("--help")
+    shown = " ".join(result.stdout.str().split())
+    assert "'reference', 'gpu', 'vllm', or module:factory" in shown
 
 
 def test_fixture_runs_the_suite_in_a_test_of_ones_own(engines: pytest.Pytester) -> None:

@@ -1,17 +1,24 @@
-"""The README's code runs: the usage example prints what it says, and the documented
-adapter for someone else's engine passes the suite."""
+"""The README's code runs: the usage example prints what it says, the documented
+adapter for someone else's engine passes the suite, every `$ schedspec ...` sample
+shows what the command prints, and CI runs the README's test command."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
+import os
 import re
+import shlex
+import subprocess
+import sys
 import types
 from pathlib import Path
 
 from schedspec.properties.suite import SuiteSettings, run_suite
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
 
 
 def _python_blocks() -> list[str]:
@@ -32,3 +39,108 @@ def test_readme_adapter_example_passes_the_suite() -> None:
     result = run_suite(module.MyEngineAdapter, "safety", SuiteSettings(examples=15, seed=5))
     assert result.passed, result.error or result.other_error
     assert result.stats.steps > 100
+
+
+# ------------------------------------------------- command samples: `$ schedspec ...`
+
+ELIDED = "..."
+TIMING = re.compile(r"time: [\d.]+ s  steps/s: \d+")
+# Samples whose command needs an optional dependency: flag -> the module.
+NEEDS = {"--execute": "torch", "--contracts": "crosshair"}
+
+
+def command_samples() -> list[tuple[str, list[str]]]:
+    """Each ```text block that starts with `$ schedspec ...`: the command line, and the
+    lines it prints, in README order (a later sample may read what an earlier wrote)."""
+    blocks = re.findall(r"```text\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    samples = []
+    for block in blocks:
+        first, *rest = block.rstrip("\n").split("\n")
+        if first.startswith("$ schedspec "):
+            samples.append((first.removeprefix("$ "), rest))
+    return samples
+
+
+def _normalized(line: str) -> str:
+    """Timings vary from run to run, the checkout's path from machine to machine."""
+    return TIMING.sub("time: T s  steps/s: R", line).replace(str(REPO), ELIDED)
+
+
+def shows(expected: list[str], printed: list[str]) -> bool:
+    """Whether `printed` is `expected` with each `...` line standing for any lines: the
+    runs between them appear whole and in order, anchored at both ends unless elided."""
+    runs: list[list[str]] = [[]]
+    for line in map(_normalized, expected):
+        if line == ELIDED:
+            runs.append([])
+        else:
+            runs[-1].append(line)
+    lines = [_normalized(line) for line in printed]
+    position = 0
+    for index, run in enumerate(runs):
+        last = index == len(runs) - 1
+        starts = [
+            at
+            for at in range(position, len(lines) - len(run) + 1)
+            if lines[at : at + len(run)] == run
+            and (index > 0 or at == 0)  # the first run is anchored at the start
+            and (not last or at + len(run) == len(lines))  # the last at the end
+        ]
+        if not starts:
+            return False
+        position = starts[0] + len(run)
+    return True
+
+
+def test_shows_worked_example() -> None:
+    printed = ["a", "b", "c", "time: 1.5 s  steps/s: 80", "d"]
+    assert shows(["a", ELIDED, "c", "time: 9.0 s  steps/s: 3", "d"], printed)
+    assert shows(["a", "b", ELIDED, "d"], printed)
+    assert not shows(["b", ELIDED, "d"], printed)  # the start is anchored
+    assert not shows(["a", ELIDED, "c"], printed)  # so is the end
+    assert not shows(["a", "c", ELIDED, "d"], printed)  # a run is whole
+
+
+def test_the_readme_shows_what_its_commands_print(tmp_path: Path) -> None:
+    """Each command runs as a user runs it, in a fresh interpreter (Hypothesis draws
+    constants from the modules loaded, so a run inside this test process would search
+    differently), all in one folder, in order: `replay` reads the trace `check` wrote,
+    and `diff-replay` the one `diff` wrote. The engines under tests/ import from the
+    checkout."""
+    samples = command_samples()
+    commands = [command for command, _ in samples]
+    assert any(c.startswith("schedspec diff-replay ") for c in commands)
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment.pop("SCHEDSPEC_LONG", None)
+    for command, expected in samples:
+        needed = [module for flag, module in NEEDS.items() if flag in command.split()]
+        if any(importlib.util.find_spec(module) is None for module in needed):
+            continue  # an extra not installed here (the test extra has them all)
+        done = subprocess.run(
+            [sys.executable, "-m", *shlex.split(command)],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert "Traceback" not in done.stderr, f"{command}\n{done.stderr}"
+        assert shows(expected, done.stdout.splitlines()), f"{command}\n{done.stdout}"
+
+
+def _setup_commands() -> list[str]:
+    """The command lines of the README's set-up section's bash block."""
+    section = README.read_text().split("## Set-up and the two commands", 1)[1]
+    (block,) = re.findall(r"```bash\n(.*?)```", section.split("\n## ", 1)[0], flags=re.DOTALL)
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def test_ci_runs_the_readmes_test_command_verbatim() -> None:
+    main_command, test_command = _setup_commands()
+    assert main_command.endswith(".venv/bin/schedspec check")
+    assert test_command == (
+        "python3 -m venv .venv && scripts/install_torch_cpu.sh .venv && "
+        ".venv/bin/pip install -q -e '.[test]' && scripts/install_vllm.sh .venv && "
+        ".venv/bin/python -m pytest"
+    )
+    assert test_command in (REPO / ".ci" / "run").read_text().splitlines()

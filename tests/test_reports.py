@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from schedspec.check_report import invariants_of
-from schedspec.cli import main
+from schedspec.cli.check_report import invariants_of
+from schedspec.cli.main import main
+from schedspec.cli.reports import EXIT_CODES, Outcome
 from schedspec.properties.events import AddRequest, Step
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import StepTimeoutError, TimedEngine, Watchdog
-from schedspec.reports import EXIT_CODES, Outcome
 from schedspec.spec import SchedulerConfig
 from tests.diff_engines import hanging
 
@@ -83,6 +83,7 @@ class TestCheckReports:
         assert summary["violations"] == [] and summary["trace"] is None
         assert set(summary["invariants"]) == set(names)
         assert summary["invariants"]["BUDGET"]["checked"] == summary["steps"] > 0
+        assert summary["examples"] >= 3 and summary["first_failure_example"] is None
 
     def test_a_violation(self, tmp_path: Path) -> None:
         args = ("check", "--engine", "tests.broken_engines:wrong_total", "--seed", "1")
@@ -108,6 +109,8 @@ class TestCheckReports:
             "events": 3,
         }
         assert Path(summary["trace"]["path"]).exists()
+        # Examples run: the search's up to its first failure, then shrinking's.
+        assert 1 <= summary["first_failure_example"] < summary["examples"]
 
     def test_an_engine_error(self, tmp_path: Path) -> None:
         args = ("check", "--engine", CRASH, "--seed", "1", "--examples", "5", "--no-shrink")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from schedspec.cli import main
-from schedspec.simulate.progress import _Tally, simulation_progress
+from schedspec.cli.main import main
+from schedspec.cli.progress import _Tally, simulation_progress
 
 SMALL = ("--num-requests", "30", "--rate", "30")
 
@@ -143,7 +143,13 @@ def test_trace_workload(tmp_path: Path) -> None:
         (["--prompt-len", "uniform:5:2"], "prompt_len: expected fixed:N"),
         (["--rate", "0"], "rate: must be > 0"),
         (["--workload", "long-prompt", "--rate", "3"], "--rate shape(s) only the mixed workload"),
-        (["--engine", "nosuch"], "engine: expected 'reference' or 'module:factory'"),
+        (["--engine", "nosuch"], "engine: expected 'reference', 'gpu', 'vllm', or module:factory"),
+        # --compare runs its own presets: a flag that also picks configs would be ignored.
+        (
+            ["--compare", "--experiment", "chunked-prefill"],
+            "--experiment: --compare runs its own presets",
+        ),
+        (["--compare", "--config", "chunked"], "--config: --compare runs its own presets"),
     ],
 )
 def test_bad_input_is_a_usage_error_naming_the_field(

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from schedspec.properties.adapter import load_engine_factory
+from schedspec.properties.engines import load_engine_factory
 from schedspec.simulate.configs import resolve_configs
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.runs import run_configs

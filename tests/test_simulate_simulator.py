@@ -21,6 +21,7 @@ from schedspec.simulate.simulator import (
     SimulationStalledError,
     simulate,
 )
+from schedspec.simulate.timeline import ScheduledEntry
 from schedspec.simulate.workloads import SimRequest, SyntheticWorkload
 from schedspec.spec import (
     CachedRequestData,
@@ -30,7 +31,6 @@ from schedspec.spec import (
     SchedulerConfig,
     SchedulerOutput,
 )
-from schedspec.timeline import ScheduledEntry
 
 # Every step costs 1 s plus 1 ms per KV token read: easy to add up by hand.
 UNIT = CostModel(

@@ -9,37 +9,13 @@ counterexample.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from schedspec.properties.contracts import SIZING, check_contracts
 from schedspec.reference import sizing
 from tests.mutants.catalogue import MUTANTS
-
-SIZING = Path(sizing.__file__)
-# A bound per condition; the arithmetic here is confirmed in well under a second.
-CROSSHAIR_TIMEOUT_S = 20
-
-
-def crosshair_check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "crosshair",
-            "check",
-            "--report_all",
-            f"--per_condition_timeout={CROSSHAIR_TIMEOUT_S}",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
 
 # ----------------------------------------------------------------- worked examples
 
@@ -103,12 +79,12 @@ def test_rollback_of_rejected_drafts() -> None:
 
 
 def test_crosshair_confirms_every_postcondition() -> None:
-    result = crosshair_check(SIZING)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = check_contracts(SIZING)
+    assert not result.failed, result.stdout + result.stderr
     num_posts = len(re.findall(r"^\s+post:", SIZING.read_text(), re.MULTILINE))
-    confirmed = result.stdout.count("Confirmed over all paths")
     assert num_posts >= 20
-    assert confirmed == num_posts, result.stdout
+    assert result.confirmed == num_posts, result.stdout
+    assert result.unconfirmed == []
 
 
 def _catalogue_edits() -> list[tuple[str, str, str]]:
@@ -159,6 +135,6 @@ def test_crosshair_finds_each_seeded_mistake(name: str, old: str, new: str, tmp_
     assert source.count(old) == 1, f"{name}: snippet not in sizing.py exactly once"
     mutated = tmp_path / "sizing_mutant.py"
     mutated.write_text(source.replace(old, new))
-    result = crosshair_check(mutated)
-    assert result.returncode != 0, f"{name}: CrossHair found nothing\n{result.stdout}"
-    assert "error:" in result.stdout, result.stdout
+    result = check_contracts(mutated)
+    assert result.failed, f"{name}: CrossHair found nothing\n{result.stdout}"
+    assert result.errors, result.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schedspec.cli.run_report import format_step, record_step
+from schedspec.simulate.timeline import ScheduledEntry, classify
 from schedspec.spec import (
     CachedRequestData,
     ModelRunnerOutput,
@@ -9,7 +11,6 @@ from schedspec.spec import (
     Request,
     SchedulerOutput,
 )
-from schedspec.timeline import ScheduledEntry, classify, format_step, record_step
 
 
 class TestClassify:

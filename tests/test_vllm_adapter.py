@@ -378,3 +378,46 @@ def test_padding_cut_by_the_long_prefill_cap_crashes_vllm() -> None:
     assert not isinstance(caught.value, InvariantViolationError)
     assert str(caught.traceback[-1].path).endswith("vllm/v1/core/sched/scheduler.py")
     replay(trace, reference_engine, "safety")
+
+
+# ------------------------------------------------------------ by name, from the CLI
+
+
+@pytest.fixture
+def built_configs(monkeypatch: pytest.MonkeyPatch) -> list[SchedulerConfig]:
+    """The configs every VllmEngine the command builds gets (through the registry)."""
+    built: list[SchedulerConfig] = []
+
+    class Recorded(VllmEngine):
+        def __init__(self, config: SchedulerConfig) -> None:
+            built.append(config)
+            super().__init__(config)
+
+    monkeypatch.setattr(adapter, "VllmEngine", Recorded)
+    return built
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["check", "--engine", "vllm"], "checking vllm against profile vllm-v1"),
+        (["diff", "--right", "vllm", "--compare-block-ids"], "profile vllm-v1"),
+    ],
+)
+def test_by_short_name_it_runs_on_its_own_configs_and_passes(
+    args: list[str], says: str, built_configs: list[SchedulerConfig], tmp_path: Path
+) -> None:
+    """No --configs: vLLM's default configs leave drafts off (F1-F3), and it passes."""
+    from click.testing import CliRunner
+
+    from schedspec.cli.main import main
+
+    flags = ["--examples", "8", "--seed", "20261129", "--trace-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, *flags])
+    assert result.exit_code == 0, result.output
+    assert says in result.output
+    assert "configs from schedspec.properties.adapters.vllm:vllm_configs_without_drafts" in (
+        result.output
+    )
+    assert len(built_configs) > 8  # the probe, then one per example
+    assert {c.num_speculative_tokens for c in built_configs} == {0}

@@ -14,12 +14,9 @@ from schedspec.properties.events import Abort, AddRequest, Drain, Event, Propose
 from schedspec.properties.fake_model import FakeModel, StepDecisions
 from schedspec.properties.kv_oracle import KVContentOracle
 from schedspec.properties.pipeline import BatchQueue
+from schedspec.properties.profiles import choose_profile, claimed_profiles
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import (
-    SchedulerConfig,
-    SchedulerOutput,
-    SpecInputError,
-)
+from schedspec.spec import SchedulerConfig, SchedulerOutput
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -38,10 +35,6 @@ from schedspec.spec.invariants import (
 )
 
 DEFAULT_MODEL = ModelParams()
-
-
-class ProfileError(SpecInputError):
-    """The engine does not claim the profile it is asked to pass."""
 
 
 class InvariantViolationError(AssertionError):
@@ -94,10 +87,7 @@ class CheckedEngine:
         model: ModelParams = DEFAULT_MODEL,
         stats: CheckStats | None = None,
     ) -> None:
-        if profile not in engine.profiles:
-            raise ProfileError(
-                "profile", f"the engine claims {sorted(engine.profiles)}, not {profile!r}"
-            )
+        choose_profile([claimed_profiles(engine)], profile)
         self.engine = engine
         self.config = config
         self.profile = profile

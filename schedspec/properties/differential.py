@@ -26,18 +26,14 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.checked_engine import (
-    CheckedEngine,
-    CheckStats,
-    InvariantViolationError,
-    ProfileError,
-)
+from schedspec.properties.checked_engine import CheckedEngine, CheckStats, InvariantViolationError
 from schedspec.properties.divergence import Divergence, DivergenceError, first_difference
 from schedspec.properties.events import Event
+from schedspec.properties.profiles import ProfileError
 from schedspec.properties.recording import Observation, RecordingEngine, Scheduled
 from schedspec.properties.state_machine import SuiteRecorder
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_target
-from schedspec.properties.trace import ModelParams, Trace
+from schedspec.properties.trace import DIFF_TRACE_STEM, ModelParams, Trace
 from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig, SchedulerOutput, State
 from schedspec.spec.invariants import Profile
@@ -276,5 +272,5 @@ def run_diff(
     first divergence (shrunk and 1-minimal) in result.divergence."""
     target = LockstepTarget(left, right, profile, options)
     return run_target(
-        target, suite_settings, config_strategy, trace_dir, on_example, "schedspec-diff"
+        target, suite_settings, config_strategy, trace_dir, on_example, DIFF_TRACE_STEM
     )

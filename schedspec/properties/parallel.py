@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError, replay
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
-from schedspec.properties.trace import Trace, trace_from_json
+from schedspec.properties.trace import FAILURE_TRACE_STEM, Trace, trace_file_name, trace_from_json
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
@@ -119,5 +119,5 @@ def _rebuild_failure(
         result.other_error = RuntimeError(f"the failing trace passed on replay: {trace.note}")
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
-        result.trace_path = trace_dir / f"schedspec-failure-{result.seed}.json"
+        result.trace_path = trace_dir / trace_file_name(FAILURE_TRACE_STEM, result.seed)
         trace.save(result.trace_path)

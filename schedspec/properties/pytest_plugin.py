@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from schedspec.properties.engines import ENGINE_FORMS
+
 if TYPE_CHECKING:
     # The plugin loads in every pytest run of an environment that has
     # schedspec installed; the harness is imported only when used.
@@ -39,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--schedspec-engine",
         metavar="ENGINE",
         default=None,
-        help="Add a test that checks this engine: 'reference' or module:factory.",
+        help=f"Add a test that checks this engine: {ENGINE_FORMS}.",
     )
     group.addoption(
         "--schedspec-profile",
@@ -91,25 +93,25 @@ class SuiteOptions:
 
 
 def resolve_profile(factory: EngineFactory, requested: Profile | None) -> Profile:
-    """The profile to check; ValueError if the engine does not claim the one asked for."""
-    from schedspec.check_report import PROBE_CONFIG, default_profile
+    """The profile to check; ProfileError (a ValueError) if the engine does not claim
+    the one asked for, or declares none."""
+    from schedspec.properties.profiles import choose_profile, probe_profiles
 
-    claimed = factory(PROBE_CONFIG).profiles
-    if requested is None:
-        return default_profile(claimed)
-    if requested not in claimed:
-        raise ValueError(f"profile: the engine claims {sorted(claimed)}, not {requested!r}")
-    return requested
+    return choose_profile([probe_profiles(factory)], requested)
 
 
 def run_and_report(
     factory: EngineFactory, name: str, profile: Profile, options: SuiteOptions, trace_dir: Path
 ) -> tuple[SuiteResult, str | None]:
-    """Run the suite; the failure report as one text, or None when it passed."""
-    from schedspec.check_report import failure_report
+    """Run the suite, on the configs a registered engine runs by default; the failure
+    report as one text, or None when it passed."""
+    from schedspec.properties.engines import default_configs, load_config_strategy
+    from schedspec.properties.failure_report import failure_report
     from schedspec.properties.suite import run_suite
 
-    result = run_suite(factory, profile, options.settings(), trace_dir=trace_dir)
+    configs_name = default_configs((name,))
+    configs = load_config_strategy(configs_name) if configs_name is not None else None
+    result = run_suite(factory, profile, options.settings(), configs, trace_dir)
     if result.passed:
         return result, None
     header = f"schedspec: {name} broke profile {profile} (seed {result.seed})"
@@ -161,13 +163,18 @@ def pytest_collection_modifyitems(
     engine = config.getoption("schedspec_engine")
     if engine is None:
         return
-    from schedspec.properties.adapter import load_engine_factory
+    from schedspec.properties.engines import load_engine_factory
 
     try:
         factory = load_engine_factory(engine)
         profile = resolve_profile(factory, SuiteOptions.of(config).profile)
     except ValueError as err:
-        flag = "--schedspec-profile" if str(err).startswith("profile:") else "--schedspec-engine"
+        # ProfileError's field: "profile" is the option's fault, "profiles" the adapter's.
+        flag = (
+            "--schedspec-profile"
+            if getattr(err, "field", "") == "profile"
+            else "--schedspec-engine"
+        )
         raise pytest.UsageError(f"{flag}: {err}") from None
     name = f"schedspec[{engine}:{profile}]"
     item = SchedspecItem.from_parent(
@@ -198,7 +205,7 @@ class SuiteRunner:
         examples: int | None = None,
         seed: int | None = None,
     ) -> SuiteResult:
-        from schedspec.properties.adapter import load_engine_factory
+        from schedspec.properties.engines import load_engine_factory
 
         if isinstance(factory, str):
             name, factory = factory, load_engine_factory(factory)

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from schedspec.properties.adapter import EngineAdapter
+from schedspec.properties.profiles import claimed_profiles
 from schedspec.spec import ModelRunnerOutput, Request, RequestOutput, SchedulerOutput, State
 
 
@@ -45,7 +46,7 @@ class RecordingEngine:
 
     def __init__(self, inner: EngineAdapter) -> None:
         self.inner = inner
-        self.profiles = inner.profiles
+        self.profiles = claimed_profiles(inner)
         self.outputs: list[SchedulerOutput] = []  # every schedule() result
         self.observations: list[Observation] = []
         self._last_call = "start"

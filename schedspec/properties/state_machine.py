@@ -60,8 +60,17 @@ class SuiteRecorder:
     """
 
     stats: CheckStats = field(default_factory=CheckStats)
+    # Every example run: the search's, the few Hypothesis drops for outgrowing its
+    # choice budget, and the many that shrinking a failure runs.
     examples: int = 0
+    first_failure_example: int | None = None  # which example (1-based) failed first
     last_failure: Trace | None = None
+
+    def failed(self, trace: Trace) -> None:
+        """The current example failed; `trace` is its events up to the failure."""
+        self.last_failure = trace
+        if self.first_failure_example is None:
+            self.first_failure_example = self.examples
 
 
 def make_state_machine(
@@ -103,7 +112,7 @@ def make_target_machine(
                 # Failing before any event (two engines that disagree from the
                 # start, an engine that cannot be built) still has a trace to show.
                 self.failed = True
-                record.last_failure = Trace(config, (), model, failure_note(err))
+                record.failed(Trace(config, (), model, failure_note(err)))
                 raise
             self.next_id = 0
             for drawn in first:
@@ -121,7 +130,7 @@ def make_target_machine(
                 # no Exception). Mark it, so that teardown does not drain a
                 # half-updated engine and report something else.
                 self.failed = True
-                record.last_failure = self.engine().trace(note=failure_note(err))
+                record.failed(self.engine().trace(note=failure_note(err)))
                 raise
 
         # One rule, always enabled: each action's first draw picks its kind

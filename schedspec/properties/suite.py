@@ -26,7 +26,7 @@ from schedspec.properties.state_machine import (
     make_target_machine,
     rules_for,
 )
-from schedspec.properties.trace import Trace
+from schedspec.properties.trace import FAILURE_TRACE_STEM, Trace, trace_file_name
 from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
@@ -61,7 +61,7 @@ class SuiteSettings:
 class SuiteResult:
     profile: Profile
     seed: int
-    examples: int
+    examples: int  # every example run, shrinking's included (SuiteRecorder.examples)
     stats: CheckStats
     seconds: float
     error: InvariantViolationError | None = None
@@ -69,6 +69,7 @@ class SuiteResult:
     trace_path: Path | None = None
     other_error: BaseException | None = field(default=None, repr=False)  # a crash or a hang
     divergence: DivergenceError | None = None  # lockstep targets only
+    first_failure_example: int | None = None  # which example the search first failed in
 
     @property
     def passed(self) -> bool:
@@ -98,10 +99,10 @@ def run_target(
     config_strategy: st.SearchStrategy[SchedulerConfig] | None = None,
     trace_dir: Path | None = None,
     on_example: Callable[[SuiteRecorder], None] | None = None,
-    trace_stem: str = "schedspec-failure",
+    trace_stem: str = FAILURE_TRACE_STEM,
 ) -> SuiteResult:
     """run_suite for any target (differential.run_diff drives two engines in lockstep);
-    the trace goes to trace_dir / f"{trace_stem}-{seed}.json"."""
+    the trace goes to trace_dir / trace_file_name(trace_stem, seed)."""
     chosen = suite_settings or SuiteSettings.quick()
     seed = chosen.seed if chosen.seed is not None else random.randrange(2**32)
     recorder = SuiteRecorder()
@@ -135,9 +136,10 @@ def run_target(
         _minimize(result, target)
     result.seconds = time.perf_counter() - started
     result.examples = recorder.examples
+    result.first_failure_example = recorder.first_failure_example
     if result.trace is not None and trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
-        result.trace_path = trace_dir / f"{trace_stem}-{seed}.json"
+        result.trace_path = trace_dir / trace_file_name(trace_stem, seed)
         result.trace.save(result.trace_path)
     return result
 

@@ -65,7 +65,8 @@ def run_swarm(
     profile: Profile = "safety",
     shrink_seconds: float = 20.0,
 ) -> SwarmResult:
-    """`instances` instances for up to `ticks` ticks; stops at the first tick with a finding."""
+    """`instances` instances for up to `ticks` ticks; stops at the first tick with a finding,
+    which it shrinks for up to `shrink_seconds` (0: not at all)."""
     # Narrow tensors that widen on demand: a step costs the slots in use, not run.slots.
     engine = BatchedScheduler(
         run.config, batch=instances, slots=run.slots, device=device, start_width=1
@@ -117,6 +118,6 @@ def _finding(
     failing: EngineFactory | None = gpu_engine if on_gpu else None
     if failing is None and on_reference:
         failing = reference_engine
-    if failing is not None:
+    if failing is not None and shrink_seconds > 0:
         finding.shrunk = minimize_on(trace, SingleEngine(failing, profile), shrink_seconds)
     return finding

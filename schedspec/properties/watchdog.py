@@ -24,6 +24,7 @@ from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.properties.profiles import claimed_profiles
 from schedspec.spec import (
     ModelRunnerOutput,
     Request,
@@ -105,7 +106,7 @@ class TimedEngine:
     def __init__(self, inner: EngineAdapter, watchdog: Watchdog) -> None:
         self.inner = inner
         self.watchdog = watchdog
-        self.profiles = inner.profiles
+        self.profiles = claimed_profiles(inner)
 
     def add_request(self, request: Request) -> None:
         self.watchdog.run("add_request()", self.inner.add_request, request)

@@ -2,7 +2,11 @@
 
 matplotlib's object API renders through Agg without pyplot, so no screen or
 global backend state is involved; every figure is written as each requested
-format (png, svg). Several runs on one workload overlay in the same axes.
+format (png, svg). Several runs on one workload overlay in the same axes, in
+the same colour per config in every panel, except iteration time: one strip
+per config, since six overlaid series of thousands of spikes hide each other.
+Legends sit outside every axes (constrained layout makes room), so they never
+cover data.
 """
 
 from __future__ import annotations
@@ -13,14 +17,20 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from schedspec.simulate.log_ticks import use_readable_log_ticks
 from schedspec.simulate.metrics import RequestMetrics
 from schedspec.simulate.simulator import SimulationResult
-from schedspec.timeline import Kind
+from schedspec.simulate.timeline import Kind
 
 KIND_COLORS: dict[Kind, str] = {"prefill": "tab:blue", "decode": "tab:green", "spec": "tab:orange"}
+WAIT_COLOR = "0.7"  # grey: not one of the work colours
+BAR_HALF_HEIGHT = 0.4  # of a row, for iterations a request ran in
+WAIT_HALF_HEIGHT = 0.2  # a thinner band, so a wait reads as not working in greyscale too
 LABELLED_ROWS = 40  # name every row up to this many requests
+LEGEND_COLUMNS = 6  # a legend of more entries wraps onto another row
+PANEL_HEIGHT = 2.2  # inches, for the KV and the queue panel
+STRIP_HEIGHT = 1.1  # inches, for each config's iteration-time strip
 MAX_STEP_BARS = 400  # above this many steps, a Gantt bar spans back-to-back steps
 
 
@@ -49,20 +59,64 @@ def gantt_segments(
     return segments
 
 
+def wait_spans(result: SimulationResult) -> dict[str, list[tuple[float, float]]]:
+    """request -> (start, width) of each time it waited in the queue: from its
+    arrival to the first iteration that scheduled it, and from each preemption
+    (at the start of the iteration that preempted it) to the next iteration that
+    scheduled it. A wait still open when the steps end lasts to the last one's end."""
+    spans: dict[str, list[tuple[float, float]]] = {rid: [] for rid in result.requests}
+    waiting_since = {rid: t.arrival_time for rid, t in result.requests.items()}
+    for step in result.steps:
+        for entry in step.entries:
+            since = waiting_since.pop(entry.request_id, None)
+            if since is not None and step.start > since:
+                spans[entry.request_id].append((since, step.start - since))
+        for rid in step.preempted:
+            waiting_since[rid] = step.start
+    end = result.steps[-1].start + result.steps[-1].duration if result.steps else 0.0
+    for rid, since in waiting_since.items():
+        if end > since:
+            spans[rid].append((since, end - since))
+    return spans
+
+
+def _boxes(
+    spans: Sequence[tuple[float, float]], row: int, half_height: float
+) -> list[list[tuple[float, float]]]:
+    low, high = row - half_height, row + half_height
+    return [[(x, low), (x + w, low), (x + w, high), (x, high)] for x, w in spans]
+
+
+def legend_above(fig: Figure, ax: Axes) -> None:
+    """ax's labelled artists as one row above every axes of fig (which must use
+    constrained layout, which makes the room): inside the axes it would cover data."""
+    handles, labels = ax.get_legend_handles_labels()
+    columns = min(len(labels), LEGEND_COLUMNS)
+    fig.legend(handles, labels, loc="outside upper center", ncols=columns, fontsize="small")
+
+
 def gantt_figure(result: SimulationResult) -> Figure:
-    """Which request ran in each iteration, and as what; red ticks mark preemptions."""
+    """Which request ran in each iteration, and as what; grey bands are waits in
+    the queue (before admission and after a preemption), red ticks preemptions."""
     rows = {rid: i for i, rid in enumerate(result.requests)}
-    fig = Figure(figsize=(11, max(3.0, min(0.22 * len(rows) + 1.5, 14.0))))
+    height = max(3.0, min(0.22 * len(rows) + 1.8, 14.0))
+    fig = Figure(figsize=(11, height), layout="constrained")
     ax = fig.add_subplot()
+    waits = [
+        box
+        for rid, spans in wait_spans(result).items()
+        for box in _boxes(spans, rows[rid], WAIT_HALF_HEIGHT)
+    ]
+    if waits:
+        ax.add_collection(
+            PolyCollection(waits, facecolor=WAIT_COLOR, linewidth=0, label="waiting in queue")
+        )
     # One collection per kind: a collection per request would cost seconds to draw.
     boxes: dict[Kind, list[list[tuple[float, float]]]] = {}
     # Short runs show every iteration as its own bar (white edges mark the steps).
     merge = len(result.steps) > MAX_STEP_BARS
     for (rid, kind), bars in gantt_segments(result, merge).items():
-        low, high = rows[rid] - 0.4, rows[rid] + 0.4
-        boxes.setdefault(kind, []).extend(
-            [(x, low), (x + w, low), (x + w, high), (x, high)] for x, w in bars
-        )
+        boxes.setdefault(kind, []).extend(_boxes(bars, rows[rid], BAR_HALF_HEIGHT))
     for kind, verts in boxes.items():
         ax.add_collection(
             PolyCollection(
@@ -84,44 +138,67 @@ def gantt_figure(result: SimulationResult) -> Figure:
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("request (arrival order)")
     ax.set_title(f"{result.name}: what each request did in each iteration")
-    ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
+    legend_above(fig, ax)
     return fig
+
+
+def config_color(index: int) -> str:
+    """The colour of the index-th config in every panel that tells configs apart."""
+    return f"C{index}"
 
 
 def kv_queue_figure(results: Sequence[SimulationResult]) -> Figure:
-    """KV usage, the waiting queue and the iteration time after each iteration,
-    one line per config (a long step shows as a spike in the last panel)."""
-    fig = Figure(figsize=(10, 8))
-    kv_ax, queue_ax, step_ax = fig.subplots(3, 1, sharex=True)
-    for result in results:
-        ends = [s.start + s.duration for s in result.steps]
-        kv_ax.step(ends, [100 * s.kv_usage for s in result.steps], where="post", label=result.name)
-        queue_ax.step(ends, [s.num_waiting for s in result.steps], where="post", label=result.name)
-        # An iteration time holds over the interval that ends with its step.
-        step_ax.step(
-            ends, [1000 * s.duration for s in result.steps], where="pre", label=result.name
+    """KV usage and the waiting queue after each iteration, one line per config,
+    then the iteration time, one strip per config on a shared scale (a long step
+    shows as a spike)."""
+    heights = [PANEL_HEIGHT, PANEL_HEIGHT] + [STRIP_HEIGHT] * len(results)
+    fig = Figure(figsize=(10, sum(heights) + 1.0), layout="constrained")  # + title, legend, axis
+    grid = fig.add_gridspec(len(heights), 1, height_ratios=heights)
+    kv_ax = fig.add_subplot(grid[0])
+    queue_ax = fig.add_subplot(grid[1], sharex=kv_ax)
+    strips: list[Axes] = []
+    for i, result in enumerate(results):
+        strips.append(
+            fig.add_subplot(grid[2 + i], sharex=kv_ax, sharey=strips[0] if strips else None)
         )
+        color = config_color(i)
+        ends = [s.start + s.duration for s in result.steps]
+        for ax, values in (
+            (kv_ax, [100 * s.kv_usage for s in result.steps]),
+            (queue_ax, [s.num_waiting for s in result.steps]),
+        ):
+            ax.step(ends, values, where="post", color=color, label=result.name)
+        # An iteration time holds over the interval that ends with its step.
+        strips[i].step(
+            ends,
+            [1000 * s.duration for s in result.steps],
+            where="pre",
+            color=color,
+            label=result.name,
+        )
+        strips[i].set_ylim(bottom=0)  # heights compare as lengths
+        strips[i].set_title(f"iteration time: {result.name}", loc="left", fontsize="small")
+        strips[i].set_ylabel("ms")
+    for ax in (kv_ax, queue_ax, *strips[:-1]):
+        ax.tick_params(labelbottom=False)
     kv_ax.set_ylabel("KV blocks in use (%)")
     kv_ax.set_ylim(0, 105)
     queue_ax.set_ylabel("waiting requests")
-    step_ax.set_ylabel("iteration time (ms)")
-    step_ax.set_xlabel("simulated time (s)")
-    kv_ax.legend(fontsize="small")
+    (strips[-1] if strips else queue_ax).set_xlabel("simulated time (s)")
     kv_ax.set_title("KV usage, waiting queue and iteration time")
-    fig.tight_layout()
+    legend_above(fig, kv_ax)
     return fig
 
 
-def _cdf(ax: Axes, values: Sequence[float], label: str) -> None:
+def _cdf(ax: Axes, values: Sequence[float], label: str, color: str) -> None:
     ordered = sorted(v * 1000 for v in values)
     n = len(ordered)
-    ax.step(ordered, [(i + 1) / n for i in range(n)], where="post", label=label)
+    ax.step(ordered, [(i + 1) / n for i in range(n)], where="post", label=label, color=color)
 
 
 def latency_cdf_figure(runs: Sequence[tuple[SimulationResult, Sequence[RequestMetrics]]]) -> Figure:
     """CDFs of TTFT, TPOT and the worst gap between tokens, one line per config."""
-    fig = Figure(figsize=(14, 4.5))
+    fig = Figure(figsize=(14, 4.8), layout="constrained")
     axes = fig.subplots(1, 3)
     panels = (
         ("TTFT (ms)", lambda m: m.ttft),
@@ -129,17 +206,15 @@ def latency_cdf_figure(runs: Sequence[tuple[SimulationResult, Sequence[RequestMe
         ("worst gap between tokens (ms)", lambda m: m.worst_gap),
     )
     for ax, (label, metric) in zip(axes, panels, strict=True):
-        for result, metrics in runs:
+        for i, (result, metrics) in enumerate(runs):
             values = [v for v in map(metric, metrics) if v is not None]
             if values:
-                _cdf(ax, values, result.name)
+                _cdf(ax, values, result.name, config_color(i))
         ax.set_xlabel(label)
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        use_readable_log_ticks(ax.xaxis)
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of requests")
-    axes[0].legend(fontsize="small")
-    fig.tight_layout()
+    legend_above(fig, axes[0])
     return fig

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +17,14 @@ from schedspec.simulate.metrics import (
     summarize,
     summary_document,
 )
-from schedspec.simulate.progress import ProgressCallback
 from schedspec.simulate.simulator import SimulationResult, simulate
 from schedspec.simulate.workloads import SimRequest
 
 FORMATS = ("png", "svg")
+DEFAULT_OUT = Path("simulate-out")  # where `schedspec simulate` writes; .gitignore has it
+
+# Told (config name, requests finished in that config) as a simulation advances.
+ProgressCallback = Callable[[str, int], None]
 
 
 @dataclass(frozen=True)

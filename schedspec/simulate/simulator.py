@@ -22,9 +22,9 @@ from schedspec.properties.fake_model import FakeModel, run_step_reporting
 from schedspec.simulate.block_ledger import BlockLedger
 from schedspec.simulate.cost_model import CostModel, StepWork
 from schedspec.simulate.errors import SimulationInputError
+from schedspec.simulate.timeline import ScheduledEntry, computed_before, scheduled_entries
 from schedspec.simulate.workloads import SimRequest
 from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus, SchedulerConfig
-from schedspec.timeline import ScheduledEntry, computed_before, scheduled_entries
 
 
 class SimulationStalledError(Exception):

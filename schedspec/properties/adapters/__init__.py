@@ -5,6 +5,10 @@ that importing schedspec never needs an engine installed:
 
 - `schedspec.properties.adapters.vllm`: vLLM V1's `Scheduler` (with its own
   KVCacheManager and BlockPool), driven on CPU with no model download
-  (`schedspec check --engine schedspec.properties.adapters.vllm:VllmEngine`).
-  Install vLLM first with `scripts/install_vllm.sh VENV_DIR`.
+  (`schedspec check --engine vllm`; engines.py names it). Install vLLM first
+  with `scripts/install_vllm.sh VENV_DIR`; `python -m
+  schedspec.properties.adapters.vllm_probe` tells whether an environment can
+  build and step one.
+- `schedspec.properties.adapters.gpu`: the torch implementation with B = 1
+  (`--engine gpu`; needs torch, the `gpu` extra).
 """

@@ -157,11 +157,7 @@ def _load_vllm() -> _Vllm:
         return _loaded
     # Read when huggingface_hub is imported: the tiny model is a local folder.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    # vLLM warns about every tiny config (block sizes, budgets); unless the
-    # user configured its logger, keep only errors.
-    vllm_logger = logging.getLogger("vllm")
-    if vllm_logger.level == logging.NOTSET:
-        vllm_logger.setLevel(logging.ERROR)
+    quiet_vllm_logging()
     try:
         import torch
         from vllm.config import (
@@ -228,6 +224,30 @@ def _load_vllm() -> _Vllm:
         eagle_dir=eagle_dir,
     )
     return _loaded
+
+
+# vLLM's own logger warns about every tiny config (block sizes, budgets); torch's
+# custom-op registry warns "Triton not available" whenever vLLM imports its Triton
+# kernels on a machine without Triton (an engine build that misses vLLM's model-info
+# cache does, to write the cache).
+QUIETED_LOGGERS = ("vllm", "torch._library.triton")
+# Any of these set means the user configured vLLM's logging and wants to see it.
+VLLM_LOGGING_VARIABLES = (
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_LOGGING_CONFIG_PATH",
+    "VLLM_CONFIGURE_LOGGING",
+)
+
+
+def quiet_vllm_logging() -> None:
+    """Keep only errors from QUIETED_LOGGERS, unless the user configured vLLM's logging
+    (a VLLM_LOGGING_VARIABLES variable set) or already gave that logger a level."""
+    if any(name in os.environ for name in VLLM_LOGGING_VARIABLES):
+        return
+    for name in QUIETED_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.ERROR)
 
 
 def vllm_available() -> bool:

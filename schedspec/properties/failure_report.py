@@ -1,9 +1,8 @@
-"""What `schedspec check`, `schedspec replay` and the pytest plugin report.
+"""How a failure is shown: the violation or the crash, then the counterexample replayed
+step by step with what the engine scheduled, and where its trace went.
 
-A failure is shown by replaying its trace while logging each step's
-decisions: CheckedEngine keeps only abstract states, so a thin recording
-wrapper around the engine (properties/recording.py) captures every
-SchedulerOutput without touching the harness. Nothing here depends on
+`schedspec check` and `replay`, the lockstep reports of `diff` and the pytest
+plugin all print failures through these functions. Nothing here depends on
 click or pytest.
 """
 
@@ -12,87 +11,17 @@ from __future__ import annotations
 import dataclasses
 import traceback
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
-from schedspec.properties.adapter import EngineAdapter, EngineFactory
-from schedspec.properties.checked_engine import (
-    CATALOGUE_KINDS,
-    CheckedEngine,
-    CheckStats,
-    InvariantViolationError,
-)
+from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.events import Abort, AddRequest, Event, ProposeDrafts, Step
-from schedspec.properties.recording import RecordingEngine
+from schedspec.properties.replay_log import ReplayLog, replay_with_log
 from schedspec.properties.suite import SuiteResult
-from schedspec.properties.trace import ModelParams, Trace
+from schedspec.properties.trace import ModelParams
 from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig, SchedulerOutput
-from schedspec.spec.invariants import CATALOGUE, PROFILES, InvariantInfo, Profile, in_profile
 
 PROMPT_SHOWN = 12  # prompt tokens printed before eliding the rest
 INDENT = "      "  # lines under an event: what the engine did, what broke
-
-# The smallest config the spec accepts: enough to build an engine and read
-# the profiles it claims before any checking starts.
-PROBE_CONFIG = SchedulerConfig(
-    block_size=1, num_blocks=2, max_num_batched_tokens=2, max_num_seqs=1, max_model_len=2
-)
-
-
-def default_profile(claimed: frozenset[Profile]) -> Profile:
-    """vLLM V1's exact decisions when the engine claims them, else safety."""
-    return "vllm-v1" if "vllm-v1" in claimed else "safety"
-
-
-@dataclass
-class ReplayEntry:
-    index: int
-    event: Event
-    outputs: list[SchedulerOutput] = field(default_factory=list)  # schedule() calls it made
-
-
-@dataclass
-class ReplayLog:
-    entries: list[ReplayEntry]
-    stats: CheckStats
-    violation: InvariantViolationError | None = None
-    crash: BaseException | None = None  # the engine raised (or hung) outside the checks
-
-    @property
-    def failed(self) -> bool:
-        return self.violation is not None or self.crash is not None
-
-
-def replay_with_log(trace: Trace, engine: EngineAdapter, profile: Profile) -> ReplayLog:
-    """Apply the trace's events to a fresh engine, stopping at the first failure.
-
-    The caller builds the engine (and checks it claims `profile`), so errors
-    from here are the engine's, never a usage error.
-    """
-    recorder = RecordingEngine(engine)
-    try:
-        checked = CheckedEngine(recorder, trace.config, profile, trace.model)
-    except (Exception, StepTimeoutError) as err:  # its first snapshot() failed, before any event
-        return ReplayLog([], CheckStats(), crash=err)
-    log = ReplayLog([], checked.stats)
-    for index, event in enumerate(trace.events):
-        entry = ReplayEntry(index, event)
-        log.entries.append(entry)
-        start = len(recorder.outputs)
-        recorder.observations.clear()  # only the outputs are shown; states need not pile up
-        try:
-            checked.apply(event)
-        except InvariantViolationError as err:
-            log.violation = err
-        except (Exception, StepTimeoutError) as err:  # a crash or a hang ends the replay too
-            log.crash = err
-        entry.outputs = recorder.outputs[start:]
-        if log.failed:
-            break
-    return log
-
-
-# ------------------------------------------------------------------ rendering
 
 
 def failure_report(result: SuiteResult, factory: EngineFactory, engine_name: str) -> list[str]:
@@ -219,34 +148,3 @@ def format_crash(err: BaseException) -> list[str]:
     """The last few frames and the exception: enough to find the line, short enough to read."""
     text = "".join(traceback.format_exception(err, limit=-4))
     return text.rstrip("\n").splitlines()
-
-
-def invariants_of(profile: Profile) -> list[InvariantInfo]:
-    """The profile's invariants: safety first, then policy; within each, in the order
-    an engine meets them."""
-    return sorted(
-        (i for i in CATALOGUE.values() if in_profile(i, profile)),
-        key=lambda i: (PROFILES.index(i.profile), CATALOGUE_KINDS.index(i.kind)),
-    )
-
-
-def format_table(stats: CheckStats, profile: Profile, failing: Iterable[str]) -> list[str]:
-    """One row per invariant of the profile: its kind, profile, checks made and failures."""
-    failed = set(failing)
-    infos = invariants_of(profile)
-    width = max(len("invariant"), *(len(i.id) for i in infos))
-    lines = [f"{'invariant':<{width}}  {'kind':<8}  {'profile':<7}  {'checked':>9}  failures"]
-    for info in infos:
-        lines.append(
-            f"{info.id:<{width}}  {info.kind:<8}  {info.profile:<7}  "
-            f"{stats.checks.get(info.id, 0):>9}  {int(info.id in failed):>8}"
-        )
-    return lines
-
-
-def format_totals(examples: int, stats: CheckStats, seconds: float) -> str:
-    rate = stats.steps / seconds if seconds > 0 else 0.0
-    return (
-        f"examples: {examples}  steps checked: {stats.steps}  events: {stats.events}  "
-        f"time: {seconds:.1f} s  steps/s: {rate:.0f}"
-    )

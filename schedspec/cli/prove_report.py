@@ -1,4 +1,5 @@
-"""Printing `schedspec prove`: the table rows, a counterexample's state, the summary."""
+"""Printing `schedspec prove`: the table rows, a counterexample's state, the summary;
+with --contracts, CrossHair's summary."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Sequence
 
 import z3
 
+from schedspec.properties.contracts import ContractCheck
 from schedspec.spec.formal.prover import ALL_N, ProofRow
 from schedspec.spec.formal.solving import Outcome
 
@@ -45,3 +47,11 @@ def summary(rows: Sequence[ProofRow], seconds: float, disagree: Sequence[str]) -
     if disagree:
         text += f"; cross-checks DISAGREE for {', '.join(disagree)}"
     return text + f"; {seconds:.1f}s"
+
+
+def contracts_summary(checked: ContractCheck) -> str:
+    """`21 conditions confirmed over all paths, 0 counterexamples, 0 undecided`."""
+    return (
+        f"{checked.confirmed} conditions confirmed over all paths, "
+        f"{len(checked.errors)} counterexamples, {len(checked.unconfirmed)} undecided"
+    )

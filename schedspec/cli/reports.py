@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schedspec.check_report import format_event, invariants_of
+from schedspec.cli.check_report import invariants_of
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
 from schedspec.properties.differential import failing_side
 from schedspec.properties.divergence import Divergence, show
+from schedspec.properties.failure_report import format_event
 from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec.invariants import InvariantInfo, Profile
 
@@ -66,7 +67,7 @@ class RunReport:
     engines: dict[str, str]  # {"engine": name} or {"left": name, "right": name}
     profile: Profile | None  # None: the engine failed before a profile could be chosen
     seed: int | None
-    examples: int = 0
+    examples: int = 0  # every example run, shrinking's included
     stats: CheckStats = field(default_factory=CheckStats)
     seconds: float = 0.0
     violation: InvariantViolationError | None = None
@@ -76,6 +77,7 @@ class RunReport:
     trace_events: int | None = None
     replay_command: str | None = None
     options: dict[str, object] = field(default_factory=dict)
+    first_failure_example: int | None = None  # which example the search first failed in
 
     @property
     def outcome(self) -> Outcome:
@@ -111,6 +113,7 @@ def summary(report: RunReport) -> dict[str, Any]:
         "profile": report.profile,
         "seed": report.seed,
         "examples": report.examples,
+        "first_failure_example": report.first_failure_example,
         "steps": stats.steps,
         "events": stats.events,
         "seconds": round(report.seconds, 3),

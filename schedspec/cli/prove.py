@@ -1,9 +1,11 @@
-"""`schedspec prove`: the Z3 proofs of the counts model, as a table.
+"""`schedspec prove`: the Z3 proofs of the counts model, as a table; with --contracts,
+CrossHair over the reference's arithmetic instead.
 
 Exit status: 0 everything proved, 1 a counterexample (or a cross-check that
-disagrees with the proof for all N), 3 a query Z3 could not decide in time.
-On a counterexample it prints the state and, when a run of the same model
-from fresh requests reaches the violation, writes that run as a trace.
+disagrees with the proof for all N), 3 a query Z3 (or a condition CrossHair)
+could not decide in time. On a Z3 counterexample it prints the state and, when
+a run of the same model from fresh requests reaches the violation, writes that
+run as a trace.
 """
 
 from __future__ import annotations
@@ -14,8 +16,19 @@ from pathlib import Path
 
 import click
 
+from schedspec.cli.loading import require_for
+from schedspec.cli.options import refuse_flags
+from schedspec.cli.prove_report import (
+    HEADER,
+    contracts_summary,
+    row_line,
+    state_lines,
+    summary,
+)
+from schedspec.properties.contracts import SIZING, check_contracts
+from schedspec.properties.dependencies import CROSSHAIR
 from schedspec.properties.formal_traces import to_trace
-from schedspec.prove_report import HEADER, row_line, state_lines, summary
+from schedspec.properties.trace import FORMAL_TRACE_STEM, trace_file_name
 from schedspec.spec.formal.bmc import search
 from schedspec.spec.formal.progress import PROGRESS_ID
 from schedspec.spec.formal.properties import ORDER_ID
@@ -39,12 +52,23 @@ def write_counterexample_trace(row: ProofRow, variant: Variant, trace_dir: Path)
     if reached is None:
         return None
     trace_dir.mkdir(parents=True, exist_ok=True)
-    path = trace_dir / f"schedspec-formal-{row.invariant}-{variant.name}.json"
+    path = trace_dir / trace_file_name(FORMAL_TRACE_STEM, row.invariant, variant.name)
     to_trace(reached).save(path)
     return path
 
 
+# Flags of the Z3 run, which --contracts does not use.
+Z3_FLAGS = ["--max-n", "--timeout", "--only", "--block-size", "--variant", "--jobs", "--trace-dir"]
+
+
 @click.command("prove")
+@click.option(
+    "--contracts",
+    is_flag=True,
+    help="Instead of the Z3 proofs, check the PEP 316 contracts of the reference's "
+    "arithmetic (schedspec/reference/sizing.py) with CrossHair over all paths, reporting "
+    "each condition (needs the formal extra: pip install -e '.[formal]').",
+)
 @click.option(
     "--max-n",
     type=click.IntRange(0, 16),
@@ -92,7 +116,11 @@ def write_counterexample_trace(row: ProofRow, variant: Variant, trace_dir: Path)
     show_default=True,
     help="Where counterexample traces are written.",
 )
+@click.pass_context
 def prove_command(
+    ctx: click.Context,
+    /,
+    contracts: bool,
     max_n: int,
     timeout: float,
     only: tuple[str, ...],
@@ -101,7 +129,15 @@ def prove_command(
     jobs: int,
     trace_dir: Path,
 ) -> None:
-    """Prove the invariants of one scheduling step with Z3, for every N and for N <= max-n."""
+    """Prove the invariants of one scheduling step with Z3, for every N and for N <= max-n.
+
+    Exit 0 if everything was proved, 1 on a counterexample, 3 if a query could
+    not be decided in time.
+    """
+    if contracts:
+        refuse_flags(ctx, Z3_FLAGS, "flags of the Z3 proofs, which --contracts does not run")
+        require_for("--contracts", CROSSHAIR)
+        raise SystemExit(prove_contracts())
     chosen = FAITHFUL if variant is None else Variant(Bug(variant))
     settings = ProveSettings(
         max_n=max_n,
@@ -142,3 +178,19 @@ def prove_command(
         raise SystemExit(EXIT_COUNTEREXAMPLE)
     if "unknown" in verdicts:
         raise SystemExit(EXIT_UNKNOWN)
+
+
+def prove_contracts() -> int:
+    """CrossHair over sizing.py, every condition reported; exit as for the Z3 proofs."""
+    click.echo(f"CrossHair: the contracts of {SIZING} over all paths")
+    checked = check_contracts()
+    for line in checked.lines:
+        click.echo(line)
+    if checked.failed and not checked.errors:  # CrossHair itself failed: show why
+        click.echo(checked.stderr.rstrip())
+    click.echo(contracts_summary(checked))
+    if checked.failed:
+        return EXIT_COUNTEREXAMPLE
+    if checked.unconfirmed or not checked.confirmed:
+        return EXIT_UNKNOWN
+    return EXIT_PROVED

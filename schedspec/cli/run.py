@@ -1,15 +1,13 @@
-"""The `schedspec` command.
+"""`schedspec run`: the built-in mixed workload through the reference scheduler.
 
-`schedspec run` shows the reference scheduler at work; `check` holds an engine
-to the invariant suite, `replay` re-runs a failure's trace, `diff` drives two
-engines in lockstep and `diff-replay` re-runs a divergence (their flags are in
-cli_suite.py, their work in check_command.py and diff_command.py).
+Prints one line per iteration and a summary (run_report.py); with --execute,
+the same workload runs through a tiny paged-attention model instead
+(gpu_impl/execution), which needs torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,11 +15,9 @@ from typing import Any
 
 import click
 
-from schedspec.cli_suite import COMMANDS
-from schedspec.properties.fake_model import FakeModel, run_step
-from schedspec.reference import Scheduler
-from schedspec.spec import ConfigError, Request, SchedulerConfig
-from schedspec.timeline import (
+from schedspec.cli.loading import require_for
+from schedspec.cli.mixed_workload import WorkloadRequest, build_workload
+from schedspec.cli.run_report import (
     StepRecord,
     Summary,
     format_step,
@@ -29,7 +25,10 @@ from schedspec.timeline import (
     record_step,
     summarize,
 )
-from schedspec.workload import WorkloadRequest, build_workload
+from schedspec.properties.dependencies import TORCH
+from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.reference import Scheduler
+from schedspec.spec import ConfigError, Request, SchedulerConfig
 
 # Caps a long prompt's chunk so decodes in the same step are not starved.
 DEFAULT_PREFILL_CAP = 256
@@ -121,39 +120,9 @@ def _build_config(**fields: Any) -> SchedulerConfig:
         raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
 
 
-# Commands whose modules import heavy libraries (z3, torch, matplotlib) load
-# only when invoked, so `schedspec run` and `check` start fast and work
-# without them. Name -> "module:attribute" of a click command.
-LAZY_COMMANDS: dict[str, str] = {
-    "simulate": "schedspec.simulate.command:simulate_command",
-    "prove": "schedspec.prove_command:prove_command",
-}
-
-
-class LazyGroup(click.Group):
-    """A click group that imports the commands of LAZY_COMMANDS on first use."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = LAZY_COMMANDS.get(cmd_name)
-        if target is None:
-            return super().get_command(ctx, cmd_name)
-        module_name, _, attribute = target.partition(":")
-        command = getattr(importlib.import_module(module_name), attribute)
-        assert isinstance(command, click.Command), target
-        return command
-
-
-@click.group(cls=LazyGroup)
-def main() -> None:
-    """schedspec: an executable specification of LLM-serving schedulers."""
-
-
 # Defaults are sized so the built-in workload shows every scheduling path:
 # chunked prefills, mixed batches, drafts, prefix hits and preemption.
-@main.command()
+@click.command()
 @click.option("--block-size", default=16, show_default=True, help="Tokens per KV block.")
 @click.option("--num-blocks", default=80, show_default=True, help="KV blocks in the cache.")
 @click.option(
@@ -187,7 +156,13 @@ def main() -> None:
     help="Fraction of blocks kept free when admitting.",
 )
 @click.option(
-    "--policy", type=click.Choice(["fcfs", "priority"]), default="fcfs", show_default=True
+    "--policy",
+    type=click.Choice(["fcfs", "priority"]),
+    default="fcfs",
+    show_default=True,
+    help="Queue order and preemption victim: fcfs (arrival order; the last running request "
+    "is preempted) or priority (lower value first; the largest (priority, arrival) is "
+    "preempted).",
 )
 @click.option(
     "--num-speculative-tokens", default=2, show_default=True, help="Drafts verified per step."
@@ -247,6 +222,7 @@ def _execute(config: SchedulerConfig, seed: int, max_steps: int, as_json: bool) 
     """`run --execute`: torch is imported only here, so a plain `run` stays light."""
     if as_json:
         raise click.UsageError("--execute prints a text report; drop --json")
+    require_for("--execute", TORCH)
     import torch
 
     from schedspec.gpu_impl.execution.builtin_workload import execute_builtin_workload
@@ -263,7 +239,3 @@ def _execute(config: SchedulerConfig, seed: int, max_steps: int, as_json: bool) 
         click.echo(line)
     if not ok:
         raise click.ClickException("the paged run failed its checks (see above)")
-
-
-for _command in COMMANDS:  # check, replay, diff, diff-replay: cli_suite.py
-    main.add_command(_command)

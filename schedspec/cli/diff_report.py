@@ -7,7 +7,10 @@ do not, and a `^` line at the first failure. Nothing here depends on click.
 
 from __future__ import annotations
 
-from schedspec.check_report import (
+from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
+from schedspec.properties.divergence import Divergence, show
+from schedspec.properties.failure_report import (
     INDENT,
     counterexample_title,
     crash_report,
@@ -15,9 +18,6 @@ from schedspec.check_report import (
     format_event,
     format_output,
 )
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
-from schedspec.properties.divergence import Divergence, show
 from schedspec.properties.suite import SuiteResult
 from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerOutput

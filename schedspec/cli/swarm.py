@@ -1,16 +1,19 @@
-"""`schedspec check --engine gpu --instances N`: swarm mode, as a command.
+"""`schedspec check --engine gpu --instances N`: swarm mode.
 
 Configs come from the suite's strategy (or --configs), drawn by Hypothesis
-from the run's seed: --examples configs (default 4, 32 with --long), each
-run as N instances for --max-steps ticks (default 40, 100 with --long).
-The first finding stops the run, is replayed through the harness on the
-gpu engine and on the reference, shrunk, and written as a trace.
+from the run's seed: --examples configs (QUICK / LONG below), each run as N
+instances for --max-steps ticks. The first finding stops the run, is
+replayed through the harness on the gpu engine and on the reference, shrunk
+(unless --no-shrink), and written as a trace. Needs torch: check.py loads
+the gpu engine, whose entry in properties/engines.py asks for it, before
+importing this module.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import torch
@@ -18,52 +21,61 @@ from hypothesis import Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from schedspec.check_command import CheckOptions, choose_seed, config_strategy
+from schedspec.cli.loading import load_configs, pick_profile, probe
+from schedspec.cli.reports import EXIT_CODES, Outcome
+from schedspec.cli.suite_run import choose_seed, is_long
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
 from schedspec.gpu_impl.device_checks import CHECK_IDS
 from schedspec.gpu_impl.engine import default_device
+from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.adapters.gpu import DEVICE_ENV
+from schedspec.properties.failure_report import plural
 from schedspec.properties.strategies import configs
 from schedspec.properties.swarm import SwarmResult, run_swarm
 from schedspec.properties.swarm_trace import SwarmRun
-from schedspec.reports import EXIT_CODES, Outcome
+from schedspec.properties.trace import SWARM_TRACE_STEM, trace_file_name
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
-QUICK = (4, 40)  # configs, ticks per config
+if TYPE_CHECKING:
+    from schedspec.cli.check import CheckOptions
+
+QUICK = (4, 40)  # configs, ticks per config (check's --instances help states them)
 LONG = (32, 100)
+SHRINK_SECONDS = 20.0
 
 
-def run_swarm_check(options: CheckOptions) -> int:
+def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
     instances = options.instances
-    if options.engine != "gpu":
-        raise click.BadParameter(
-            f"--instances {instances} runs swarm mode, which needs --engine gpu",
-            param_hint="'--instances'",
-        )
-    long = options.long or os.environ.get("SCHEDSPEC_LONG") == "1"
-    default_configs, default_ticks = LONG if long else QUICK
+    default_configs, default_ticks = LONG if is_long(options.long) else QUICK
     num_configs = options.examples or default_configs
     ticks = options.max_steps or default_ticks
-    profile: Profile = options.profile or "vllm-v1"
+    # Chosen as check chooses it: what the gpu engine claims.
+    profile = pick_profile([probe(factory, "--engine")], options.profile)
     device = os.environ.get(DEVICE_ENV) or str(default_device())
     if device == "cpu":
         # A tick's tensors are small: intra-op threads cost more in hand-offs than they win.
         torch.set_num_threads(1)
         # The command owns the process: keep freed temporaries in malloc (cpu_allocator.py).
         retain_freed_memory()
+    chosen = load_configs(options.configs, [options.engine])
     seed = choose_seed(options.seed)
     click.echo(
-        f"swarm: {instances} instances of gpu_impl on {device}, {num_configs} configs of "
-        f"{ticks} ticks; device checks after every schedule() and update"
+        f"swarm: {instances} instances of gpu_impl on {device}, profile {profile}, "
+        f"{plural(num_configs, 'config')} of {ticks} ticks; device checks after every "
+        "schedule() and update" + chosen.described()
     )
-    chosen = config_strategy(options.configs)
-    strategy = chosen if chosen is not None else configs()
-    results = _run_configs(strategy, num_configs, seed, instances, ticks, device, profile)
+    strategy = chosen.strategy if chosen.strategy is not None else configs()
+    shrink_seconds = SHRINK_SECONDS if options.shrink else 0.0
+    results = _run_configs(
+        strategy, num_configs, seed, instances, ticks, device, profile, shrink_seconds
+    )
     finding = next((r for r in results if r.finding is not None), None)
     _echo_table(results)
     if finding is None:
-        click.echo(f"PASSED: every device check held ({len(results)} configs, seed {seed})")
+        click.echo(
+            f"PASSED: every device check held ({plural(len(results), 'config')}, seed {seed})"
+        )
         return EXIT_CODES[Outcome.PASSED]
     return _report_finding(finding, options.trace_dir, seed, profile)
 
@@ -76,6 +88,7 @@ def _run_configs(
     ticks: int,
     device: str,
     profile: Profile,
+    shrink_seconds: float,
 ) -> list[SwarmResult]:
     """One swarm per drawn config, until one finds something."""
     results: list[SwarmResult] = []
@@ -87,7 +100,7 @@ def _run_configs(
         if any(r.finding is not None for r in results):
             return  # stop at the first finding: Hypothesis has no early exit that skips replay
         run = SwarmRun(config, seed=seed + len(results))
-        result = run_swarm(run, instances, ticks, device, profile)
+        result = run_swarm(run, instances, ticks, device, profile, shrink_seconds)
         results.append(result)
         click.echo(
             f"config {len(results)}: {result.instance_steps} instance-steps in "
@@ -126,10 +139,15 @@ def _report_finding(result: SwarmResult, trace_dir: Path, seed: int, profile: st
         click.echo(f"replayed on {engine} ({len(finding.trace.events)} events): {verdict}")
     trace = finding.shrunk or finding.trace
     trace_dir.mkdir(parents=True, exist_ok=True)
-    path = trace_dir / f"schedspec-swarm-{seed}.json"
+    path = trace_dir / trace_file_name(SWARM_TRACE_STEM, seed)
     trace.save(path)
-    shrunk = "shrunk to" if finding.shrunk is not None else "not shrunk (no engine fails it):"
-    click.echo(f"{shrunk} {len(trace.events)} events, written to {path}")
+    if finding.shrunk is not None:
+        shrunk = "shrunk to"
+    elif finding.on_gpu or finding.on_reference:
+        shrunk = "not shrunk (--no-shrink):"
+    else:
+        shrunk = "not shrunk (no engine fails it):"
+    click.echo(f"{shrunk} {plural(len(trace.events), 'event')}, written to {path}")
     click.echo(f"replay it: schedspec replay {path} --engine gpu --profile {profile}")
     click.echo(f"FAILED: {', '.join(finding.device_checks)} (seed {seed})")
     return EXIT_CODES[Outcome.VIOLATION]

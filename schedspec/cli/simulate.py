@@ -1,6 +1,7 @@
 """`schedspec simulate`: latency, throughput and pictures of a scheduling policy.
 
-Registered lazily (schedspec.cli.LAZY_COMMANDS) since it imports matplotlib.
+The work is in schedspec/simulate/ (cost model, workloads, simulator,
+metrics, plots); matplotlib is imported only when pictures are drawn.
 """
 
 from __future__ import annotations
@@ -10,14 +11,22 @@ from pathlib import Path
 
 import click
 
-from schedspec.properties.adapter import load_engine_factory
-from schedspec.simulate.configs import parse_assignments, resolve_configs
+from schedspec.cli.loading import load_engine
+from schedspec.cli.options import ENGINE_HELP, refuse_flags
+from schedspec.cli.progress import simulation_progress
+from schedspec.simulate.configs import COMPARE_PRESETS, parse_assignments, resolve_configs
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.errors import SimulationInputError
 from schedspec.simulate.experiment import format_trade_offs, trade_off
 from schedspec.simulate.metrics import format_table
-from schedspec.simulate.progress import simulation_progress
-from schedspec.simulate.runs import FORMATS, ConfigRun, run_configs, runs_document, write_plots
+from schedspec.simulate.runs import (
+    DEFAULT_OUT,
+    FORMATS,
+    ConfigRun,
+    run_configs,
+    runs_document,
+    write_plots,
+)
 from schedspec.simulate.simulator import SimulationStalledError
 from schedspec.simulate.trace_file import load_trace
 from schedspec.simulate.workloads import (
@@ -63,12 +72,7 @@ def _trade_off_lines(runs: list[ConfigRun], workload: list[SimRequest]) -> list[
 
 
 @click.command("simulate")
-@click.option(
-    "--engine",
-    default="reference",
-    show_default=True,
-    help="'reference', or 'module:factory' of an engine adapter.",
-)
+@click.option("--engine", default="reference", show_default=True, help=ENGINE_HELP)
 @click.option(
     "--workload",
     default="mixed",
@@ -93,7 +97,12 @@ def _trade_off_lines(runs: list[ConfigRun], workload: list[SimRequest]) -> list[
     help="NAME[:field=value,...] (repeatable); NAME may be a preset: chunked, no-chunking, "
     "chunked-512, no-prefix-cache, spec-decode, small-kv.",
 )
-@click.option("--compare", is_flag=True, help="Without --config: compare the presets.")
+@click.option(
+    "--compare",
+    is_flag=True,
+    help=f"Compare the presets {', '.join(COMPARE_PRESETS)} on one workload "
+    "(not with --config or --experiment, which choose their own configs).",
+)
 @click.option(
     "--experiment",
     type=click.Choice(["chunked-prefill"]),
@@ -107,11 +116,17 @@ def _trade_off_lines(runs: list[ConfigRun], workload: list[SimRequest]) -> list[
     help="Cost-model fields from a JSON object.",
 )
 @click.option("--seed", default=0, show_default=True, help="Seeds the workload and the model.")
-@click.option("--max-steps", default=1_000_000, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-steps",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Safety bound: fail if a config's workload has not drained after this many iterations.",
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("simulate-out"),
+    default=DEFAULT_OUT,
     show_default=True,
     help="Folder for the plots and summary.json.",
 )
@@ -125,7 +140,10 @@ def _trade_off_lines(runs: list[ConfigRun], workload: list[SimRequest]) -> list[
 @click.option("--no-plots", is_flag=True, help="Skip the pictures.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document, not the table.")
 @click.option("--progress", is_flag=True, help="Report progress on stderr even off a terminal.")
-def simulate_command(
+@click.pass_context
+def simulate(
+    ctx: click.Context,
+    /,
     engine: str,
     workload: str,
     config_specs: tuple[str, ...],
@@ -150,10 +168,9 @@ def simulate_command(
     rate and KV usage; writes Gantt, KV/queue and latency-CDF plots and
     summary.json (with every request's metrics) to --out.
     """
-    try:
-        factory = load_engine_factory(engine)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="'--engine'") from None
+    if compare:
+        refuse_flags(ctx, ["--config", "--experiment"], "--compare runs its own presets")
+    factory = load_engine(engine)
     try:
         cost_model = _cost_model(cost_json, cost)
         fields: dict[str, object] = {}

@@ -1,0 +1,164 @@
+"""`schedspec check`: the invariant suite against an engine.
+
+Random workloads (properties/state_machine.py) drive the engine, every
+invariant of the profile is checked after every event, and a failure is
+shrunk, printed step by step (properties/failure_report.py) and written as a
+trace. With --instances N it runs swarm mode instead (swarm.py). Exit codes
+as suite_run.py lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
+from schedspec.cli.options import (
+    as_profile,
+    engine_option,
+    profile_option,
+    refuse_flags,
+    run_options,
+)
+from schedspec.cli.progress import suite_progress
+from schedspec.cli.reports import Outcome, RunReport, write_reports
+from schedspec.cli.suite_run import (
+    SuiteRunOptions,
+    choose_seed,
+    echo_checks,
+    engine_failed,
+    failed_verdict,
+    suite_report,
+    suite_settings,
+)
+from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.failure_report import failure_report
+from schedspec.properties.parallel import run_suite_parallel
+from schedspec.properties.suite import run_suite
+from schedspec.properties.watchdog import Watchdog, time_limited
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckOptions(SuiteRunOptions):
+    engine: str
+    workers: int = 1  # processes; more than one splits the examples over seeds
+    instances: int = 1  # more than one: swarm mode (gpu engine), swarm.py
+
+
+# What swarm mode does not do: it writes no CI reports, runs in one process, and
+# its device checks have no step timeout (they are not engine calls).
+NOT_IN_SWARM_MODE = ["--workers", "--junit", "--json", "--step-timeout"]
+
+
+@click.command()
+@engine_option
+@profile_option
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes: the examples are split over seeds seed, seed + 1, ... (one per core).",
+)
+@click.option(
+    "--instances",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Swarm mode (--engine gpu, needs torch): this many gpu_impl instances stepped at "
+    "once on device workloads, device checks after every step; --examples counts configs "
+    "[default: 4, 32 with --long], --max-steps ticks per config [default: 40, 100 with "
+    "--long]; a finding is replayed on both engines, shrunk and written as a trace.",
+)
+@run_options
+@click.pass_context
+def check(
+    ctx: click.Context,
+    /,
+    engine: str,
+    profile: str | None,
+    no_shrink: bool,
+    json_path: Path | None,
+    **run: Any,
+) -> None:
+    """Run the invariant suite against an engine.
+
+    Exit 0 if every invariant held, 1 on a violation, 4 on an engine error,
+    5 on a hang, 2 on a usage error.
+    """
+    options = CheckOptions(
+        engine=engine, profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
+    )
+    if options.instances > 1:
+        why = f"not used in swarm mode (--instances {options.instances})"
+        refuse_flags(ctx, NOT_IN_SWARM_MODE, why)
+    raise SystemExit(run_check(options))
+
+
+def run_check(options: CheckOptions) -> int:
+    if options.instances > 1:
+        factory = _swarm_engine(options)  # before swarm.py, which imports torch
+        from schedspec.cli.swarm import run_swarm_check
+
+        return run_swarm_check(options, factory)
+    factory = load_engine(options.engine)
+    with Watchdog(options.step_timeout) as watchdog:
+        code, report = _check(options, time_limited(factory, watchdog))
+    write_reports(report, options.junit, options.json)
+    return code
+
+
+def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunReport]:
+    engines = {"engine": options.engine}
+    try:
+        claimed = probe(factory, "--engine")
+    except click.UsageError:
+        raise
+    except Exception as err:
+        report = RunReport("check", engines, options.profile, options.seed, engine_error=err)
+        return engine_failed(err), report
+    profile = pick_profile([claimed], options.profile)
+    configs = load_configs(options.configs, [options.engine])
+    seed = choose_seed(options.seed)
+    chosen = suite_settings(options, seed)
+    click.echo(
+        f"checking {options.engine} against profile {profile}: "
+        f"{chosen.examples} examples of up to {chosen.rules_per_example} actions"
+        + configs.described()
+    )
+    if options.workers > 1:
+        # One Hypothesis run per process (seed, seed + 1, ...); no progress bar.
+        result = run_suite_parallel(
+            factory, profile, chosen, options.workers, configs.strategy, options.trace_dir
+        )
+    else:
+        with suite_progress(chosen.examples, options.progress) as on_example:
+            result = run_suite(
+                factory, profile, chosen, configs.strategy, options.trace_dir, on_example
+            )
+    replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
+    if not result.passed:
+        click.echo()
+        for line in failure_report(result, factory, options.engine):
+            click.echo(line)
+    failing = echo_checks(result, profile)
+    report = suite_report("check", engines, result, replay, {"step_timeout": options.step_timeout})
+    if report.outcome is Outcome.PASSED:
+        click.echo(f"PASSED: every invariant of profile {profile} held")
+    else:
+        click.echo(failed_verdict(result, failing, seed))
+    return report.exit_code, report
+
+
+def _swarm_engine(options: CheckOptions) -> EngineFactory:
+    """The gpu engine, the only one swarm mode runs, or a usage error (also when torch,
+    which it needs, is missing)."""
+    if options.engine != "gpu":
+        raise click.BadParameter(
+            f"--instances {options.instances} runs swarm mode, which needs --engine gpu",
+            param_hint="'--instances'",
+        )
+    return load_engine(options.engine)

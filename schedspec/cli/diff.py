@@ -1,0 +1,150 @@
+"""`schedspec diff`: two engines in lockstep through random workloads.
+
+It is `check` for a pair: random workloads into both engines, every
+invariant checked on each, and the first divergence shrunk, printed side by
+side (diff_report.py) and written as a trace that `diff-replay` re-runs.
+Exit codes as for check (suite_run.py), with 3 for a divergence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from schedspec.cli.diff_report import diff_failure_report
+from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
+from schedspec.cli.options import as_profile, pair_options, run_options
+from schedspec.cli.progress import suite_progress
+from schedspec.cli.reports import Outcome, RunReport, write_reports
+from schedspec.cli.suite_run import (
+    SuiteRunOptions,
+    choose_seed,
+    echo_checks,
+    engine_failed,
+    failed_verdict,
+    suite_report,
+    suite_settings,
+)
+from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.differential import DiffOptions, run_diff
+from schedspec.properties.suite import SuiteResult
+from schedspec.properties.watchdog import (
+    StepTimeoutError,
+    Watchdog,
+    time_limited,
+)
+from schedspec.spec.invariants import Profile
+
+Pair = tuple[EngineFactory, EngineFactory]
+SIDE_FLAGS = (("left", "--left"), ("right", "--right"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiffCommandOptions(SuiteRunOptions):
+    left: str
+    right: str
+    compare_block_ids: bool = False
+
+
+@click.command()
+@pair_options
+@run_options
+def diff(profile: str | None, no_shrink: bool, json_path: Path | None, **run: Any) -> None:
+    """Drive two engines in lockstep through random workloads and report the first step
+    where they disagree.
+
+    Exit 0 if they agreed and held every invariant, 3 on a divergence, 1 on
+    a violation, 4 on an engine error, 5 on a hang, 2 on a usage error.
+    """
+    options = DiffCommandOptions(
+        profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
+    )
+    raise SystemExit(run_diff_command(options))
+
+
+def load_pair(left: str, right: str) -> Pair:
+    """Both factories, or a usage error naming the flag at fault."""
+    return load_engine(left, "--left"), load_engine(right, "--right")
+
+
+def probe_pair(pair: Pair) -> list[frozenset[Profile]]:
+    """The profiles each engine claims (loading.probe, with its side's flag)."""
+    return [probe(factory, flag) for factory, (_, flag) in zip(pair, SIDE_FLAGS, strict=True)]
+
+
+def pair_profile(claimed: list[frozenset[Profile]], requested: Profile | None) -> Profile:
+    return pick_profile(claimed, requested, [side for side, _ in SIDE_FLAGS])
+
+
+def run_diff_command(options: DiffCommandOptions) -> int:
+    pair = load_pair(options.left, options.right)
+    with Watchdog(options.step_timeout) as watchdog:
+        guarded = (time_limited(pair[0], watchdog), time_limited(pair[1], watchdog))
+        code, report = _diff(options, guarded)
+    write_reports(report, options.junit, options.json)
+    return code
+
+
+def _diff(options: DiffCommandOptions, pair: Pair) -> tuple[int, RunReport]:
+    engines = {"left": options.left, "right": options.right}
+    settings_of_run: dict[str, object] = {
+        "compare_block_ids": options.compare_block_ids,
+        "step_timeout": options.step_timeout,
+    }
+    try:
+        claimed = probe_pair(pair)
+    except click.UsageError:
+        raise
+    except (Exception, StepTimeoutError) as err:
+        report = RunReport("diff", engines, options.profile, options.seed, engine_error=err)
+        return engine_failed(err), report
+    profile = pair_profile(claimed, options.profile)
+    configs = load_configs(options.configs, [options.left, options.right])
+    seed = choose_seed(options.seed)
+    chosen = suite_settings(options, seed)
+    click.echo(
+        f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
+        f"{profile}: {chosen.examples} examples of up to {chosen.rules_per_example} actions"
+        + configs.described()
+    )
+    diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)
+    with suite_progress(chosen.examples, options.progress) as on_example:
+        result = run_diff(
+            *pair, profile, chosen, configs.strategy, diff_options, options.trace_dir, on_example
+        )
+    replay = _replay_command(result.trace_path, options, profile)
+    if not result.passed:
+        click.echo()
+        names = (options.left, options.right)
+        for line in diff_failure_report(result, *pair, names, diff_options):
+            click.echo(line)
+        if result.trace_path is not None:
+            click.echo(f"replay it: {replay}")
+    failing = echo_checks(
+        result,
+        profile,
+        "checks per engine (both engines were checked the same until the failure):",
+    )
+    report = suite_report("diff", engines, result, replay, settings_of_run)
+    click.echo(_verdict(report, result, failing, seed))
+    return report.exit_code, report
+
+
+def _verdict(report: RunReport, result: SuiteResult, failing: list[str], seed: int) -> str:
+    if report.outcome is Outcome.PASSED:
+        profile = report.profile
+        return f"PASSED: the engines agreed at every step; each held every invariant of {profile}"
+    if report.divergence is not None:
+        return f"FAILED: the engines diverged on {report.divergence.path} (seed {seed})"
+    return failed_verdict(result, failing, seed)
+
+
+def _replay_command(trace_path: Path | None, options: DiffCommandOptions, profile: Profile) -> str:
+    command = (
+        f"schedspec diff-replay {trace_path} --left {options.left} --right {options.right} "
+        f"--profile {profile}"
+    )
+    return command + (" --compare-block-ids" if options.compare_block_ids else "")

@@ -1,0 +1,99 @@
+"""`schedspec diff-replay`: a trace re-run on two engines in lockstep, side by side, to
+the first divergence (exit 3), violation (1), engine error (4) or hang (5); 0 when
+the engines agreed on every event."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from schedspec.cli.diff import load_pair, pair_profile, probe_pair
+from schedspec.cli.diff_report import format_diff_log, replay_header
+from schedspec.cli.loading import load_trace
+from schedspec.cli.options import as_profile, pair_options, step_timeout_option
+from schedspec.cli.reports import EXIT_CODES, outcome_of
+from schedspec.cli.suite_run import engine_failed
+from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
+from schedspec.properties.failure_report import plural
+from schedspec.properties.trace import Trace
+from schedspec.properties.watchdog import (
+    DEFAULT_STEP_TIMEOUT,
+    StepTimeoutError,
+    Watchdog,
+    time_limited,
+)
+from schedspec.spec.invariants import Profile
+
+
+@click.command("diff-replay")
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@pair_options
+@step_timeout_option
+def diff_replay(
+    trace: Path,
+    left: str,
+    right: str,
+    profile: str | None,
+    compare_block_ids: bool,
+    step_timeout: float,
+) -> None:
+    """Re-run a trace file on two engines in lockstep, side by side, to the first divergence."""
+    code = run_diff_replay(trace, left, right, as_profile(profile), compare_block_ids, step_timeout)
+    raise SystemExit(code)
+
+
+def run_diff_replay(
+    path: Path,
+    left: str,
+    right: str,
+    requested: Profile | None,
+    compare_block_ids: bool = False,
+    step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
+) -> int:
+    trace = load_trace(path)
+    pair = load_pair(left, right)
+    with Watchdog(step_timeout) as watchdog:
+        guarded = (time_limited(pair[0], watchdog), time_limited(pair[1], watchdog))
+        try:
+            claimed = probe_pair(guarded)
+        except click.UsageError:
+            raise
+        except (Exception, StepTimeoutError) as err:
+            return engine_failed(err)
+        profile = pair_profile(claimed, requested)
+        click.echo(
+            f"replaying {path} on {left} (left) and {right} (right) in lockstep "
+            f"(profile {profile}): {plural(len(trace.events), 'event')}"
+        )
+        for line in replay_header(trace):
+            click.echo(line)
+        result = diff_trace(trace, *guarded, profile, DiffOptions(compare_block_ids))
+    for line in format_diff_log(result):
+        click.echo(line)
+    click.echo(_replay_verdict(result, trace, profile))
+    return EXIT_CODES[outcome_of(result.violation, result.divergence, result.error)]
+
+
+def _replay_verdict(result: DiffResult, trace: Trace, profile: Profile) -> str:
+    at = _event_name(result)
+    if result.divergence is not None:
+        return f"DIVERGED {result.divergence.where}: {result.divergence.path}"
+    if result.violation is not None:
+        broken = ", ".join(sorted({v.invariant for v in result.violation.violations}))
+        side = getattr(result.violation, "side", "")
+        return f"FAILED at {at}: {broken} broke in the {side} engine"
+    if result.error is not None:
+        verb = "hung" if isinstance(result.error, StepTimeoutError) else "raised"
+        return f"FAILED at {at}: the {result.side} engine {verb}"
+    return (
+        f"PASSED: the engines agreed on all {plural(len(trace.events), 'event')} "
+        f"({plural(result.stats.steps, 'step')}); each held every invariant of {profile}"
+    )
+
+
+def _event_name(result: DiffResult) -> str:
+    if not result.entries:
+        return "the start (the engines' first snapshots)"
+    last = result.entries[-1]
+    return f"event {last.index} ({type(last.event).__name__})"

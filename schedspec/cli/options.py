@@ -1,0 +1,145 @@
+"""The click options several commands share, and their help texts.
+
+Only flags live here; each command's module holds its work. Importing this
+module stays light (no Hypothesis, torch, z3 or matplotlib): main.py's
+--help and `schedspec run` read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import click
+from click.core import ParameterSource
+
+from schedspec.properties.engines import ENGINE_FORMS
+from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT
+from schedspec.spec.invariants import PROFILES
+
+if TYPE_CHECKING:
+    from schedspec.spec.invariants import Profile
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ENGINE_HELP = (
+    f"The engine: {ENGINE_FORMS} naming a factory (SchedulerConfig -> EngineAdapter; "
+    "a class works; the working directory is on the import path)."
+)
+PROFILE_HELP = "Invariants to check [default: vllm-v1 if the engine claims it, else safety]."
+PAIR_PROFILE_HELP = (
+    "Invariants to check on both engines [default: vllm-v1 if both claim it, else safety]."
+)
+
+
+def as_profile(value: str | None) -> Profile | None:
+    return cast("Profile | None", value)  # click.Choice(PROFILES) checked it
+
+
+def stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click decorators as one, applied in the order written."""
+
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+def given_flags(ctx: click.Context, *flags: str) -> list[str]:
+    """Those of `flags` the user gave (on the command line or through the environment),
+    as opposed to left at their defaults."""
+    given = []
+    for param in ctx.command.params:
+        named = [flag for flag in flags if flag in param.opts]
+        source = ctx.get_parameter_source(param.name) if param.name else None
+        if named and source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP):
+            given += named
+    return given
+
+
+def refuse_flags(ctx: click.Context, flags: list[str], reason: str) -> None:
+    """A usage error if any of `flags` was given: `reason` says what it conflicts with."""
+    given = given_flags(ctx, *flags)
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: {reason}")
+
+
+engine_option = click.option("--engine", default="reference", show_default=True, help=ENGINE_HELP)
+profile_option = click.option(
+    "--profile", type=click.Choice(PROFILES), default=None, help=PROFILE_HELP
+)
+
+step_timeout_option = click.option(
+    "--step-timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_STEP_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="An engine call that runs longer is stopped and reported as a hang (exit 5); 0: no limit.",
+)
+
+# The flags `check` and `diff` share: how hard to look, where results go.
+run_options = stack(
+    click.option(
+        "--examples",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Hypothesis examples to search [default: 100, 2000 with --long; "
+        "swarm mode: configs, 4, 32 with --long].",
+    ),
+    click.option("--seed", type=click.IntRange(min=0), default=None, help="Repeat a run exactly."),
+    click.option(
+        "--max-steps",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Actions per example (add_request, abort, drafts, step), each of which may step "
+        "the engine several times [default: 40, 100 with --long; swarm mode: ticks per "
+        "config, the same].",
+    ),
+    click.option("--long", is_flag=True, help="The long profile (also SCHEDSPEC_LONG=1)."),
+    click.option(
+        "--trace-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        # Relative, so the printed replay command stays short.
+        default=Path(),
+        help="Where a failure's trace is written [default: the current directory].",
+    ),
+    click.option("--no-shrink", is_flag=True, help="Report the first failure found, unshrunk."),
+    click.option(
+        "--configs",
+        default=None,
+        metavar="MODULE:STRATEGY",
+        help="The configs to draw: a Hypothesis strategy (or a function returning one) "
+        "[default: the engine's own where it has one (vllm: no speculative decoding, "
+        "docs/FINDINGS.md), else the suite's].",
+    ),
+    click.option("--progress", is_flag=True, help="Report progress on stderr even off a terminal."),
+    step_timeout_option,
+    click.option(
+        "--junit",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write a JUnit XML report here (a testcase per invariant, one for engine errors).",
+    ),
+    click.option(
+        "--json",
+        "json_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write a JSON summary here (outcome, counts, violations, trace path).",
+    ),
+)
+
+pair_options = stack(
+    click.option("--left", default="reference", show_default=True, help=ENGINE_HELP),
+    click.option("--right", required=True, help=ENGINE_HELP),
+    click.option("--profile", type=click.Choice(PROFILES), default=None, help=PAIR_PROFILE_HELP),
+    click.option(
+        "--compare-block-ids",
+        is_flag=True,
+        help="Also compare block ids and the free-queue order (off: block counts only).",
+    ),
+)

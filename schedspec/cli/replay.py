@@ -1,0 +1,87 @@
+"""`schedspec replay`: re-run a trace on an engine and name the first event that breaks
+an invariant (exit 1), or say that all held (exit 0); 4 if the engine raised, 5 if it
+hung, 2 on a usage error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from schedspec.cli.loading import build_engine, load_engine, load_trace, pick_profile
+from schedspec.cli.options import as_profile, engine_option, profile_option, step_timeout_option
+from schedspec.cli.reports import EXIT_CODES, Outcome, outcome_of
+from schedspec.cli.suite_run import engine_failed
+from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.failure_report import format_config, format_log, plural
+from schedspec.properties.replay_log import ReplayLog, replay_with_log
+from schedspec.properties.trace import Trace
+from schedspec.properties.watchdog import (
+    DEFAULT_STEP_TIMEOUT,
+    StepTimeoutError,
+    Watchdog,
+    time_limited,
+)
+from schedspec.spec.invariants import Profile
+
+
+@click.command()
+@click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@engine_option
+@profile_option
+@step_timeout_option
+def replay(trace: Path, engine: str, profile: str | None, step_timeout: float) -> None:
+    """Re-run a trace file on an engine and name the first event that breaks an invariant."""
+    raise SystemExit(run_replay(trace, engine, as_profile(profile), step_timeout))
+
+
+def run_replay(
+    path: Path,
+    engine_name: str,
+    requested: Profile | None,
+    step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
+) -> int:
+    trace = load_trace(path)
+    factory = load_engine(engine_name)
+    with Watchdog(step_timeout) as watchdog:
+        return _replay(path, trace, time_limited(factory, watchdog), engine_name, requested)
+
+
+def _replay(
+    path: Path, trace: Trace, factory: EngineFactory, engine_name: str, requested: Profile | None
+) -> int:
+    try:
+        engine, claimed = build_engine(factory, trace.config, "--engine")
+    except click.UsageError:
+        raise
+    except Exception as err:
+        return engine_failed(err)
+    profile = pick_profile([claimed], requested)
+    click.echo(f"replaying {path} on {engine_name} (profile {profile}): {len(trace.events)} events")
+    for line in format_config(trace.config, trace.model):
+        click.echo(f"  {line}")
+    if trace.note:  # what the run that wrote the trace saw
+        click.echo("recorded failure: " + trace.note.replace("\n", "\n  "))
+    log = replay_with_log(trace, engine, profile)
+    for line in format_log(log):
+        click.echo(line)
+    if log.violation is not None:
+        broken = ", ".join(sorted({v.invariant for v in log.violation.violations}))
+        click.echo(f"FAILED at {_event_name(log)}: {broken} broke")
+        return EXIT_CODES[Outcome.VIOLATION]
+    if log.crash is not None:
+        verb = "hung" if isinstance(log.crash, StepTimeoutError) else "raised"
+        click.echo(f"FAILED at {_event_name(log)}: the engine {verb}")
+        return EXIT_CODES[outcome_of(None, None, log.crash)]
+    click.echo(
+        f"PASSED: all {plural(len(trace.events), 'event')} held every invariant of {profile} "
+        f"({plural(log.stats.steps, 'step')} checked)"
+    )
+    return 0
+
+
+def _event_name(log: ReplayLog) -> str:
+    if not log.entries:
+        return "the start (the engine's first snapshot)"
+    last = log.entries[-1]
+    return f"event {last.index} ({type(last.event).__name__})"

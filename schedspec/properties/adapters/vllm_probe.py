@@ -1,0 +1,159 @@
+"""Does vLLM's scheduler work in this environment? Build and step a real VllmEngine.
+
+    python -m schedspec.properties.adapters.vllm_probe
+
+builds a `VllmEngine` for every config family the adapter supports (no drafts, n-gram
+drafts, EAGLE drafts; fcfs and priority; prefix caching on and off) and steps each one
+until its requests finish, with every per-user cache vLLM, Hugging Face and the XDG
+folders point at replaced by an empty temporary folder. Exit status 0 when all of them
+work; 1, with the family and the error, when one does not.
+
+The empty caches are the point: vLLM inspects a model's architecture in a subprocess
+(`python -m vllm.model_executor.models.registry`) that imports the model's code, and
+caches the answer per user (~/.cache/vllm). A warm cache from another venv hides a
+package that only that import needs (einops, once), so a probe that reads it says yes
+to a venv in which no engine can be built.
+
+scripts/install_vllm.sh runs this before installing (a venv that passes needs nothing)
+and after (the install is done only when it passes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from schedspec.properties.adapters.vllm import VllmEngine
+from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.spec import Request, SchedulerConfig
+from schedspec.spec.config import POLICIES, Policy
+
+# Each is read where a per-user cache or config folder is chosen: XDG_* by vLLM's
+# defaults and most libraries, VLLM_* and HF_HOME override those when a user set them.
+CACHE_VARIABLES = (
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "VLLM_CACHE_ROOT",
+    "VLLM_CONFIG_ROOT",
+    "HF_HOME",
+)
+Drafter = Literal["none", "ngram", "eagle"]
+DRAFTERS: tuple[Drafter, ...] = ("none", "ngram", "eagle")
+# Enough steps for the probe's requests to finish in every family (each takes 2-4).
+MAX_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Family:
+    """One config family of the adapter: a drafter, a policy, prefix caching on or off."""
+
+    drafter: Drafter
+    policy: Policy
+    prefix_caching: bool
+
+    def config(self) -> SchedulerConfig:
+        drafts = 0 if self.drafter == "none" else 2
+        return SchedulerConfig(
+            block_size=16,
+            num_blocks=32,
+            max_num_batched_tokens=64,
+            max_num_seqs=4,
+            max_model_len=256,
+            enable_prefix_caching=self.prefix_caching,
+            policy=self.policy,
+            num_speculative_tokens=drafts,
+            # vLLM's n-gram drafter reserves no lookahead slots, its EAGLE drafter one per draft.
+            num_lookahead_tokens=drafts if self.drafter == "eagle" else 0,
+        )
+
+    def __str__(self) -> str:
+        caching = "prefix caching on" if self.prefix_caching else "prefix caching off"
+        return f"drafter={self.drafter}, policy={self.policy}, {caching}"
+
+
+FAMILIES = tuple(
+    Family(drafter, policy, caching)
+    for drafter, policy, caching in itertools.product(DRAFTERS, POLICIES, (False, True))
+)
+
+
+class ProbeError(RuntimeError):
+    """A family's engine was built but did not do its work."""
+
+
+def step_family(family: Family) -> int:
+    """Build the family's engine, run two requests that share a prefix to the end;
+    return the steps it took. Raises whatever vLLM raises, or ProbeError."""
+    config = family.config()
+    engine = VllmEngine(config)
+    model = FakeModel(seed=0, num_speculative_tokens=config.num_speculative_tokens)
+    shared = list(range(40))  # over two blocks: the second request's prefix-cache hit
+    engine.add_request(Request("a", [*shared, 7, 8], max_tokens=3, priority=1))
+    engine.add_request(Request("b", [*shared, 9], max_tokens=3, priority=0))
+    for step in range(1, MAX_STEPS + 1):
+        run_step(engine, model)
+        if not engine.snapshot().requests:
+            return step
+    raise ProbeError(f"{family}: requests still unfinished after {MAX_STEPS} steps")
+
+
+@contextlib.contextmanager
+def empty_caches() -> Iterator[str]:
+    """Each of CACHE_VARIABLES names its own new empty folder (under the folder yielded)
+    until the block ends; then the folders go and the variables are as they were."""
+    saved = {name: os.environ.get(name) for name in CACHE_VARIABLES}
+    with tempfile.TemporaryDirectory(prefix="schedspec-vllm-probe-") as root:
+        try:
+            for name in CACHE_VARIABLES:
+                os.environ[name] = os.path.join(root, name.lower())
+                os.mkdir(os.environ[name])
+            yield root
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def probe() -> None:
+    """Step every family's engine in this process; raise ProbeError on the first that
+    fails, naming the family."""
+    for family in FAMILIES:
+        try:
+            step_family(family)
+        except Exception as err:
+            raise ProbeError(f"{family}: {type(err).__name__}: {err}") from err
+
+
+def main() -> int:
+    """The probe with empty caches: 0 if every family works, 1 (and why) if not.
+
+    Meant for a fresh process (`python -m`): vLLM and huggingface_hub read some of the
+    cache variables once, when first imported."""
+    start = time.monotonic()
+    with empty_caches():
+        try:
+            probe()
+        except ProbeError:
+            traceback.print_exc()
+            print("vLLM probe: FAILED (the last line of the traceback names the config family)")
+            return 1
+    print(
+        f"vLLM probe: built and stepped {len(FAMILIES)} VllmEngines (drafters none, ngram, "
+        f"eagle; fcfs, priority; prefix caching off, on) with empty caches in "
+        f"{time.monotonic() - start:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The optional dependencies some engines and commands need, and how to get each.
+
+`pip install -e .` gives schedspec's core: the reference, the harness, the Z3
+proofs and the simulator. torch (the gpu engine, swarm mode, `run --execute`),
+vLLM (its scheduler under the suite) and CrossHair (the contract check) come
+separately. Asking for one of them where it is missing raises
+MissingDependencyError, whose message says what brings it, before anything is
+imported: the commands report it as a usage error instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OptionalDependency:
+    module: str  # the import that must succeed
+    name: str  # what the user knows it as
+    install: str  # what brings it, as a sentence fragment
+
+    def missing(self) -> bool:
+        # find_spec looks the module up without importing it (so without its cost),
+        # and reports a module set to None in sys.modules as missing.
+        return importlib.util.find_spec(self.module) is None
+
+
+TORCH = OptionalDependency(
+    "torch",
+    "torch",
+    "install the gpu extra (pip install -e '.[gpu]'), or on a CPU-only machine the CPU "
+    "build of torch (scripts/install_torch_cpu.sh VENV)",
+)
+VLLM = OptionalDependency(
+    "vllm",
+    "vLLM",
+    "install vLLM's scheduler into this venv with scripts/install_vllm.sh VENV",
+)
+CROSSHAIR = OptionalDependency(
+    "crosshair",
+    "CrossHair (crosshair-tool)",
+    "install the formal extra (pip install -e '.[formal]')",
+)
+
+
+class MissingDependencyError(ValueError):
+    """What was asked for needs an optional dependency this environment lacks."""
+
+    def __init__(self, needed_by: str, dependency: OptionalDependency) -> None:
+        super().__init__(
+            f"{needed_by} needs {dependency.name}, which is not installed here: "
+            f"{dependency.install}"
+        )
+        self.dependency = dependency
+
+
+def require(needed_by: str, *dependencies: OptionalDependency) -> None:
+    """Raise MissingDependencyError for the first of `dependencies` that is missing;
+    `needed_by` names what asked for it (an engine, a flag)."""
+    for dependency in dependencies:
+        if dependency.missing():
+            raise MissingDependencyError(needed_by, dependency)

@@ -1,0 +1,127 @@
+"""Engines by name: the registry every command and the pytest plugin resolve --engine through.
+
+A name is one of ENGINES ('reference', 'gpu', 'vllm') or `module:factory`, a
+callable taking a SchedulerConfig and returning an EngineAdapter (a class
+works). Each registered engine knows where its factory lives (imported only
+when used, so naming an engine costs nothing until it runs), the configs it
+runs by default, and the optional dependency it needs; a `module:factory` that
+is a registered engine's own factory is that engine. Adding an engine is one
+entry in ENGINES.
+
+Nothing here imports Hypothesis, torch or vLLM at import time: the pytest
+plugin and every command's --help read ENGINE_FORMS.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from schedspec.properties.dependencies import TORCH, VLLM, OptionalDependency, require
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
+
+    from schedspec.properties.adapter import EngineFactory
+    from schedspec.spec import SchedulerConfig
+
+
+@dataclass(frozen=True)
+class NamedEngine:
+    name: str
+    factory: str  # module:attribute of its factory
+    # module:attribute of the config strategy it is checked on by default (a
+    # strategy, or a function of no arguments returning one); None: the suite's own.
+    configs: str | None = None
+    needs: tuple[OptionalDependency, ...] = ()
+
+
+ENGINES: dict[str, NamedEngine] = {
+    engine.name: engine
+    for engine in (
+        NamedEngine("reference", "schedspec.properties.reference_adapter:reference_engine"),
+        # gpu_impl with B = 1.
+        NamedEngine("gpu", "schedspec.properties.adapters.gpu:gpu_engine", needs=(TORCH,)),
+        # vLLM 0.33.0's Scheduler. Its default configs leave speculative decoding
+        # off: with drafts vLLM pads one-token admissions with placeholder drafts
+        # (docs/FINDINGS.md F1-F3), which every drafts config trips before anything else.
+        NamedEngine(
+            "vllm",
+            "schedspec.properties.adapters.vllm:VllmEngine",
+            configs="schedspec.properties.adapters.vllm:vllm_configs_without_drafts",
+            needs=(VLLM,),
+        ),
+    )
+}
+
+# For help texts and errors: "'reference', 'gpu', 'vllm', or module:factory".
+ENGINE_FORMS = ", ".join(f"'{name}'" for name in ENGINES) + ", or module:factory"
+
+
+def named_engine(name: str) -> NamedEngine | None:
+    """The registered engine `name` stands for (its name or its factory's), or None."""
+    if name in ENGINES:
+        return ENGINES[name]
+    return next((e for e in ENGINES.values() if e.factory == name), None)
+
+
+def load_attribute(name: str, what: str, form: str, kind: str) -> object:
+    """The object `module:attribute` names, or a ValueError naming `what`, its `form`
+    and the `kind` of object it should be."""
+    module_name, sep, attribute = name.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{what}: expected {form}, got {name!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"{what}: cannot import {module_name!r}: {err}") from None
+    if not hasattr(module, attribute):
+        raise ValueError(f"{what}: {module_name!r} has no {kind} {attribute!r}")
+    found: object = getattr(module, attribute)
+    return found
+
+
+def load_engine_factory(name: str) -> EngineFactory:
+    """The factory `name` stands for: a registered engine or `module:factory`.
+
+    ValueError when the name does not resolve; MissingDependencyError (a
+    ValueError) when the engine needs what this environment lacks.
+    """
+    engine = named_engine(name)
+    if engine is not None:
+        require(f"engine {engine.name!r}", *engine.needs)
+    target = engine.factory if engine is not None else name
+    factory = load_attribute(target, "engine", ENGINE_FORMS, "callable")
+    if not callable(factory):
+        module_name, _, attribute = target.partition(":")
+        raise ValueError(f"engine: {module_name!r} has no callable {attribute!r}")
+    loaded: EngineFactory = factory
+    return loaded
+
+
+def load_config_strategy(name: str) -> SearchStrategy[SchedulerConfig]:
+    """A config strategy named `module:attribute`: the strategy itself, or a function
+    of no arguments returning one (e.g. configs narrowed to what an engine runs)."""
+    from hypothesis.strategies import SearchStrategy
+
+    found = load_attribute(name, "configs", "'module:strategy'", "strategy")
+    if callable(found) and not isinstance(found, SearchStrategy):
+        found = found()
+    if not isinstance(found, SearchStrategy):
+        raise ValueError(f"configs: {name!r} is not a Hypothesis strategy")
+    strategy: SearchStrategy[SchedulerConfig] = found
+    return strategy
+
+
+def default_configs(names: tuple[str, ...]) -> str | None:
+    """The config strategy to run engines `names` on together when --configs is not
+    given: the one their registered entries name (None: the suite's own).
+
+    Engines with different defaults cannot share one without a choice: ValueError.
+    """
+    chosen = {e.configs for e in map(named_engine, names) if e is not None and e.configs}
+    if len(chosen) > 1:
+        listed = ", ".join(sorted(chosen))
+        raise ValueError(f"configs: the engines run on different default configs ({listed})")
+    return next(iter(chosen), None)

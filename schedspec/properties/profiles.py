@@ -1,0 +1,74 @@
+"""Which profile a run checks: what an engine claims, the default, and the one asked for.
+
+The checked engine, every command and the pytest plugin decide through these
+functions, so they agree on the default and on what is refused. Refusals are
+ProfileError, whose `field` says what was wrong: "profile" (the one asked for)
+or "profiles" (what the adapter declares).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from schedspec.spec import SchedulerConfig, SpecInputError
+from schedspec.spec.invariants import PROFILES, Profile
+
+if TYPE_CHECKING:
+    from schedspec.properties.adapter import EngineFactory
+
+# The smallest config the spec accepts: enough to build an engine and read
+# the profiles it claims before any checking starts.
+PROBE_CONFIG = SchedulerConfig(
+    block_size=1, num_blocks=2, max_num_batched_tokens=2, max_num_seqs=1, max_model_len=2
+)
+
+
+class ProfileError(SpecInputError):
+    """The engine does not claim the profile asked for, or declares none."""
+
+
+def claimed_profiles(engine: object) -> frozenset[Profile]:
+    """The profiles an adapter declares in its `profiles` attribute, checked."""
+    profiles = getattr(engine, "profiles", None)
+    if profiles is None:
+        raise ProfileError(
+            "profiles",
+            f"the adapter {type(engine).__qualname__} has no `profiles` attribute: an "
+            "EngineAdapter declares the profiles it claims, e.g. "
+            "profiles = frozenset({'safety'}) (add 'vllm-v1' if it makes vLLM V1's exact choices)",
+        )
+    if not isinstance(profiles, set | frozenset) or not profiles <= set(PROFILES):
+        raise ProfileError(
+            "profiles",
+            f"the adapter {type(engine).__qualname__} claims {profiles!r}: "
+            f"expected a set of {', '.join(map(repr, PROFILES))}",
+        )
+    return frozenset(profiles)
+
+
+def probe_profiles(factory: EngineFactory) -> frozenset[Profile]:
+    """The profiles the engine a factory builds claims; raises what building it raises."""
+    return claimed_profiles(factory(PROBE_CONFIG))
+
+
+def default_profile(claimed: frozenset[Profile]) -> Profile:
+    """vLLM V1's exact decisions when the engine claims them, else safety."""
+    return "vllm-v1" if "vllm-v1" in claimed else "safety"
+
+
+def choose_profile(
+    claimed: Sequence[frozenset[Profile]],
+    requested: Profile | None,
+    sides: Sequence[str] = ("",),
+) -> Profile:
+    """The profile asked for, which every engine must claim, or by default vllm-v1
+    when all claim it, else safety. `sides` names the engines in a refusal
+    ("left", "right" for a pair; one unnamed engine by default)."""
+    if requested is None:
+        return default_profile(frozenset.intersection(*claimed))
+    for side, profiles in zip(sides, claimed, strict=True):
+        if requested not in profiles:
+            engine = f"the {side} engine" if side else "the engine"
+            raise ProfileError("profile", f"{engine} claims {sorted(profiles)}, not {requested!r}")
+    return requested

@@ -1,0 +1,127 @@
+"""The probe that scripts/install_vllm.sh trusts: it builds and steps a real VllmEngine
+for every config family, with empty caches, quietly; and it names what fails."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schedspec.properties.adapters import vllm_probe
+from schedspec.properties.adapters.vllm import VLLM_LOGGING_VARIABLES, unsupported_reason
+from schedspec.properties.adapters.vllm_probe import (
+    CACHE_VARIABLES,
+    FAMILIES,
+    MAX_STEPS,
+    Family,
+    ProbeError,
+    empty_caches,
+    step_family,
+)
+from schedspec.properties.reference_adapter import ReferenceEngine
+from schedspec.spec import SchedulerOutput
+from tests.vllm_required import require_vllm
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_families_are_every_drafter_policy_and_caching_combination() -> None:
+    combinations = {(f.drafter, f.policy, f.prefix_caching) for f in FAMILIES}
+    assert len(FAMILIES) == len(combinations) == 12
+    assert combinations == set(
+        itertools.product(("none", "ngram", "eagle"), ("fcfs", "priority"), (False, True))
+    )
+    # Each one is a config the adapter runs as stated (nothing made expressible).
+    assert [unsupported_reason(f.config()) for f in FAMILIES] == [None] * 12
+
+
+def test_each_drafter_is_the_config_the_adapter_maps_to_it() -> None:
+    none, ngram, eagle = (Family(d, "priority", True).config() for d in ("none", "ngram", "eagle"))
+    assert (none.num_speculative_tokens, none.lookahead_tokens) == (0, 0)
+    # vLLM's n-gram drafter reserves no lookahead slots; its EAGLE drafter one per draft.
+    assert (ngram.num_speculative_tokens, ngram.lookahead_tokens) == (2, 0)
+    assert (eagle.num_speculative_tokens, eagle.lookahead_tokens) == (2, 2)
+    assert (eagle.policy, eagle.enable_prefix_caching) == ("priority", True)
+
+
+def test_step_family_runs_the_requests_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reference makes vLLM's decisions, so it takes the steps vLLM takes: 42 and 41
+    # prompt tokens over a 64-token budget are two steps of prefill (one with a 32-token
+    # prefix-cache hit), then decodes, fewer of them with accepted drafts.
+    monkeypatch.setattr(vllm_probe, "VllmEngine", ReferenceEngine)
+    steps = {str(f): step_family(f) for f in FAMILIES}
+    assert steps["drafter=none, policy=fcfs, prefix caching off"] == 4
+    assert steps["drafter=none, policy=fcfs, prefix caching on"] == 3
+    assert steps["drafter=eagle, policy=priority, prefix caching on"] == 2
+    assert sorted(steps.values()) == [2] * 4 + [3] * 6 + [4] * 2
+
+
+class _NeverSchedules(ReferenceEngine):
+    def schedule(self) -> SchedulerOutput:
+        return SchedulerOutput((), (), {}, 0, {}, frozenset(), frozenset())
+
+
+def test_requests_left_unfinished_are_a_probe_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_probe, "VllmEngine", _NeverSchedules)
+    with pytest.raises(ProbeError, match=f"still unfinished after {MAX_STEPS} steps"):
+        step_family(FAMILIES[0])
+
+
+def test_a_failing_family_is_named_and_the_probe_exits_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def eagle_breaks(family: Family) -> int:
+        if family.drafter == "eagle":
+            raise ValueError("Model architectures ['EagleLlamaForCausalLM'] failed")
+        return 3
+
+    monkeypatch.setattr(vllm_probe, "step_family", eagle_breaks)
+    assert vllm_probe.main() == 1
+    printed = capsys.readouterr()
+    assert (
+        "ProbeError: drafter=eagle, policy=fcfs, prefix caching off: ValueError: "
+        "Model architectures ['EagleLlamaForCausalLM'] failed"
+    ) in printed.err
+    assert printed.out.startswith("vLLM probe: FAILED")
+
+
+def test_empty_caches_gives_each_variable_a_new_empty_folder_then_restores_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("VLLM_CACHE_ROOT", "/home/someone/.cache/vllm")
+    monkeypatch.delenv("HF_HOME", raising=False)
+    with empty_caches() as root:
+        folders = [Path(os.environ[name]) for name in CACHE_VARIABLES]
+        assert len(set(folders)) == len(CACHE_VARIABLES)
+        for folder in folders:
+            assert folder.parent == Path(root)
+            assert folder.is_dir()
+            assert list(folder.iterdir()) == []
+    assert os.environ["VLLM_CACHE_ROOT"] == "/home/someone/.cache/vllm"
+    assert "HF_HOME" not in os.environ
+    assert not Path(root).exists()
+
+
+def test_the_probe_passes_here_quietly_and_leaves_the_users_caches_alone(tmp_path: Path) -> None:
+    require_vllm("the vLLM probe")
+    user = tmp_path / "user"  # where the user's caches would be: the probe must not use them
+    env = {name: value for name, value in os.environ.items() if name not in VLLM_LOGGING_VARIABLES}
+    env |= {name: str(user / name.lower()) for name in CACHE_VARIABLES}
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "schedspec.properties.adapters.vllm_probe"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("vLLM probe: built and stepped 12 VllmEngines")
+    # Not a line of vLLM's config warnings, nor torch's "Triton not available".
+    assert result.stderr == ""
+    assert not user.exists()
