@@ -206,7 +206,7 @@ class TestSpecDecodePadding:
         """'a' has sampled its first token and decodes (no drafts proposed)."""
         fields: dict[str, object] = {"num_speculative_tokens": 2, "pad_spec_decode": True}
         fields.update(overrides)
-        s = make_scheduler(**fields)  # type: ignore[arg-type]
+        s = make_scheduler(**fields)
         add(s, "a", prompt)
         land(s, Scheduled(s), {"a": [50]})
         return s

@@ -631,6 +631,11 @@ class VllmEngine:
                 max_tokens=r.max_tokens,
                 eos_token_id=params.eos_token_id,
                 stop_token_ids=tuple(params.stop_token_ids or ()),
+                num_in_flight_tokens=r.num_in_flight_tokens,
+                num_output_placeholders=r.num_output_placeholders,
+                num_stale_output_tokens=r.num_stale_output_tokens,
+                drop_stale_output=r.drop_stale_output,
+                is_prefill_chunk=r.is_prefill_chunk,
             )
         blocks = pool.blocks[1:]  # block 0 is the null block
         return State(
