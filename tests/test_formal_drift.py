@@ -17,7 +17,8 @@ import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import run_step
 from schedspec.properties.strategies import configs
 from schedspec.reference import Scheduler
 from schedspec.spec import Request, RequestStatus, SchedulerConfig, SchedulerOutput, State
