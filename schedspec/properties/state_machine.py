@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
 from schedspec.properties.divergence import DivergenceError
-from schedspec.properties.events import Abort, Drain, Event, ProposeDrafts, Step
+from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
 from schedspec.properties.harness import Harness, SingleEngine, Target
 from schedspec.properties.strategies import (
@@ -34,7 +34,7 @@ from schedspec.properties.strategies import (
     request_draws,
 )
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import RequestState, SchedulerConfig
 from schedspec.spec.invariants import Profile
 
 MAX_LIVE_REQUESTS = 32
@@ -178,12 +178,19 @@ def make_target_machine(
             self.next_id += 1
 
         def cancel(self, action: CancelAction) -> None:
-            """Abort a live request (now and then with an unknown id, which is ignored)."""
-            live = sorted(self.engine().state.requests)
-            ids = (live[action.pick % len(live)],) if live else ()
+            """Abort a live request (now and then with an unknown id, which is ignored);
+            with action.retry, send the aborted request again under its id at once: under
+            async scheduling the old request's step may still be in flight, and its output
+            must not reach the new one (DELIVERY)."""
+            requests = self.engine().state.requests
+            live = sorted(requests)
+            picked = requests[live[action.pick % len(live)]] if live else None
+            ids = (picked.request_id,) if picked is not None else ()
             if action.unknown == 3 or not ids:
                 ids = (*ids, "no-such-request")
             self.apply(Abort(ids))
+            if action.retry and picked is not None:
+                self.apply(resent(picked))
             self._steps(action.then_steps)
 
         def propose_drafts(self, action: DraftsAction) -> None:
@@ -238,6 +245,19 @@ def make_target_machine(
                 self.apply(Drain())
 
     return SchedulerMachine
+
+
+def resent(request: RequestState) -> AddRequest:
+    """The same request again, as a client that cancelled it and retries sends it: the
+    same id, prompt and sampling parameters, none of the first one's progress."""
+    return AddRequest(
+        request.request_id,
+        request.prompt_token_ids,
+        request.max_tokens,
+        request.eos_token_id,
+        request.stop_token_ids,
+        request.priority,
+    )
 
 
 def failure_note(err: BaseException) -> str:
