@@ -12,9 +12,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
+from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.events import AddRequest
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import SchedulerConfig, shown
 from schedspec.spec.config import POLICIES
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
@@ -94,6 +95,35 @@ def configs(
         pad_spec_decode=num_spec > 0
         and (draw(st.booleans()) if pad_spec_decode is None else pad_spec_decode),
     )
+
+
+class ConfigStrategyError(Exception):
+    """A config strategy given from outside (--configs) that raised while drawing, or
+    drew something that is not a SchedulerConfig: the caller's mistake, not the
+    engine's, nor the harness's."""
+
+
+@st.composite
+def checked_configs(
+    draw: st.DrawFn, strategy: st.SearchStrategy[SchedulerConfig]
+) -> SchedulerConfig:
+    """Draws from a strategy given from outside, turning its failures into
+    ConfigStrategyError. Hypothesis' own signals (an assumption not met, a test case
+    over its budget) pass through: they are how a strategy rejects a draw."""
+    try:
+        config = draw(strategy)
+    except (UnsatisfiedAssumption, Frozen):
+        raise
+    except Exception as err:
+        raise ConfigStrategyError(
+            f"the config strategy raised {type(err).__name__}: {err}"
+        ) from err
+    if not isinstance(config, SchedulerConfig):
+        raise ConfigStrategyError(
+            f"the config strategy drew {shown(config)} (a {type(config).__name__}), "
+            "not a SchedulerConfig"
+        )
+    return config
 
 
 def sync_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schedspec.simulate.errors import SimulationInputError
+from schedspec.spec.config import MAX_NUM_BLOCKS
 
 LLAMA2_7B_PARAMS = 6.74e9
 BF16_BYTES = 2
-MAX_DEFAULT_BLOCKS = 10_000_000
 
 
 class CostModelError(SimulationInputError):
@@ -99,12 +99,12 @@ class CostModel:
                 f"gpu_memory_bytes * gpu_memory_utilization",
             )
         blocks = int(free // (self.kv_bytes_per_token * block_size))
-        if blocks > MAX_DEFAULT_BLOCKS:
-            # A pool this big takes minutes to build: the model's KV size is off.
+        if blocks > MAX_NUM_BLOCKS:
+            # More than a scheduler config may hold (for memory): the KV size is off.
             raise CostModelError(
                 "kv_bytes_per_token",
                 f"{self.kv_bytes_per_token:.3g} B leaves room for {blocks} KV blocks, over "
-                f"{MAX_DEFAULT_BLOCKS}; set num_blocks yourself (--set num_blocks=N)",
+                f"{MAX_NUM_BLOCKS}; set num_blocks yourself (--set num_blocks=N)",
             )
         return max(1, blocks)
 
