@@ -29,10 +29,7 @@ class EngineExitError(EngineHalt):
     """The engine tried to end the process (sys.exit, os._exit) inside a call."""
 
     def __init__(self, call: str, status: object) -> None:
-        super().__init__(
-            f"the engine tried to end the process (exit status {status!r}) in {call}: "
-            "nothing after that point was checked"
-        )
+        super().__init__(f"the engine tried to end the process (exit status {status!r}) in {call}")
         self.call = call
         self.status = status
 

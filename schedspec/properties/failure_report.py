@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineExitError, EngineHalt, engine_call_of
+from schedspec.properties.engine_errors import EngineHalt, engine_call_of
 from schedspec.properties.events import Abort, AddRequest, Event, ProposeDrafts, Step
 from schedspec.properties.replay_log import ReplayLog, replay_with_log
 from schedspec.properties.suite import SuiteResult
@@ -76,7 +76,7 @@ def crash_report(err: BaseException) -> list[str]:
             "about the engine):",
             *_indent(err),
         ]
-    if isinstance(err, EngineExitError):
+    if isinstance(err, EngineHalt):  # it tried to end the process, or ended its worker
         return [f"{err}:", *_indent(err)]
     return [f"the engine raised in {call}:", *_indent(err)]
 

@@ -174,7 +174,7 @@ def run_target(
     result.examples = recorder.examples
     result.first_failure_example = recorder.first_failure_example
     if result.trace is not None and trace_dir is not None:
-        _save_trace(result, trace_dir / trace_file_name(trace_stem, seed))
+        save_trace(result, trace_dir / trace_file_name(trace_stem, seed))
     return result
 
 
@@ -219,7 +219,7 @@ def _run_chunk(
     return False
 
 
-def _save_trace(result: SuiteResult, path: Path) -> None:
+def save_trace(result: SuiteResult, path: Path) -> None:
     """Write the result's trace; a failure to is recorded (the finding stands)."""
     assert result.trace is not None
     try:
