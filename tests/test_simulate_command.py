@@ -168,7 +168,10 @@ def test_bad_trace_record_names_line_and_field(tmp_path: Path) -> None:
     )
     result = _run(tmp_path, "--workload", str(trace), "--no-plots")
     assert result.exit_code == 2
-    assert f"{trace} line 2: field 'output_tokens' must be an integer >= 1, got -5" in result.output
+    assert (
+        f"{trace} line 2: field 'output_tokens' must be an integer in [1, 2**63), got -5"
+        in result.output
+    )
 
 
 def test_progress_lines_off_a_terminal(tmp_path: Path) -> None:
@@ -189,10 +192,14 @@ def test_progress_counts_over_configs() -> None:
         assert bar is not None
 
 
-def test_refused_trace_request_names_its_line(tmp_path: Path) -> None:
+def test_a_prompt_too_long_for_the_configs_names_its_line(tmp_path: Path) -> None:
+    """Refused as it is read, before a token of it is drawn: the bound is the smallest
+    max_model_len of the configs simulated (the base config's 4096 here)."""
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"arrival_time": 0, "prompt_tokens": 5000, "output_tokens": 5}\n')
     result = _run(tmp_path, "--workload", str(trace), "--no-plots")
     assert result.exit_code == 2
-    assert f"{trace} line 1: the engine refused it" in result.output
-    assert "max_model_len" in result.output
+    assert (
+        f"{trace} line 1: field 'prompt_tokens' must be >= 1 and shorter than max_model_len "
+        "(4096), got 5000"
+    ) in result.output

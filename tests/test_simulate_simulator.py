@@ -4,7 +4,7 @@ and agreement with the reference's own counters."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import pytest
 
@@ -51,7 +51,7 @@ def _config(**fields: object) -> SchedulerConfig:
 
 
 def _run(
-    requests: list[SimRequest], config: SchedulerConfig | None = None, cost: CostModel = UNIT
+    requests: Iterable[SimRequest], config: SchedulerConfig | None = None, cost: CostModel = UNIT
 ) -> SimulationResult:
     return simulate("t", reference_engine, config or _config(), requests, cost, 0, 10_000)
 

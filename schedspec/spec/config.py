@@ -16,10 +16,13 @@ POLICIES: tuple[Policy, ...] = ("fcfs", "priority")
 # more than any deployment's pool (an 80 GB GPU holds about 110k blocks of 16 tokens
 # of a 1B-parameter model's KV). Drafts: each step lists every running request's
 # drafts, and under async scheduling as many placeholders.
+# A request's tokens are a list: 16M tokens is more than any model's context window.
 MAX_NUM_BLOCKS = 2**22
 MAX_SPECULATIVE_TOKENS = 256
+MAX_MODEL_LEN = 2**24
 _WHY_BLOCKS = "each KV block is a record in the engine's pool and in every snapshot"
 _WHY_DRAFTS = "every step lists each running request's drafts"
+_WHY_LENGTH = "a request's tokens are held as a list; more than any model's context"
 
 
 def _require_int(
@@ -71,7 +74,7 @@ class SchedulerConfig:
         _require_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         _require_int("max_num_seqs", self.max_num_seqs, 1)
         # A prompt needs one token and must leave room for one output token.
-        _require_int("max_model_len", self.max_model_len, 2)
+        _require_int("max_model_len", self.max_model_len, 2, MAX_MODEL_LEN, _WHY_LENGTH)
         _require_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         _require_int(
             "num_speculative_tokens",
