@@ -87,7 +87,8 @@ def load_attribute(
     is that ValueError too; whatever else importing it raises is the importer's to
     handle (see load_engine_factory and load_config_strategy)."""
     module_name, sep, attribute = name.partition(":")
-    if not sep or not module_name or not attribute:
+    dotted = all(part.isidentifier() for part in module_name.split("."))
+    if not sep or not dotted or not attribute.isidentifier():
         raise ValueError(f"{what}: expected {form}, got {shown(name)}")
     try:
         module = importer(module_name)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineHalt, engine_call_of
+from schedspec.properties.engine_errors import EngineContractError, EngineHalt, engine_call_of
 from schedspec.properties.events import Abort, AddRequest, Event, ProposeDrafts, Step
 from schedspec.properties.replay_log import ReplayLog, replay_with_log
 from schedspec.properties.suite import SuiteResult
@@ -61,6 +61,8 @@ def counterexample_title(result: SuiteResult) -> str:
     if isinstance(result.other_error, StepTimeoutError):
         # run_suite does not shrink a hang: every try would wait out the limit.
         return f"Counterexample ({events}, not shrunk: a hang)"
+    if result.interrupted is not None:
+        return f"Counterexample ({events}, as far as it was shrunk when interrupted)"
     return f"Shrunk counterexample ({events})"
 
 
@@ -78,6 +80,8 @@ def crash_report(err: BaseException) -> list[str]:
         ]
     if isinstance(err, EngineHalt):  # it tried to end the process, or ended its worker
         return [f"{err}:", *_indent(err)]
+    if isinstance(err, EngineContractError):
+        return [f"the engine broke the adapter protocol in {call}:", *_indent(err)]
     return [f"the engine raised in {call}:", *_indent(err)]
 
 

@@ -69,6 +69,9 @@ class ChunkOutcome:
     first_failure_example: int | None
     trace: dict[str, Any] | None
     config_strategy_error: str | None  # the --configs strategy failed: no trace to replay
+    # A KeyboardInterrupt ended the chunk: workers ignore Ctrl-C, so the engine raised
+    # it; reported as the same interrupt would be in one process.
+    interrupted: bool
 
 
 def run_suite_parallel(
@@ -121,6 +124,7 @@ def _outcome(result: SuiteResult) -> ChunkOutcome:
         result.first_failure_example,
         result.trace.to_json() if result.trace is not None else None,
         str(config_error) if isinstance(config_error, ConfigStrategyError) else None,
+        result.interrupted is not None,
     )
 
 
@@ -151,6 +155,8 @@ def _merge(
     if outcome.config_strategy_error is not None:
         result.other_error = ConfigStrategyError(outcome.config_strategy_error)
         return True
+    if outcome.interrupted:
+        result.interrupted = KeyboardInterrupt()
     if outcome.failed and outcome.trace is not None:
         _rebuild_failure(result, trace_from_json(outcome.trace), factory, profile)
     return outcome.failed

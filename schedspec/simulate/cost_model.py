@@ -27,14 +27,17 @@ Defaults: Llama-2-7B in bf16 on one NVIDIA H100 SXM 80 GB.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from schedspec.files import InputFileError, parse_json, read_input_text
 from schedspec.simulate.errors import SimulationInputError
+from schedspec.spec import shown
 from schedspec.spec.config import MAX_NUM_BLOCKS
 
+# A cost model is a handful of numbers; a file far larger is not one.
+MAX_COST_JSON_BYTES = 2**20
 LLAMA2_7B_PARAMS = 6.74e9
 BF16_BYTES = 2
 
@@ -69,9 +72,9 @@ class CostModel:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise CostModelError(f.name, f"must be a number, got {value!r}")
-            if not math.isfinite(value):
-                raise CostModelError(f.name, f"must be finite, got {value!r}")
+                raise CostModelError(f.name, f"must be a number, got {shown(value)}")
+            if not _is_finite(value):
+                raise CostModelError(f.name, f"must be finite, got {shown(value)}")
             if f.name == "step_overhead_s":
                 if value < 0:
                     raise CostModelError(f.name, f"must be >= 0, got {value}")
@@ -114,7 +117,8 @@ class CostModel:
         for name in fields:
             if name not in known:
                 raise CostModelError(
-                    name, f"{where}: unknown cost-model field; known: {', '.join(sorted(known))}"
+                    name[:60],
+                    f"{where}: unknown cost-model field; known: {', '.join(sorted(known))}",
                 )
         try:
             return dataclasses.replace(self, **fields)  # type: ignore[arg-type]
@@ -123,14 +127,22 @@ class CostModel:
 
     @classmethod
     def from_json(cls, path: Path) -> CostModel:
-        """The defaults with the fields of a JSON object file replaced."""
+        """The defaults with the fields of a JSON object file (UTF-8, at most
+        MAX_COST_JSON_BYTES) replaced."""
         try:
-            document = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise CostModelError("cost_json", f"{path}: {err}") from None
+            document = parse_json(read_input_text(path, MAX_COST_JSON_BYTES), str(path))
+        except InputFileError as err:
+            raise CostModelError("cost_json", str(err)) from None
         if not isinstance(document, dict):
             raise CostModelError("cost_json", f"{path}: expected a JSON object of fields")
         return cls().with_fields(document, str(path))
 
     def as_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
+
+
+def _is_finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range
+        return False
