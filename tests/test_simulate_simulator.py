@@ -120,6 +120,13 @@ class TestClock:
         with pytest.raises(SimulationInputError, match=r"t\.jsonl line 9: the engine refused"):
             _run([bad])
 
+    def test_arrivals_out_of_order_are_refused_naming_the_request(self) -> None:
+        """Requests are taken as they arrive, never all held: the clock cannot go back."""
+        late = SimRequest("A", 2.0, (1, 2), 2, source="request 0")
+        early = SimRequest("B", 1.0, (1, 2), 2, source="request 1")
+        with pytest.raises(SimulationInputError, match="request 1 arrives before the request"):
+            _run([late, early])
+
     def test_max_steps_stops_the_run(self) -> None:
         with pytest.raises(SimulationStalledError, match="max_steps=2"):
             simulate("t", reference_engine, _config(), [SimRequest("A", 0, (1, 2), 5)], UNIT, 0, 2)

@@ -3,6 +3,7 @@ experiment's shape, and the JSONL loader's errors naming the line and field."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import statistics
@@ -14,6 +15,7 @@ from schedspec.simulate.errors import SimulationInputError, TraceRecordError
 from schedspec.simulate.trace_file import load_trace, write_trace
 from schedspec.simulate.workloads import (
     LONG_PROMPT_ID,
+    MAX_SIM_REQUESTS,
     NUM_DECODES,
     LengthDistribution,
     SyntheticWorkload,
@@ -246,3 +248,12 @@ class TestJsonlTrace:
         assert str(err.value) == f"{empty}: the trace has no records"
         with pytest.raises(TraceRecordError, match=r"absent\.jsonl: cannot be read"):
             load_trace(tmp_path / "absent.jsonl", seed=0, max_model_len=4096)
+
+
+def test_a_large_workload_is_drawn_as_it_is_read() -> None:
+    """A hundred thousand requests of up to 2500 prompt tokens: only those read are drawn."""
+    workload = SyntheticWorkload(num_requests=MAX_SIM_REQUESTS).generate(0, 4096)
+    assert len(workload) == MAX_SIM_REQUESTS
+    first = list(itertools.islice(workload, 3))
+    assert [r.request_id for r in first] == ["r0", "r1", "r2"]
+    assert first == list(itertools.islice(workload, 3))  # drawn afresh: the same requests

@@ -20,7 +20,7 @@ from typing import Any
 from schedspec.files import InputFileError, parse_json, read_input_text, write_atomically
 from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
-from schedspec.spec import ConfigError, SchedulerConfig, SpecInputError, shown
+from schedspec.spec import ConfigError, SchedulerConfig, SpecInputError, named, shown
 from schedspec.spec.request import MAX_TOKEN_ID
 
 FORMAT = "schedspec-trace"
@@ -134,11 +134,6 @@ def _field(
     return value
 
 
-def _key(name: str) -> str:
-    """An object key as a field name in a message (a damaged file's key may be long)."""
-    return name if len(name) <= 60 else name[:57] + "..."
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -249,7 +244,7 @@ def trace_from_json(document: Any) -> Trace:
     known = {f.name for f in dataclasses.fields(SchedulerConfig)}
     unknown_fields = sorted(set(raw_config) - known)
     if unknown_fields:
-        raise TraceError(f"config.{_key(unknown_fields[0])}", "unknown field")
+        raise TraceError(f"config.{named(unknown_fields[0])}", "unknown field")
     try:
         config = SchedulerConfig(**raw_config)
     except ConfigError as err:
@@ -259,7 +254,7 @@ def trace_from_json(document: Any) -> Trace:
     raw_model = _field(document, "model", "trace", lambda v: isinstance(v, dict), "an object", {})
     unknown = set(raw_model) - {"seed", "vocab_size", "draft_acceptance"}
     if unknown:
-        raise TraceError(f"model.{_key(sorted(unknown)[0])}", "unknown field")
+        raise TraceError(f"model.{named(sorted(unknown)[0])}", "unknown field")
     model = ModelParams(
         seed=_field(raw_model, "seed", "model", _is_int, "an int", 0),
         vocab_size=_field(

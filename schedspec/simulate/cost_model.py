@@ -33,7 +33,7 @@ from pathlib import Path
 
 from schedspec.files import InputFileError, parse_json, read_input_text
 from schedspec.simulate.errors import SimulationInputError
-from schedspec.spec import shown
+from schedspec.spec import named, shown
 from schedspec.spec.config import MAX_NUM_BLOCKS
 
 # A cost model is a handful of numbers; a file far larger is not one.
@@ -84,6 +84,19 @@ class CostModel:
             raise CostModelError(
                 "gpu_memory_utilization", f"must be <= 1, got {self.gpu_memory_utilization}"
             )
+        # Each term of the roofline must be a finite time, or every step lasts forever.
+        for numerator, denominator in (
+            ("weight_bytes", "hbm_bandwidth"),
+            ("flops_per_token", "peak_flops"),
+            ("kv_bytes_per_token", "hbm_bandwidth"),
+        ):
+            seconds = getattr(self, numerator) / getattr(self, denominator)
+            if not _is_finite(seconds):
+                raise CostModelError(
+                    numerator,
+                    f"{numerator} / {denominator} is not a finite number of seconds "
+                    f"({getattr(self, numerator):.3g} / {getattr(self, denominator):.3g})",
+                )
 
     def step_time(self, work: StepWork) -> float:
         """Seconds one iteration takes (the formula in the module docstring)."""
@@ -117,7 +130,7 @@ class CostModel:
         for name in fields:
             if name not in known:
                 raise CostModelError(
-                    name[:60],
+                    named(name),
                     f"{where}: unknown cost-model field; known: {', '.join(sorted(known))}",
                 )
         try:

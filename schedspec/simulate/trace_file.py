@@ -24,7 +24,7 @@ from pathlib import Path
 from schedspec.files import InputFileError, parse_json, read_input_text, write_atomically
 from schedspec.simulate.errors import TraceRecordError
 from schedspec.simulate.workloads import MAX_SIM_REQUESTS, VOCAB_SIZE, SimRequest, Workload
-from schedspec.spec import shown
+from schedspec.spec import named, shown
 from schedspec.spec.request import MAX_TOKEN_ID
 
 KNOWN_FIELDS = ("arrival_time", "prompt_tokens", "output_tokens", "request_id", "priority")
@@ -152,7 +152,7 @@ def _record(name: str, number: int, text: str, seen: set[str], max_model_len: in
     line = _Line(name, number, record)
     unknown = sorted(set(record) - set(KNOWN_FIELDS))
     if unknown:
-        raise line.fail(unknown[0][:60], f"is not one of {', '.join(KNOWN_FIELDS)}")
+        raise line.fail(named(unknown[0]), f"is not one of {', '.join(KNOWN_FIELDS)}")
     request_id = record.get("request_id", f"line{number}")
     if not isinstance(request_id, str) or not request_id or request_id in seen:
         raise line.fail("request_id", f"must be a unique non-empty string, got {shown(request_id)}")

@@ -23,6 +23,14 @@ def shown(value: object) -> str:
         return f"<{type(value).__name__} too large to show>"
 
 
+def named(key: object) -> str:
+    """A key of a damaged input as a field name: itself when it is a plain name, else its
+    short repr (an empty, long or odd key still names something readable)."""
+    if isinstance(key, str) and key.isidentifier() and len(key) <= 60:
+        return key
+    return shown(key)
+
+
 class SpecInputError(ValueError):
     """A value that the spec refuses, naming the offending field and its bound.
 
