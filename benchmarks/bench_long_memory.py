@@ -10,6 +10,8 @@ first chunk and then stay flat. Linux only (/proc). The numbers are for reading.
 
     .venv/bin/python benchmarks/bench_long_memory.py                    # 20000 examples
     .venv/bin/python benchmarks/bench_long_memory.py --examples 5000    # a prefix
+    .venv/bin/python benchmarks/bench_long_memory.py \
+        --configs schedspec.properties.strategies:sync_configs    # synchronous configs only
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--every", type=float, default=30.0, help="seconds between samples")
+    parser.add_argument(
+        "--configs",
+        default=None,
+        help="check's --configs (e.g. schedspec.properties.strategies:sync_configs)",
+    )
     args = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     environment = {**os.environ, "PYTHONPATH": str(repo)}
@@ -48,6 +55,8 @@ def main() -> None:
         sys.executable, "-m", "schedspec", "check", "--long", "--examples", str(args.examples),
         "--seed", str(args.seed), "--progress", "--trace-dir", "/tmp",
     ]  # fmt: skip
+    if args.configs is not None:
+        command += ["--configs", args.configs]
     print("$", " ".join(command[1:]), flush=True)
     started = time.monotonic()
     process = subprocess.Popen(

@@ -196,3 +196,18 @@ def _small_trace(path: Path) -> Path:
     events = (*prompts, Step(), Step(), Step(), Step())
     Trace(config, events).save(path)
     return path
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "86401", "1e9"])
+@pytest.mark.parametrize("command", ["check", "replay", "diff", "diff-replay", "simulate"])
+def test_a_step_timeout_that_is_no_time_limit_is_a_usage_error(
+    command: str, value: str, tmp_path: Path
+) -> None:
+    """`--step-timeout inf` or `nan` used to reach the watchdog and be blamed on the engine."""
+    trace = str(_small_trace(tmp_path / "t.json"))
+    before = {"replay": [trace], "diff": ["--right", "reference"], "diff-replay": [trace]}
+    args = [command, *before.get(command, []), "--step-timeout", value]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--step-timeout'" in result.output
+    assert "must be in [0, 86400] seconds (0: no limit)" in result.output
