@@ -316,3 +316,23 @@ def test_a_config_strategy_drawing_no_configs_is_a_usage_error_of_the_run() -> N
     )
     assert result.exit_code == 2, result.output
     assert "the config strategy drew" in result.output and "not a SchedulerConfig" in result.output
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("raise RuntimeError('planted')", "importing 'fuzz_configs' raised RuntimeError: planted"),
+        ("import sys\nsys.exit(0)", "importing 'fuzz_configs' raised SystemExit: 0"),
+    ],
+    ids=["raises", "exits"],
+)
+def test_a_configs_module_failing_at_import_is_named(
+    source: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --configs module is the caller's own: its failure is a usage error, never the
+    engine's (exit 4) nor an exit of the whole run."""
+    (tmp_path / "fuzz_configs.py").write_text(source + "\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    with pytest.raises(ValueError) as err:
+        load_config_strategy("fuzz_configs:configs")
+    assert says in str(err.value)
