@@ -139,9 +139,9 @@ def _pipeline_holds(
     if (placeholders or stale) and not async_scheduling:
         return False
     drafts = request.spec_token_ids
-    if drafts and PLACEHOLDER_TOKEN_ID in drafts:
-        if not async_scheduling or drafts.count(PLACEHOLDER_TOKEN_ID) != len(drafts):
-            return False
+    placeholder_drafts = drafts.count(PLACEHOLDER_TOKEN_ID) if drafts else 0
+    if placeholder_drafts and (not async_scheduling or placeholder_drafts != len(drafts)):
+        return False
     if status is _RUNNING:
         confirmed = request.num_computed_tokens - in_flight
         return (
