@@ -628,11 +628,11 @@ _STATUS: dict[str, RequestStatus] = {
 
 
 class VllmEngine:
-    """vLLM V1's Scheduler seen through the spec.
+    """vLLM V1's scheduler (AsyncScheduler or Scheduler) seen through the spec.
 
-    It claims vllm-v1 too: without drafts it makes every decision the profile
-    pins down (over 120,000 checked steps); with drafts it breaks safety
-    invariants by design (docs/FINDINGS.md, F1).
+    It claims vllm-v1 too: in both modes, with and without drafts, it makes every
+    decision the profile pins down, outside the corners `avoid_known_corners` names
+    (vLLM's findings F2 and F3, the reference's gap G1: docs/FINDINGS.md).
     """
 
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
