@@ -28,7 +28,6 @@ from schedspec.properties.adapters.vllm import (
 )
 from schedspec.properties.checked_engine import InvariantViolationError, replay
 from schedspec.properties.differential import DiffOptions, diff_trace
-from schedspec.properties.events import AddRequest, Step
 from schedspec.properties.fake_model import FakeModel, run_step
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings, run_suite
@@ -40,6 +39,7 @@ from schedspec.spec import (
     ModelRunnerOutput,
     Request,
     RequestError,
+    RequestOutput,
     RequestStatus,
     SchedulerConfig,
     SchedulerOutput,
@@ -200,6 +200,25 @@ def test_abort_frees_and_reports_once() -> None:
     assert output.finished_req_ids == {"A"}
     finish_step(engine, output)
     assert engine.schedule().finished_req_ids == frozenset()
+
+
+def test_update_reports_kept_tokens_and_why_a_request_finished() -> None:
+    """vLLM's EngineCoreOutputs as the spec's RequestOutputs: EOS is STOPPED, max_tokens
+    LENGTH_CAPPED; a prefill chunk reports nothing."""
+    engine = VllmEngine(config(max_num_batched_tokens=4, max_num_seqs=2))
+    engine.add_request(Request("A", [1, 2, 3], 2, eos_token_id=5))
+    engine.add_request(Request("B", [4] * 5, 1))
+    first = engine.schedule()  # A whole, B's first token: a chunk
+    assert dict(first.num_scheduled_tokens) == {"A": 3, "B": 1}
+    reported = engine.update_from_output(first, ModelRunnerOutput({"A": [9]}))
+    assert reported == {"A": RequestOutput("A", (9,), None)}
+    second = engine.schedule()
+    assert dict(second.num_scheduled_tokens) == {"A": 1, "B": 3}
+    reported = engine.update_from_output(second, ModelRunnerOutput({"A": [5], "B": [8]}))
+    assert reported == {
+        "A": RequestOutput("A", (5,), RequestStatus.FINISHED_STOPPED),
+        "B": RequestOutput("B", (8,), RequestStatus.FINISHED_LENGTH_CAPPED),
+    }
 
 
 # ------------------------------------------------------- the refinement mapping
@@ -386,25 +405,7 @@ def eagle_hash_trace() -> Trace:
     drafter vLLM hashes block i with token i + 1, and r0's token 4 is followed by 0 where
     r1's is followed by 5, so vLLM finds a hit of 3 tokens where the reference finds 4,
     and r1 needs one block more than is free."""
-    return Trace(
-        config(
-            block_size=1,
-            num_blocks=9,
-            max_num_batched_tokens=8,
-            max_num_seqs=2,
-            max_model_len=8,
-            enable_chunked_prefill=False,
-            enable_prefix_caching=True,
-            num_speculative_tokens=1,
-            num_lookahead_tokens=1,
-            pad_spec_decode=True,
-        ),
-        (
-            AddRequest("r0", (1, 2, 3, 4, 0), max_tokens=1),
-            AddRequest("r1", (1, 2, 3, 4, 5, 0), max_tokens=1),
-            Step(),
-        ),
-    )
+    return Trace.load(FINDINGS / "gap-eagle-lookahead-hashes.json")
 
 
 def test_g1_eagle_hashes_part_vllm_from_the_reference_and_are_left_out() -> None:

@@ -82,7 +82,9 @@ admission's padding drafts were never proposed by anyone). Seeing one is a
 RuntimeError naming the request.
 
 update_from_output() lands the oldest step in flight (vLLM's engine core
-lands them in order) and returns nothing (STOP checks vLLM's state).
+lands them in order) and returns what vLLM reports to the front end per
+request (its EngineCoreOutputs: kept tokens and finish reason), which STOP
+checks; vLLM does not report a computed count, so that field stays None.
 
 The refinement mapping (`snapshot`): per request, vLLM's token lists, drafts,
 num_computed_tokens, status, block table (minus the null block offset),
@@ -128,6 +130,7 @@ from schedspec.spec import (
     OutputError,
     Request,
     RequestError,
+    RequestOutput,
     RequestState,
     RequestStatus,
     SchedulerConfig,
@@ -625,6 +628,12 @@ _STATUS: dict[str, RequestStatus] = {
     "FINISHED_LENGTH_CAPPED": RequestStatus.FINISHED_LENGTH_CAPPED,
     "FINISHED_ABORTED": RequestStatus.FINISHED_ABORTED,
 }
+# vLLM's FinishReason names: STOP covers EOS and stop tokens (and stop strings).
+_FINISH_STATUS: dict[str, RequestStatus] = {
+    "STOP": RequestStatus.FINISHED_STOPPED,
+    "LENGTH": RequestStatus.FINISHED_LENGTH_CAPPED,
+    "ABORT": RequestStatus.FINISHED_ABORTED,
+}
 
 
 class VllmEngine:
@@ -701,10 +710,11 @@ class VllmEngine:
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> None:
-        """Land the oldest step in flight: vLLM's engine core lands steps in the order
-        it scheduled them, and vLLM's counters (num_in_flight_tokens, stale output)
-        count on that."""
+    ) -> dict[str, RequestOutput]:
+        """Land the oldest step in flight (vLLM's engine core lands steps in the order
+        it scheduled them, and vLLM's counters, num_in_flight_tokens and stale output,
+        count on that). Returns what vLLM reports to the front end for each request
+        that emitted tokens or finished: its kept tokens and finish status."""
         if not self._in_flight or (
             self._in_flight[0][0] is not scheduler_output
             and self._in_flight[0][0] != scheduler_output
@@ -721,8 +731,15 @@ class VllmEngine:
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=[list(sampled.get(rid, ())) for rid in req_ids],
         )
-        self.scheduler.update_from_output(out, runner_output)
+        reported = self.scheduler.update_from_output(out, runner_output)
         self._learn_tracked()
+        return {
+            o.request_id: RequestOutput(
+                o.request_id, tuple(o.new_token_ids), self._finish_status(o.finish_reason)
+            )
+            for engine_core_outputs in reported.values()
+            for o in engine_core_outputs.outputs
+        }
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         self.scheduler.update_draft_token_ids(
@@ -800,6 +817,17 @@ class VllmEngine:
             # Grammar, remote-KV, streaming, error and repetition states need
             # inputs the harness never gives; seeing one is an adapter gap.
             raise RuntimeError(f"request {request.request_id!r} in vLLM status {name}")
+        return status
+
+    @staticmethod
+    def _finish_status(reason: Any) -> RequestStatus | None:
+        """vLLM's FinishReason (an IntEnum, or None while live) as the spec's status."""
+        if reason is None:
+            return None
+        status = _FINISH_STATUS.get(reason.name)
+        if status is None:
+            # Errors and repetition detection need inputs the harness never gives.
+            raise RuntimeError(f"vLLM finish reason {reason.name}")
         return status
 
     @staticmethod
