@@ -196,7 +196,7 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "async-max-tokens-overrun",
         "scheduler.py",
-        "            if sure_to_reach_max_tokens(\n",
+        "            if request.num_output_placeholders and sure_to_reach_max_tokens(\n",
         "            if False and sure_to_reach_max_tokens(\n",
         "Async: a request whose in-flight step is sure to reach max_tokens is scheduled once "
         "more (vLLM PR #27922).",
