@@ -6,7 +6,7 @@ import pytest
 import z3
 
 from schedspec.spec import ConfigError, SchedulerConfig
-from schedspec.spec.formal.progress import progress_lemmas, stall_without_precondition
+from schedspec.spec.formal.progress import progress_lemmas, stall_without
 from schedspec.spec.formal.solving import value
 
 TIMEOUT = 60.0
@@ -19,7 +19,7 @@ def test_progress_lemmas_prove() -> None:
 
 
 def test_without_the_precondition_the_step_stalls_forever() -> None:
-    outcome = stall_without_precondition(2, TIMEOUT)
+    outcome = stall_without("fits-empty-cache", 2, TIMEOUT)
     assert outcome.verdict == "counterexample"
     model = outcome.model
     assert model is not None

@@ -2,7 +2,8 @@
 
 A variant names the reference mutant (tests/mutants/catalogue.py) that makes
 the same mistake in the code, so a Z3 counterexample of the variant can be
-replayed against that mutant.
+replayed against that mutant. The async ones (the last four) are defined,
+until the catalogue takes them, in tests/test_formal_traces.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ class Bug(Enum):
     PREEMPT_KEEPS_COMPUTED = "preempt-keeps-computed"
     REJECTED_DRAFTS_KEPT = "rejected-drafts-kept"
     ADMIT_AFTER_PREEMPT = "admit-after-preempt"
+    # Async scheduling.
+    MAX_TOKENS_NOT_SKIPPED = "sure-to-finish-scheduled"
+    PLACEHOLDERS_WITHOUT_DRAFTS = "placeholders-without-drafts"
+    PREEMPT_KEEPS_PLACEHOLDERS = "preempt-keeps-placeholders"
+    STALE_OUTPUT_ROLLS_BACK = "stale-output-rolls-back"
 
     @property
     def mutant(self) -> str:
@@ -53,4 +59,8 @@ BREAKS: dict[str, Bug] = {
     "PREEMPT-RESET": Bug.PREEMPT_KEEPS_BLOCKS,
     "MONOTONE": Bug.PREEMPT_KEEPS_COMPUTED,
     "NO-ADMIT-AFTER-PREEMPT": Bug.ADMIT_AFTER_PREEMPT,
+    "PIPELINE": Bug.PREEMPT_KEEPS_PLACEHOLDERS,
+    "MAX-TOKENS": Bug.MAX_TOKENS_NOT_SKIPPED,
+    "SCHEDULE-PIPELINE": Bug.PLACEHOLDERS_WITHOUT_DRAFTS,
+    "UPDATE-PIPELINE": Bug.STALE_OUTPUT_ROLLS_BACK,
 }
