@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import z3
 
-from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import run_step
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, Request, SchedulerConfig
 from schedspec.spec.formal.progress import progress_lemmas, stall_without

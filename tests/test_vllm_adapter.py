@@ -25,7 +25,8 @@ from schedspec.properties.adapters.vllm import (
     vllm_watermark,
 )
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import run_step
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.properties.trace import Trace

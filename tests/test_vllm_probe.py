@@ -23,7 +23,7 @@ from schedspec.properties.adapters.vllm_probe import (
     step_family,
 )
 from schedspec.properties.reference_adapter import ReferenceEngine
-from schedspec.spec import SchedulerOutput
+from schedspec.spec import RequestOutput, SchedulerOutput
 from tests.vllm_required import require_vllm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,6 +63,9 @@ def test_step_family_runs_the_requests_to_the_end(monkeypatch: pytest.MonkeyPatc
 class _NeverSchedules(ReferenceEngine):
     def schedule(self) -> SchedulerOutput:
         return SchedulerOutput((), (), {}, 0, {}, frozenset(), frozenset())
+
+    def update_from_output(self, *args: object) -> dict[str, RequestOutput]:
+        return {}  # nothing was scheduled
 
 
 def test_requests_left_unfinished_are_a_probe_error(monkeypatch: pytest.MonkeyPatch) -> None:

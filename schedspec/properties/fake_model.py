@@ -145,23 +145,3 @@ class FakeModel:
             rid: self.drafts_for(rid, self.num_speculative_tokens)
             for rid in model_output.sampled_token_ids
         }
-
-
-def run_step(scheduler: StepEngine, model: FakeModel) -> tuple[SchedulerOutput, ModelRunnerOutput]:
-    """schedule -> model -> update_from_output -> drafts: one engine iteration."""
-    scheduler_output, model_output, _ = run_step_reporting(scheduler, model)
-    return scheduler_output, model_output
-
-
-def run_step_reporting(
-    scheduler: StepEngine, model: FakeModel
-) -> tuple[SchedulerOutput, ModelRunnerOutput, object]:
-    """run_step, also returning what update_from_output returned (an engine's
-    RequestOutputs, or None if it does not report them)."""
-    scheduler_output = scheduler.schedule()
-    model_output = model.execute(scheduler_output)
-    reported = scheduler.update_from_output(scheduler_output, model_output)
-    drafts = model.propose_drafts(model_output)
-    if drafts:
-        scheduler.update_draft_token_ids(drafts)
-    return scheduler_output, model_output, reported

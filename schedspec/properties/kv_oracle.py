@@ -82,10 +82,11 @@ class KVContentOracle:
             if sampled:
                 kept = min(expected_kept(request, sampled, max_model_len), len(sampled))
                 end = request.num_tokens + kept - 1
-                # The kept tokens name the content of the blocks they complete.
-                request = replace(
-                    request, output_token_ids=request.output_token_ids + sampled[:kept]
-                )
+                if end // bs > request.num_tokens // bs:
+                    # Kept tokens complete a block: they name its content.
+                    request = replace(
+                        request, output_token_ids=request.output_token_ids + sampled[:kept]
+                    )
             else:
                 end = min(start + num, request.num_tokens)
             self._remember(request, start // bs, end // bs)

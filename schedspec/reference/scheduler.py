@@ -14,6 +14,7 @@ preempted meanwhile is stale: delivered, but it moves no reset counter.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 from schedspec.reference.kv_cache_manager import BLOCK_ID, KVCacheManager
@@ -57,6 +58,9 @@ class Scheduler:
         self.running: list[Request] = []  # admission order
         self.finished_req_ids: set[str] = set()  # since the previous schedule()
         self._num_arrivals = 0
+        # Steps scheduled whose output has not been applied, oldest first, with the
+        # requests each scheduled: an id can be aborted and reused meanwhile.
+        self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
 
     # ----------------------------------------------------------------- requests
 
@@ -109,6 +113,8 @@ class Scheduler:
         output = self._build_output(step)
         self._update_after_schedule(step)
         self.finished_req_ids = set()
+        scheduled = {rid: self.requests[rid] for rid in step.num_scheduled_tokens}
+        self._in_flight.append((output, scheduled))
         return output
 
     def _update_after_schedule(self, step: StepPlan) -> None:
@@ -388,10 +394,26 @@ class Scheduler:
 
         Returns, per request that sampled, the tokens it kept and its finish status.
         """
+        if not self._in_flight or self._in_flight[0][0] is not scheduler_output:
+            raise OutputError(
+                "scheduler_output",
+                "must be the oldest step this scheduler scheduled and has not applied "
+                "(outputs are applied once each, in the order scheduled)",
+            )
+        scheduled = self._in_flight[0][1]
+
+        def num_known_tokens(request_id: str) -> int | None:
+            # Output lands only on the request it was scheduled for.
+            request = self.requests.get(request_id)
+            if request is None or request is not scheduled.get(request_id):
+                return None
+            return self._num_known_tokens(request_id)
+
         sampling = sampling_requests(
-            scheduler_output, model_runner_output.sampled_token_ids, self._num_known_tokens
+            scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
         )
-        stale = self._land_in_flight_tokens(scheduler_output)
+        self._in_flight.popleft()
+        stale = self._land_in_flight_tokens(scheduler_output, scheduled)
         stopped: set[str] = set()
         stopped_waiting: set[str] = set()  # stale output stopped a preempted request
         outputs: dict[str, RequestOutput] = {}
@@ -408,13 +430,15 @@ class Scheduler:
             self.waiting.remove(stopped_waiting)
         return outputs
 
-    def _land_in_flight_tokens(self, scheduler_output: SchedulerOutput) -> set[str]:
+    def _land_in_flight_tokens(
+        self, scheduler_output: SchedulerOutput, scheduled: Mapping[str, Request]
+    ) -> set[str]:
         """The step's tokens are no longer in flight; return the live requests whose
         output from it is stale (they were preempted after it was scheduled)."""
         stale: set[str] = set()
         for rid, num_tokens in scheduler_output.num_scheduled_tokens.items():
             request = self.requests.get(rid)
-            if request is None:
+            if request is None or request is not scheduled[rid]:
                 continue  # finished or aborted while the step ran: its output is dropped
             request.num_in_flight_tokens -= num_tokens
             if request.num_stale_output_tokens > 0:

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schedspec.properties.adapters.vllm import VllmEngine
-from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import run_step
 from schedspec.spec import Request, SchedulerConfig
 from schedspec.spec.config import POLICIES, Policy
 
