@@ -14,57 +14,11 @@ from schedspec.properties.trace import Trace
 from schedspec.spec.formal.bmc import search
 from schedspec.spec.formal.variants import BREAKS, Bug, Variant
 from tests.mutants.catalogue import MUTANTS
-from tests.mutants.mutation import Mutant, build_mutant_package, engine_factory, mutant
+from tests.mutants.mutation import build_mutant_package, engine_factory
 
 TRACES = Path(__file__).parent / "formal_traces"
 
-# The async scheduling mistakes the formal variants make, as reference mutants, until
-# tests/mutants/catalogue.py takes them (then they go from here: the test below refuses
-# an id defined twice).
-ASYNC_MUTANTS: tuple[Mutant, ...] = (
-    mutant(
-        Bug.MAX_TOKENS_NOT_SKIPPED.mutant,
-        "scheduler.py",
-        "            if sure_to_reach_max_tokens(\n"
-        "                computed,\n"
-        "                request.num_output_placeholders,\n"
-        "                request.num_prompt_tokens,\n"
-        "                request.max_tokens,\n"
-        "            ):\n"
-        "                req_index += 1  # async: the step in flight is its last\n"
-        "                continue\n",
-        "",
-        "Async: a request whose step in flight is sure to reach max_tokens is scheduled "
-        "again (vLLM PR #27922).",
-        {"MAX-TOKENS"},
-    ),
-    mutant(
-        Bug.PLACEHOLDERS_WITHOUT_DRAFTS.mutant,
-        "scheduler.py",
-        "            request.num_output_placeholders += 1 + num_drafts\n",
-        "            request.num_output_placeholders += 1\n",
-        "Async: a sampling step adds one output placeholder, not 1 + its drafts.",
-        {"SCHEDULE-PIPELINE", "PIPELINE"},
-    ),
-    mutant(
-        Bug.PREEMPT_KEEPS_PLACEHOLDERS.mutant,
-        "scheduler.py",
-        "        request.num_output_placeholders = 0\n        request.num_preemptions += 1\n",
-        "        request.num_preemptions += 1\n",
-        "Async: _preempt leaves the output placeholders of the step in flight in place.",
-        {"PIPELINE", "PREEMPT-RESET"},
-    ),
-    mutant(
-        Bug.STALE_OUTPUT_ROLLS_BACK.mutant,
-        "scheduler.py",
-        "        if not stale and num_drafts:\n",
-        "        if num_drafts:\n",
-        "Async: the stale output of a preempted request rolls num_computed_tokens back over "
-        "its rejected drafts, below the reset 0 (vLLM #41190).",
-        {"ROLLBACK", "QUEUES"},
-    ),
-)
-BY_ID = {m.id: m for m in (*MUTANTS, *ASYNC_MUTANTS)}
+BY_ID = {m.id: m for m in MUTANTS}
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +26,9 @@ def mutant_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("formal-mutants")
 
 
-def test_every_proof_has_a_saved_trace_and_a_mutant() -> None:
+def test_every_proof_has_a_saved_trace_and_every_variant_a_mutant() -> None:
     assert sorted(p.stem for p in TRACES.glob("*.json")) == sorted(BREAKS)
-    assert all(bug.mutant in BY_ID for bug in BREAKS.values())
-
-
-def test_async_mutants_are_defined_once() -> None:
-    catalogue = {m.id for m in MUTANTS}
-    assert [m.id for m in ASYNC_MUTANTS if m.id in catalogue] == []
+    assert [bug.mutant for bug in Bug if bug.mutant not in BY_ID] == []
 
 
 def _fails_on_mutant(trace: Trace, mutant_id: str, root: Path) -> set[str]:

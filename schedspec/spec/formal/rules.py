@@ -95,12 +95,13 @@ def put_in_flight(
     computed = computed_before + num_new
     chunk = computed < slot.tokens + slot.placeholders
     samples_async = z3.And(cfg.async_scheduling, z3.Not(chunk))
-    added = 1 if variant.has(Bug.PLACEHOLDERS_WITHOUT_DRAFTS) else 1 + num_drafts
+    if variant.has(Bug.PLACEHOLDERS_NOT_ADDED):
+        samples_async = z3.BoolVal(False)
     return slot.replace(
         computed=computed,
         in_flight=slot.in_flight + num_new,
         chunk=chunk,
-        placeholders=slot.placeholders + z3.If(samples_async, added, 0),
+        placeholders=slot.placeholders + z3.If(samples_async, 1 + num_drafts, 0),
         drafts=z3.If(samples_async, cfg.num_spec, 0),
     )
 
@@ -124,7 +125,7 @@ def preempt(slot: Slot, variant: Variant) -> Slot:
         computed=slot.computed if variant.has(Bug.PREEMPT_KEEPS_COMPUTED) else z3.IntVal(0),
         drafts=z3.IntVal(0),
         blocks=slot.blocks if keeps_table(variant) else z3.IntVal(0),
-        stale=slot.in_flight,
+        stale=slot.stale if variant.has(Bug.PREEMPT_OUTPUT_NOT_STALE) else slot.in_flight,
         placeholders=(
             slot.placeholders if variant.has(Bug.PREEMPT_KEEPS_PLACEHOLDERS) else z3.IntVal(0)
         ),
@@ -269,7 +270,11 @@ def update_slot(
     lands = z3.And(slot.live, step.num_tokens > 0)
     stale = z3.And(lands, slot.stale > 0)
     landed = slot.replace(
-        in_flight=slot.in_flight - step.num_tokens,
+        in_flight=(
+            slot.in_flight
+            if variant.has(Bug.IN_FLIGHT_NEVER_LANDS)
+            else slot.in_flight - step.num_tokens
+        ),
         stale=z3.If(stale, slot.stale - step.num_tokens, slot.stale),
     ).select(lands, slot)
     sampled = z3.And(lands, step.samples)
@@ -308,7 +313,13 @@ def update_slot(
         computed=computed - trimmed,
         tokens=tokens,
         placeholders=z3.If(
-            z3.And(z3.Not(stale), had_placeholders), placeholders - emitted, placeholders
+            z3.And(
+                z3.Not(stale),
+                had_placeholders,
+                z3.BoolVal(not variant.has(Bug.PLACEHOLDERS_NOT_RESOLVED)),
+            ),
+            placeholders - emitted,
+            placeholders,
         ),
         # Synchronous: the drafter proposes after the step. Async: the placeholder drafts
         # set at schedule time stay (the engine core never proposes).

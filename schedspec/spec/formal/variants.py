@@ -2,8 +2,7 @@
 
 A variant names the reference mutant (tests/mutants/catalogue.py) that makes
 the same mistake in the code, so a Z3 counterexample of the variant can be
-replayed against that mutant. The async ones (the last four) are defined,
-until the catalogue takes them, in tests/test_formal_traces.py.
+replayed against that mutant.
 """
 
 from __future__ import annotations
@@ -22,10 +21,13 @@ class Bug(Enum):
     REJECTED_DRAFTS_KEPT = "rejected-drafts-kept"
     ADMIT_AFTER_PREEMPT = "admit-after-preempt"
     # Async scheduling.
-    MAX_TOKENS_NOT_SKIPPED = "sure-to-finish-scheduled"
-    PLACEHOLDERS_WITHOUT_DRAFTS = "placeholders-without-drafts"
+    MAX_TOKENS_NOT_SKIPPED = "async-max-tokens-overrun"
+    PLACEHOLDERS_NOT_ADDED = "placeholders-not-added"
     PREEMPT_KEEPS_PLACEHOLDERS = "preempt-keeps-placeholders"
     STALE_OUTPUT_ROLLS_BACK = "stale-output-rolls-back"
+    PREEMPT_OUTPUT_NOT_STALE = "preempt-output-not-stale"
+    IN_FLIGHT_NEVER_LANDS = "in-flight-never-lands"
+    PLACEHOLDERS_NOT_RESOLVED = "placeholders-not-resolved"
 
     @property
     def mutant(self) -> str:
@@ -61,6 +63,13 @@ BREAKS: dict[str, Bug] = {
     "NO-ADMIT-AFTER-PREEMPT": Bug.ADMIT_AFTER_PREEMPT,
     "PIPELINE": Bug.PREEMPT_KEEPS_PLACEHOLDERS,
     "MAX-TOKENS": Bug.MAX_TOKENS_NOT_SKIPPED,
-    "SCHEDULE-PIPELINE": Bug.PLACEHOLDERS_WITHOUT_DRAFTS,
+    "SCHEDULE-PIPELINE": Bug.PLACEHOLDERS_NOT_ADDED,
     "UPDATE-PIPELINE": Bug.STALE_OUTPUT_ROLLS_BACK,
+}
+
+# More of the catalogue's async mutants, and the invariant whose proof each one breaks.
+ALSO_CAUGHT: dict[Bug, str] = {
+    Bug.PREEMPT_OUTPUT_NOT_STALE: "PREEMPT-RESET",
+    Bug.IN_FLIGHT_NEVER_LANDS: "UPDATE-PIPELINE",
+    Bug.PLACEHOLDERS_NOT_RESOLVED: "UPDATE-PIPELINE",
 }
