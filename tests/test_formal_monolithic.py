@@ -14,15 +14,20 @@ from schedspec.spec.formal.encoding import (
     Slot,
     symbolic_choices,
     symbolic_config,
+    symbolic_slot,
     symbolic_state,
 )
 from schedspec.spec.formal.monolithic import check_step
+from schedspec.spec.formal.parametric import generic_context, slot_life
 from schedspec.spec.formal.progress import check_progress
 from schedspec.spec.formal.properties import (
     ORDER_ID,
     PROVED_IDS,
+    between_steps_clauses,
     list_order,
     obligation,
+    pipeline_bounds,
+    slot_parts,
     state_invariant,
     state_parts,
 )
@@ -175,3 +180,29 @@ def test_every_async_rule_is_reached_from_the_invariant(behaviour: str) -> None:
     }[behaviour]
     outcome = discharge(f"never a {behaviour}", hypotheses, z3.Not(happens), TIMEOUT)
     assert outcome.verdict == "counterexample", outcome
+
+
+@pytest.mark.parametrize("clause", ["synchronous-idle", "outputs-counted"])
+def test_pipeline_needs_its_between_steps_clause(clause: str) -> None:
+    """The findings behind PIPELINE's strengthening, for every N (a generic slot): drop
+    one clause of the state between engine steps and the catalogue's PIPELINE bounds fail
+    right after schedule(). Synchronous-idle: a step in flight before a synchronous
+    schedule() would stay in flight. Outputs-counted: a request whose sampling step is in
+    flight is never scheduled a prefill chunk (which must have no placeholders) because
+    computed already counts that step's output positions."""
+    cfg = symbolic_config()
+    ctx = generic_context()
+    life = slot_life(cfg, symbolic_slot("s"), ctx, symbolic_choices("c"), FAITHFUL)
+    pre = life.step.pre
+    kept = [v for k, v in between_steps_clauses(cfg, pre).items() if k != clause]
+    weakened = z3.And(pipeline_bounds(cfg, pre), z3.Implies(pre.live, z3.And(*kept)))
+    hypotheses = [
+        *cfg.constraints(),
+        *(v for k, v in slot_parts(cfg, pre).items() if k != "PIPELINE"),
+        weakened,
+        *ctx.constraints(cfg),
+        life.valid,
+    ]
+    goal = pipeline_bounds(cfg, life.step.mid)
+    assert discharge("full", [*hypotheses, slot_parts(cfg, pre)["PIPELINE"]], goal, TIMEOUT).proved
+    assert discharge(f"without {clause}", hypotheses, goal, TIMEOUT).verdict == "counterexample"

@@ -115,21 +115,25 @@ def pipeline_bounds(cfg: ConfigTerms, s: Slot) -> BoolTerm:
     )
 
 
-def between_steps(cfg: ConfigTerms, s: Slot) -> BoolTerm:
-    """PIPELINE's strengthening, the state between engine steps: at most the one step the
-    batch queue holds is in flight, none synchronously; its output is never stale (a
-    preemption's stale output lands in the engine step that made it stale); its output
-    positions are 1 + at most num_spec drafts, and computed counts them all."""
-    return z3.Implies(
-        s.live,
-        z3.And(
-            s.stale == 0,
-            z3.Implies(z3.Not(cfg.async_scheduling), s.in_flight == 0),
-            z3.Implies(z3.Not(s.running), s.in_flight == 0),
-            s.placeholders <= 1 + cfg.num_spec,
-            z3.Implies(s.placeholders > 0, s.computed == s.tokens + s.placeholders - 1),
+def between_steps_clauses(cfg: ConfigTerms, s: Slot) -> dict[str, BoolTerm]:
+    """PIPELINE's strengthening, the state of a live request between engine steps, by
+    name: at most the one step the batch queue holds is in flight, none synchronously;
+    its output is never stale (a preemption's stale output lands in the engine step that
+    made it stale); its output positions are 1 + at most num_spec drafts, and computed
+    counts them all."""
+    return {
+        "synchronous-idle": z3.Implies(z3.Not(cfg.async_scheduling), s.in_flight == 0),
+        "outputs-counted": z3.Implies(
+            s.placeholders > 0, s.computed == s.tokens + s.placeholders - 1
         ),
-    )
+        "never-stale": s.stale == 0,
+        "waiting-idle": z3.Implies(z3.Not(s.running), s.in_flight == 0),
+        "one-step-of-outputs": s.placeholders <= 1 + cfg.num_spec,
+    }
+
+
+def between_steps(cfg: ConfigTerms, s: Slot) -> BoolTerm:
+    return z3.Implies(s.live, z3.And(*between_steps_clauses(cfg, s).values()))
 
 
 def conserved(cfg: ConfigTerms, state: ModelState) -> BoolTerm:
