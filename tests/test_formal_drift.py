@@ -92,6 +92,10 @@ def slot_values(r: RequestState) -> dict[str, int | bool]:
     }
 
 
+# What is compared per live request: every field of a slot.
+FIELDS = tuple(f.name for f in dataclasses.fields(Slot) if f.name != "live")
+
+
 def _constant(value: int | bool) -> z3.ExprRef:
     return z3.BoolVal(value) if isinstance(value, bool) else z3.IntVal(value)
 
@@ -208,10 +212,6 @@ def reference_counts(
         if rid in state.requests
     }
     return len(state.kv.free_block_ids), counts
-
-
-# What is compared per live request: every field of a slot.
-FIELDS = tuple(f.name for f in dataclasses.fields(Slot) if f.name != "live")
 
 
 def _tight(config: SchedulerConfig, tight: bool) -> SchedulerConfig:
