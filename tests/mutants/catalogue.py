@@ -41,6 +41,8 @@ def _contended(config: SchedulerConfig) -> SchedulerConfig:
     # Small chunks keep requests alive long enough for more urgent ones to
     # arrive behind them in the running list.
     budget = max(config.max_num_seqs, config.max_model_len // 4)
+    if config.pad_spec_decode:
+        budget = max(budget, 1 + config.num_speculative_tokens)
     return dataclasses.replace(
         _tight_kv(config), enable_chunked_prefill=True, max_num_batched_tokens=budget
     )
