@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 import z3
 
-from schedspec.properties.fake_model import FakeModel
-from schedspec.properties.pipeline import run_step
-from schedspec.reference import Scheduler
-from schedspec.spec import ConfigError, Request, SchedulerConfig
+from schedspec.spec import ConfigError, SchedulerConfig
 from schedspec.spec.formal.progress import progress_lemmas, stall_without
 from schedspec.spec.formal.solving import value
 
@@ -47,11 +44,11 @@ def test_without_the_precondition_the_step_stalls_forever() -> None:
 
 
 def test_without_padding_fitting_the_budget_a_prefix_hit_waits_forever() -> None:
-    """A finding (not refused by SchedulerConfig; vLLM refuses max_num_batched_tokens <=
-    num_lookahead_tokens at start-up): with spec-decode padding and a budget below
-    1 + num_speculative_tokens, a waiting request with one token left after its prefix
-    hit is padded past the whole budget, waits for budget, and nothing else runs.
-    Z3 finds the stall; the reference, given the same shape, stalls too."""
+    """Found by Z3: with spec-decode padding and a budget below 1 + num_speculative_tokens,
+    a waiting request with one token left after its prefix hit is padded past the whole
+    budget, waits for budget, and nothing else runs. So SchedulerConfig refuses the
+    config (vLLM refuses only max_num_batched_tokens <= num_lookahead_tokens), which is
+    the precondition the progress proof carries."""
     outcome = stall_without("padding-fits-budget", 2, TIMEOUT)
     assert outcome.verdict == "counterexample"
     model = outcome.model
@@ -61,24 +58,17 @@ def test_without_padding_fitting_the_budget_a_prefix_hit_waits_forever() -> None
     assert budget < 1 + num_spec
     hit = int(value(model, z3.Int("c[0].hit")))
     assert int(value(model, z3.Int("s[0].tokens"))) - hit == 1 and hit > 0
-    # The reference: a's prompt is cached when it finishes; b shares all but its last
-    # token, so one token is left to compute, padded to 1 + 2 > the budget of 2.
-    config = SchedulerConfig(
-        block_size=2,
-        num_blocks=16,
-        max_num_batched_tokens=2,
-        max_num_seqs=1,
-        max_model_len=16,
-        enable_prefix_caching=True,
-        num_speculative_tokens=2,
-        pad_spec_decode=True,
-    )
-    scheduler = Scheduler(config)
-    model_runner = FakeModel(num_speculative_tokens=2)
-    scheduler.add_request(Request("a", [1, 2, 3, 4, 5], max_tokens=1))
-    while scheduler.has_unfinished_requests():
-        run_step(scheduler, model_runner)
-    scheduler.add_request(Request("b", [1, 2, 3, 4, 9], max_tokens=1))
-    for _ in range(3):
-        assert run_step(scheduler, model_runner)[0].num_scheduled_tokens == {}
-    assert scheduler.has_unfinished_requests()
+    # The reference's shape of it: a's prompt cached, b sharing all but its last token,
+    # one token left, padded to 1 + 2 > a budget of 2. The config is refused at once.
+    with pytest.raises(ConfigError) as refused:
+        SchedulerConfig(
+            block_size=2,
+            num_blocks=16,
+            max_num_batched_tokens=2,
+            max_num_seqs=1,
+            max_model_len=16,
+            enable_prefix_caching=True,
+            num_speculative_tokens=2,
+            pad_spec_decode=True,
+        )
+    assert refused.value.field == "max_num_batched_tokens"
