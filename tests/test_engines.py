@@ -80,8 +80,7 @@ class TestDefaultConfigs:
         without_drafts = "schedspec.properties.adapters.vllm:vllm_configs_without_drafts"
         assert default_configs(("vllm",)) == without_drafts
         assert default_configs(("reference", "vllm")) == without_drafts  # a diff against it
-        sync = "schedspec.properties.strategies:sync_configs"
-        assert default_configs(("reference", "gpu")) == sync  # gpu_impl steps synchronously
+        assert default_configs(("reference", "gpu")) is None  # the suite's own
         assert default_configs(("reference",)) is None
         assert default_configs(("tests.broken_engines:wrong_total",)) is None
 

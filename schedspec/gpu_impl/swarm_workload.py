@@ -151,7 +151,9 @@ class SwarmWorkload:
         if after_schedule is not None:
             after_schedule(plan)
         accepted, stopped, tokens, count = self._model(plan)
-        result = engine.update_from_output(tokens, count, plan.num_drafts, plan.rank)
+        result = engine.update_from_output(
+            tokens, count, plan.num_drafts, plan.rank, plan.scheduled
+        )
         self.tick_index += 1
         return Tick(aborted, added, proposing, proposed, plan, accepted, stopped, count, result)
 

@@ -41,13 +41,9 @@ ENGINES: dict[str, NamedEngine] = {
     engine.name: engine
     for engine in (
         NamedEngine("reference", "schedspec.properties.reference_adapter:reference_engine"),
-        # gpu_impl with B = 1 (synchronous, no spec-decode padding).
-        NamedEngine(
-            "gpu",
-            "schedspec.properties.adapters.gpu:gpu_engine",
-            configs="schedspec.properties.strategies:sync_configs",
-            needs=(TORCH,),
-        ),
+        # gpu_impl with B = 1, on the suite's own configs (async scheduling and
+        # spec-decode padding included).
+        NamedEngine("gpu", "schedspec.properties.adapters.gpu:gpu_engine", needs=(TORCH,)),
         # vLLM 0.33.0's Scheduler. Its default configs leave speculative decoding
         # off: with drafts vLLM pads one-token admissions with placeholder drafts
         # (docs/FINDINGS.md F1-F3), which every drafts config trips before anything else.
