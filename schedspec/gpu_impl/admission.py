@@ -41,10 +41,12 @@ def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan)
     # only turns admitted heads from queued to running, so later rounds update the counts
     # of the instances still open on [I] alone.
     queued, running = plan.queued, plan.running
+    awaiting = None
     if config.async_scheduling:
         # Requests awaiting stale output are passed over where they stand: the others
         # are the queue admission walks.
-        queued = queued - _awaits_stale_output(state).sum(dim=1)
+        awaiting = awaits_stale_output(state)
+        queued = queued - awaiting.sum(dim=1)
     open_ = (queued > 0) & (running < config.max_num_seqs) & (plan.budget > 0)
     if plan.some_preempted:
         # A step that preempted admits nothing: freed blocks go to running requests first.
@@ -53,7 +55,7 @@ def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan)
     queued, running = queued.index_select(0, inst), running.index_select(0, inst)
     may_pad = _may_pad(state, config, plan, inst)
     while inst.numel() > 0:
-        admitted = _admit_heads(state, config, plan, inst, running > 0, may_pad)
+        admitted = _admit_heads(state, config, plan, inst, running > 0, awaiting, may_pad)
         queued, running = queued - 1, running + 1
         go_on = admitted & (queued > 0) & (running < config.max_num_seqs)
         left = selected(go_on & (plan.budget.index_select(0, inst) > 0))
@@ -62,7 +64,7 @@ def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan)
             may_pad = _PadGate(pick(may_pad.no_chunk, left), pick(may_pad.runs, left))
 
 
-def _awaits_stale_output(state: BatchState) -> torch.Tensor:
+def awaits_stale_output(state: BatchState) -> torch.Tensor:
     """[B, S] the queued requests whose output from before their preemption is still in
     flight: resumed now, they would compute again a position that output delivers."""
     # WAITING (1) and PREEMPTED (3) are the odd codes.
@@ -176,18 +178,20 @@ def _admit_heads(
     plan: StepPlan,
     inst: torch.Tensor,
     running: torch.Tensor,
+    awaiting: torch.Tensor | None,
     may_pad: _PadGate | None,
 ) -> torch.Tensor:
     """Try to admit each instance's queue head (`running`: whether something in the
-    instance runs; may_pad: the padding gate, None without padding); True where it was
+    instance runs; awaiting: [B, S] the queued requests passed over, None without async
+    scheduling; may_pad: the padding gate, None without padding); True where it was
     admitted. Reads and writes go through flat_index (one head per instance: the pairs
     are distinct)."""
     status = state.status.index_select(0, inst)
     # WAITING (1) and PREEMPTED (3) are the odd codes; the others never head the queue.
     queued = status & 1
-    if config.async_scheduling:
+    if awaiting is not None:
         # A request awaiting stale output is passed over: the head is the first other.
-        queued = queued & (state.num_stale.index_select(0, inst) == 0)
+        queued = queued & ~awaiting.index_select(0, inst)
     keys = state.wait_key.index_select(0, inst)
     if config.policy == "fcfs":
         # fcfs keys are counters, far from -+2**62: queued keys drop by BIG, below every
