@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from click.testing import CliRunner
 
 import schedspec.gpu_impl.step_plan as step_plan
 from schedspec.cli.main import main
-from schedspec.gpu_impl.engine import BatchedScheduler
+from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
+from schedspec.gpu_impl.swarm_queue import SwarmQueue
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, _below
 from schedspec.properties.adapters.gpu import gpu_engine
 from schedspec.properties.checked_engine import replay
@@ -164,9 +166,7 @@ def test_flags_swarm_mode_does_not_use_are_refused(flags: list[str]) -> None:
 # The same tight config with async scheduling and spec-decode padding: each instance's
 # steps land one tick late, through the device's batch queue (swarm_queue.py).
 PIPELINED = SwarmRun(
-    SchedulerConfig(
-        **{**vars(TIGHT), "async_scheduling": True, "pad_spec_decode": True, "policy": "fcfs"}
-    ),
+    dataclasses.replace(TIGHT, async_scheduling=True, pad_spec_decode=True, policy="fcfs"),
     seed=2,
 )
 
@@ -222,3 +222,44 @@ def test_a_planted_async_bug_is_found_and_confirmed_by_the_harness(
     assert finding is not None
     assert "PIPELINE" in finding.device_checks
     assert "ROLLBACK" in finding.on_gpu and finding.on_reference == frozenset()
+
+
+def test_the_device_batch_queue_lands_each_step_one_tick_late() -> None:
+    """Instance 0 runs a request, instance 1 has none. Instance 0 lands nothing in the
+    tick that schedules its first step, then the oldest step each tick (one a tick, as
+    the engine core does); once its request is aborted it schedules once more (to
+    report the abort), runs nothing, lands what it held, and lands that empty step in
+    the next tick without scheduling. Instance 1 never schedules."""
+    config = dataclasses.replace(TIGHT, async_scheduling=True)
+    engine = BatchedScheduler(config, batch=2, slots=2, device="cpu")
+    engine.add_requests(
+        NewRequests(
+            inst=torch.tensor([0]),
+            slot=torch.tensor([0]),
+            prompt=torch.arange(5).view(1, 5),
+            prompt_len=torch.tensor([5]),
+            max_tokens=torch.tensor([8]),
+            eos=torch.tensor([-1]),
+            stops=torch.full((1, 1), -1),
+            priority=torch.tensor([0]),
+        )
+    )
+    queue = SwarmQueue(engine.state, pipelined=True)
+
+    def tick() -> tuple[list[bool], list[int], list[int]]:
+        schedules = queue.schedules(engine.state)
+        assert schedules is not None
+        plan = engine.schedule(schedules)
+        landed, lands = queue.land(engine.state, plan, schedules)
+        assert lands is not None
+        return schedules.tolist(), lands.tolist(), landed.scheduled[:, 0].tolist()
+
+    assert tick() == ([True, False], [False, False], [5, 0])  # the prefill goes in flight
+    assert tick() == ([True, False], [True, False], [5, 0])  # the prefill lands
+    engine.finish_requests(torch.tensor([[True, False]]), torch.zeros((1, 2)), torch.tensor([0]))
+    queue.finished(torch.tensor([True, False]))
+    # Scheduled to report the abort: the queue is full, so the held step (the second
+    # tick's decode, 1 + 2 placeholder drafts) lands; the empty step stays in flight.
+    assert tick() == ([True, False], [True, False], [3, 0])
+    assert tick() == ([False, False], [True, False], [0, 0])
+    assert tick() == ([False, False], [False, False], [0, 0])
