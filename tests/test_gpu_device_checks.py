@@ -21,7 +21,7 @@ from schedspec.gpu_impl.batch_state import (
 )
 from schedspec.gpu_impl.device_checks import CHECK_IDS, check_state, check_step
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
-from schedspec.gpu_impl.step_plan import StepPlan
+from schedspec.gpu_impl.step_plan import SCHEDULED_RESUMED, SCHEDULED_RUNNING, StepPlan
 from schedspec.spec import SchedulerConfig
 
 CONFIG = SchedulerConfig(
@@ -94,6 +94,19 @@ def _break_preempt_reset(state: BatchState, plan: StepPlan) -> None:
     plan.preempted[1, 0] = True  # reported preempted, still running with its blocks
 
 
+def _break_max_tokens(state: BatchState, plan: StepPlan) -> None:
+    # Scheduled again as a running request whose step in flight (3 computed, 1
+    # placeholder) is sure to bring it to 3 + 2 - 1 = 4 tokens: prompt 3 + max_tokens 1.
+    plan.kind[1, 0] = SCHEDULED_RUNNING
+    plan.computed_before[1, 0], plan.placeholders_before[1, 0] = 3, 1
+    state.max_tokens[1, 0] = 1
+
+
+def _break_stale_hold(state: BatchState, plan: StepPlan) -> None:
+    plan.kind[1, 0] = SCHEDULED_RESUMED  # resumed, with a stale token still in flight
+    state.num_stale[1, 0] = 1
+
+
 def _break_pipeline(state: BatchState, plan: StepPlan) -> None:
     state.num_placeholders[1, 0] = 1  # an output placeholder without async scheduling
 
@@ -109,6 +122,8 @@ BREAKERS: dict[str, Callable[[BatchState, StepPlan], None]] = {
     "NO-OVERSHOOT": _break_no_overshoot,
     "KV-COVER": _break_kv_cover,
     "PREEMPT-RESET": _break_preempt_reset,
+    "MAX-TOKENS": _break_max_tokens,
+    "STALE-HOLD": _break_stale_hold,
     "PIPELINE": _break_pipeline,
 }
 

@@ -25,7 +25,7 @@ from schedspec.gpu_impl.batch_state import (
     BatchState,
 )
 from schedspec.gpu_impl.free_queue import ring_disagrees
-from schedspec.gpu_impl.step_plan import StepPlan
+from schedspec.gpu_impl.step_plan import SCHEDULED_RESUMED, SCHEDULED_RUNNING, StepPlan
 from schedspec.spec import PLACEHOLDER_TOKEN_ID, SchedulerConfig
 
 StateCheck = Callable[[BatchState, SchedulerConfig], torch.Tensor]
@@ -145,6 +145,21 @@ def preempt_reset(state: BatchState, plan: StepPlan, config: SchedulerConfig) ->
     return (plan.preempted & ~reset).any(dim=1)
 
 
+def max_tokens(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """MAX-TOKENS: a running request whose step in flight is sure to bring it to
+    max_tokens (all its drafts rejected still counted) is not scheduled again."""
+    placeholders = plan.placeholders_before
+    sure = plan.computed_before + 2 - placeholders
+    done = (placeholders > 0) & (sure >= state.num_prompt + state.max_tokens)
+    return ((plan.kind == SCHEDULED_RUNNING) & done).any(dim=1)
+
+
+def stale_hold(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """STALE-HOLD: a preempted request is not resumed while output from before its
+    preemption is in flight (schedule() moves no stale count but a preemption's)."""
+    return ((plan.kind == SCHEDULED_RESUMED) & (state.num_stale > 0)).any(dim=1)
+
+
 def pipeline(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     """PIPELINE: the in-flight, placeholder and stale counts are >= 0 with placeholders
     and stale tokens at most the tokens in flight; without async scheduling there are no
@@ -188,6 +203,8 @@ STEP_CHECKS: tuple[tuple[str, StepCheck], ...] = (
     ("NO-OVERSHOOT", no_overshoot),
     ("KV-COVER", kv_cover),
     ("PREEMPT-RESET", preempt_reset),
+    ("MAX-TOKENS", max_tokens),
+    ("STALE-HOLD", stale_hold),
 )
 CHECK_IDS: tuple[str, ...] = tuple(name for name, _ in (*STATE_CHECKS, *STEP_CHECKS))
 
