@@ -61,7 +61,7 @@ def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan)
         left = selected(go_on & (plan.budget.index_select(0, inst) > 0))
         inst, queued, running = (pick(t, left) for t in (inst, queued, running))
         if may_pad is not None:
-            may_pad = _PadGate(pick(may_pad.no_chunk, left), pick(may_pad.runs, left))
+            may_pad = may_pad.only(left)
 
 
 def awaits_stale_output(state: BatchState) -> torch.Tensor:
@@ -80,6 +80,10 @@ class _PadGate:
 
     no_chunk: torch.Tensor
     runs: torch.Tensor
+
+    def only(self, keep: torch.Tensor) -> _PadGate:
+        """The gate of the instances at positions keep (from `selected`)."""
+        return _PadGate(pick(self.no_chunk, keep), pick(self.runs, keep))
 
 
 def _may_pad(

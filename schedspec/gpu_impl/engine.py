@@ -205,14 +205,14 @@ class BatchedScheduler:
         # costs several times as much). In place: the state's tensors stay the ones made
         # outside inference mode.
         scheduled = plan.scheduled > 0
-        was = st.is_prefill_chunk
+        known = st.num_tokens
         if config.async_scheduling:
-            short = st.num_computed < st.num_tokens + st.num_placeholders
-            was ^= (short ^ was) & scheduled
+            known = known + st.num_placeholders
+        short = st.num_computed < known
+        was = st.is_prefill_chunk
+        was ^= (short ^ was) & scheduled
+        if config.async_scheduling:
             self._add_output_placeholders(plan, scheduled & ~short)
-        else:
-            short = st.num_computed < st.num_tokens
-            was ^= (short ^ was) & scheduled
         return plan
 
     def _add_output_placeholders(self, plan: StepPlan, samples: torch.Tensor) -> None:
