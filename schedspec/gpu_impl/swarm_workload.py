@@ -164,7 +164,7 @@ class SwarmWorkload:
         added = self._add()
         proposing, proposed = self._propose()
         schedules = queue.schedules(engine.state)
-        plan = engine.schedule(schedules)
+        plan = engine.schedule() if schedules is None else engine.schedule(schedules)
         if after_schedule is not None:
             after_schedule(plan)
         landed, lands = queue.land(engine.state, plan, schedules)
