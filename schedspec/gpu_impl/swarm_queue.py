@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from schedspec.gpu_impl.batch_state import BatchState
+from schedspec.gpu_impl.batch_state import EMPTY, BatchState
 from schedspec.gpu_impl.step_plan import StepPlan
 
 
@@ -84,7 +84,7 @@ class StepInFlight:
         """[B, S] the slots that still hold the request this step was scheduled for."""
         if self.arrival is None:
             return torch.ones_like(self.scheduled, dtype=torch.bool)
-        return (state.status != 0) & (state.arrival == self.arrival)
+        return (state.status != EMPTY) & (state.arrival == self.arrival)
 
 
 class SwarmQueue:
@@ -104,7 +104,7 @@ class SwarmQueue:
         """[B] the instances that schedule this tick; None: all of them (synchronous)."""
         if not self.pipelined:
             return None
-        live = (state.status != 0).any(dim=1)
+        live = (state.status != EMPTY).any(dim=1)
         return live | self.unreported
 
     def land(
@@ -117,7 +117,7 @@ class SwarmQueue:
         self.unreported &= ~schedules
         new = StepInFlight.of(plan, state.arrival.clone())
         executed = plan.scheduled.sum(dim=1) > 0
-        live = (state.status != 0).any(dim=1)
+        live = (state.status != EMPTY).any(dim=1)
         # A scheduling instance lands when its queue is full or the step ran nothing and
         # nothing is left to schedule; one that did not schedule lands what it holds.
         lands = torch.where(schedules, self.held | ~(executed | live), self.held)
