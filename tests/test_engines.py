@@ -80,8 +80,7 @@ class TestDefaultConfigs:
         vllm = "schedspec.properties.adapters.vllm:vllm_default_configs"
         assert default_configs(("vllm",)) == vllm
         assert default_configs(("reference", "vllm")) == vllm  # a diff against it
-        sync = "schedspec.properties.strategies:sync_configs"
-        assert default_configs(("reference", "gpu")) == sync  # gpu_impl steps synchronously
+        assert default_configs(("reference", "gpu")) is None  # the suite's own
         assert default_configs(("reference",)) is None
         assert default_configs(("tests.broken_engines:wrong_total",)) is None
 

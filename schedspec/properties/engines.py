@@ -41,13 +41,9 @@ ENGINES: dict[str, NamedEngine] = {
     engine.name: engine
     for engine in (
         NamedEngine("reference", "schedspec.properties.reference_adapter:reference_engine"),
-        # gpu_impl with B = 1 (synchronous, no spec-decode padding).
-        NamedEngine(
-            "gpu",
-            "schedspec.properties.adapters.gpu:gpu_engine",
-            configs="schedspec.properties.strategies:sync_configs",
-            needs=(TORCH,),
-        ),
+        # gpu_impl with B = 1, on the suite's own configs (async scheduling and
+        # spec-decode padding included).
+        NamedEngine("gpu", "schedspec.properties.adapters.gpu:gpu_engine", needs=(TORCH,)),
         # vLLM 0.33.0's scheduler (AsyncScheduler or Scheduler, as its engine core picks),
         # on configs as vLLM runs them: sync and async, with and without drafts, padding
         # on with drafts, and the corners of its known findings (docs/FINDINGS.md F2, F3)

@@ -104,11 +104,6 @@ def configs(
     )
 
 
-def sync_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
-    """configs() for an engine that runs synchronously, without spec-decode padding."""
-    return configs(max_model_len_cap, async_scheduling=False, pad_spec_decode=False)
-
-
 # A priority draw of URGENT stands for an urgent arrival: a request more urgent
 # than every live one. Under the priority policy it lands behind less urgent
 # requests in the running list, the order in which a running request can be
