@@ -70,7 +70,9 @@ class Pair:
         self.model = FakeModel(
             seed=0, vocab_size=64, num_speculative_tokens=config.num_speculative_tokens
         )
-        self.in_flight: deque[SchedulerOutput] = deque()
+        # Each step in flight as each engine returned it (the reference takes back only
+        # its own outputs).
+        self.in_flight: deque[tuple[SchedulerOutput, SchedulerOutput]] = deque()
         self._compare("the start")
 
     def _compare(self, after: str) -> None:
@@ -92,14 +94,14 @@ class Pair:
         expected, output = self.reference.schedule(), self.gpu.schedule()
         assert output == expected, f"schedule(): {output} != {expected}"
         self._compare("schedule()")
-        self.in_flight.append(output)
+        self.in_flight.append((expected, output))
         return output
 
     def land(self, decisions: StepDecisions | None = None) -> Mapping[str, RequestOutput]:
         """The oldest step in flight lands: the model answers it, both engines apply it."""
-        output = self.in_flight.popleft()
+        own, output = self.in_flight.popleft()
         answer = self.model.execute(output, decisions)
-        expected = self.reference.update_from_output(output, answer)
+        expected = self.reference.update_from_output(own, answer)
         returned = self.gpu.update_from_output(output, answer)
         assert returned == expected, f"update_from_output: {returned} != {expected}"
         self._compare("update_from_output()")
@@ -383,5 +385,5 @@ def _step(pair: Pair, depth: int, value: int) -> None:
     if scheduled:
         pair.schedule()
     if pair.in_flight and (len(pair.in_flight) >= depth or not scheduled):
-        accepted = dict.fromkeys(pair.in_flight[0].num_scheduled_tokens, value % 3)
+        accepted = dict.fromkeys(pair.in_flight[0][1].num_scheduled_tokens, value % 3)
         pair.land(StepDecisions(accepted=accepted))
