@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
 from schedspec.reference import Scheduler
 from schedspec.spec import (
     BlockHash,
@@ -24,7 +25,6 @@ from schedspec.spec import (
     ModelRunnerOutput,
     Request,
     SchedulerConfig,
-    SchedulerOutput,
     State,
 )
 from schedspec.spec.invariants import (
@@ -37,7 +37,6 @@ from schedspec.spec.invariants import (
     ScheduleTransition,
     UpdateTransition,
     Violation,
-    computed_before,
     drain_step_bound,
     ids_for,
 )
@@ -164,7 +163,7 @@ class Driver:
         self.config: SchedulerConfig = make_config(**config)
         self.scheduler = Scheduler(self.config)
         self.hashes = ChainHashes(self.config.block_size)
-        self.kv_written: dict[int, BlockHash] = {}
+        self.kv_content = KVContentOracle(self.hashes)
         self.finished: set[str] = set()
 
     @property
@@ -183,44 +182,54 @@ class Driver:
         """Add a request; its prompt defaults to distinct tokens per id."""
         if prompt is None:
             prompt = tokens(1000 * (1 + sum(map(ord, request_id))), num_prompt_tokens)
-        request = Request(request_id, prompt, max_tokens, **kwargs)
         pre = self.state
         refusal: Exception | None = None
         try:
-            self.scheduler.add_request(request)
+            self.scheduler.add_request(Request(request_id, prompt, max_tokens, **kwargs))
         except ValueError as err:
             refusal = err
-        return AddTransition(pre, request, refusal, self.state)
+        # The transition holds the request as offered: the scheduler stamps its own copy.
+        offered = Request(request_id, prompt, max_tokens, **kwargs)
+        return AddTransition(pre, offered, refusal, self.state)
 
     def schedule(self) -> ScheduleTransition:
         pre = self.state
         output = self.scheduler.schedule()
         post = self.state
         transition = ScheduleTransition(
-            pre, output, post, self.hashes, frozenset(self.finished), dict(self.kv_written)
+            pre, output, post, self.hashes, frozenset(self.finished), dict(self.kv_content.written)
         )
         self.finished.clear()
-        self._forget_overwritten(pre, output, post)
+        self.kv_content.on_schedule(pre, output, post)
         return transition
 
     def update(
         self, scheduled: ScheduleTransition, sampled: Mapping[str, Sequence[int]] | None = None
     ) -> UpdateTransition:
-        """Answer a schedule(): `sampled` overrides the DEFAULT_TOKEN of any request."""
+        """Answer a schedule() (with async scheduling, possibly after the next one):
+        `sampled` overrides the DEFAULT_TOKEN of any request whose step samples."""
         given = dict(sampled or {})
-        output, mid = scheduled.output, scheduled.post
-        before = computed_before(output)
+        output = scheduled.output
+        pre = self.state
+        arrivals = {
+            rid: scheduled.post.requests[rid].arrival for rid in output.num_scheduled_tokens
+        }
         answer: dict[str, Sequence[int]] = {}
-        for rid, num in output.num_scheduled_tokens.items():
-            drafts = len(output.scheduled_spec_decode_tokens.get(rid, ()))
-            if before[rid] + num - drafts >= mid.requests[rid].num_tokens:
-                answer[rid] = given.get(rid, [DEFAULT_TOKEN])
+        sampled_at: dict[str, int] = {}
+        for rid in output.num_scheduled_tokens:
+            request = pre.requests.get(rid)
+            if request is None or scheduled.post.requests[rid].is_prefill_chunk:
+                continue  # finished meanwhile, or a prefill chunk: nothing sampled
+            answer[rid] = given.get(rid, [DEFAULT_TOKEN])
+            sampled_at[rid] = request.num_tokens
         model_output = ModelRunnerOutput(sampled_token_ids=answer)
         self.scheduler.update_from_output(output, model_output)
         post = self.state
-        self._remember_computed(output, mid, post)
-        self.finished.update(r for r in mid.requests if r not in post.requests)
-        return UpdateTransition(mid, output, model_output, post)
+        self.kv_content.on_land(
+            ScheduledStep.of(output, scheduled.post), pre, model_output, sampled_at
+        )
+        self.finished.update(r for r in pre.requests if r not in post.requests)
+        return UpdateTransition(pre, output, model_output, post, None, arrivals, sampled_at)
 
     def step(
         self, sampled: Mapping[str, Sequence[int]] | None = None
@@ -254,30 +263,6 @@ class Driver:
             self.step()
             num_steps += 1
         return DrainResult(initial, self.state, num_steps, bound)
-
-    # The KV content oracle, as CheckedEngine keeps it: blocks newly handed out are
-    # about to be overwritten; full blocks of tokens a step computed hold that content.
-
-    def _forget_overwritten(self, pre: State, output: SchedulerOutput, post: State) -> None:
-        before = computed_before(output)
-        bs = self.config.block_size
-        for rid in output.num_scheduled_tokens:
-            table = post.requests[rid].block_ids
-            old = pre.requests[rid].block_ids
-            fresh = table[len(old) :] if old else table[before[rid] // bs :]
-            for block in fresh:
-                self.kv_written.pop(block, None)
-
-    def _remember_computed(self, output: SchedulerOutput, mid: State, post: State) -> None:
-        before = computed_before(output)
-        bs = self.config.block_size
-        for rid in output.num_scheduled_tokens:
-            request = post.requests.get(rid, mid.requests[rid])
-            done = min(request.num_computed_tokens, request.num_tokens) // bs
-            table = mid.requests[rid].block_ids
-            own = self.hashes.of(request)
-            for index in range(before[rid] // bs, min(done, len(table))):
-                self.kv_written[table[index]] = own[index]
 
 
 # --------------------------------------------------------- shared scenarios

@@ -69,6 +69,19 @@ def test_config_is_frozen() -> None:
             "max_num_seqs",
         ),
         ({"long_prefill_token_threshold": 257}, "long_prefill_token_threshold", "<= max_model_len"),
+        # Padding needs a draft count to pad with, and a budget the padded step fits.
+        ({"pad_spec_decode": True}, "pad_spec_decode", "num_speculative_tokens >= 1"),
+        (
+            {
+                "pad_spec_decode": True,
+                "num_speculative_tokens": 2,
+                "max_num_batched_tokens": 2,
+                "max_num_seqs": 2,
+            },
+            "max_num_batched_tokens",
+            ">= 1 + num_speculative_tokens (3)",
+        ),
+        ({"async_scheduling": 1}, "async_scheduling", "bool"),
     ],
 )
 def test_bad_values_name_field_and_bound(overrides: dict[str, Any], field: str, bound: str) -> None:

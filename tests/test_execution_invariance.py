@@ -57,8 +57,10 @@ def tiny_model(device: str = "cpu") -> TinyModel:
 @st.composite
 def workloads(draw: st.DrawFn) -> tuple[SchedulerConfig, list[tuple[int, AddRequest]]]:
     """A small config and up to six requests (arrival step, request), from the
-    suite's own strategies: shared prefixes, stop tokens, edge prompt lengths."""
-    config = draw(configs(max_model_len_cap=40))
+    suite's own strategies: shared prefixes, stop tokens, edge prompt lengths. The
+    paged runner runs synchronous steps whose drafts come from its own drafter, so
+    no async scheduling and no placeholder padding."""
+    config = draw(configs(max_model_len_cap=40, async_scheduling=False, pad_spec_decode=False))
     adds = []
     for i in range(draw(st.integers(1, 6))):
         drawn = dataclasses.replace(draw(request_draws), door=0)  # only admissible requests

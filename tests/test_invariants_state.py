@@ -13,7 +13,7 @@ import pytest
 
 from schedspec.spec import Request, RequestState, RequestStatus, State
 from schedspec.spec.invariants import CATALOGUE
-from tests import test_invariants_policy, test_invariants_step
+from tests import test_invariants_pipeline, test_invariants_policy, test_invariants_step
 from tests.invariant_builders import (
     Case,
     CaseBuilder,
@@ -319,13 +319,23 @@ def test_state_cases_are_state_invariants() -> None:
 
 def test_every_catalogue_id_has_a_bad_case() -> None:
     """No invariant is vacuous: each one is shown to fire on some bad state or transition."""
-    covered = cases.ids() | test_invariants_step.cases.ids() | test_invariants_policy.cases.ids()
+    covered = (
+        cases.ids()
+        | test_invariants_step.cases.ids()
+        | test_invariants_policy.cases.ids()
+        | test_invariants_pipeline.cases.ids()
+    )
     missing = sorted(set(CATALOGUE) - covered)
     assert not missing, f"invariants with no bad-state case: {missing}"
 
 
 def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
-    registries = (cases, test_invariants_step.cases, test_invariants_policy.cases)
+    registries = (
+        cases,
+        test_invariants_step.cases,
+        test_invariants_policy.cases,
+        test_invariants_pipeline.cases,
+    )
     for registry in registries:
         for invariant_id, build in registry.builders:
             assert build().invariant == invariant_id, build.__name__

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import run_step
 from schedspec.reference import Scheduler
 from schedspec.spec import (
     BlockHash,

@@ -94,6 +94,27 @@ class TestClock:
         assert [e.request_id for e in result.steps[1].entries] == ["A", "B"]
         assert request_metrics(result.requests["B"]).ttft == pytest.approx(1.010 + 1.021 - 0.5)
 
+    def test_async_arrivals_join_the_step_after_next(self) -> None:
+        """Async scheduling: step 2 is scheduled when step 1 starts executing (t=0), so
+        B, arriving at 0.5 while step 1 runs, joins step 3. A's tokens land at the same
+        times as synchronously: the steps run back to back either way."""
+        result = _run(
+            [
+                SimRequest("A", 0.0, tuple(range(10)), 3),
+                SimRequest("B", 0.5, tuple(range(50, 60)), 1),
+            ],
+            _config(async_scheduling=True),
+        )
+        assert [[e.request_id for e in s.entries] for s in result.steps] == [
+            ["A"],
+            ["A"],
+            ["A", "B"],
+        ]
+        assert result.requests["A"].emit_times == pytest.approx([1.010, 2.021, 3.043])
+        assert request_metrics(result.requests["B"]).ttft == pytest.approx(3.043 - 0.5)
+        (decode,) = result.steps[1].entries
+        assert decode.num_in_flight == 1  # scheduled before step 1's token landed
+
     def test_refused_request_names_its_source(self) -> None:
         bad = SimRequest("A", 0.0, tuple(range(600)), 3, source="t.jsonl line 9")
         with pytest.raises(SimulationInputError, match=r"t\.jsonl line 9: the engine refused"):

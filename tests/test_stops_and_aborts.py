@@ -91,9 +91,44 @@ def test_abort_between_schedule_and_update_drops_that_output() -> None:
     add(scheduler, "b", 3)
     out = scheduler.schedule()
     scheduler.finish_requests("a")
-    emit(scheduler, out, {"b": [5]})
-    scheduler.update_from_output(out, ModelRunnerOutput({"a": [1], "b": []}))  # stale: ignored
+    scheduler.update_from_output(out, ModelRunnerOutput({"a": [1], "b": [5]}))
     assert scheduler.requests["b"].output_token_ids == [5]
+    assert "a" not in scheduler.requests  # its token went nowhere
+
+
+def test_an_output_applied_twice_is_refused_and_changes_nothing() -> None:
+    scheduler = make_scheduler()
+    add(scheduler, "b", 3)
+    out = scheduler.schedule()
+    emit(scheduler, out, {"b": [5]})
+    before = scheduler.snapshot()
+    with pytest.raises(OutputError) as info:
+        scheduler.update_from_output(out, ModelRunnerOutput({"b": [6]}))
+    assert info.value.field == "scheduler_output"
+    assert scheduler.snapshot() == before
+
+
+def test_outputs_apply_in_the_order_they_were_scheduled() -> None:
+    scheduler = make_scheduler(async_scheduling=True)
+    add(scheduler, "b", 3)
+    first, second = scheduler.schedule(), scheduler.schedule()
+    before = scheduler.snapshot()
+    with pytest.raises(OutputError, match="in the order scheduled"):
+        scheduler.update_from_output(second, ModelRunnerOutput({"b": [6]}))
+    assert scheduler.snapshot() == before
+    scheduler.update_from_output(first, ModelRunnerOutput({"b": [5]}))
+
+
+def test_output_of_an_aborted_request_never_reaches_a_new_one_with_its_id() -> None:
+    """Async: 'a' is aborted while its step is in flight and a new request reuses the
+    id before the step lands: the output was computed for the old one and is dropped."""
+    scheduler = make_scheduler(async_scheduling=True)
+    add(scheduler, "a", 3)
+    out = scheduler.schedule()
+    scheduler.finish_requests("a")
+    new = add(scheduler, "a", 5, first_token=2000)
+    scheduler.update_from_output(out, ModelRunnerOutput({"a": [1]}))
+    assert new.output_token_ids == [] and new.num_in_flight_tokens == 0
 
 
 def test_abort_ids_must_be_strings() -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from schedspec.cli.run_report import format_step, record_step
+import dataclasses
+
+from schedspec.cli.run_report import Scheduled, format_step, record_step
 from schedspec.simulate.timeline import ScheduledEntry, classify
 from schedspec.spec import (
     CachedRequestData,
     ModelRunnerOutput,
     NewRequestData,
-    Request,
+    RequestOutput,
+    RequestStatus,
     SchedulerOutput,
 )
 
@@ -70,11 +73,13 @@ def _output() -> SchedulerOutput:
 
 
 def test_record_and_format_step() -> None:
-    requests = {rid: Request(rid, [1, 2], max_tokens=5) for rid in "BDEF"}
     model_output = ModelRunnerOutput({"B": [11, 12], "D": [13]})
-    record = record_step(
-        7, ["D"], _output(), model_output, {"B": 100, "E": 60, "D": 250}, requests, 512, 0.875
-    )
+    reported = {
+        "B": RequestOutput("B", (11, 12), None, 101),
+        "D": RequestOutput("D", (13,), None, 250),
+    }
+    scheduled = Scheduled(7, _output(), {"B": 100, "E": 60, "D": 250}, {"B": 60, "E": 9, "D": 0})
+    record = record_step(7, ["D"], scheduled, (scheduled, model_output, reported), 512, 0.875)
     assert record.entries[0] == ScheduledEntry("B", "spec", 3, 2, num_accepted=1)
     assert record.entries[1] == ScheduledEntry("E", "prefill", 40, 0)
     assert record.entries[2] == ScheduledEntry("D", "prefill", 58, 0, num_cached=192)
@@ -82,4 +87,34 @@ def test_record_and_format_step() -> None:
     assert format_step(record) == (
         "Iter 7: [B spec 1+2] [E prefill 40] [D prefill 58 +192 cached] "
         "| 101/512 tokens, KV 88% | arrived: D | preempted: F"
+    )
+
+
+def test_an_async_iteration_shows_what_is_in_flight_and_what_landed() -> None:
+    """Iteration 8 schedules B past its 2 in-flight output positions (60 delivered, 62
+    in the runner's count) and lands iteration 7's step: B's output finished it, F's was
+    stale (F was preempted since), E's was dropped (aborted since)."""
+    output = dataclasses.replace(
+        _output(),
+        scheduled_cached_reqs=(
+            CachedRequestData("B", False, (), num_computed_tokens=101, num_output_tokens=62),
+        ),
+        scheduled_new_reqs=(),
+        num_scheduled_tokens={"B": 3},
+        total_num_scheduled_tokens=3,
+        preempted_req_ids=frozenset(),
+    )
+    eighth = Scheduled(8, output, {"B": 100}, {"B": 60})
+    seventh = Scheduled(7, _output(), {"B": 98, "E": 60, "D": 250}, {"B": 58, "E": 9, "D": 0})
+    model_output = ModelRunnerOutput({"B": [11, 12], "E": [5], "F": [6]})
+    reported = {
+        "B": RequestOutput("B", (11, 12), RequestStatus.FINISHED_STOPPED, 100),
+        "F": RequestOutput("F", (6,), None, None),
+    }
+    record = record_step(8, [], eighth, (seventh, model_output, reported), 512, 0.5, True)
+    assert record.entries == [ScheduledEntry("B", "spec", 3, 2, num_in_flight=2)]
+    assert record.landing is not None and record.landing.drafts_accepted == 1
+    assert format_step(record) == (
+        "Iter 8: [B spec 1+2 +2 in flight] | 3/512 tokens, KV 50% | landed: iter 7 "
+        "| finished: B | stale: F | dropped: E"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from schedspec.properties.reference_adapter import ReferenceEngine, reference_en
 from schedspec.properties.trace import ModelParams, Trace, TraceError, trace_from_json
 from schedspec.spec import SchedulerConfig, SchedulerOutput
 from tests.sched_helpers import make_config
+
+REPO = Path(__file__).resolve().parent.parent
 
 EVENTS = (
     AddRequest("a", (1, 2, 3, 4, 5), 4, eos_token_id=2, stop_token_ids=(9,), priority=1),
@@ -110,3 +113,41 @@ def test_not_json_is_a_trace_error(tmp_path: Path) -> None:
 
 def test_round_trip_in_memory() -> None:
     assert trace_from_json(_trace().to_json()) == _trace()
+
+
+def test_a_version_1_trace_replays_as_a_synchronous_one() -> None:
+    """Every trace written before the pipeline existed still loads and replays: its
+    config gets async_scheduling and pad_spec_decode off."""
+    document = _trace().to_json()
+    document["version"] = 1
+    for name in ("async_scheduling", "pad_spec_decode"):
+        del document["config"][name]
+    loaded = trace_from_json(document)
+    assert not loaded.config.async_scheduling and not loaded.config.pad_spec_decode
+    assert loaded.events == _trace().events
+    replay(loaded, reference_engine, "vllm-v1")
+
+
+def test_the_repositorys_version_1_traces_still_load() -> None:
+    paths = sorted((REPO / "docs" / "findings").glob("*.json"))
+    assert paths
+    for path in paths:
+        assert json.loads(path.read_text())["version"] in (1, 2)
+        Trace.load(path)
+
+
+def test_a_version_1_trace_cannot_claim_async_scheduling() -> None:
+    document = _trace().to_json()
+    document["version"] = 1
+    with pytest.raises(TraceError) as info:
+        trace_from_json(document)
+    assert info.value.field == "config.async_scheduling"
+
+
+def test_an_async_trace_round_trips_and_replays() -> None:
+    config = dataclasses.replace(_trace().config, async_scheduling=True)
+    trace = dataclasses.replace(_trace(), config=config)
+    document = trace.to_json()
+    assert document["version"] == 2 and document["config"]["async_scheduling"] is True
+    assert trace_from_json(document) == trace
+    replay(trace, reference_engine, "vllm-v1")

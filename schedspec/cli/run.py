@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ import click
 from schedspec.cli.loading import require_for
 from schedspec.cli.mixed_workload import WorkloadRequest, build_workload
 from schedspec.cli.run_report import (
+    Scheduled,
     StepRecord,
     Summary,
     format_step,
@@ -26,7 +28,8 @@ from schedspec.cli.run_report import (
     summarize,
 )
 from schedspec.properties.dependencies import TORCH
-from schedspec.properties.fake_model import FakeModel, run_step
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import EngineLoop
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, Request, SchedulerConfig
 
@@ -63,34 +66,49 @@ def run_workload(
     max_steps: int,
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> Run:
+    """The workload through the reference, driven as its engine core drives it (with
+    async scheduling each iteration schedules a step and lands the one before)."""
     scheduler = Scheduler(config)
+    loop = EngineLoop(scheduler, model, config, scheduler.has_unfinished_requests)
     pending = sorted(workload, key=lambda w: w.arrival_step)
     requests: dict[str, Request] = {}
     records: list[StepRecord] = []
-    while pending or scheduler.has_unfinished_requests():
+    in_flight: deque[Scheduled] = deque()
+    while pending or scheduler.has_unfinished_requests() or loop.in_flight:
         if len(records) >= max_steps:
             raise NotDrainedError(
                 f"{scheduler.get_num_unfinished_requests() + len(pending)} requests unfinished "
                 f"after --max-steps {max_steps}; raise it or give the scheduler more room"
             )
         iteration = len(records) + 1
-        arrived = _due(pending, iteration, idle=not scheduler.has_unfinished_requests())
+        idle = not scheduler.has_unfinished_requests() and not loop.in_flight
+        arrived = _due(pending, iteration, idle)
         for w in arrived:
             pending.remove(w)
             requests[w.request_id] = w.to_request()
             scheduler.add_request(requests[w.request_id])
         # Token counts as schedule() sees them; update_from_output changes them.
-        num_tokens = {rid: r.num_tokens for rid, r in requests.items() if not r.is_finished}
-        scheduler_output, model_output = run_step(scheduler, model)
+        live = {rid: r for rid, r in requests.items() if not r.is_finished}
+        num_tokens = {rid: r.num_tokens for rid, r in live.items()}
+        num_outputs = {rid: r.num_output_tokens for rid, r in live.items()}
+        step = loop.step()
+        scheduled = None
+        if step.scheduled is not None:
+            scheduled = Scheduled(iteration, step.scheduled, num_tokens, num_outputs)
+            in_flight.append(scheduled)
+        landed = None
+        if step.landed is not None:
+            reported = step.landed.reported
+            assert isinstance(reported, dict)  # the reference reports its RequestOutputs
+            landed = (in_flight.popleft(), step.landed.model_output, reported)
         record = record_step(
             iteration,
             [w.request_id for w in arrived],
-            scheduler_output,
-            model_output,
-            num_tokens,
-            requests,
+            scheduled,
+            landed,
             config.max_num_batched_tokens,
             scheduler.kv_cache_manager.block_pool.get_usage(),
+            pipelined=loop.queue.pipelined,
         )
         records.append(record)
         if on_step is not None:
@@ -173,6 +191,20 @@ def _build_config(**fields: Any) -> SchedulerConfig:
     default=None,
     help="KV slots reserved past the step for the drafter [default: num-speculative-tokens].",
 )
+@click.option(
+    "--async-scheduling/--no-async-scheduling",
+    default=False,
+    show_default=True,
+    help="Schedule each step before the previous one's output lands, as vLLM does by "
+    "default (the timeline marks output positions in flight, and stale or dropped output).",
+)
+@click.option(
+    "--pad-spec-decode/--no-pad-spec-decode",
+    default=False,
+    show_default=True,
+    help="Pad a one-token admission to 1 + num-speculative-tokens with placeholder drafts, "
+    "as vLLM does when drafting.",
+)
 @click.option("--seed", default=0, show_default=True, help="Seeds the workload and the model.")
 @click.option(
     "--max-steps",
@@ -222,6 +254,11 @@ def _execute(config: SchedulerConfig, seed: int, max_steps: int, as_json: bool) 
     """`run --execute`: torch is imported only here, so a plain `run` stays light."""
     if as_json:
         raise click.UsageError("--execute prints a text report; drop --json")
+    if config.async_scheduling or config.pad_spec_decode:
+        raise click.UsageError(
+            "--execute runs the paged model step by step, with drafts from its own drafter "
+            "(no placeholders); drop --async-scheduling and --pad-spec-decode"
+        )
     require_for("--execute", TORCH)
     import torch
 

@@ -11,22 +11,44 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from schedspec.simulate.timeline import ScheduledEntry, computed_before, scheduled_entries
-from schedspec.spec import ModelRunnerOutput, Request, SchedulerOutput
+from schedspec.simulate.timeline import (
+    ScheduledEntry,
+    computed_before,
+    in_flight_outputs,
+    scheduled_entries,
+)
+from schedspec.spec import ModelRunnerOutput, Request, RequestOutput, SchedulerOutput
+
+
+@dataclass(frozen=True)
+class Landing:
+    """The step whose output landed in an iteration (async scheduling: the one scheduled
+    in the iteration before; synchronously, the iteration's own)."""
+
+    iteration: int  # the iteration that scheduled it
+    drafts_accepted: int
+    finished: list[str]  # requests its output finished
+    stale: list[str]  # preempted since it was scheduled: output delivered, no counter moved
+    dropped: list[str]  # finished or aborted since it was scheduled: output dropped
 
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One engine iteration: schedule -> model -> update_from_output -> drafts."""
+    """One engine iteration: what it scheduled, and what landed in it."""
 
     iteration: int  # 1-based
     arrived: list[str]  # added to the scheduler just before this step
-    entries: list[ScheduledEntry]  # in scheduling order
+    entries: list[ScheduledEntry]  # scheduled this iteration, in scheduling order
     total_scheduled: int
     token_budget: int
     kv_usage: float  # after the step: 1 - free / num_blocks
     preempted: list[str]
-    finished: list[str]  # finished by this step's output
+    landing: Landing | None  # None: nothing landed (the first async step)
+    pipelined: bool = False  # async scheduling: say which step landed
+
+    @property
+    def finished(self) -> list[str]:
+        return self.landing.finished if self.landing is not None else []
 
     @property
     def prefill_tokens(self) -> int:
@@ -42,40 +64,83 @@ class StepRecord:
         return self.total_scheduled - self.prefill_tokens - self.draft_tokens
 
 
+@dataclass(frozen=True)
+class Scheduled:
+    """What the run knew of a step when it was scheduled."""
+
+    iteration: int
+    output: SchedulerOutput
+    num_tokens: dict[str, int]  # each scheduled request's delivered tokens then
+    num_outputs: dict[str, int]  # and its delivered outputs
+
+
 def record_step(
     iteration: int,
     arrived: Iterable[str],
-    scheduler_output: SchedulerOutput,
-    model_output: ModelRunnerOutput,
-    num_tokens_at_schedule: Mapping[str, int],
-    requests: Mapping[str, Request],
+    scheduled: Scheduled | None,
+    landed: tuple[Scheduled, ModelRunnerOutput, Mapping[str, RequestOutput]] | None,
     token_budget: int,
     kv_usage: float,
+    pipelined: bool = False,
 ) -> StepRecord:
-    """Build a StepRecord; call after the step's update_from_output."""
-    out = scheduler_output
-    computed, fresh = computed_before(out)
+    """Build a StepRecord after the iteration: `scheduled` is this iteration's step (None
+    if it scheduled nothing), `landed` the step whose output landed in it, with the
+    model's answer and the engine's report. A synchronous iteration lands its own step,
+    whose entries then carry their accepted drafts."""
+    entries: list[ScheduledEntry] = []
+    if scheduled is not None:
+        out = scheduled.output
+        computed, fresh = computed_before(out)
+        own = landed is not None and landed[0] is scheduled
+        answer = landed[1] if own and landed is not None else ModelRunnerOutput()
+        in_flight = in_flight_outputs(out, scheduled.num_outputs)
+        entries = scheduled_entries(out, answer, scheduled.num_tokens, computed, fresh, in_flight)
     return StepRecord(
         iteration=iteration,
         arrived=list(arrived),
-        entries=scheduled_entries(out, model_output, num_tokens_at_schedule, computed, fresh),
-        total_scheduled=out.total_num_scheduled_tokens,
+        entries=entries,
+        total_scheduled=scheduled.output.total_num_scheduled_tokens if scheduled else 0,
         token_budget=token_budget,
         kv_usage=kv_usage,
-        preempted=sorted(out.preempted_req_ids),
-        finished=[rid for rid in out.num_scheduled_tokens if requests[rid].is_finished],
+        preempted=sorted(scheduled.output.preempted_req_ids) if scheduled else [],
+        landing=_landing(*landed) if landed is not None else None,
+        pipelined=pipelined,
+    )
+
+
+def _landing(
+    scheduled: Scheduled, model_output: ModelRunnerOutput, reported: Mapping[str, RequestOutput]
+) -> Landing:
+    sampled = model_output.sampled_token_ids
+    drafts = scheduled.output.scheduled_spec_decode_tokens
+    # The model emits 1 + the accepted drafts for a spec step (dropped output aside).
+    accepted = sum(len(sampled[rid]) - 1 for rid in reported if rid in drafts)
+    return Landing(
+        iteration=scheduled.iteration,
+        drafts_accepted=accepted,
+        finished=[rid for rid, o in reported.items() if o.finish_status is not None],
+        # The reference reports no computed count for stale output.
+        stale=[rid for rid, o in reported.items() if o.num_computed_tokens is None],
+        dropped=[rid for rid in sampled if rid not in reported],
     )
 
 
 def format_step(record: StepRecord) -> str:
-    """`Iter 3: [A prefill 256] [C spec 1+2] | 258/512 tokens, KV 87% | preempted: E`."""
+    """`Iter 3: [A prefill 256] [C spec 1+2] | 258/512 tokens, KV 87% | preempted: E`;
+    with async scheduling also which step landed, and its stale and dropped output."""
     parts = [" ".join(str(e) for e in record.entries) or "(idle)"]
     parts.append(f"{record.total_scheduled}/{record.token_budget} tokens, KV {record.kv_usage:.0%}")
-    for label, ids in (
-        ("arrived", record.arrived),
-        ("preempted", record.preempted),
-        ("finished", record.finished),
-    ):
+    landing = record.landing
+    if record.pipelined:
+        parts.append(f"landed: iter {landing.iteration}" if landing else "landed: -")
+    groups = [("arrived", record.arrived), ("preempted", record.preempted)]
+    if landing is not None:
+        groups += [
+            ("finished", landing.finished),
+            ("stale", landing.stale),
+            ("dropped", landing.dropped),
+        ]
+    for label, ids in groups:
         if ids:
             parts.append(f"{label}: {', '.join(ids)}")
     return f"Iter {record.iteration}: " + " | ".join(parts)
@@ -109,7 +174,7 @@ def summarize(
 ) -> Summary:
     statuses = Counter(r.status.name for r in requests.values())
     drafts = sum(r.draft_tokens for r in records)
-    accepted = sum(e.num_accepted for r in records for e in r.entries)
+    accepted = sum(r.landing.drafts_accepted for r in records if r.landing is not None)
     return Summary(
         steps=len(records),
         num_requests=len(requests),

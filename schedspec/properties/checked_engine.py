@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
-from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.fake_model import FakeModel, StepDecisions
+from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
+from schedspec.properties.pipeline import BatchQueue
 from schedspec.properties.profiles import choose_profile, claimed_profiles
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import BlockHash, SchedulerConfig, SchedulerOutput, State
+from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -27,7 +29,6 @@ from schedspec.spec.invariants import (
     ScheduleTransition,
     UpdateTransition,
     Violation,
-    computed_before,
     drain_step_bound,
     ids_for,
     state_fast_path,
@@ -92,8 +93,9 @@ class CheckedEngine:
         self.stats = stats if stats is not None else CheckStats()
         self.state = engine.snapshot()
         self._hashes = ChainHashes(config.block_size)
-        self._kv_written: dict[int, BlockHash] = {}
+        self._kv_content = KVContentOracle(self._hashes)
         self._finished_since_schedule: set[str] = set()
+        self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
         }
@@ -152,14 +154,16 @@ class CheckedEngine:
 
     def _add(self, event: AddRequest) -> list[Violation]:
         pre = self.state
-        request = event.to_request()
         refusal: Exception | None = None
         try:
-            self.engine.add_request(request)
+            # The engine gets its own object (it sets the arrival index on it);
+            # the DOOR invariant judges the request as it was offered.
+            self.engine.add_request(event.to_request())
         except Exception as err:  # the DOOR invariant judges the refusal
             refusal = err
         self.state = self.engine.snapshot()
-        return self._run("add", AddTransition(pre, request, refusal, self.state)) + self._run(
+        offered = event.to_request()
+        return self._run("add", AddTransition(pre, offered, refusal, self.state)) + self._run(
             "state", self.state
         )
 
@@ -174,12 +178,37 @@ class CheckedEngine:
         return self._run("abort", transition) + self._run("state", self.state)
 
     def _propose(self, event: ProposeDrafts) -> list[Violation]:
+        if self.config.async_scheduling:
+            # vLLM's engine core never calls update_draft_token_ids under async
+            # scheduling: the model runner fills the placeholder drafts itself.
+            return []
         drafts = {rid: self.model.drafts_for(rid, k) for rid, k in event.num_drafts.items()}
         self.engine.update_draft_token_ids(drafts)
         self.state = self.engine.snapshot()
         return self._run("state", self.state)
 
     def _step(self, event: Step) -> list[Violation]:
+        """One engine step, in the engine core's order (pipeline.BatchQueue): schedule
+        (a synchronous step always does), then land the oldest step in flight once the
+        queue is full or nothing more can be scheduled. The step's decisions shape the
+        output that lands."""
+        queue = self._in_flight
+        if queue.schedules(self._has_requests()):
+            scheduled, found = self._schedule()
+            if found:
+                return found  # the model cannot answer an output that broke the rules
+            executed = scheduled.output.total_num_scheduled_tokens > 0
+            if not queue.push(scheduled, executed, self._has_requests()):
+                return []
+        elif not queue:
+            return []
+        return self._land(queue.pop(), event.decisions)
+
+    def _has_requests(self) -> bool:
+        """vLLM's has_requests: unfinished requests, or finished ones not yet reported."""
+        return bool(self.state.requests or self._finished_since_schedule)
+
+    def _schedule(self) -> tuple[ScheduledStep, list[Violation]]:
         self.stats.steps += 1
         pre = self.state
         output = self.engine.schedule()
@@ -190,65 +219,46 @@ class CheckedEngine:
             mid,
             self._hashes,
             frozenset(self._finished_since_schedule),
-            self._kv_written,
+            self._kv_content.written,
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
-        if found:
-            return found  # the model cannot answer an output that broke the rules
-        self._finished_since_schedule.clear()
-        self._forget_overwritten_blocks(pre, output, mid)
-        model_output = self.model.execute(output, event.decisions)
+        if not found:
+            self._finished_since_schedule.clear()
+            self._kv_content.on_schedule(pre, output, mid)
+        return ScheduledStep.of(output, mid), found
+
+    def _land(self, step: ScheduledStep, decisions: StepDecisions) -> list[Violation]:
+        """Run the model on the oldest step in flight and apply its output."""
+        output = step.output
+        model_output = self.model.execute(output, decisions)
+        pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self.engine.snapshot()
-        self._remember_computed_blocks(output, mid, post)
-        self._finished_since_schedule.update(r for r in mid.requests if r not in post.requests)
+        self._kv_content.on_land(step, pre, model_output, self.model.sampled_at)
+        self._finished_since_schedule.update(r for r in pre.requests if r not in post.requests)
         self.state = post
-        updated = UpdateTransition(mid, output, model_output, post, request_outputs)
+        updated = UpdateTransition(
+            pre,
+            output,
+            model_output,
+            post,
+            request_outputs,
+            step.arrivals,
+            dict(self.model.sampled_at),
+        )
         return self._run("update", updated) + self._run("state", post)
 
     def _drain(self, event: Drain) -> list[Violation]:
         initial = self.state
         bound = drain_step_bound(self.config, len(initial.requests))
         steps = 0
-        while self.state.requests and steps <= bound:
+        while (self.state.requests or self._in_flight) and steps <= bound:
             found = self._step(Step())
             steps += 1
             if found:
                 return found
         return self._run("drain", DrainResult(initial, self.state, steps, bound))
-
-    # ------------------------------------------------------- KV content oracle
-
-    def _forget_overwritten_blocks(self, pre: State, output: SchedulerOutput, mid: State) -> None:
-        """Blocks newly given to a request (not as prefix hits) are about to be overwritten."""
-        before = computed_before(output)
-        bs = self.config.block_size
-        for rid in output.num_scheduled_tokens:
-            table = mid.requests[rid].block_ids
-            old = pre.requests.get(rid)
-            if old is not None and old.block_ids and old.block_ids == table[: len(old.block_ids)]:
-                fresh = table[len(old.block_ids) :]
-            else:
-                fresh = table[before.get(rid, 0) // bs :]
-            for block in fresh:
-                self._kv_written.pop(block, None)
-
-    def _remember_computed_blocks(self, output: SchedulerOutput, mid: State, post: State) -> None:
-        """After the step ran, full blocks of computed tokens hold KV for their content.
-
-        A request still live has computed everything but its last token
-        (accepted drafts included, which is why the post state is used); for
-        one that finished, only the tokens known before the step are sure.
-        """
-        before = computed_before(output)
-        bs = self.config.block_size
-        for rid in output.num_scheduled_tokens:
-            request = post.requests.get(rid) or mid.requests[rid]
-            done = min(request.num_computed_tokens, request.num_tokens) // bs
-            own = self._hashes.of(request)
-            for index in range(before.get(rid, 0) // bs, min(done, len(request.block_ids))):
-                self._kv_written[request.block_ids[index]] = own[index]
 
 
 CATALOGUE_KINDS: tuple[Kind, ...] = ("state", "add", "schedule", "update", "abort", "drain")

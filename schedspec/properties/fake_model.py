@@ -4,8 +4,13 @@ The token a request samples at position p is a pure function of (seed,
 request id, p), so two engines given the same trace see the same model,
 and a preempted request recomputes exactly the tokens it had. The fake
 model is a model runner: it learns each request from SchedulerOutput alone
-(prompt from scheduled_new_reqs, output count from scheduled_cached_reqs),
-so it drives any engine that speaks the spec types.
+(prompt and token count from scheduled_new_reqs and resumed requests), runs
+steps in the order they were scheduled and counts each request's tokens
+itself, so it drives any engine that speaks the spec types, synchronous or
+async. Like vLLM's model runner under async scheduling it knows the real
+outcome of the previous step when it runs the next: a step samples at the
+request's real next position, and placeholder drafts are the drafter's own
+guesses for the positions after it.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from schedspec.spec import ModelRunnerOutput, SchedulerOutput
+from schedspec.spec import PLACEHOLDER_TOKEN_ID, ModelRunnerOutput, SchedulerOutput
 
 
 class StepEngine(Protocol):
@@ -50,7 +55,9 @@ class FakeModel:
     draft_acceptance: float = 0.7
     num_speculative_tokens: int = 0
     _prompt_len: dict[str, int] = field(default_factory=dict)  # what the runner knows
-    _num_tokens: dict[str, int] = field(default_factory=dict)  # as of the last step
+    _num_tokens: dict[str, int] = field(default_factory=dict)  # as of the last step run
+    # Per request that sampled in the last step run: the position of its first token.
+    sampled_at: dict[str, int] = field(default_factory=dict)
 
     def token_at(self, request_id: str, position: int) -> int:
         """The token the target model samples at this position."""
@@ -81,22 +88,35 @@ class FakeModel:
             computed_before[new.request_id] = new.num_computed_tokens
         for cached in scheduler_output.scheduled_cached_reqs:
             rid = cached.request_id
-            self._num_tokens[rid] = self._prompt_len[rid] + cached.num_output_tokens
+            if cached.resumed:
+                # A resumed request has no output in flight (it waits for stale
+                # output to land), so its reported outputs are all it has.
+                self._num_tokens[rid] = self._prompt_len[rid] + cached.num_output_tokens
             computed_before[rid] = cached.num_computed_tokens
         sampled: dict[str, list[int]] = {}
+        self.sampled_at = {}
         for rid, num_scheduled in scheduler_output.num_scheduled_tokens.items():
             drafts = scheduler_output.scheduled_spec_decode_tokens.get(rid, ())
             known = self._num_tokens[rid]
             if computed_before[rid] + num_scheduled - len(drafts) < known:
                 continue  # a prefill chunk: no logits for a new position yet
             accepted = decisions.accepted.get(rid) if decisions else None
-            tokens = self._verify(rid, known, drafts, accepted)
+            tokens = self._verify(rid, known, self._real_drafts(rid, known, drafts), accepted)
             stop = decisions.stops.get(rid) if decisions else None
             if stop is not None:
                 tokens[-1] = stop
             sampled[rid] = tokens
+            self.sampled_at[rid] = known
             self._num_tokens[rid] = known + len(tokens)
         return ModelRunnerOutput(sampled_token_ids=sampled)
+
+    def _real_drafts(self, request_id: str, known: int, drafts: Sequence[int]) -> list[int]:
+        """A placeholder draft is the drafter's own guess for its position (the model
+        runner proposes it where the scheduler could not)."""
+        return [
+            self.draft_at(request_id, known + i) if draft == PLACEHOLDER_TOKEN_ID else draft
+            for i, draft in enumerate(drafts)
+        ]
 
     def _verify(
         self, request_id: str, known: int, drafts: Sequence[int], accepted: int | None
@@ -125,23 +145,3 @@ class FakeModel:
             rid: self.drafts_for(rid, self.num_speculative_tokens)
             for rid in model_output.sampled_token_ids
         }
-
-
-def run_step(scheduler: StepEngine, model: FakeModel) -> tuple[SchedulerOutput, ModelRunnerOutput]:
-    """schedule -> model -> update_from_output -> drafts: one engine iteration."""
-    scheduler_output, model_output, _ = run_step_reporting(scheduler, model)
-    return scheduler_output, model_output
-
-
-def run_step_reporting(
-    scheduler: StepEngine, model: FakeModel
-) -> tuple[SchedulerOutput, ModelRunnerOutput, object]:
-    """run_step, also returning what update_from_output returned (an engine's
-    RequestOutputs, or None if it does not report them)."""
-    scheduler_output = scheduler.schedule()
-    model_output = model.execute(scheduler_output)
-    reported = scheduler.update_from_output(scheduler_output, model_output)
-    drafts = model.propose_drafts(model_output)
-    if drafts:
-        scheduler.update_draft_token_ids(drafts)
-    return scheduler_output, model_output, reported

@@ -187,14 +187,17 @@ def make_target_machine(
             self._steps(action.then_steps)
 
         def propose_drafts(self, action: DraftsAction) -> None:
-            """The drafter proposes the same number of drafts for every running request.
+            """The drafter proposes the same number of drafts for every running request
+            (a synchronous engine only: see below).
 
             One count for all keeps the draw independent of which requests run,
             so deleting an earlier action while shrinking does not change it.
             """
             checked = self.engine()
             limit = checked.config.num_speculative_tokens
-            if limit:
+            # Under async scheduling the model runner proposes the drafts itself (as
+            # placeholders): vLLM's engine core never calls update_draft_token_ids.
+            if limit and not checked.config.async_scheduling:
                 drafts = action.count % (limit + 1)
                 self.apply(ProposeDrafts(dict.fromkeys(checked.state.running, drafts)))
             self._steps(action.then_steps)

@@ -57,7 +57,14 @@ def _threshold_draws(max_model_len: int) -> st.SearchStrategy[int]:
 
 
 @st.composite
-def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
+def configs(
+    draw: st.DrawFn,
+    max_model_len_cap: int = 96,
+    async_scheduling: bool | None = None,
+    pad_spec_decode: bool | None = None,
+) -> SchedulerConfig:
+    """Small configs; async_scheduling and pad_spec_decode are drawn unless fixed (an
+    engine that runs only some modes narrows them here rather than by filtering)."""
     block_size = draw(_BLOCK_SIZE_DRAWS)
     max_model_len = draw(_integers(2, max_model_len_cap))
     # From exactly one max_model_len request of blocks up to four: tiny caches
@@ -70,6 +77,15 @@ def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
     budget = draw(_integers(low, max(low, 2 * max_model_len)))
     threshold = draw(_threshold_draws(max_model_len))
     num_spec = draw(_NUM_SPEC_DRAWS)
+    # Drawn in this order (shrinking and stored examples depend on it).
+    caching = draw(st.booleans())
+    watermark = draw(_WATERMARK_DRAWS)
+    policy = draw(_POLICY_DRAWS)
+    lookahead = draw(_LOOKAHEAD_DRAWS) if num_spec else None
+    pipelined = draw(st.booleans()) if async_scheduling is None else async_scheduling
+    pad = num_spec > 0 and (draw(st.booleans()) if pad_spec_decode is None else pad_spec_decode)
+    if pad:
+        budget = max(budget, 1 + num_spec)  # a padded admission must fit the budget
     return SchedulerConfig(
         block_size=block_size,
         num_blocks=num_blocks,
@@ -78,11 +94,13 @@ def configs(draw: st.DrawFn, max_model_len_cap: int = 96) -> SchedulerConfig:
         max_model_len=max_model_len,
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=threshold,
-        enable_prefix_caching=draw(st.booleans()),
-        watermark=draw(_WATERMARK_DRAWS),
-        policy=draw(_POLICY_DRAWS),
+        enable_prefix_caching=caching,
+        watermark=watermark,
+        policy=policy,
         num_speculative_tokens=num_spec,
-        num_lookahead_tokens=draw(_LOOKAHEAD_DRAWS) if num_spec else None,
+        num_lookahead_tokens=lookahead,
+        async_scheduling=pipelined,
+        pad_spec_decode=pad,
     )
 
 

@@ -18,7 +18,14 @@ from schedspec.properties.fake_model import StepDecisions
 from schedspec.spec import ConfigError, SchedulerConfig, SpecInputError
 
 FORMAT = "schedspec-trace"
-VERSION = 1
+# Version 2 added the pipeline: a config may set async_scheduling and pad_spec_decode,
+# and under async_scheduling a step event is one engine step of the batch queue
+# (pipeline.BatchQueue), whose decisions shape the output that lands in it. A version 1
+# trace is a synchronous one and replays unchanged.
+VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
+# Config fields a version 1 trace cannot carry (they did not exist).
+_FIELDS_SINCE_VERSION_2 = ("async_scheduling", "pad_spec_decode")
 
 # The names commands give the traces they write (in --trace-dir, the current
 # directory by default), through trace_file_name: stem-seed.json, or for prove
@@ -179,9 +186,14 @@ def _event_from_json(record: Any, where: str) -> Event:
 def trace_from_json(document: Any) -> Trace:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise TraceError("format", f"not a {FORMAT} document")
-    if document.get("version") != VERSION:
-        raise TraceError("version", f"must be {VERSION}, got {document.get('version')!r}")
+    version = document.get("version")
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+        raise TraceError("version", f"must be one of {SUPPORTED_VERSIONS}, got {version!r}")
     raw_config = _field(document, "config", "trace", lambda v: isinstance(v, dict), "an object")
+    if version == 1:
+        for name in _FIELDS_SINCE_VERSION_2:
+            if name in raw_config:
+                raise TraceError(f"config.{name}", "not a field of version 1 traces")
     try:
         config = SchedulerConfig(**raw_config)
     except ConfigError as err:

@@ -4,10 +4,17 @@ Each step serves running requests first, in running order, then admits
 waiting ones in queue order, all out of one token budget. There are no
 phases: every request just tries to bring num_computed_tokens up to
 num_tokens_with_spec (prefill chunks, decodes and drafts alike).
+
+With async_scheduling the next step is scheduled before this one's output
+arrives (vLLM's AsyncScheduler): a request's in-flight sampling step counts
+as num_output_placeholders known-to-be tokens, its next drafts are
+placeholders the model runner fills, and output that arrives for a request
+preempted meanwhile is stale: delivered, but it moves no reset counter.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 from schedspec.reference.kv_cache_manager import BLOCK_ID, KVCacheManager
@@ -15,12 +22,15 @@ from schedspec.reference.request_queue import WaitingQueue, make_waiting_queue
 from schedspec.reference.sizing import (
     apply_long_prefill_cap,
     num_drafts_to_schedule,
+    padded_admission_tokens,
     rolled_back_computed,
     running_new_tokens,
+    sure_to_reach_max_tokens,
 )
 from schedspec.reference.step_plan import StepPlan
 from schedspec.reference.stop_checker import append_output_tokens
 from schedspec.spec import (
+    PLACEHOLDER_TOKEN_ID,
     CachedRequestData,
     ModelRunnerOutput,
     NewRequestData,
@@ -48,6 +58,10 @@ class Scheduler:
         self.running: list[Request] = []  # admission order
         self.finished_req_ids: set[str] = set()  # since the previous schedule()
         self._num_arrivals = 0
+        # Steps scheduled whose output has not been applied, oldest first, with the
+        # requests each scheduled: an id can be aborted and reused meanwhile.
+        self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
+        self._drafting = config.num_speculative_tokens > 0
 
     # ----------------------------------------------------------------- requests
 
@@ -98,12 +112,39 @@ class Scheduler:
         if not step.preempted:
             self._schedule_waiting(step, cap)
         output = self._build_output(step)
-        for rid, num_tokens in step.num_scheduled_tokens.items():
-            request = self.requests[rid]
-            request.num_computed_tokens += num_tokens
-            request.is_prefill_chunk = request.num_computed_tokens < request.num_tokens
+        self._in_flight.append((output, self._update_after_schedule(step)))
         self.finished_req_ids = set()
         return output
+
+    def _update_after_schedule(self, step: StepPlan) -> dict[str, Request]:
+        """Advance the scheduled requests as if their step had run (vLLM does the same);
+        update_from_output corrects for rejected drafts and stops. Returns them by id."""
+        requests = self.requests
+        scheduled: dict[str, Request] = {}
+        for rid, num_tokens in step.num_scheduled_tokens.items():
+            scheduled[rid] = request = requests[rid]
+            request.num_computed_tokens += num_tokens
+            request.num_in_flight_tokens += num_tokens
+            request.is_prefill_chunk = (
+                request.num_computed_tokens < request.num_tokens + request.num_output_placeholders
+            )
+        if self.config.async_scheduling:
+            self._add_output_placeholders(step)
+        return scheduled
+
+    def _add_output_placeholders(self, step: StepPlan) -> None:
+        """Async: each scheduled step that samples adds its 1 + drafts output positions
+        as placeholders, and the request's next drafts are placeholders the model
+        runner proposes itself; so the next step can be scheduled before this one's
+        output arrives."""
+        placeholders = [PLACEHOLDER_TOKEN_ID] * self.config.num_speculative_tokens
+        for rid in step.num_scheduled_tokens:
+            request = self.requests[rid]
+            if request.is_prefill_chunk:
+                continue
+            num_drafts = len(step.spec_decode_tokens.get(rid, ()))
+            request.num_output_placeholders += 1 + num_drafts
+            request.spec_token_ids = list(placeholders)
 
     def _long_prefill_cap(self) -> int:
         """Per-request token cap for this step; 0 (no cap) when only one request exists.
@@ -123,9 +164,17 @@ class Scheduler:
         while req_index < len(running) and step.token_budget > 0:
             request = running[req_index]
             computed = request.num_computed_tokens
+            if request.num_output_placeholders and sure_to_reach_max_tokens(
+                computed,
+                request.num_output_placeholders,
+                request.num_prompt_tokens,
+                request.max_tokens,
+            ):
+                req_index += 1  # async: the step in flight is its last
+                continue
             # Leave room for the token this step samples: positions stay < max_model_len.
             num_new = running_new_tokens(
-                request.num_tokens_with_spec - computed,
+                request.num_tokens_with_spec + request.num_output_placeholders - computed,
                 cap,
                 step.token_budget,
                 last_position - computed,
@@ -188,6 +237,10 @@ class Scheduler:
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         request.spec_token_ids = []
+        # Output still in flight is stale: it is delivered when it arrives (its
+        # tokens are right), but it must not move the counters just reset.
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
         request.num_preemptions += 1
         self.waiting.prepend(request)
 
@@ -198,12 +251,44 @@ class Scheduler:
         The request's drafts are consumed either way: fresh ones arrive
         through update_draft_token_ids before the next step.
         """
+        # Drafts ride past the known tokens and the in-flight step's output positions.
         num_drafts = num_drafts_to_schedule(
-            num_new, request.num_computed_tokens, request.num_tokens
+            num_new,
+            request.num_computed_tokens,
+            request.num_tokens + request.num_output_placeholders,
         )
         if num_drafts > 0:
             step.spec_decode_tokens[request.request_id] = tuple(request.spec_token_ids[:num_drafts])
         request.spec_token_ids = []
+
+    def _padded_admission(self, num_new: int, num_hit: int, step: StepPlan, cap: int) -> int:
+        """Spec-decode padding (pad_spec_decode, vLLM's uniform decode batches): an
+        admission with exactly one token to compute, when no running request's
+        prefill continues in this step and either some running request is in the
+        step or the admission hit the prefix cache, is scheduled as 1 + K tokens
+        whose K drafts are placeholders, if that leaves room below max_model_len.
+        Returns the padded count, 0 when not padded, or -1 when the padded count
+        does not fit the budget left (the admission then waits: vLLM prefers no
+        step to an unpadded one).
+
+        Where the long-prefill cap would cut the padded count, the request is not
+        padded: vLLM pads and then fails its own assertion (docs/FINDINGS.md F3).
+        """
+        config = self.config
+        if not config.pad_spec_decode or any(r.is_prefill_chunk for r in step.scheduled_running):
+            return 0
+        if not step.scheduled_running and num_hit == 0:
+            return 0
+        padded = padded_admission_tokens(
+            num_new, num_hit, config.num_speculative_tokens, config.max_model_len
+        )
+        if padded == 0:
+            return 0
+        if padded > step.token_budget:
+            return -1
+        if 0 < cap < padded:
+            return 0
+        return padded
 
     @staticmethod
     def _admission_chunk(num_to_compute: int, cap: int) -> int:
@@ -211,15 +296,36 @@ class Scheduler:
         past the prefix hit, under the long-prefill cap."""
         return apply_long_prefill_cap(num_to_compute, cap)
 
+    def _awaits_stale_output(self, request: Request) -> bool:
+        """Async: a preempted request whose stale output is still in flight waits for it;
+        resumed now, it would compute again a position that output delivers."""
+        return request.num_stale_output_tokens > 0 and not request.drop_stale_output
+
     def _schedule_waiting(self, step: StepPlan, cap: int) -> None:
+        skipped: list[Request] = []
+        try:
+            self._admit_waiting(step, cap, skipped)
+        finally:
+            # Skipped requests go back where they were, in their order.
+            for waiting_again in reversed(skipped):
+                self.waiting.prepend(waiting_again)
+
+    def _admit_waiting(self, step: StepPlan, cap: int, skipped: list[Request]) -> None:
         config = self.config
         kv = self.kv_cache_manager
         while self.waiting and step.token_budget > 0:
             if len(self.running) >= config.max_num_seqs:
                 break
             request = self.waiting.peek()
+            if self._awaits_stale_output(request):
+                skipped.append(self.waiting.pop())
+                continue
             hit_blocks, num_hit = kv.get_computed_blocks(request)
-            num_new = self._admission_chunk(request.num_tokens - num_hit, cap)
+            num_new = request.num_tokens - num_hit
+            padded = self._padded_admission(num_new, num_hit, step, cap)
+            if padded < 0:
+                break
+            num_new = padded or self._admission_chunk(num_new, cap)
             if not config.enable_chunked_prefill and num_new > step.token_budget:
                 break  # head-of-line: nothing behind it is tried this step
             num_new = min(num_new, step.token_budget)
@@ -243,6 +349,8 @@ class Scheduler:
                 step.scheduled_resumed.append(request)
             # New and resumed requests get their whole table, hits included.
             step.schedule(request, num_new, kv.get_block_ids(request.request_id))
+            if padded:
+                step.spec_decode_tokens[request.request_id] = (PLACEHOLDER_TOKEN_ID,) * (padded - 1)
             request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_hit
 
@@ -262,7 +370,8 @@ class Scheduler:
                 resumed=resumed,
                 new_block_ids=step.new_block_ids[r.request_id],
                 num_computed_tokens=r.num_computed_tokens,
-                num_output_tokens=r.num_output_tokens,
+                # The runner counts the outputs of a step still in flight too.
+                num_output_tokens=r.num_output_tokens + r.num_output_placeholders,
             )
             for resumed, group in ((False, step.scheduled_running), (True, step.scheduled_resumed))
             for r in group
@@ -287,38 +396,94 @@ class Scheduler:
 
         Returns, per request that sampled, the tokens it kept and its finish status.
         """
-        max_model_len = self.config.max_model_len
-        caches_on_output = self.config.num_speculative_tokens > 0
-        stopped: set[str] = set()
-        outputs: dict[str, RequestOutput] = {}
+        in_flight = self._in_flight
+        if not in_flight or in_flight[0][0] is not scheduler_output:
+            raise OutputError(
+                "scheduler_output",
+                "must be the oldest step this scheduler scheduled and has not applied "
+                "(outputs are applied once each, in the order scheduled)",
+            )
+        scheduled = in_flight[0][1]
         requests = self.requests
-        for rid, tokens, num_drafts in sampling_requests(
-            scheduler_output, model_runner_output.sampled_token_ids, self._num_known_tokens
-        ):
+
+        def num_known_tokens(request_id: str) -> int | None:
+            # Output lands only on the request it was scheduled for (finished ones
+            # are gone from requests).
+            request = requests.get(request_id)
+            if request is None or request is not scheduled.get(request_id):
+                return None
+            return len(request.all_token_ids)
+
+        sampling = sampling_requests(
+            scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
+        )
+        in_flight.popleft()
+        stale = self._land_in_flight_tokens(scheduler_output, scheduled)
+        stopped: set[str] = set()
+        stopped_waiting: set[str] = set()  # stale output stopped a preempted request
+        outputs: dict[str, RequestOutput] = {}
+        running_status = RequestStatus.RUNNING
+        for rid, tokens, num_drafts in sampling:
             request = requests[rid]
-            request.num_computed_tokens = rolled_back_computed(
-                request.num_computed_tokens, num_drafts, len(tokens)
+            was_running = request.status is running_status
+            outputs[rid] = output = self._apply_sampled(
+                request, tokens, num_drafts, bool(stale) and rid in stale
             )
-            kept = append_output_tokens(request, tokens, max_model_len)
-            finish = request.status if request.is_finished else None
-            outputs[request.request_id] = RequestOutput(
-                request.request_id, tuple(tokens[:kept]), finish, request.num_computed_tokens
-            )
-            if caches_on_output:
-                # Accepted drafts filled blocks the schedule-time registration
-                # could not know about.
-                self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
-            if request.is_finished:
-                stopped.add(request.request_id)
+            if output.finish_status is not None:
+                (stopped if was_running else stopped_waiting).add(rid)
                 self._free_request(request)
         if stopped:
             self.running = [r for r in self.running if r.request_id not in stopped]
+        if stopped_waiting:
+            self.waiting.remove(stopped_waiting)
         return outputs
 
-    def _num_known_tokens(self, request_id: str) -> int | None:
-        """A live request's prompt + output length; None once aborted or finished."""
-        request = self.requests.get(request_id)
-        return None if request is None or request.is_finished else request.num_tokens
+    def _land_in_flight_tokens(
+        self, scheduler_output: SchedulerOutput, scheduled: Mapping[str, Request]
+    ) -> set[str]:
+        """The step's tokens are no longer in flight; return the live requests whose
+        output from it is stale (they were preempted after it was scheduled)."""
+        stale: set[str] = set()
+        requests = self.requests
+        for rid, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            request = requests.get(rid)
+            if request is None or request is not scheduled[rid]:
+                continue  # finished or aborted while the step ran: its output is dropped
+            request.num_in_flight_tokens -= num_tokens
+            if request.num_stale_output_tokens > 0:
+                request.num_stale_output_tokens -= num_tokens
+                stale.add(rid)
+        return stale
+
+    def _apply_sampled(
+        self, request: Request, tokens: Sequence[int], num_drafts: int, stale: bool
+    ) -> RequestOutput:
+        """One sampling request's tokens: roll back its rejected drafts, append up to a
+        stop, register the blocks its confirmed KV filled. Stale output (from a step
+        before the request's preemption) is delivered but moves no reset counter."""
+        if not stale and num_drafts:
+            rejected = num_drafts + 1 - len(tokens)
+            request.num_computed_tokens = rolled_back_computed(
+                request.num_computed_tokens, num_drafts, len(tokens)
+            )
+            if request.num_output_placeholders > 0:
+                request.num_output_placeholders -= rejected
+        status = request.status
+        had_placeholders = request.num_output_placeholders > 0
+        kept = append_output_tokens(request, tokens, self.config.max_model_len, trim=not stale)
+        if stale:
+            finish = request.status if request.status.is_finished else None
+            return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, None)
+        if had_placeholders:
+            # Every returned position resolves a placeholder, those dropped at a stop too.
+            request.num_output_placeholders -= len(tokens)
+        if status is RequestStatus.RUNNING and (had_placeholders or self._drafting):
+            # Accepted drafts filled blocks the schedule-time registration could not
+            # know about; only KV whose step has landed is registered.
+            self.kv_cache_manager.cache_blocks(request, request.num_confirmed_computed_tokens)
+        finish = request.status if request.status.is_finished else None
+        confirmed = request.num_computed_tokens - request.num_in_flight_tokens
+        return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, confirmed)
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Set the drafts to verify next step. Drafts for a finished, unknown,

@@ -121,6 +121,43 @@ def num_drafts_to_schedule(num_new: int, num_computed: int, num_tokens: int) -> 
     return max(num_new + num_computed - num_tokens, 0)
 
 
+def sure_to_reach_max_tokens(
+    computed: int, placeholders: int, prompt: int, max_tokens: int
+) -> bool:
+    """Async scheduling: is a request whose sampling step is in flight sure to reach
+    max_tokens once that step's output arrives, even if all its drafts are rejected?
+
+    `computed` counts the in-flight step's tokens and `placeholders` its 1 +
+    drafts output positions, so computed + 1 - (placeholders - 1) is the token
+    count (prompt included) the request is sure to have then. Scheduling it again
+    would only compute a position past max_tokens (vLLM PR #27922).
+    Supports: MAX-TOKENS.
+    pre: computed >= 0 and placeholders >= 0 and prompt >= 1 and max_tokens >= 1
+    post: not __return__ or placeholders > 0
+    post: __return__ or placeholders == 0 or computed + 2 < prompt + max_tokens + placeholders
+    """
+    return placeholders > 0 and computed + 2 - placeholders >= prompt + max_tokens
+
+
+def padded_admission_tokens(
+    num_new: int, num_computed: int, num_spec: int, max_model_len: int
+) -> int:
+    """Spec-decode padding: a waiting request with exactly one token to compute
+    is scheduled as 1 + num_spec tokens (num_spec placeholder drafts) when the
+    padded step still leaves room for the token it samples below max_model_len.
+    Returns the padded count, or 0 when the request is not padded.
+
+    Padding only ever turns exactly one token into 1 + num_spec, within max_model_len.
+    Supports: DRAFTS.
+    pre: num_new >= 1 and num_computed >= 0 and num_spec >= 0 and max_model_len >= 2
+    post: __return__ == 0 or (num_new == 1 and __return__ == 1 + num_spec)
+    post: __return__ == 0 or num_computed + __return__ + 1 <= max_model_len
+    """
+    if num_spec == 0 or num_new != 1 or num_computed + 1 + num_spec + 1 > max_model_len:
+        return 0
+    return 1 + num_spec
+
+
 def rolled_back_computed(num_computed: int, num_drafts: int, num_sampled: int) -> int:
     """num_computed_tokens after the model answered a step that verified
     num_drafts drafts with num_sampled tokens (1 + the accepted drafts).

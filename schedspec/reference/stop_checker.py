@@ -23,11 +23,14 @@ def check_stop(request: Request, token: int, max_model_len: int) -> RequestStatu
     return None
 
 
-def append_output_tokens(request: Request, tokens: Sequence[int], max_model_len: int) -> int:
+def append_output_tokens(
+    request: Request, tokens: Sequence[int], max_model_len: int, trim: bool = True
+) -> int:
     """Append tokens one at a time until a stop; return how many were kept.
 
-    Tokens after the stop are dropped and num_computed_tokens is pulled back
-    by their count, so it still covers every kept token but the last.
+    Tokens after the stop are dropped and (with trim) num_computed_tokens is
+    pulled back by their count, so it still covers every kept token but the
+    last. Stale output (async, after a preemption reset the count) trims nothing.
     """
     for kept, token in enumerate(tokens, 1):
         request.append_output_token_id(token)
@@ -36,6 +39,7 @@ def append_output_tokens(request: Request, tokens: Sequence[int], max_model_len:
             request.status = status
             if status is RequestStatus.FINISHED_STOPPED and token != request.eos_token_id:
                 request.stop_reason = token  # like vLLM: set for stop tokens, not EOS
-            request.num_computed_tokens -= len(tokens) - kept
+            if trim:
+                request.num_computed_tokens -= len(tokens) - kept
             return kept
     return len(tokens)

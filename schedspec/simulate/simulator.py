@@ -2,10 +2,13 @@
 
 The clock starts at 0. Before each iteration the requests that have arrived
 by then are added; an idle engine jumps the clock to the next arrival. The
-iteration runs (schedule -> harness model -> update_from_output -> drafts,
-fake_model.run_step_reporting), the cost model prices the work the scheduler
-chose, and the clock moves on by that much: tokens emitted in the step are
-stamped with its end. Everything is read from what the engine publishes
+iteration runs as the engine core runs it (pipeline.EngineLoop: schedule ->
+harness model -> update_from_output -> drafts; with async scheduling the step
+scheduled now lands in the next iteration), the cost model prices the work of
+the step that lands, and the clock moves on by that much: tokens it emitted
+are stamped with its end. Under async scheduling a step is thus scheduled
+when the one before it starts executing, and a request that arrives while a
+step runs joins the step after next. Everything is read from what the engine publishes
 (SchedulerOutput and the RequestOutputs of update_from_output), so any engine
 behind the adapter protocol can be simulated; for an engine whose
 update_from_output returns None, the length caps are applied here.
@@ -18,13 +21,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
-from schedspec.properties.fake_model import FakeModel, run_step_reporting
+from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import EngineLoop
 from schedspec.simulate.block_ledger import BlockLedger
 from schedspec.simulate.cost_model import CostModel, StepWork
 from schedspec.simulate.errors import SimulationInputError
-from schedspec.simulate.timeline import ScheduledEntry, computed_before, scheduled_entries
+from schedspec.simulate.timeline import (
+    ScheduledEntry,
+    computed_before,
+    in_flight_outputs,
+    scheduled_entries,
+)
 from schedspec.simulate.workloads import SimRequest
-from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus, SchedulerConfig
+from schedspec.spec import (
+    ModelRunnerOutput,
+    RequestOutput,
+    RequestStatus,
+    SchedulerConfig,
+    SchedulerOutput,
+)
 
 
 class SimulationStalledError(Exception):
@@ -111,15 +126,17 @@ def simulate(
     ledger = BlockLedger(config.num_blocks)
     live: set[str] = set()  # arrived and unfinished
     running: set[str] = set()
+    loop = EngineLoop(engine, model, config, lambda: bool(live))
+    in_flight: deque[_Scheduled] = deque()
     steps: list[SimStep] = []
     clock = 0.0
     finished = 0
-    while pending or live:
+    while pending or live or loop.in_flight:
         if len(steps) >= max_steps:
             raise SimulationStalledError(
                 f"{len(live) + len(pending)} requests unfinished after max_steps={max_steps}"
             )
-        if not live:
+        if not live and not loop.in_flight:
             clock = max(clock, pending[0].arrival_time)
         while pending and pending[0].arrival_time <= clock:
             request = pending.popleft()
@@ -131,8 +148,23 @@ def simulate(
                 request.max_tokens,
             )
             live.add(request.request_id)
-        out, model_output, reported = run_step_reporting(engine, model)
+        step = loop.step()
+        if step.scheduled is not None:
+            in_flight.append(_scheduled(step.scheduled, timelines))
+            ledger.apply(step.scheduled)  # blocks are allocated when a step is scheduled
+            for rid in step.scheduled.preempted_req_ids:
+                running.discard(rid)
+                timelines[rid].num_preemptions += 1
+            running.update(step.scheduled.num_scheduled_tokens)
+        if step.landed is None:
+            continue  # async: the first step is in flight
+        landed = in_flight.popleft()
+        out, model_output, reported = landed.output, step.landed.model_output, step.landed.reported
         if out.total_num_scheduled_tokens == 0:
+            if loop.in_flight or not live:
+                # An empty step while another runs (a request awaits its output), or
+                # the last one of an async run.
+                continue
             if not pending:
                 raise SimulationStalledError(
                     f"{name}: the engine scheduled nothing with {len(live)} requests unfinished"
@@ -143,18 +175,14 @@ def simulate(
             reported = _length_capped_outputs(model_output, timelines, config.max_model_len)
         assert isinstance(reported, Mapping), reported
         computed, fresh = computed_before(out)
-        num_tokens = {rid: timelines[rid].num_tokens for rid in out.num_scheduled_tokens}
-        entries = scheduled_entries(out, model_output, num_tokens, computed, fresh)
-        ledger.apply(out)
+        entries = scheduled_entries(
+            out, model_output, landed.num_tokens, computed, fresh, landed.in_flight
+        )
         work = _work(entries, computed)
-        end = clock + cost_model.step_time(work)
+        end = clock + cost_model.step_time(work, overlapped=config.async_scheduling)
         for entry in entries:
             rid = entry.request_id
             timelines[rid].account(entry, computed[rid], rid in fresh, clock)
-        for rid in out.preempted_req_ids:
-            running.discard(rid)
-            timelines[rid].num_preemptions += 1
-        running.update(out.num_scheduled_tokens)
         finished += _apply_outputs(reported, timelines, end, ledger, live, running)
         steps.append(
             SimStep(
@@ -172,6 +200,25 @@ def simulate(
         if on_step is not None:
             on_step(finished)
     return SimulationResult(name, config, cost_model, steps, timelines)
+
+
+@dataclass(frozen=True)
+class _Scheduled:
+    """A step in flight, with what the requests it scheduled had delivered then."""
+
+    output: SchedulerOutput
+    num_tokens: dict[str, int]
+    in_flight: dict[str, int]  # output positions of earlier steps still in flight
+
+
+def _scheduled(out: SchedulerOutput, timelines: Mapping[str, RequestTimeline]) -> _Scheduled:
+    rids = out.num_scheduled_tokens
+    outputs = {rid: timelines[rid].num_output_tokens for rid in rids}
+    return _Scheduled(
+        out,
+        {rid: timelines[rid].num_tokens for rid in rids},
+        in_flight_outputs(out, outputs),
+    )
 
 
 def _add(engine: EngineAdapter, request: SimRequest) -> None:

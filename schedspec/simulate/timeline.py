@@ -9,7 +9,7 @@ from these entries; `schedspec run` prints them, one line per iteration.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from schedspec.spec import ModelRunnerOutput, SchedulerOutput
@@ -27,6 +27,9 @@ class ScheduledEntry:
     num_drafts: int  # drafts verified this step (spec only)
     num_cached: int = 0  # prefix-cache hit when admitted or resumed this step
     num_accepted: int = 0  # drafts the model accepted (spec only)
+    # Async scheduling: output positions of the request's previous step, still in
+    # flight when this one was scheduled (the step computes past them).
+    num_in_flight: int = 0
 
     def __str__(self) -> str:
         if self.kind == "spec":
@@ -35,6 +38,8 @@ class ScheduledEntry:
             text = f"{self.request_id} {self.kind} {self.num_scheduled}"
         if self.num_cached:
             text += f" +{self.num_cached} cached"
+        if self.num_in_flight:
+            text += f" +{self.num_in_flight} in flight"
         return f"[{text}]"
 
 
@@ -68,6 +73,17 @@ def classify(
     return ScheduledEntry(request_id, "decode", num_scheduled, 0, num_cached)
 
 
+def in_flight_outputs(out: SchedulerOutput, num_outputs: Mapping[str, int]) -> dict[str, int]:
+    """Per running request scheduled: the output positions still in flight when it was
+    scheduled (async scheduling), which the runner counts in num_output_tokens; num_outputs
+    is each request's delivered outputs at that time."""
+    return {
+        d.request_id: d.num_output_tokens - num_outputs[d.request_id]
+        for d in out.scheduled_cached_reqs
+        if not d.resumed and d.num_output_tokens > num_outputs[d.request_id]
+    }
+
+
 def computed_before(out: SchedulerOutput) -> tuple[dict[str, int], set[str]]:
     """Each scheduled request's num_computed_tokens before this step, and the
     requests admitted or resumed in it (for those, the count is the prefix-cache hit)."""
@@ -84,9 +100,13 @@ def scheduled_entries(
     num_tokens_at_schedule: Mapping[str, int],
     computed: Mapping[str, int],
     fresh: set[str],
+    in_flight: Mapping[str, int] | None = None,
 ) -> list[ScheduledEntry]:
-    """What each scheduled request did in the step, in scheduling order
-    (computed and fresh as computed_before returns them)."""
+    """What each scheduled request did in the step, in scheduling order (computed and
+    fresh as computed_before returns them; in_flight as in_flight_outputs does).
+    num_tokens_at_schedule counts the in-flight outputs as known: the step computes
+    past them."""
+    in_flight = in_flight or {}
     entries = []
     drafts, sampled = out.scheduled_spec_decode_tokens, model_output.sampled_token_ids
     for rid, num in out.num_scheduled_tokens.items():
@@ -95,7 +115,16 @@ def scheduled_entries(
         accepted = max(len(sampled.get(rid, ())) - 1, 0)
         cached = before if rid in fresh else 0
         num_drafts = len(drafts.get(rid, ()))
-        entries.append(
-            classify(rid, before, num, num_drafts, num_tokens_at_schedule[rid], cached, accepted)
+        entry = classify(
+            rid,
+            before,
+            num,
+            num_drafts,
+            num_tokens_at_schedule[rid] + in_flight.get(rid, 0),
+            cached,
+            accepted,
         )
+        if rid in in_flight:
+            entry = replace(entry, num_in_flight=in_flight[rid])
+        entries.append(entry)
     return entries

@@ -13,10 +13,16 @@ from schedspec.spec.outputs import (
     RequestOutput,
     SchedulerOutput,
 )
-from schedspec.spec.request import Request, RequestStatus, validate_new_request
+from schedspec.spec.request import (
+    PLACEHOLDER_TOKEN_ID,
+    Request,
+    RequestStatus,
+    validate_new_request,
+)
 from schedspec.spec.state import KVState, RequestState, State
 
 __all__ = [
+    "PLACEHOLDER_TOKEN_ID",
     "BlockHash",
     "CachedRequestData",
     "ConfigError",

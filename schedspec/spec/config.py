@@ -42,6 +42,13 @@ class SchedulerConfig:
     # KV (EAGLE-style). None means num_speculative_tokens; vLLM's n-gram
     # drafter uses 0.
     num_lookahead_tokens: int | None = None
+    # vLLM's async scheduling (its default): step N+1 is scheduled before step
+    # N's output is applied, so every request may have one step in flight.
+    async_scheduling: bool = False
+    # vLLM's spec-decode padding: a waiting request with exactly one token to
+    # compute is scheduled as 1 + num_speculative_tokens tokens, its drafts
+    # placeholders (PLACEHOLDER_TOKEN_ID), so batches keep a uniform shape.
+    pad_spec_decode: bool = False
 
     def __post_init__(self) -> None:
         _require_int("block_size", self.block_size, 1)
@@ -52,7 +59,12 @@ class SchedulerConfig:
         _require_int("max_model_len", self.max_model_len, 2)
         _require_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         _require_int("num_speculative_tokens", self.num_speculative_tokens, 0)
-        for flag in ("enable_chunked_prefill", "enable_prefix_caching"):
+        for flag in (
+            "enable_chunked_prefill",
+            "enable_prefix_caching",
+            "async_scheduling",
+            "pad_spec_decode",
+        ):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(flag, f"must be a bool, got {getattr(self, flag)!r}")
         if self.policy not in POLICIES:
@@ -87,6 +99,21 @@ class SchedulerConfig:
             raise ConfigError(
                 "max_num_batched_tokens",
                 f"must be >= max_num_seqs ({self.max_num_seqs}), got {self.max_num_batched_tokens}",
+            )
+        if self.pad_spec_decode and self.num_speculative_tokens == 0:
+            raise ConfigError(
+                "pad_spec_decode",
+                "pads admissions with placeholder drafts, so it needs "
+                "num_speculative_tokens >= 1, got 0",
+            )
+        padded = 1 + self.num_speculative_tokens
+        if self.pad_spec_decode and self.max_num_batched_tokens < padded:
+            # A one-token admission after a prefix hit is padded or not admitted at
+            # all: below 1 + K it would wait for budget forever.
+            raise ConfigError(
+                "max_num_batched_tokens",
+                f"must be >= 1 + num_speculative_tokens ({padded}) with pad_spec_decode, "
+                f"got {self.max_num_batched_tokens}",
             )
         if self.long_prefill_token_threshold > self.max_model_len:
             raise ConfigError(

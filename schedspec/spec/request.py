@@ -12,6 +12,11 @@ from collections.abc import Iterable, Sequence
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.errors import RequestError, SpecInputError
 
+# A draft whose token the scheduler does not know: the model runner proposes it
+# itself (async scheduling) or it pads a batch (spec-decode padding). It is
+# charged budget and KV like any draft and verified like one.
+PLACEHOLDER_TOKEN_ID = -1
+
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
@@ -67,6 +72,19 @@ class Request:
         # tokens, so the model emits nothing for this request.
         self.is_prefill_chunk = False
         self.stop_reason: int | None = None  # the stop token that ended it
+        # The pipeline (async scheduling; all 0 in a synchronous engine between
+        # steps). Tokens scheduled whose output is not applied yet:
+        self.num_in_flight_tokens = 0
+        # Output positions of in-flight sampling steps (1 + drafts each), which
+        # the next step counts as if known:
+        self.num_output_placeholders = 0
+        # The in-flight tokens that belong to steps before a preemption: their
+        # output is still delivered (it is right), but must not move the reset
+        # counters.
+        self.num_stale_output_tokens = 0
+        # Stale output is dropped instead of delivered (vLLM's connector and
+        # reset_prefix_cache paths; never set by the paths this spec models).
+        self.drop_stale_output = False
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -87,6 +105,11 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status.is_finished
+
+    @property
+    def num_confirmed_computed_tokens(self) -> int:
+        """Computed tokens whose step's output has been applied (no longer in flight)."""
+        return self.num_computed_tokens - self.num_in_flight_tokens
 
     def append_output_token_id(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)
@@ -126,6 +149,21 @@ def validate_new_request(request: Request, config: SchedulerConfig) -> None:
     where = f"request {rid!r}"
     if request.status is not RequestStatus.WAITING or request.output_token_ids:
         raise RequestError("status", f"{where}: only a fresh WAITING request can be added")
+    fresh = (
+        request.arrival == -1
+        and request.num_computed_tokens == 0
+        and not request.spec_token_ids
+        and request.num_preemptions == 0
+        and request.num_in_flight_tokens == 0
+        and request.num_output_placeholders == 0
+        and request.num_stale_output_tokens == 0
+    )
+    if not fresh:
+        raise RequestError(
+            "num_computed_tokens",
+            f"{where}: a new request must have no computed tokens, drafts, preemptions or "
+            "tokens in flight (was it added to a scheduler before?)",
+        )
     if request.num_prompt_tokens == 0:
         raise RequestError("prompt_token_ids", f"{where}: the prompt must not be empty")
     if request.num_prompt_tokens >= config.max_model_len:

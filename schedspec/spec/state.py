@@ -29,10 +29,39 @@ class RequestState:
     max_tokens: int
     eos_token_id: int | None
     stop_token_ids: tuple[int, ...]
+    # The pipeline (docs/SPEC.md, "Async scheduling"); all 0 on an idle request.
+    num_in_flight_tokens: int = 0  # scheduled, output not applied yet
+    num_output_placeholders: int = 0  # output positions of in-flight sampling steps
+    num_stale_output_tokens: int = 0  # in-flight tokens of steps before a preemption
+    drop_stale_output: bool = False  # stale output dropped, not delivered
+    # The last step scheduled for it stopped short of its known tokens and
+    # in-flight outputs, so it samples nothing (and drafts for it are dropped).
+    is_prefill_chunk: bool = False
 
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_confirmed_computed_tokens(self) -> int:
+        """Computed tokens whose step's output has been applied."""
+        return self.num_computed_tokens - self.num_in_flight_tokens
+
+    @property
+    def sure_to_reach_max_tokens(self) -> bool:
+        """Is it sure to reach max_tokens once its in-flight sampling step lands, even if
+        every draft of that step is rejected? That step's tokens are in
+        num_computed_tokens and its 1 + drafts positions are placeholders, so
+        computed + 1 - (placeholders - 1) tokens are sure."""
+        placeholders = self.num_output_placeholders
+        sure_tokens = self.num_computed_tokens + 2 - placeholders
+        return placeholders > 0 and sure_tokens >= len(self.prompt_token_ids) + self.max_tokens
+
+    @property
+    def awaits_stale_output(self) -> bool:
+        """A preempted request whose pre-preemption output is still in flight (and will
+        be delivered): resuming it now would compute again a position that output fills."""
+        return self.num_stale_output_tokens > 0 and not self.drop_stale_output
 
     @property
     def num_tokens_with_spec(self) -> int:
@@ -43,7 +72,7 @@ class RequestState:
         """A snapshot of a spec Request (mutable lists copied into tuples).
 
         Snapshots are taken twice a checked step for every live request, and a
-        frozen dataclass's __init__ sets each of its 13 fields through
+        frozen dataclass's __init__ sets each of its 18 fields through
         object.__setattr__. Filling the new instance's __dict__ in one update
         builds the very same object (same fields, equality, hash, replace())
         at a fraction of the cost.
@@ -63,6 +92,11 @@ class RequestState:
             max_tokens=request.max_tokens,
             eos_token_id=request.eos_token_id,
             stop_token_ids=request.stop_token_ids,
+            num_in_flight_tokens=request.num_in_flight_tokens,
+            num_output_placeholders=request.num_output_placeholders,
+            num_stale_output_tokens=request.num_stale_output_tokens,
+            drop_stale_output=request.drop_stale_output,
+            is_prefill_chunk=request.is_prefill_chunk,
         )
         return state
 

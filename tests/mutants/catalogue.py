@@ -41,6 +41,8 @@ def _contended(config: SchedulerConfig) -> SchedulerConfig:
     # Small chunks keep requests alive long enough for more urgent ones to
     # arrive behind them in the running list.
     budget = max(config.max_num_seqs, config.max_model_len // 4)
+    if config.pad_spec_decode:
+        budget = max(budget, 1 + config.num_speculative_tokens)
     return dataclasses.replace(
         _tight_kv(config), enable_chunked_prefill=True, max_num_batched_tokens=budget
     )
@@ -132,7 +134,180 @@ def chunking_off_tight_budget() -> st.SearchStrategy[SchedulerConfig]:
     )
 
 
+# Async scheduling (vLLM's default): every config async, the corners narrowed as above.
+
+
+def _async(config: SchedulerConfig) -> SchedulerConfig:
+    return dataclasses.replace(config, async_scheduling=True)
+
+
+def async_configs() -> st.SearchStrategy[SchedulerConfig]:
+    return configs(async_scheduling=True)
+
+
+def async_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
+    """Async with exactly one max_model_len request of KV: preemptions with output in
+    flight."""
+    return configs(async_scheduling=True).map(_tight_kv)
+
+
+def async_spec_decode() -> st.SearchStrategy[SchedulerConfig]:
+    """Async with drafts (placeholders) on long requests."""
+    return spec_decode().map(_async)
+
+
+def async_spec_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
+    """Async, drafts and tight KV: stale output of a preempted request with drafts
+    (vLLM #41190)."""
+    return spec_decode().map(lambda c: _tight_kv(_async(c)))
+
+
+def async_cached_spec_decode() -> st.SearchStrategy[SchedulerConfig]:
+    """Async, drafts, prefix caching and small blocks: blocks fill and are registered
+    as outputs land."""
+    return spec_decode().map(lambda c: _small_cached_blocks(_async(c)))
+
+
+def _small_cached_blocks(config: SchedulerConfig) -> SchedulerConfig:
+    block_size = min(config.block_size, 2)
+    return dataclasses.replace(
+        config,
+        enable_prefix_caching=True,
+        block_size=block_size,
+        num_blocks=max(config.num_blocks, -(-config.max_model_len // block_size)),
+    )
+
+
+def padded() -> st.SearchStrategy[SchedulerConfig]:
+    """Spec-decode padding on (either mode) with several seats: one-token admissions
+    beside running requests."""
+    return configs(pad_spec_decode=True).filter(
+        lambda c: c.num_speculative_tokens > 0 and c.max_num_seqs > 1
+    )
+
+
+def padded_under_a_small_cap() -> st.SearchStrategy[SchedulerConfig]:
+    """Padding with a long-prefill cap below 1 + K: the corner of vLLM's F3."""
+    return padded().map(
+        lambda c: dataclasses.replace(c, long_prefill_token_threshold=c.num_speculative_tokens)
+    )
+
+
 MUTANTS: tuple[Mutant, ...] = (
+    # ------------------------------------------------------- async scheduling
+    mutant(
+        "async-max-tokens-overrun",
+        "scheduler.py",
+        "            if request.num_output_placeholders and sure_to_reach_max_tokens(\n",
+        "            if False and sure_to_reach_max_tokens(\n",
+        "Async: a request whose in-flight step is sure to reach max_tokens is scheduled once "
+        "more (vLLM PR #27922).",
+        {"MAX-TOKENS"},
+        configs=async_configs,
+    ),
+    mutant(
+        "stale-output-rolls-back",
+        "scheduler.py",
+        "        if not stale and num_drafts:\n",
+        "        if num_drafts:\n",
+        "Async: the rejected drafts of output that predates a preemption roll back the "
+        "reset request's counters (vLLM #41190).",
+        {"ROLLBACK", "QUEUES", "PIPELINE", CRASH},
+        configs=async_spec_tight_kv,
+        examples=600,
+    ),
+    mutant(
+        "preempt-keeps-placeholders",
+        "scheduler.py",
+        "        request.num_output_placeholders = 0\n",
+        "",
+        "Async: preemption leaves the output placeholders of the step in flight.",
+        {"PREEMPT-RESET", "PIPELINE"},
+        configs=async_tight_kv,
+    ),
+    mutant(
+        "preempt-output-not-stale",
+        "scheduler.py",
+        "        request.num_stale_output_tokens = request.num_in_flight_tokens\n",
+        "",
+        "Async: preemption does not mark the output in flight stale, so it lands as if "
+        "the reset request had computed it.",
+        {"PREEMPT-RESET", "PIPELINE", "ROLLBACK", "UPDATE-PIPELINE", "QUEUES", CRASH},
+        configs=async_tight_kv,
+    ),
+    mutant(
+        "placeholders-not-added",
+        "scheduler.py",
+        "            self._add_output_placeholders(step)\n",
+        "            pass\n",
+        "Async: a sampling step adds no output placeholders, so the next step is sized as if "
+        "nothing were in flight.",
+        {"SCHEDULE-PIPELINE", "DRAFTS", "NO-OVERSHOOT"},
+        configs=async_configs,
+    ),
+    mutant(
+        "in-flight-never-lands",
+        "scheduler.py",
+        "            request.num_in_flight_tokens -= num_tokens\n",
+        "",
+        "update_from_output does not take the landed step's tokens off the in-flight count "
+        "(so the reported confirmed count is off too).",
+        {"UPDATE-PIPELINE", "PIPELINE", "ROLLBACK"},
+    ),
+    mutant(
+        "placeholders-not-resolved",
+        "scheduler.py",
+        "            request.num_output_placeholders -= len(tokens)\n",
+        "            pass\n",
+        "Async: a landed step's returned positions do not resolve its placeholders.",
+        {"UPDATE-PIPELINE", "PIPELINE"},
+        configs=async_configs,
+    ),
+    mutant(
+        "cache-in-flight-kv",
+        "scheduler.py",
+        "            self.kv_cache_manager.cache_blocks(request, "
+        "request.num_confirmed_computed_tokens)\n",
+        "            self.kv_cache_manager.cache_blocks(\n"
+        "                request, min(request.num_computed_tokens, request.num_tokens)\n"
+        "            )\n",
+        "Async: a landed output registers blocks whose KV the next step, still in flight, "
+        "is computing.",
+        {"CACHE-CONFIRMED", "CACHE-COMPUTED"},
+        configs=async_cached_spec_decode,
+        examples=600,
+    ),
+    mutant(
+        "async-drafts-not-placeholders",
+        "scheduler.py",
+        "            request.spec_token_ids = list(placeholders)\n",
+        "            request.spec_token_ids = []\n",
+        "Async: after a sampling step the request gets no placeholder drafts, so speculative "
+        "decoding silently never runs.",
+        {"DRAFTS"},
+        configs=async_spec_decode,
+    ),
+    mutant(
+        "padding-cut-by-cap",
+        "scheduler.py",
+        "        if 0 < cap < padded:\n            return 0\n",
+        "",
+        "Padding ignores the long-prefill cap (the case vLLM asserts on: docs/FINDINGS.md F3).",
+        {"GREEDY-BUDGET", "ADMISSION-STOP"},
+        configs=padded_under_a_small_cap,
+        examples=600,
+    ),
+    mutant(
+        "padding-beside-a-running-prefill",
+        "scheduler.py",
+        "        if not config.pad_spec_decode or any(r.is_prefill_chunk for r in "
+        "step.scheduled_running):\n",
+        "        if not config.pad_spec_decode:\n",
+        "An admission is padded although a running request's prefill continues in the step.",
+        {"GREEDY-BUDGET"},
+        configs=padded,
+        examples=600,
+    ),
     # ------------------------------------------------------------ token budget
     mutant(
         "budget-not-decremented",
@@ -169,19 +344,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "                skipped.append(self.waiting.pop())  # try the ones behind it\n"
         "                continue\n",
         "Chunked prefill off: a prompt too big for the budget left is set aside (vLLM's "
-        "skipped-waiting pattern) and a smaller one behind it is admitted.",
+        "skipped-waiting pattern, which async scheduling uses for stale output) and a "
+        "smaller one behind it is admitted.",
         {"SCHEDULE-ORDER", "QUEUE-ORDER", "ADMISSION-STOP"},
-        (
-            "        kv = self.kv_cache_manager\n        while self.waiting and",
-            "        kv = self.kv_cache_manager\n        skipped: list[Request] = []\n"
-            "        while self.waiting and",
-        ),
-        (
-            "            request.num_computed_tokens = num_hit\n",
-            "            request.num_computed_tokens = num_hit\n"
-            "        for skipped_request in reversed(skipped):\n"
-            "            self.waiting.prepend(skipped_request)\n",
-        ),
         configs=chunking_off_tight_budget,
     ),
     # --------------------------------------------------------- KV allocation
@@ -344,7 +509,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "drafts-on-partial-chunk",
         "scheduler.py",
         "        num_drafts = num_drafts_to_schedule(\n"
-        "            num_new, request.num_computed_tokens, request.num_tokens\n"
+        "            num_new,\n"
+        "            request.num_computed_tokens,\n"
+        "            request.num_tokens + request.num_output_placeholders,\n"
         "        )\n",
         "        num_drafts = len(request.spec_token_ids)\n",
         "All drafts are scheduled even when the budget or the long-prefill cap cut the "
@@ -355,8 +522,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "stop-keeps-computed",
         "stop_checker.py",
-        "            request.num_computed_tokens -= len(tokens) - kept\n",
-        "",
+        "                request.num_computed_tokens -= len(tokens) - kept\n",
+        "                pass\n",
         "A stop in the middle of the sampled tokens drops the tokens past it but does "
         "not pull num_computed_tokens back over them (visible in the engine's report).",
         {"ROLLBACK", CRASH},

@@ -8,6 +8,7 @@ decisions. The ids are the ones docs/SPEC.md, failure messages and traces use.
 from schedspec.spec.invariants import (  # noqa: F401  (importing registers the checks)
     door_invariants,
     liveness_invariants,
+    pipeline_invariants,
     policy_invariants,
     schedule_invariants,
     state_fast_path,

@@ -16,8 +16,9 @@ def drain_step_bound(config: SchedulerConfig, num_unfinished: int) -> int:
     advances at least one token per step and finishes within max_model_len
     steps; then the next oldest takes its place. The same bound is claimed
     for priority, where the most urgent running request plays that role.
+    With async scheduling one more step lands the last output in flight.
     """
-    return num_unfinished * config.max_model_len + 1
+    return num_unfinished * config.max_model_len + 1 + int(config.async_scheduling)
 
 
 @invariant(

@@ -38,12 +38,52 @@ def _admitted(t: ScheduleTransition) -> list[str]:
     return [d.request_id for d in t.output.scheduled_new_reqs] + resumed
 
 
+def _admissible(state: State) -> list[str]:
+    """The waiting queue in order, minus the requests that wait for stale output
+    (vLLM skips them and puts them back where they were)."""
+    return [r for r in state.waiting if not state.requests[r].awaits_stale_output]
+
+
+def padded_admission(
+    t: ScheduleTransition, pre: RequestState, num_hit: int, budget_left: int, cap: int
+) -> int:
+    """vLLM's spec-decode padding of an admission: 1 + K when it pads, 0 when it does
+    not, -1 when the padded count does not fit the budget left (the admission then
+    waits). It pads a request with exactly one token to compute when no running
+    request's prefill continues in the step and some running request is in the
+    step or the request hit the prefix cache, and 1 + K more positions leave room
+    below max_model_len. The reference does not pad where the long-prefill cap
+    would cut the padding (vLLM then fails its assertion: docs/FINDINGS.md F3)."""
+    config = t.pre.config
+    if not config.pad_spec_decode or pre.num_tokens - num_hit != 1:
+        return 0
+    admitted = set(_admitted(t))
+    scheduled_running = [r for r in t.output.num_scheduled_tokens if r not in admitted]
+    if any(t.pre.requests[r].is_prefill_chunk for r in scheduled_running if r in t.pre.requests):
+        return 0
+    if not scheduled_running and num_hit == 0:
+        return 0
+    padded = 1 + config.num_speculative_tokens
+    if num_hit + padded + 1 > config.max_model_len:
+        return 0
+    if padded > budget_left:
+        return -1
+    return 0 if 0 < cap < padded else padded
+
+
+def _running_demand(pre: RequestState, computed: int) -> int:
+    """What a running request still has to compute: its known tokens, the output
+    positions of its in-flight sampling step, and its drafts."""
+    return pre.num_tokens_with_spec + pre.num_output_placeholders - computed
+
+
 @invariant(
     "SCHEDULE-ORDER",
     "schedule",
     "vllm-v1",
     "Running requests are served first, in running order, then waiting ones are admitted in "
-    "queue order with nothing skipped; admitted requests join the end of running.",
+    "queue order with nothing skipped but requests that wait for stale output; admitted "
+    "requests join the end of running.",
 )
 def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     scheduled = t.output.num_scheduled_tokens
@@ -51,12 +91,13 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     in_running_order = [r for r in t.pre.running if r in scheduled]
     in_queue_order = [r for r in t.pre.waiting if r in admitted]
     out: list[Violation] = []
-    if in_queue_order != list(t.pre.waiting[: len(admitted)]):
+    expected_admitted = _admissible(t.pre)[: len(admitted)]
+    if in_queue_order != expected_admitted:
         out.append(
             Violation(
                 "SCHEDULE-ORDER",
                 "admissions skipped a waiting request",
-                expected=list(t.pre.waiting[: len(admitted)]),
+                expected=expected_admitted,
                 actual=in_queue_order,
             )
         )
@@ -92,8 +133,10 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     "schedule",
     "vllm-v1",
     "In scheduling order each request gets min(its demand after the long-prefill cap, the "
-    "budget left, room below max_model_len); with chunked prefill off an admission gets its "
-    "whole capped prompt or is not admitted. (Under priority, a step whose victim was "
+    "budget left, room below max_model_len), a running request's demand counting its "
+    "in-flight output positions and drafts; with chunked prefill off an admission gets its "
+    "whole capped prompt or is not admitted; with pad_spec_decode an admission of exactly "
+    "one token is padded to 1 + K as vLLM pads it. (Under priority, a step whose victim was "
     "already scheduled refunds its budget after later requests were sized: they may get "
     "less, never more.)",
 )
@@ -109,11 +152,12 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
         if pre is None or rid not in before:
             continue
         if rid in admitted:
-            expected = _capped(pre.num_tokens - before[rid], cap)
+            padded = padded_admission(t, pre, before[rid], budget, cap)
+            expected = padded if padded > 0 else _capped(pre.num_tokens - before[rid], cap)
             if config.enable_chunked_prefill:
                 expected = min(expected, budget)
         else:
-            demand = _capped(pre.num_tokens_with_spec - before[rid], cap)
+            demand = _capped(_running_demand(pre, before[rid]), cap)
             expected = min(demand, budget, config.max_model_len - 1 - before[rid])
         # A priority victim unscheduled after this request was sized gives its
         # budget back too late for it: then the request may get less, never more.
@@ -129,17 +173,25 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
     "schedule",
     "vllm-v1",
     "Every running request is scheduled or preempted, unless the running requests ahead of "
-    "it used up the whole budget.",
+    "it used up the whole budget, or it has nothing to compute below max_model_len, or its "
+    "in-flight step is sure to reach max_tokens.",
 )
 def check_running_served(t: ScheduleTransition) -> list[Violation]:
     scheduled = t.output.num_scheduled_tokens
-    budget = t.pre.config.max_num_batched_tokens
+    config = t.pre.config
+    budget = config.max_num_batched_tokens
     used_ahead = 0
     out: list[Violation] = []
     for rid in t.pre.running:
+        pre = t.pre.requests[rid]
+        idle = (
+            pre.sure_to_reach_max_tokens
+            or _running_demand(pre, pre.num_computed_tokens) <= 0
+            or config.max_model_len - 1 - pre.num_computed_tokens <= 0
+        )
         if rid in scheduled:
             used_ahead += scheduled[rid]
-        elif rid not in t.output.preempted_req_ids and used_ahead < budget:
+        elif rid not in t.output.preempted_req_ids and used_ahead < budget and not idle:
             out.append(
                 Violation(
                     "RUNNING-SERVED", "skipped with budget left", rid, None, budget, used_ahead
@@ -197,8 +249,9 @@ def check_victim(t: ScheduleTransition) -> list[Violation]:
     "QUEUE-ORDER",
     "schedule",
     "vllm-v1",
-    "fcfs: victims go to the front of the waiting queue (in running order) and admissions "
-    "leave from the front; priority: the queue is ordered by (priority, arrival).",
+    "fcfs: victims go to the front of the waiting queue (in running order), admissions "
+    "leave it and everything else keeps its order (requests skipped while they wait for "
+    "stale output included); priority: the queue is ordered by (priority, arrival).",
 )
 def check_queue_order(t: ScheduleTransition) -> list[Violation]:
     waiting = list(t.post.waiting)
@@ -206,7 +259,8 @@ def check_queue_order(t: ScheduleTransition) -> list[Violation]:
         expected = sorted(waiting, key=lambda r: _key(t.post.requests[r]))
     else:
         victims = [r for r in t.pre.running if r in t.output.preempted_req_ids]
-        expected = victims + list(t.pre.waiting[len(_admitted(t)) :])
+        admitted = set(_admitted(t))
+        expected = victims + [r for r in t.pre.waiting if r not in admitted]
     if waiting == expected:
         return []
     return [Violation("QUEUE-ORDER", "waiting queue order", None, None, expected, waiting)]
@@ -247,26 +301,31 @@ def cached_prefix(kv: KVState, own: Sequence[BlockHash], max_blocks: int) -> lis
     "ADMISSION-STOP",
     "schedule",
     "vllm-v1",
-    "Admission stops only for a reason: no waiting request, no budget, max_num_seqs reached, "
-    "a preemption this step, or the queue head does not fit (its whole capped prompt over "
-    "the budget with chunked prefill off, or its blocks plus the watermark over the free "
-    "blocks).",
+    "Admission stops only for a reason: no waiting request (but those waiting for stale "
+    "output), no budget, max_num_seqs reached, a preemption this step, or the first such "
+    "request does not fit (its whole capped prompt, or its padding, over the budget with "
+    "chunked prefill off, or its blocks plus the watermark over the free blocks).",
 )
 def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
     config = t.post.config
     budget_left = config.max_num_batched_tokens - sum(t.output.num_scheduled_tokens.values())
+    admissible = _admissible(t.post)
     if (
         t.output.preempted_req_ids
-        or not t.post.waiting
+        or not admissible
         or budget_left <= 0
         or len(t.post.running) >= config.max_num_seqs
     ):
         return []
-    head = t.post.requests[t.post.waiting[0]]
+    head = t.post.requests[admissible[0]]
     bs = config.block_size
     hits = cached_prefix(t.post.kv, t.hashes.of(head), (head.num_tokens - 1) // bs)
     hit_tokens = len(hits) * bs
-    demand = _capped(head.num_tokens - hit_tokens, long_prefill_cap(t.pre))
+    cap = long_prefill_cap(t.pre)
+    padded = padded_admission(t, head, hit_tokens, budget_left, cap)
+    if padded < 0:
+        return []  # the padded step does not fit: vLLM waits rather than not pad
+    demand = padded or _capped(head.num_tokens - hit_tokens, cap)
     if not config.enable_chunked_prefill and demand > budget_left:
         return []
     num_new = min(demand, budget_left)

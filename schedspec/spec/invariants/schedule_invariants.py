@@ -5,7 +5,8 @@ from __future__ import annotations
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
-from schedspec.spec.request import RequestStatus
+from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
+from schedspec.spec.state import RequestState
 
 
 @invariant(
@@ -44,9 +45,10 @@ def check_budget(t: ScheduleTransition) -> list[Violation]:
     "NO-OVERSHOOT",
     "schedule",
     "safety",
-    "A scheduled request never runs past its known tokens and drafts "
-    "(computed + scheduled <= num_tokens_with_spec) and leaves room below max_model_len for "
-    "the token the step samples.",
+    "A scheduled request never runs past its known tokens, in-flight output positions and "
+    "drafts (computed + scheduled <= num_tokens_with_spec + num_output_placeholders; a "
+    "padded admission counts its placeholder drafts) and leaves room below max_model_len "
+    "for the token the step samples.",
 )
 def check_no_overshoot(t: ScheduleTransition) -> list[Violation]:
     before = t.computed_before
@@ -57,14 +59,17 @@ def check_no_overshoot(t: ScheduleTransition) -> list[Violation]:
         if pre is None or rid not in before:
             continue  # BUDGET / OUTPUT report these
         end = before[rid] + num
-        if end > pre.num_tokens_with_spec:
+        limit = pre.num_tokens_with_spec + pre.num_output_placeholders
+        if is_padded_admission(t, pre):
+            limit = pre.num_tokens + len(t.output.scheduled_spec_decode_tokens[rid])
+        if end > limit:
             out.append(
                 Violation(
                     "NO-OVERSHOOT",
-                    "past the known tokens and drafts",
+                    "past the known tokens and drafts (in-flight outputs counted)",
                     rid,
                     None,
-                    pre.num_tokens_with_spec,
+                    limit,
                     end,
                 )
             )
@@ -150,17 +155,32 @@ def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
     return out
 
 
+def is_padded_admission(t: ScheduleTransition, pre: RequestState) -> bool:
+    """Spec-decode padding: an admission (its drafts cannot be proposed ones: a
+    waiting request has none) whose scheduled drafts are all placeholders."""
+    drafts = t.output.scheduled_spec_decode_tokens.get(pre.request_id, ())
+    return (
+        pre.status is not RequestStatus.RUNNING
+        and bool(drafts)
+        and all(d == PLACEHOLDER_TOKEN_ID for d in drafts)
+    )
+
+
 @invariant(
     "DRAFTS",
     "schedule",
     "safety",
-    "Scheduled drafts are a prefix of the request's drafts, at most num_speculative_tokens, "
-    "ride only after all known tokens (never on a prefill chunk), and are consumed: a "
-    "scheduled request leaves schedule() with no drafts.",
+    "Scheduled drafts are a prefix of the request's drafts (placeholders included), at most "
+    "num_speculative_tokens, and ride only past all known tokens and in-flight output "
+    "positions (never on a prefill chunk); a padded admission (pad_spec_decode) has exactly "
+    "one token to compute and carries num_speculative_tokens placeholder drafts. Drafts are "
+    "consumed: a scheduled request leaves schedule() with none, or with async scheduling "
+    "with num_speculative_tokens placeholders if its step samples.",
 )
 def check_drafts(t: ScheduleTransition) -> list[Violation]:
     before = t.computed_before
-    limit = t.post.config.num_speculative_tokens
+    config = t.post.config
+    limit = config.num_speculative_tokens
     out: list[Violation] = []
     for rid, drafts in t.output.scheduled_spec_decode_tokens.items():
         pre = t.pre.requests.get(rid)
@@ -168,7 +188,21 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
         if pre is None or num is None or rid not in before:
             out.append(Violation("DRAFTS", "drafts for a request not scheduled", rid))
             continue
-        if tuple(drafts) != pre.spec_token_ids[: len(drafts)]:
+        padded = is_padded_admission(t, pre)
+        if padded:
+            if not config.pad_spec_decode or len(drafts) != limit or num != 1 + limit:
+                out.append(
+                    Violation(
+                        "DRAFTS",
+                        "placeholder drafts on an admission that is not a padding of one "
+                        "token to 1 + num_speculative_tokens",
+                        rid,
+                        None,
+                        1 + limit if config.pad_spec_decode else 0,
+                        num,
+                    )
+                )
+        elif tuple(drafts) != pre.spec_token_ids[: len(drafts)]:
             out.append(
                 Violation(
                     "DRAFTS",
@@ -183,21 +217,35 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
             out.append(
                 Violation("DRAFTS", "draft count out of range", rid, None, limit, len(drafts))
             )
-        if before[rid] + num - len(drafts) != pre.num_tokens:
+        known = pre.num_tokens + (0 if padded else pre.num_output_placeholders)
+        if before[rid] + num - len(drafts) != known:
             out.append(
                 Violation(
                     "DRAFTS",
                     "drafts scheduled before the known tokens are done",
                     rid,
                     None,
-                    pre.num_tokens,
+                    known,
                     before[rid] + num - len(drafts),
                 )
             )
+    placeholders = (PLACEHOLDER_TOKEN_ID,) * limit
     for rid in t.output.num_scheduled_tokens:
         post = t.post.requests.get(rid)
-        if post is not None and post.spec_token_ids:
-            out.append(Violation("DRAFTS", "drafts not consumed by the step", rid))
+        if post is None:
+            continue
+        expected = placeholders if config.async_scheduling and not post.is_prefill_chunk else ()
+        if post.spec_token_ids != expected:
+            out.append(
+                Violation(
+                    "DRAFTS",
+                    "drafts not consumed by the step",
+                    rid,
+                    None,
+                    expected,
+                    post.spec_token_ids,
+                )
+            )
     return out
 
 
@@ -206,7 +254,8 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
     "schedule",
     "safety",
     "A preempted request was running, is not scheduled, and is now PREEMPTED in the waiting "
-    "queue with num_computed_tokens 0, no blocks, no drafts, and num_preemptions one higher.",
+    "queue with num_computed_tokens 0, no blocks, no drafts, no output placeholders, all its "
+    "in-flight output stale, and num_preemptions one higher.",
 )
 def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
@@ -226,6 +275,8 @@ def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
             or post.num_computed_tokens != 0
             or post.block_ids
             or post.spec_token_ids
+            or post.num_output_placeholders
+            or post.num_stale_output_tokens != pre.num_in_flight_tokens
             or rid not in waiting
         ):
             out.append(
@@ -233,7 +284,10 @@ def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
                     "PREEMPT-RESET",
                     f"not reset: status {post.status.name}, computed {post.num_computed_tokens}, "
                     f"{len(post.block_ids)} blocks, {len(post.spec_token_ids)} drafts, "
-                    f"{'in' if rid in waiting else 'not in'} waiting",
+                    f"{'in' if rid in waiting else 'not in'} waiting, "
+                    f"{post.num_output_placeholders} placeholders, "
+                    f"{post.num_stale_output_tokens} of {pre.num_in_flight_tokens} in-flight "
+                    "tokens stale",
                     rid,
                 )
             )
@@ -257,8 +311,8 @@ def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
     "safety",
     "SchedulerOutput tells the runner the truth: new requests were WAITING and carry their "
     "prompt and whole table; resumed ones were PREEMPTED and carry their whole table; "
-    "running ones carry their computed count and exactly the blocks appended; every "
-    "scheduled request is described once.",
+    "running ones carry their computed count, their outputs (in-flight ones included) and "
+    "exactly the blocks appended; every scheduled request is described once.",
 )
 def check_output(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
@@ -295,14 +349,16 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
                     "OUTPUT", "block ids do not rebuild the table", rid, None, post.block_ids, table
                 )
             )
-        if cached.num_output_tokens != len(pre.output_token_ids):
+        # Outputs in flight count: the runner knows them, the scheduler does not yet.
+        outputs = len(pre.output_token_ids) + pre.num_output_placeholders
+        if cached.num_output_tokens != outputs:
             out.append(
                 Violation(
                     "OUTPUT",
                     "num_output_tokens differs",
                     rid,
                     None,
-                    len(pre.output_token_ids),
+                    outputs,
                     cached.num_output_tokens,
                 )
             )
@@ -324,9 +380,11 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
     "safety",
     "A prefix-cache hit covers whole blocks, never the last token, and each hit block's "
     "content is the request's own prefix; a block is registered in the cache only for "
-    "content its holder has computed or scheduled, never for drafts or lookahead; every "
-    "cached block a live request holds carries that request's content hash (no stale "
-    "entry survives a block's reuse).",
+    "content its holder has computed or scheduled, never for drafts or lookahead, and a "
+    "block this step registered is still held, or its tokens were computed or in flight "
+    "before the step (not taken back with a victim's step); every cached block a live "
+    "request holds carries that request's content hash (no stale entry survives a block's "
+    "reuse).",
 )
 def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     bs = t.post.config.block_size
@@ -366,11 +424,20 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
                         block,
                     )
                 )
-    # Registrations made by this step: each must belong to a live holder.
+    # Registrations made by this step: each must belong to a live holder, or to
+    # tokens a step scheduled before this one computes (async: a request preempted
+    # now whose earlier step is still in flight; that step still runs).
     pre_hashes = t.pre.kv.block_hashes
     held = {b for request in t.post.requests.values() for b in request.block_ids}
+    computed_before_this_step = {
+        block
+        for request in t.pre.requests.values()
+        for index, block in enumerate(request.block_ids)
+        if (index + 1) * bs <= min(request.num_computed_tokens, request.num_tokens)
+    }
     for block, block_hash in enumerate(hashes[: len(pre_hashes)]):
-        if block_hash is not None and block_hash != pre_hashes[block] and block not in held:
+        fresh = block_hash is not None and block_hash != pre_hashes[block]
+        if fresh and block not in held and block not in computed_before_this_step:
             out.append(
                 Violation(
                     "CACHE-CONTENT",
@@ -503,11 +570,13 @@ def check_finish_reported(t: ScheduleTransition) -> list[Violation]:
     "NO-EMPTY-STEP",
     "schedule",
     "safety",
-    "A step schedules at least one token while any request is unfinished: every admissible "
-    "request fits an empty cache, so there is always something that can run.",
+    "A step schedules at least one token while any request is unfinished and nothing is in "
+    "flight: every admissible request fits an empty cache, so there is always something "
+    "that can run. (With a step in flight a request may rightly wait for its output.)",
 )
 def check_no_empty_step(t: ScheduleTransition) -> list[Violation]:
-    if t.pre.requests and not t.output.num_scheduled_tokens:
+    in_flight = any(r.num_in_flight_tokens for r in t.pre.requests.values())
+    if t.pre.requests and not in_flight and not t.output.num_scheduled_tokens:
         return [
             Violation(
                 "NO-EMPTY-STEP", f"nothing scheduled with {len(t.pre.requests)} unfinished requests"

@@ -60,6 +60,24 @@ class UpdateTransition:
     post: State
     # What the engine reported per sampling request (None: it reports nothing).
     request_outputs: Mapping[str, RequestOutput] | None = None
+    # Which incarnation (arrival index) of each id the step was scheduled for: an
+    # id can be aborted and reused while the step is in flight.
+    scheduled_arrivals: Mapping[str, int] = field(default_factory=dict)
+    # Per request that sampled: the position (token index) of its first sampled
+    # token, as the model runner saw it when it ran the step.
+    sampled_at: Mapping[str, int] = field(default_factory=dict)
+
+    def scheduled_for(self, request: RequestState) -> bool:
+        """Was this step scheduled for this very request (not for an earlier, aborted
+        request with the same id)? Unknown incarnations count as this one."""
+        if request.request_id not in self.output.num_scheduled_tokens:
+            return False
+        arrival = self.scheduled_arrivals.get(request.request_id)
+        return arrival is None or arrival == request.arrival
+
+    def is_stale(self, request: RequestState) -> bool:
+        """Is this step's output for the request stale (scheduled before its preemption)?"""
+        return self.scheduled_for(request) and request.num_stale_output_tokens > 0
 
 
 @dataclass(frozen=True)

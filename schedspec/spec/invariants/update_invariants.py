@@ -42,7 +42,7 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
     for rid, pre in t.pre.requests.items():
         post = t.post.requests.get(rid)
         sampled = tuple(t.model_output.sampled_token_ids.get(rid, ()))
-        if rid not in t.output.num_scheduled_tokens or not sampled:
+        if not t.scheduled_for(pre) or not sampled:
             if post is None:
                 out.append(Violation("STOP", "finished without sampling", rid))
             elif post.output_token_ids != pre.output_token_ids:
@@ -117,8 +117,10 @@ def _check_reported(
     "update",
     "safety",
     "update_from_output pulls num_computed_tokens back by exactly the rejected drafts (and "
-    "the tokens dropped past a stop): a decoding request ends with num_computed_tokens == "
-    "num_tokens - 1, finished ones too (as the engine reports them).",
+    "the tokens dropped past a stop): a decoding request ends with its confirmed computed "
+    "tokens (computed - in flight) == num_tokens - 1, finished ones too (as the engine "
+    "reports them). Stale output (a step scheduled before the request's preemption) moves "
+    "nothing.",
 )
 def check_rollback(t: UpdateTransition) -> list[Violation]:
     out: list[Violation] = []
@@ -128,7 +130,8 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
             out.append(Violation("ROLLBACK", "appeared during update_from_output", rid))
             continue
         sampled = t.model_output.sampled_token_ids.get(rid, ())
-        if rid in t.output.num_scheduled_tokens and sampled:
+        stale = t.is_stale(pre)
+        if t.scheduled_for(pre) and sampled and not stale:
             drafts = len(t.output.scheduled_spec_decode_tokens.get(rid, ()))
             rejected = drafts - (len(sampled) - 1)
             expected = pre.num_computed_tokens - rejected
@@ -145,7 +148,8 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
                     post.num_computed_tokens,
                 )
             )
-        if sampled and post.num_computed_tokens != post.num_tokens - 1:
+        confirmed = post.num_computed_tokens - post.num_in_flight_tokens
+        if sampled and not stale and confirmed != post.num_tokens - 1:
             out.append(
                 Violation(
                     "ROLLBACK",
@@ -153,7 +157,7 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
                     rid,
                     None,
                     post.num_tokens - 1,
-                    post.num_computed_tokens,
+                    confirmed,
                 )
             )
     if t.request_outputs is not None:

@@ -1,0 +1,124 @@
+"""The harness's record of which content each block's KV holds (CACHE-COMPUTED's oracle).
+
+No engine reports what its attention kernels wrote, but the harness knows
+which tokens each step computed into which blocks. Steps run in the order
+they are scheduled, so once a step is scheduled, every later step finds the
+KV of the known tokens it computes, even before it lands. That holds when
+the step's start is certain: with a sampling step in flight (async
+scheduling) the next step starts after however many of its drafts are
+accepted, which only its landing tells, so such a step is recorded when it
+lands. Drafts become known tokens, and their blocks' KV content certain,
+only then too. A block handed out afresh is about to be overwritten, so its
+old content is forgotten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from schedspec.spec import (
+    BlockHash,
+    ModelRunnerOutput,
+    RequestState,
+    SchedulerOutput,
+    State,
+)
+from schedspec.spec.invariants import ChainHashes, computed_before, expected_kept
+
+
+class KVContentOracle:
+    def __init__(self, hashes: ChainHashes) -> None:
+        self.hashes = hashes
+        self.block_size = hashes.block_size
+        # Block -> the content hash whose KV steps scheduled so far compute into it.
+        self.written: dict[int, BlockHash] = {}
+
+    def on_schedule(self, pre: State, output: SchedulerOutput, mid: State) -> None:
+        """After a schedule() that broke no invariant: forget the blocks about to be
+        overwritten, then remember the full blocks of known tokens the step computes."""
+        before = computed_before(output)
+        bs = self.block_size
+        for rid in output.num_scheduled_tokens:
+            request = mid.requests[rid]
+            table = request.block_ids
+            old = pre.requests.get(rid)
+            if old is not None and old.block_ids and old.block_ids == table[: len(old.block_ids)]:
+                fresh = table[len(old.block_ids) :]
+            else:
+                fresh = table[before.get(rid, 0) // bs :]
+            for block in fresh:
+                self.written.pop(block, None)
+        for rid in output.num_scheduled_tokens:
+            old = pre.requests.get(rid)
+            if old is not None and old.num_output_placeholders:
+                continue  # where it starts depends on a step in flight: see on_land
+            request = mid.requests[rid]
+            done = min(request.num_computed_tokens, request.num_tokens)
+            self._remember(request, before.get(rid, 0) // bs, done // bs)
+
+    def on_land(
+        self,
+        step: ScheduledStep,
+        pre: State,
+        model_output: ModelRunnerOutput,
+        sampled_at: Mapping[str, int],
+    ) -> None:
+        """When a sampling step's output lands (pre: the state just before; sampled_at:
+        where the model runner found each request's next position when it ran the step):
+        the step computed its n - d known tokens up to that position, then its d drafts,
+        so it wrote valid KV from position - (n - d) up to its kept tokens but the last
+        (the newly sampled token has none yet), accepted drafts included, into the table
+        it was scheduled with. Stale output counts too: the step ran although its request
+        was preempted since; its blocks keep that KV unless handed to another request
+        (the step scheduled after it, which overwrites them)."""
+        bs = self.block_size
+        max_model_len = pre.config.max_model_len
+        held_by = {b: rid for rid, r in pre.requests.items() for b in r.block_ids}
+        drafts = step.output.scheduled_spec_decode_tokens
+        for rid, num in step.output.num_scheduled_tokens.items():
+            sampled = tuple(model_output.sampled_token_ids.get(rid, ()))
+            request = pre.requests.get(rid)
+            if not sampled or request is None or request.arrival != step.arrivals.get(rid):
+                continue  # a chunk (recorded when scheduled), or finished or aborted since
+            start = sampled_at[rid] - (num - len(drafts.get(rid, ())))
+            kept = min(expected_kept(request, sampled, max_model_len), len(sampled))
+            end = request.num_tokens + kept - 1
+            if end // bs > request.num_tokens // bs:
+                # Kept tokens complete a block: they name its content.
+                request = replace(
+                    request, output_token_ids=request.output_token_ids + sampled[:kept]
+                )
+            own = self.hashes.of(request)
+            table = step.tables[rid]
+            for index in range(start // bs, min(end // bs, len(table), len(own))):
+                block = table[index]
+                if held_by.get(block, rid) == rid:
+                    self.written[block] = own[index]
+
+    def _remember(self, request: RequestState, first: int, end: int) -> None:
+        own = self.hashes.of(request)
+        table = request.block_ids
+        for index in range(first, min(end, len(table), len(own))):
+            self.written[table[index]] = own[index]
+
+
+@dataclass(frozen=True)
+class ScheduledStep:
+    """A scheduled step as the oracle needs it when it lands: the output, and for each
+    request it scheduled the incarnation (arrival index) and block table it had then."""
+
+    output: SchedulerOutput
+    arrivals: Mapping[str, int]
+    tables: Mapping[str, tuple[int, ...]]
+
+    @staticmethod
+    def of(output: SchedulerOutput, mid: State) -> ScheduledStep:
+        """From the output and the state schedule() left."""
+        requests = mid.requests
+        scheduled = [rid for rid in output.num_scheduled_tokens if rid in requests]
+        return ScheduledStep(
+            output,
+            {rid: requests[rid].arrival for rid in scheduled},
+            {rid: requests[rid].block_ids for rid in scheduled},
+        )

@@ -1,0 +1,328 @@
+"""Safety invariants of the pipeline: what is in flight, and what its output may do.
+
+With async scheduling (vLLM's default) step N+1 is scheduled before step N's
+output is applied. Per request the state says what is in flight
+(num_in_flight_tokens), how many output positions the in-flight sampling
+steps stand for (num_output_placeholders), and how much of what is in flight
+predates a preemption (num_stale_output_tokens). A synchronous engine has
+one step in flight only between schedule() and update_from_output(), and no
+placeholders or stale output ever. docs/SPEC.md, "Async scheduling", states
+the semantics these predicates hold engines to.
+"""
+
+from __future__ import annotations
+
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.transitions import ScheduleTransition, UpdateTransition
+from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
+from schedspec.spec.state import RequestState, State
+
+
+@invariant(
+    "PIPELINE",
+    "state",
+    "safety",
+    "The pipeline counters are consistent: in-flight tokens, placeholders and stale tokens "
+    "are >= 0, placeholders and stale tokens never exceed the tokens in flight, and all are "
+    "0 on an idle request; a WAITING request has nothing in flight, a PREEMPTED one has no "
+    "placeholders and all its in-flight tokens stale, a RUNNING one none stale; a running "
+    "request's confirmed computed tokens (computed - in flight) stop short of its last "
+    "known token; a prefill chunk has no output in flight; without async scheduling there "
+    "are no placeholders, stale output or placeholder drafts (with it a request's drafts are "
+    "all placeholders or none); stale output is never dropped.",
+)
+def check_pipeline(state: State) -> list[Violation]:
+    async_scheduling = state.config.async_scheduling
+    out: list[Violation] = []
+    for rid, request in state.requests.items():
+        out.extend(_pipeline_violations(rid, request, async_scheduling))
+    return out
+
+
+def _pipeline_violations(
+    rid: str, request: RequestState, async_scheduling: bool
+) -> list[Violation]:
+    in_flight = request.num_in_flight_tokens
+    placeholders = request.num_output_placeholders
+    stale = request.num_stale_output_tokens
+    counters = (in_flight, placeholders, stale)
+    if min(counters) < 0:
+        return [
+            Violation(
+                "PIPELINE", f"negative counter (in flight, placeholders, stale) {counters}", rid
+            )
+        ]
+    problems: list[str] = []
+    if placeholders > in_flight or stale > in_flight:
+        problems.append(f"placeholders {placeholders} or stale {stale} over in flight {in_flight}")
+    if not async_scheduling and (placeholders or stale):
+        problems.append("placeholders or stale output without async scheduling")
+    if request.drop_stale_output:
+        problems.append("stale output marked to be dropped (no modelled path drops it)")
+    drafts = request.spec_token_ids
+    if PLACEHOLDER_TOKEN_ID in drafts and (
+        not async_scheduling or any(d != PLACEHOLDER_TOKEN_ID for d in drafts)
+    ):
+        problems.append(f"placeholder drafts {drafts} outside async scheduling, or mixed")
+    status = request.status
+    if status is RequestStatus.WAITING and in_flight:
+        problems.append(f"WAITING with {in_flight} tokens in flight")
+    elif status is RequestStatus.PREEMPTED and (placeholders or stale != in_flight):
+        problems.append(
+            f"PREEMPTED with {placeholders} placeholders and {stale} of {in_flight} "
+            "in-flight tokens stale"
+        )
+    elif status is RequestStatus.RUNNING:
+        confirmed = request.num_computed_tokens - in_flight
+        if stale:
+            problems.append(f"RUNNING with {stale} stale tokens in flight")
+        if not 0 <= confirmed <= request.num_tokens - 1:
+            problems.append(
+                f"confirmed computed tokens {confirmed} outside [0, {request.num_tokens - 1}]"
+            )
+        if request.is_prefill_chunk and placeholders:
+            problems.append("a prefill chunk with output placeholders")
+    return [Violation("PIPELINE", problem, rid) for problem in problems]
+
+
+@invariant(
+    "MAX-TOKENS",
+    "schedule",
+    "safety",
+    "A request whose in-flight sampling step is sure to bring it to max_tokens (all its "
+    "drafts rejected still counted) is not scheduled again: that step could only compute a "
+    "position past max_tokens (vLLM PR #27922).",
+)
+def check_max_tokens(t: ScheduleTransition) -> list[Violation]:
+    out: list[Violation] = []
+    for rid in t.output.num_scheduled_tokens:
+        pre = t.pre.requests.get(rid)
+        if pre is not None and pre.status is RequestStatus.RUNNING and pre.sure_to_reach_max_tokens:
+            out.append(
+                Violation(
+                    "MAX-TOKENS",
+                    "scheduled although its in-flight step reaches max_tokens",
+                    rid,
+                    None,
+                    pre.max_tokens,
+                    pre.num_computed_tokens
+                    + 2
+                    - pre.num_output_placeholders
+                    - len(pre.prompt_token_ids),
+                )
+            )
+    return out
+
+
+@invariant(
+    "STALE-HOLD",
+    "schedule",
+    "safety",
+    "A preempted request is not resumed while output from before its preemption is still in "
+    "flight: that output will fill the position the resumed step would compute again, and "
+    "its token would be delivered twice.",
+)
+def check_stale_hold(t: ScheduleTransition) -> list[Violation]:
+    out: list[Violation] = []
+    for cached in t.output.scheduled_cached_reqs:
+        pre = t.pre.requests.get(cached.request_id)
+        if cached.resumed and pre is not None and pre.awaits_stale_output:
+            out.append(
+                Violation(
+                    "STALE-HOLD",
+                    f"resumed with {pre.num_stale_output_tokens} stale tokens in flight",
+                    cached.request_id,
+                )
+            )
+    return out
+
+
+@invariant(
+    "SCHEDULE-PIPELINE",
+    "schedule",
+    "safety",
+    "schedule() puts each scheduled step in flight: in-flight tokens grow by the tokens "
+    "scheduled, and nothing else in flight moves except a preemption's reset; the step is "
+    "a prefill chunk exactly when it stops short of the known tokens and in-flight outputs "
+    "(it samples nothing); with async scheduling a step that samples adds 1 + its drafts "
+    "as output placeholders and leaves num_speculative_tokens placeholder drafts.",
+)
+def check_schedule_pipeline(t: ScheduleTransition) -> list[Violation]:
+    config = t.post.config
+    scheduled = t.output.num_scheduled_tokens
+    drafts = t.output.scheduled_spec_decode_tokens
+    out: list[Violation] = []
+    for rid, post in t.post.requests.items():
+        pre = t.pre.requests.get(rid)
+        if pre is None or rid in t.output.preempted_req_ids:
+            continue  # MONOTONE / PREEMPT-RESET
+        num = scheduled.get(rid, 0)
+        expected_in_flight = pre.num_in_flight_tokens + num
+        if post.num_in_flight_tokens != expected_in_flight:
+            out.append(
+                Violation(
+                    "SCHEDULE-PIPELINE",
+                    "in-flight tokens",
+                    rid,
+                    None,
+                    expected_in_flight,
+                    post.num_in_flight_tokens,
+                )
+            )
+        if rid not in scheduled:
+            if (
+                post.num_output_placeholders != pre.num_output_placeholders
+                or post.num_stale_output_tokens != pre.num_stale_output_tokens
+            ):
+                out.append(
+                    Violation("SCHEDULE-PIPELINE", "counters of an unscheduled request", rid)
+                )
+            continue
+        chunk = post.num_computed_tokens < pre.num_tokens + pre.num_output_placeholders
+        if post.is_prefill_chunk != chunk:
+            out.append(
+                Violation(
+                    "SCHEDULE-PIPELINE",
+                    "prefill-chunk flag",
+                    rid,
+                    None,
+                    chunk,
+                    post.is_prefill_chunk,
+                )
+            )
+        added = 0
+        if config.async_scheduling and not chunk:
+            added = 1 + len(drafts.get(rid, ()))
+        expected_placeholders = pre.num_output_placeholders + added
+        if post.num_output_placeholders != expected_placeholders:
+            out.append(
+                Violation(
+                    "SCHEDULE-PIPELINE",
+                    "output placeholders",
+                    rid,
+                    None,
+                    expected_placeholders,
+                    post.num_output_placeholders,
+                )
+            )
+    return out
+
+
+@invariant(
+    "UPDATE-PIPELINE",
+    "update",
+    "safety",
+    "update_from_output lands the step: each live scheduled request's in-flight tokens (and "
+    "stale ones, for output that predates a preemption) fall by the tokens scheduled; a "
+    "sampling step's output resolves its 1 + drafts placeholders unless stale; stale output "
+    "moves neither placeholders nor num_computed_tokens.",
+)
+def check_update_pipeline(t: UpdateTransition) -> list[Violation]:
+    scheduled = t.output.num_scheduled_tokens
+    out: list[Violation] = []
+    for rid, post in t.post.requests.items():
+        pre = t.pre.requests.get(rid)
+        if pre is None:
+            continue  # ROLLBACK reports a request that appeared
+        num = scheduled[rid] if t.scheduled_for(pre) else 0
+        stale = t.is_stale(pre)
+        expected = (
+            pre.num_in_flight_tokens - num,
+            pre.num_stale_output_tokens - num if stale else pre.num_stale_output_tokens,
+            pre.num_output_placeholders - _resolved(t, rid, pre, stale),
+        )
+        actual = (
+            post.num_in_flight_tokens,
+            post.num_stale_output_tokens,
+            post.num_output_placeholders,
+        )
+        if actual != expected:
+            out.append(
+                Violation(
+                    "UPDATE-PIPELINE",
+                    "(in flight, stale, placeholders) after the output",
+                    rid,
+                    None,
+                    expected,
+                    actual,
+                )
+            )
+    return out
+
+
+def _resolved(t: UpdateTransition, rid: str, pre: RequestState, stale: bool) -> int:
+    """Placeholders a step's output resolves: 1 + its drafts, for a sampling step."""
+    sampled = t.model_output.sampled_token_ids.get(rid, ())
+    if stale or not sampled or pre.num_output_placeholders == 0:
+        return 0
+    return 1 + len(t.output.scheduled_spec_decode_tokens.get(rid, ()))
+
+
+@invariant(
+    "DELIVERY",
+    "update",
+    "safety",
+    "A step's output goes only to the request it was scheduled for (not a later request "
+    "that reuses an aborted id), and lands at the position it was sampled for: no token is "
+    "delivered twice, skipped, or out of order.",
+)
+def check_delivery(t: UpdateTransition) -> list[Violation]:
+    out: list[Violation] = []
+    for rid, pre in t.pre.requests.items():
+        post = t.post.requests.get(rid)
+        if not t.scheduled_for(pre):
+            if post is None or post.output_token_ids != pre.output_token_ids:
+                out.append(
+                    Violation(
+                        "DELIVERY",
+                        "output of a step not scheduled for this request was applied to it",
+                        rid,
+                    )
+                )
+            continue
+        position = t.sampled_at.get(rid)
+        if position is not None and position != pre.num_tokens:
+            out.append(
+                Violation(
+                    "DELIVERY",
+                    "sampled tokens land at another position than they were sampled for",
+                    rid,
+                    None,
+                    position,
+                    pre.num_tokens,
+                )
+            )
+    return out
+
+
+@invariant(
+    "CACHE-CONFIRMED",
+    "update",
+    "safety",
+    "update_from_output registers in the prefix cache only blocks whose KV has landed: full "
+    "blocks within the holder's confirmed computed tokens (computed - in flight) and known "
+    "tokens.",
+)
+def check_cache_confirmed(t: UpdateTransition) -> list[Violation]:
+    bs = t.post.config.block_size
+    pre_hashes = t.pre.kv.block_hashes
+    hashes = t.post.kv.block_hashes
+    out: list[Violation] = []
+    for rid, post in t.post.requests.items():
+        landed = min(post.num_computed_tokens - post.num_in_flight_tokens, post.num_tokens)
+        for index, block in enumerate(post.block_ids):
+            if not 0 <= block < min(len(hashes), len(pre_hashes)):
+                continue  # CONSERVATION reports ids out of range
+            fresh = hashes[block] is not None and hashes[block] != pre_hashes[block]
+            if fresh and (index + 1) * bs > landed:
+                out.append(
+                    Violation(
+                        "CACHE-CONFIRMED",
+                        f"block at index {index} registered before its KV landed",
+                        rid,
+                        block,
+                        landed,
+                        (index + 1) * bs,
+                    )
+                )
+    return out
