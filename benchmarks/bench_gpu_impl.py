@@ -166,7 +166,7 @@ def gpu_step_time(running: int, steps: int, device: torch.device) -> float:
         plan = engine.schedule()
         count = (plan.scheduled > 0).long()
         tokens = torch.full((1, running, 3), 5, dtype=torch.int64, device=device)
-        engine.update_from_output(tokens, count, plan.num_drafts, plan.rank)
+        engine.update_from_output(tokens, count, plan.num_drafts, plan.rank, plan.scheduled)
 
     step()  # every prompt prefills in the first step
     assert int((engine.state.status == EMPTY).sum()) == 0

@@ -10,8 +10,7 @@ first chunk and then stay flat. Linux only (/proc). The numbers are for reading.
 
     .venv/bin/python benchmarks/bench_long_memory.py                    # 20000 examples
     .venv/bin/python benchmarks/bench_long_memory.py --examples 5000    # a prefix
-    .venv/bin/python benchmarks/bench_long_memory.py \
-        --configs schedspec.properties.strategies:sync_configs    # synchronous configs only
+    .venv/bin/python benchmarks/bench_long_memory.py --configs MODULE:STRATEGY   # other configs
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ def main() -> None:
     parser.add_argument(
         "--configs",
         default=None,
-        help="check's --configs (e.g. schedspec.properties.strategies:sync_configs)",
+        help="check's --configs (module:strategy)",
     )
     args = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent

@@ -32,6 +32,16 @@ A all four cases live at once, so a full collection that one engine's
 allocations trigger also scans the other's objects: the p99 column shows
 those pauses, the median (the measure) does not.
 
+Part C, async scheduling (vLLM's default): the steady decode of part A with
+async_scheduling on, each engine built for it (vLLM's AsyncScheduler, the
+reference in its async mode) and driven as vLLM's engine core drives it, a
+batch queue of two (schedspec.properties.pipeline.BatchQueue): every engine
+step schedules the next batch before the oldest one's output lands. A step is
+one schedule() and the update_from_output() of the step that lands with it.
+It runs in several rounds, round-robin across cases and engines; each round
+gives a median step per engine and their ratio, and the median of the rounds'
+ratios is the measure.
+
 The target (the issue): the reference takes at most 0.5x vLLM's time per step.
 The numbers are for reading, never for asserting: nothing here fails on a time.
 
@@ -53,7 +63,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench_reference import (
@@ -70,6 +80,7 @@ from bench_reference import (
 
 from schedspec.properties.adapters.vllm import INSTALL_STEP, build_scheduler, vllm_available
 from schedspec.properties.fake_model import FakeModel
+from schedspec.properties.pipeline import BatchQueue
 from schedspec.reference import Scheduler
 from schedspec.spec import Request, SchedulerConfig
 
@@ -153,17 +164,20 @@ class VllmDriver:
         self.num_arrivals += 1
 
     def model_output(self, scheduler_output: Any) -> Any:
-        """What the V1 model runner returns: one token per request whose prompt is
-        all computed (schedule() has already advanced num_computed_tokens), none
-        for a prefill chunk. The token is the fake model's, as for the reference."""
+        """What the model runner returns for a step just scheduled: one token per request
+        whose step is not a prefill chunk (vLLM's is_prefill_chunk, which schedule() has
+        just set), none for a chunk. The token is the fake model's at the position it
+        samples (after the known tokens and the outputs still in flight before this
+        step), as for the reference."""
         requests = self.scheduler.requests
         token_at = self.model.token_at
         req_ids = list(scheduler_output.num_scheduled_tokens)
         sampled: list[list[int]] = []
         for rid in req_ids:
             r = requests[rid]
-            known = r.num_tokens
-            sampled.append([token_at(rid, known)] if r.num_computed_tokens >= known else [])
+            # schedule() counted this step's output among the placeholders (async).
+            position = r.num_tokens + max(r.num_output_placeholders - 1, 0)
+            sampled.append([] if r.is_prefill_chunk else [token_at(rid, position)])
         return self.v.ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
@@ -503,6 +517,199 @@ def report_mixed(
     return ratios, same
 
 
+# ------------------------------------------------------- part C: async scheduling
+
+
+@dataclass
+class InFlight:
+    """A scheduled batch whose output has not landed: both engines' outputs are
+    opaque here (a spec SchedulerOutput, a vLLM one) with the model's answer."""
+
+    output: Any
+    answer: Any
+
+
+class Pipelined:
+    """An engine driven as vLLM's engine core drives it under async scheduling: each
+    step schedules a batch (when there is anything to schedule), puts it in flight with
+    the model's answer (untimed: the "GPU" runs it now), and lands the oldest batch once
+    the queue is full or nothing more can be scheduled (pipeline.BatchQueue's rule)."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        schedule: Callable[[], Any],
+        answer: Callable[[Any], Any],
+        update: Callable[[Any, Any], object],
+        has_requests: Callable[[], bool],
+    ) -> None:
+        self.queue: BatchQueue[InFlight] = BatchQueue(config)
+        self.schedule = schedule
+        self.answer = answer
+        self.update = update
+        self.has_requests = has_requests
+
+    def step(self) -> tuple[int, int, Mapping[str, int]]:
+        """One engine step: (schedule ns, update ns, tokens scheduled per request); only
+        schedule() and update_from_output() are timed, 0 for a call not made."""
+        clock = time.perf_counter_ns
+        schedule_ns = update_ns = 0
+        scheduled: Mapping[str, int] = {}
+        if self.queue.schedules(self.has_requests()):
+            t0 = clock()
+            out = self.schedule()
+            schedule_ns = clock() - t0
+            scheduled = out.num_scheduled_tokens
+            executed = out.total_num_scheduled_tokens > 0
+            if not self.queue.push(InFlight(out, self.answer(out)), executed, self.has_requests()):
+                return schedule_ns, update_ns, scheduled
+        if self.queue:
+            landing = self.queue.pop()
+            t0 = clock()
+            self.update(landing.output, landing.answer)
+            update_ns = clock() - t0
+        return schedule_ns, update_ns, scheduled
+
+
+def reference_pipeline(config: SchedulerConfig, model_seed: int) -> tuple[Scheduler, Pipelined]:
+    scheduler = Scheduler(config)
+    model = FakeModel(seed=model_seed, vocab_size=VOCAB_SIZE)
+    pipeline = Pipelined(
+        config,
+        scheduler.schedule,
+        model.execute,
+        scheduler.update_from_output,
+        scheduler.has_unfinished_requests,
+    )
+    return scheduler, pipeline
+
+
+def vllm_pipeline(
+    v: VllmNames, config: SchedulerConfig, model_seed: int
+) -> tuple[VllmDriver, Pipelined]:
+    driver = VllmDriver(v, config, model_seed)
+    scheduler = driver.scheduler
+    pipeline = Pipelined(
+        config,
+        scheduler.schedule,
+        driver.model_output,
+        scheduler.update_from_output,
+        scheduler.has_requests,
+    )
+    return driver, pipeline
+
+
+@dataclass
+class AsyncPair:
+    """One steady-decode case on both engines, async; per round, each engine's step times."""
+
+    name: str
+    num_decoding: int
+    reference: Pipelined
+    vllm: Pipelined
+    ref_rounds: list[StepTimes] = field(default_factory=list)
+    vllm_rounds: list[StepTimes] = field(default_factory=list)
+
+    def ratios(self) -> list[float]:
+        """Per round: the reference's median step / vLLM's."""
+        return [
+            r.median_ns() / vl.median_ns()
+            for r, vl in zip(self.ref_rounds, self.vllm_rounds, strict=True)
+        ]
+
+
+def build_async_pair(
+    v: VllmNames, name: str, num_decoding: int, num_steps: int, seed: int
+) -> AsyncPair:
+    """Part A's steady-decode config with async scheduling on, both engines brought to
+    steady decode under the pipeline; room for num_steps more steps."""
+    config = replace(
+        build_decode_case(name, num_decoding, num_steps, seed=seed).scheduler.config,
+        async_scheduling=True,
+    )
+    reference, ref_pipeline = reference_pipeline(config, seed)
+    driver, vllm_pipeline_ = vllm_pipeline(v, config, seed)
+    rng = random.Random(seed)
+    for i in range(num_decoding):
+        prompt = [rng.randrange(VOCAB_SIZE) for _ in range(DECODE_PROMPT_LEN)]
+        reference.add_request(Request(f"{name}-{i}", prompt, config.max_model_len))
+        driver.add_request(f"{name}-{i}", prompt, config.max_model_len)
+    for engine, pipeline, running in (
+        ("reference", ref_pipeline, lambda: reference.running),
+        ("vLLM", vllm_pipeline_, lambda: driver.scheduler.running),
+    ):
+        for _ in range(10 * DECODE_PROMPT_LEN):
+            pipeline.step()
+            if len(running()) == num_decoding and all(r.num_output_tokens > 0 for r in running()):
+                break
+        else:
+            raise RuntimeError(f"{name} ({engine}): did not reach steady decode")
+    return AsyncPair(name, num_decoding, ref_pipeline, vllm_pipeline_)
+
+
+def run_async_block(pair: AsyncPair, engine: str, num_steps: int, times: StepTimes | None) -> None:
+    pipeline = pair.reference if engine == "reference" else pair.vllm
+    for _ in range(num_steps):
+        schedule_ns, update_ns, scheduled = pipeline.step()
+        if len(scheduled) != pair.num_decoding or sum(scheduled.values()) != pair.num_decoding:
+            raise RuntimeError(f"{pair.name} ({engine}, async): left steady decode")
+        if times is not None:
+            times.add(schedule_ns, update_ns)
+
+
+def bench_async(
+    v: VllmNames, sizes: Sequence[int], warmup: int, rounds: int, steps: int
+) -> list[AsyncPair]:
+    total = warmup + rounds * steps
+    pairs = [build_async_pair(v, f"async-{n}", n, total, seed) for seed, n in enumerate(sizes)]
+    for pair in pairs:
+        for engine in ("reference", "vllm"):
+            run_async_block(pair, engine, warmup, None)
+    gc.collect()
+    for _ in range(rounds):
+        for pair in pairs:  # round-robin: noise hits every case alike
+            ref, vl = StepTimes(), StepTimes()
+            run_async_block(pair, "reference", steps, ref)
+            run_async_block(pair, "vllm", steps, vl)
+            pair.ref_rounds.append(ref)
+            pair.vllm_rounds.append(vl)
+    return pairs
+
+
+def report_async(pairs: list[AsyncPair], steps: int) -> list[tuple[str, float]]:
+    rounds = len(pairs[0].ref_rounds) if pairs else 0
+    print(
+        f"C. Async scheduling, steady decode (batch queue of 2; step = schedule + the update "
+        f"that lands with it): {rounds} rounds of {steps} steps per engine"
+    )
+    header = (
+        f"  {'case':<13}{'engine':<11}{'median us (of round medians)':>30}"
+        f"{'sched us':>10}{'update us':>11}{'us/req':>8}"
+    )
+    print(header)
+    print("  " + "-" * (len(header) - 2))
+    for p in pairs:
+        for engine, runs in (("reference", p.ref_rounds), ("vLLM", p.vllm_rounds)):
+            median = statistics.median(t.median_ns() for t in runs)
+            schedule = statistics.median(statistics.median(t.schedule_ns) for t in runs)
+            update = statistics.median(statistics.median(t.update_ns) for t in runs)
+            print(
+                f"  {p.name:<13}{engine:<11}{us(median):>30}{us(schedule):>10}{us(update):>11}"
+                f"{median / p.num_decoding / 1e3:>8.2f}"
+            )
+    print()
+    print("  Ratios reference / vLLM, per round (median step of each), and their median:")
+    ratios: list[tuple[str, float]] = []
+    for p in pairs:
+        per_round = p.ratios()
+        median = statistics.median(per_round)
+        listed = " ".join(f"{r:.2f}" for r in per_round)
+        print(f"    {p.name:<13} rounds {listed}  -> median {median:.2f}")
+        ratios.append((f"{p.name} median step", median))
+    print()
+    return ratios
+
+
 # ------------------------------------------------------------------------ main
 
 
@@ -515,6 +722,8 @@ class Plan:
     mixed_requests: int
     mixed_rounds: int
     warmup_requests: int
+    async_rounds: int
+    async_steps: int  # per round, per engine
 
 
 DEFAULT = Plan(
@@ -525,6 +734,8 @@ DEFAULT = Plan(
     mixed_requests=2000,
     mixed_rounds=3,
     warmup_requests=150,
+    async_rounds=5,
+    async_steps=200,
 )
 QUICK = Plan(
     decode_sizes=(256, 1024),
@@ -534,6 +745,8 @@ QUICK = Plan(
     mixed_requests=150,
     mixed_rounds=1,
     warmup_requests=20,
+    async_rounds=3,
+    async_steps=20,
 )
 
 
@@ -573,6 +786,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ref, vl = bench_mixed(v, workload, config, plan.mixed_rounds)
     mixed_ratios, same = report_mixed(ref, vl, plan.mixed_requests, config, plan.mixed_rounds)
     ratios += mixed_ratios
+    gc.collect()
+
+    ratios += report_async(
+        bench_async(v, plan.decode_sizes, plan.decode_warmup, plan.async_rounds, plan.async_steps),
+        plan.async_steps,
+    )
 
     print(f"Target: reference time per step <= {TARGET_RATIO:.2f}x vLLM's")
     for what, ratio in ratios:

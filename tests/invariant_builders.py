@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from schedspec.properties.kv_oracle import KVContentOracle
+from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
 from schedspec.reference import Scheduler
 from schedspec.spec import (
     BlockHash,
@@ -225,7 +225,9 @@ class Driver:
         model_output = ModelRunnerOutput(sampled_token_ids=answer)
         self.scheduler.update_from_output(output, model_output)
         post = self.state
-        self.kv_content.on_land(output, arrivals, pre, model_output)
+        self.kv_content.on_land(
+            ScheduledStep.of(output, scheduled.post), pre, model_output, sampled_at
+        )
         self.finished.update(r for r in pre.requests if r not in post.requests)
         return UpdateTransition(pre, output, model_output, post, None, arrivals, sampled_at)
 

@@ -76,6 +76,19 @@ def test_config_is_frozen() -> None:
         ({"num_lookahead_tokens": 257}, "num_lookahead_tokens", "<= 256"),
         # A damaged value is shown short, however long or deep it is.
         ({"max_num_seqs": list(range(10**5))}, "max_num_seqs", "[0, 1, 2, 3, 4, 5, 6, 7, ...]"),
+        # Padding needs a draft count to pad with, and a budget the padded step fits.
+        ({"pad_spec_decode": True}, "pad_spec_decode", "num_speculative_tokens >= 1"),
+        (
+            {
+                "pad_spec_decode": True,
+                "num_speculative_tokens": 2,
+                "max_num_batched_tokens": 2,
+                "max_num_seqs": 2,
+            },
+            "max_num_batched_tokens",
+            ">= 1 + num_speculative_tokens (3)",
+        ),
+        ({"async_scheduling": 1}, "async_scheduling", "bool"),
     ],
 )
 def test_bad_values_name_field_and_bound(overrides: dict[str, Any], field: str, bound: str) -> None:

@@ -76,22 +76,23 @@ class TestNames:
 
 
 class TestDefaultConfigs:
-    def test_vllm_runs_without_drafts_by_default_the_others_on_the_suites(self) -> None:
-        without_drafts = "schedspec.properties.adapters.vllm:vllm_configs_without_drafts"
-        assert default_configs(("vllm",)) == without_drafts
-        assert default_configs(("reference", "vllm")) == without_drafts  # a diff against it
-        sync = "schedspec.properties.strategies:sync_configs"
-        assert default_configs(("reference", "gpu")) == sync  # gpu_impl steps synchronously
+    def test_vllm_runs_on_its_own_configs_the_others_on_the_suites(self) -> None:
+        vllm = "schedspec.properties.adapters.vllm:vllm_default_configs"
+        assert default_configs(("vllm",)) == vllm
+        assert default_configs(("reference", "vllm")) == vllm  # a diff against it
+        assert default_configs(("reference", "gpu")) is None  # the suite's own
         assert default_configs(("reference",)) is None
         assert default_configs(("tests.broken_engines:wrong_total",)) is None
 
     @given(data=st.data())
-    def test_vllms_default_configs_have_no_speculative_decoding(self, data: st.DataObject) -> None:
+    def test_vllms_default_configs_pad_exactly_when_they_speculate(
+        self, data: st.DataObject
+    ) -> None:
         name = default_configs(("vllm",))
         assert name is not None
         config = data.draw(load_config_strategy(name))
         assert isinstance(config, SchedulerConfig)
-        assert config.num_speculative_tokens == 0
+        assert config.pad_spec_decode == (config.num_speculative_tokens > 0)
 
     def test_engines_with_different_defaults_need_a_choice(
         self, monkeypatch: pytest.MonkeyPatch

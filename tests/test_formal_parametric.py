@@ -15,7 +15,7 @@ from schedspec.spec.formal.parametric import (
 from schedspec.spec.formal.properties import ORDER_ID
 from schedspec.spec.formal.prover import ALL_IDS, ProveSettings, prove_for_all_n
 from schedspec.spec.formal.solving import discharge
-from schedspec.spec.formal.variants import BREAKS, Variant
+from schedspec.spec.formal.variants import ALSO_CAUGHT, BREAKS, Bug, Variant
 
 TIMEOUT = 60.0
 SETTINGS = ProveSettings(max_n=0, timeout_s=TIMEOUT)
@@ -79,3 +79,15 @@ def test_the_per_slot_lemmas_keep_the_block_size_symbolic() -> None:
     assert slot_lemma("KV-COVER", TIMEOUT, broken, block_size=2).verdict == "counterexample"
     assert slot_lemma("KV-COVER", TIMEOUT, broken).verdict == "counterexample"
     assert "KV-COVER" in SLOT_LEMMA_IDS
+
+
+@pytest.mark.parametrize("name", sorted(bug.value for bug in ALSO_CAUGHT))
+def test_more_async_mutants_break_a_proof(name: str) -> None:
+    """The catalogue's other counter mutants of async scheduling: each one's variant of
+    the step fails the proof of the invariant it breaks, for all N."""
+    bug = Bug(name)
+    invariant_id = ALSO_CAUGHT[bug]
+    settings = ProveSettings(max_n=0, timeout_s=TIMEOUT, variant=Variant(bug))
+    row = prove_for_all_n(invariant_id, settings)
+    assert row.verdict == "counterexample"
+    assert row.failure is not None and bug.value in row.failure.claim

@@ -1,4 +1,4 @@
-"""NO-EMPTY-STEP: proved with the add_request precondition; without it, a stall."""
+"""NO-EMPTY-STEP: proved with its preconditions; without either, a stall."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import z3
 
 from schedspec.spec import ConfigError, SchedulerConfig
-from schedspec.spec.formal.progress import progress_lemmas, stall_without_precondition
+from schedspec.spec.formal.progress import progress_lemmas, stall_without
 from schedspec.spec.formal.solving import value
 
 TIMEOUT = 60.0
@@ -19,7 +19,7 @@ def test_progress_lemmas_prove() -> None:
 
 
 def test_without_the_precondition_the_step_stalls_forever() -> None:
-    outcome = stall_without_precondition(2, TIMEOUT)
+    outcome = stall_without("fits-empty-cache", 2, TIMEOUT)
     assert outcome.verdict == "counterexample"
     model = outcome.model
     assert model is not None
@@ -41,3 +41,34 @@ def test_without_the_precondition_the_step_stalls_forever() -> None:
             max_model_len=max_model_len,
         )
     assert refused.value.field == "num_blocks"
+
+
+def test_without_padding_fitting_the_budget_a_prefix_hit_waits_forever() -> None:
+    """Found by Z3: with spec-decode padding and a budget below 1 + num_speculative_tokens,
+    a waiting request with one token left after its prefix hit is padded past the whole
+    budget, waits for budget, and nothing else runs. So SchedulerConfig refuses the
+    config (vLLM refuses only max_num_batched_tokens <= num_lookahead_tokens), which is
+    the precondition the progress proof carries."""
+    outcome = stall_without("padding-fits-budget", 2, TIMEOUT)
+    assert outcome.verdict == "counterexample"
+    model = outcome.model
+    assert model is not None
+    budget, num_spec = (int(value(model, z3.Int(name))) for name in ("budget", "num_spec"))
+    assert value(model, z3.Bool("pad_spec_decode")) and value(model, z3.Bool("prefix_caching"))
+    assert budget < 1 + num_spec
+    hit = int(value(model, z3.Int("c[0].hit")))
+    assert int(value(model, z3.Int("s[0].tokens"))) - hit == 1 and hit > 0
+    # The reference's shape of it: a's prompt cached, b sharing all but its last token,
+    # one token left, padded to 1 + 2 > a budget of 2. The config is refused at once.
+    with pytest.raises(ConfigError) as refused:
+        SchedulerConfig(
+            block_size=2,
+            num_blocks=16,
+            max_num_batched_tokens=2,
+            max_num_seqs=1,
+            max_model_len=16,
+            enable_prefix_caching=True,
+            num_speculative_tokens=2,
+            pad_spec_decode=True,
+        )
+    assert refused.value.field == "max_num_batched_tokens"

@@ -13,6 +13,7 @@ from schedspec.gpu_impl.batch_state import (
     EMPTY,
     EMPTY_BUCKET,
     NO_HASH,
+    PREEMPTED,
     RUNNING,
     TOMBSTONE,
     WAITING,
@@ -20,7 +21,7 @@ from schedspec.gpu_impl.batch_state import (
 )
 from schedspec.gpu_impl.device_checks import CHECK_IDS, check_state, check_step
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
-from schedspec.gpu_impl.step_plan import StepPlan
+from schedspec.gpu_impl.step_plan import SCHEDULED_RESUMED, SCHEDULED_RUNNING, StepPlan
 from schedspec.spec import SchedulerConfig
 
 CONFIG = SchedulerConfig(
@@ -93,6 +94,23 @@ def _break_preempt_reset(state: BatchState, plan: StepPlan) -> None:
     plan.preempted[1, 0] = True  # reported preempted, still running with its blocks
 
 
+def _break_max_tokens(state: BatchState, plan: StepPlan) -> None:
+    # Scheduled again as a running request whose step in flight (3 computed, 1
+    # placeholder) is sure to bring it to 3 + 2 - 1 = 4 tokens: prompt 3 + max_tokens 1.
+    plan.kind[1, 0] = SCHEDULED_RUNNING
+    plan.computed_before[1, 0], plan.placeholders_before[1, 0] = 3, 1
+    state.max_tokens[1, 0] = 1
+
+
+def _break_stale_hold(state: BatchState, plan: StepPlan) -> None:
+    plan.kind[1, 0] = SCHEDULED_RESUMED  # resumed, with a stale token still in flight
+    state.num_stale[1, 0] = 1
+
+
+def _break_pipeline(state: BatchState, plan: StepPlan) -> None:
+    state.num_placeholders[1, 0] = 1  # an output placeholder without async scheduling
+
+
 BREAKERS: dict[str, Callable[[BatchState, StepPlan], None]] = {
     "CONSERVATION": _break_conservation,
     "EXCLUSIVE": _break_exclusive,
@@ -104,6 +122,9 @@ BREAKERS: dict[str, Callable[[BatchState, StepPlan], None]] = {
     "NO-OVERSHOOT": _break_no_overshoot,
     "KV-COVER": _break_kv_cover,
     "PREEMPT-RESET": _break_preempt_reset,
+    "MAX-TOKENS": _break_max_tokens,
+    "STALE-HOLD": _break_stale_hold,
+    "PIPELINE": _break_pipeline,
 }
 
 
@@ -220,3 +241,72 @@ def test_cache_index_flags_an_index_out_of_step_with_block_hash(
     breaker(engine.state)
     column = check_state(engine.state, config)[:, CHECK_IDS.index("CACHE-INDEX")]
     assert column.tolist() == [False, True]
+
+
+# One placeholder draft per request: after the first step each request (3 and 4 prompt
+# tokens) has its prefill in flight, 1 output placeholder and a placeholder draft.
+PIPELINED = dataclasses.replace(CONFIG, async_scheduling=True, num_speculative_tokens=1)
+
+
+def test_a_pipelined_batch_passes_every_check_with_two_steps_in_flight() -> None:
+    engine, _ = _two_busy_instances(PIPELINED)
+    state = engine.state
+    assert state.num_in_flight[:, :2].tolist() == [[3, 4], [3, 4]]
+    assert state.num_placeholders[:, :2].tolist() == [[1, 1], [1, 1]]
+    plan = engine.schedule()  # the next step before the first lands: 1 + 1 draft each
+    assert plan.scheduled[:, :2].tolist() == [[2, 2], [2, 2]]
+    # 5 computed = 3 tokens + 1 placeholder + 1 draft: NO-OVERSHOOT's limit exactly.
+    assert state.num_computed[:, 0].tolist() == [5, 5]
+    assert not check_step(state, plan, PIPELINED).any()
+    assert not check_state(state, PIPELINED).any()
+    state.num_computed[1, 0] += 1
+    column = check_step(state, plan, PIPELINED)[:, CHECK_IDS.index("NO-OVERSHOOT")]
+    assert column.tolist() == [False, True]
+
+
+def _pipeline_breakers() -> dict[str, Callable[[BatchState], None]]:
+    """Each breaks one part of PIPELINE on instance 1's first request (RUNNING: 3 tokens,
+    3 computed and in flight, 1 placeholder, 1 placeholder draft)."""
+
+    def put(name: str, value: int) -> Callable[[BatchState], None]:
+        return lambda s: getattr(s, name).__setitem__((1, 0), value)
+
+    def nothing_in_flight(state: BatchState) -> None:
+        state.num_in_flight[1, 0] = 0  # confirmed 3 = every known token: one past the last
+        state.num_placeholders[1, 0] = 0
+
+    return {
+        "negative": put("num_in_flight", -1),
+        "placeholders-over-in-flight": put("num_placeholders", 4),
+        "running-with-stale": put("num_stale", 1),
+        "confirmed-past-last-token": nothing_in_flight,
+        "chunk-with-placeholders": lambda s: s.is_prefill_chunk.__setitem__((1, 0), True),
+        "proposed-draft": lambda s: s.spec.__setitem__((1, 0, 0), 5),
+        "waiting-in-flight": put("status", WAITING),
+        "preempted-not-stale": put("status", PREEMPTED),
+    }
+
+
+@pytest.mark.parametrize("name", list(_pipeline_breakers()))
+def test_pipeline_flags_each_broken_count(name: str) -> None:
+    engine, _ = _two_busy_instances(PIPELINED)
+    column = check_state(engine.state, PIPELINED)[:, CHECK_IDS.index("PIPELINE")]
+    assert column.tolist() == [False, False]
+    _pipeline_breakers()[name](engine.state)
+    column = check_state(engine.state, PIPELINED)[:, CHECK_IDS.index("PIPELINE")]
+    assert column.tolist() == [False, True]
+
+
+def test_preempt_reset_wants_all_output_in_flight_stale() -> None:
+    engine, plan = _two_busy_instances(PIPELINED)
+    state = engine.state
+    with torch.inference_mode():  # reported preempted (and so not scheduled)
+        plan.preempted[1, 0], plan.scheduled[1, 0] = True, 0
+    # The reset a preemption makes, but for its in-flight tokens left fresh.
+    state.status[1, 0], state.num_computed[1, 0], state.num_held[1, 0] = PREEMPTED, 0, 0
+    state.num_spec[1, 0], state.num_placeholders[1, 0] = 0, 0
+    column = check_step(state, plan, PIPELINED)[:, CHECK_IDS.index("PREEMPT-RESET")]
+    assert column.tolist() == [False, True]
+    state.num_stale[1, 0] = state.num_in_flight[1, 0]
+    column = check_step(state, plan, PIPELINED)[:, CHECK_IDS.index("PREEMPT-RESET")]
+    assert column.tolist() == [False, False]

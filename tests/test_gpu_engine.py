@@ -14,7 +14,7 @@ from schedspec.gpu_impl.batch_state import BIG, EMPTY
 from schedspec.gpu_impl.block_ops import release_tables
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.hashing import extend_hashes
-from schedspec.gpu_impl.swarm_workload import SwarmWorkload
+from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
 from schedspec.properties.adapters.gpu import GpuEngine, HashCollisionError
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.spec import ModelRunnerOutput, Request, RequestError, SchedulerConfig
@@ -162,10 +162,27 @@ class TestDoor:
         assert engine.engine.state.slots == 32
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "priority"])
-def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
-    """Instances share tensors, never state: instance 5 of 8 ends exactly as it does alone."""
+# Both policies, synchronous, and with async scheduling and spec-decode padding (each
+# instance's steps then land a tick late through the device's batch queue).
+MODES = [
+    pytest.param("fcfs", False, id="fcfs"),
+    pytest.param("priority", False, id="priority"),
+    pytest.param("fcfs", True, id="fcfs-async-padded"),
+    pytest.param("priority", True, id="priority-async-padded"),
+]
+
+
+def _swarm_config(policy: str, pipelined: bool) -> tuple[SchedulerConfig, WorkloadShape]:
     config, shape = busy_swarm(policy)
+    if pipelined:
+        config = dataclasses.replace(config, async_scheduling=True, pad_spec_decode=True)
+    return config, shape
+
+
+@pytest.mark.parametrize(("policy", "pipelined"), MODES)
+def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str, pipelined: bool) -> None:
+    """Instances share tensors, never state: instance 5 of 8 ends exactly as it does alone."""
+    config, shape = _swarm_config(policy, pipelined)
     batch = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     alone = BatchedScheduler(config, batch=1, slots=10, device="cpu")
     workloads = [
@@ -182,13 +199,16 @@ def test_an_instance_steps_the_same_in_a_batch_as_alone(policy: str) -> None:
     assert preempted > 0  # the example reached the sequential corner
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "priority"])
-def test_narrow_tensors_widen_on_demand_and_step_like_full_ones(policy: str) -> None:
+@pytest.mark.parametrize(("policy", "pipelined"), MODES)
+def test_narrow_tensors_widen_on_demand_and_step_like_full_ones(
+    policy: str, pipelined: bool
+) -> None:
     """An engine whose per-slot tensors start one slot wide (start_width=1) and widen as
     higher slots are used makes every decision the full-width engine makes: plans and
     state agree on the narrow engine's columns, the full engine's other columns stay
-    empty, and the per-block state is equal throughout."""
-    config, shape = busy_swarm(policy)
+    empty, and the per-block state is equal throughout (a step in flight across a
+    widening included)."""
+    config, shape = _swarm_config(policy, pipelined)
     full = BatchedScheduler(config, batch=8, slots=32, device="cpu")
     narrow = BatchedScheduler(config, batch=8, slots=32, device="cpu", start_width=1)
     workloads = [SwarmWorkload(engine, 11, torch.arange(8), shape) for engine in (full, narrow)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,11 @@ from click.testing import CliRunner
 
 import schedspec.gpu_impl.step_plan as step_plan
 from schedspec.cli.main import main
-from schedspec.gpu_impl.engine import BatchedScheduler
+from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
+from schedspec.gpu_impl.swarm_queue import SwarmQueue
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, _below
 from schedspec.properties.adapters.gpu import gpu_engine
+from schedspec.properties.checked_engine import replay
 from schedspec.properties.harness import SingleEngine
 from schedspec.properties.minimize import failure_signature
 from schedspec.properties.recording import RecordingEngine
@@ -158,3 +161,105 @@ def test_flags_swarm_mode_does_not_use_are_refused(flags: list[str]) -> None:
     code, output = _swarm_cli("--instances", "4", *flags)
     assert code == 2, output
     assert f"{flags[0]}: not used in swarm mode (--instances 4)" in output
+
+
+# The same tight config with async scheduling and spec-decode padding: each instance's
+# steps land one tick late, through the device's batch queue (swarm_queue.py).
+PIPELINED = SwarmRun(
+    dataclasses.replace(TIGHT, async_scheduling=True, pad_spec_decode=True, policy="fcfs"),
+    seed=2,
+)
+
+
+def test_an_async_padded_swarm_passes_every_device_check() -> None:
+    result = run_swarm(PIPELINED, instances=64, ticks=30)
+    assert result.finding is None
+    assert result.instance_steps == 64 * 30
+
+
+def test_a_recorded_async_instance_replays_through_the_harness_with_the_swarm_schedule() -> None:
+    """Instance 0 among 8, and alone through the harness's batch queue (every invariant
+    checked on the reference): the same steps scheduled, in the same ticks."""
+    engine = BatchedScheduler(PIPELINED.config, batch=8, slots=PIPELINED.slots, device="cpu")
+    workload = SwarmWorkload(engine, PIPELINED.seed, torch.arange(8), PIPELINED.shape)
+    ticks = [workload.tick() for _ in range(30)]
+    schedules = [t.schedules for t in ticks if t.schedules is not None]
+    stale = [t.result.stale for t in ticks if t.result.stale is not None]
+    assert len(schedules) == len(stale) == 30  # async: both are reported every tick
+    # An instance with nothing to schedule does not call schedule(): no output that tick.
+    swarm_totals = [
+        int(t.plan.scheduled[0].sum()) for t, s in zip(ticks, schedules, strict=True) if s[0]
+    ]
+    assert len(swarm_totals) < 30
+    # It was preempted with output in flight, which landed stale.
+    assert any(bool(s[0].any()) for s in stale)
+    recorder = RecordingEngine(reference_engine(PIPELINED.config))
+    replay(record_instance(PIPELINED, 0, 30), lambda _: recorder, "vllm-v1")
+    assert [o.total_num_scheduled_tokens for o in recorder.outputs] == swarm_totals
+    # Steps carried placeholder drafts (the runner's own guesses).
+    assert any(-1 in d for o in recorder.outputs for d in o.scheduled_spec_decode_tokens.values())
+
+
+def test_an_async_trace_is_not_driven_unchecked() -> None:
+    with pytest.raises(ValueError, match="async_scheduling trace replays through the harness"):
+        next(drive(reference_engine(PIPELINED.config), record_instance(PIPELINED, 3, 2)))
+
+
+def test_a_planted_async_bug_is_found_and_confirmed_by_the_harness(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planted bug: output landing for a preempted request is taken as fresh (its
+    drafts' rollback then pulls the reset computed count below zero)."""
+    original = BatchedScheduler._land_stale
+
+    def nothing_stale(self: BatchedScheduler, scheduled: torch.Tensor) -> torch.Tensor | None:
+        stale = original(self, scheduled)
+        return None if stale is None else torch.zeros_like(stale)
+
+    monkeypatch.setattr(BatchedScheduler, "_land_stale", nothing_stale)
+    result = run_swarm(PIPELINED, instances=64, ticks=30, shrink_seconds=0)
+    finding = result.finding
+    assert finding is not None
+    assert "PIPELINE" in finding.device_checks
+    assert "ROLLBACK" in finding.on_gpu and finding.on_reference == frozenset()
+
+
+def test_the_device_batch_queue_lands_each_step_one_tick_late() -> None:
+    """Instance 0 runs a request, instance 1 has none. Instance 0 lands nothing in the
+    tick that schedules its first step, then the oldest step each tick (one a tick, as
+    the engine core does); once its request is aborted it schedules once more (to
+    report the abort), runs nothing, lands what it held, and lands that empty step in
+    the next tick without scheduling. Instance 1 never schedules."""
+    config = dataclasses.replace(TIGHT, async_scheduling=True)
+    engine = BatchedScheduler(config, batch=2, slots=2, device="cpu")
+    engine.add_requests(
+        NewRequests(
+            inst=torch.tensor([0]),
+            slot=torch.tensor([0]),
+            prompt=torch.arange(5).view(1, 5),
+            prompt_len=torch.tensor([5]),
+            max_tokens=torch.tensor([8]),
+            eos=torch.tensor([-1]),
+            stops=torch.full((1, 1), -1),
+            priority=torch.tensor([0]),
+        )
+    )
+    queue = SwarmQueue(engine.state, pipelined=True)
+
+    def tick() -> tuple[list[bool], list[int], list[int]]:
+        schedules = queue.schedules(engine.state)
+        assert schedules is not None
+        plan = engine.schedule(schedules)
+        landed, lands = queue.land(engine.state, plan, schedules)
+        assert lands is not None
+        return schedules.tolist(), lands.tolist(), landed.scheduled[:, 0].tolist()
+
+    assert tick() == ([True, False], [False, False], [5, 0])  # the prefill goes in flight
+    assert tick() == ([True, False], [True, False], [5, 0])  # the prefill lands
+    engine.finish_requests(torch.tensor([[True, False]]), torch.zeros((1, 2)), torch.tensor([0]))
+    queue.finished(torch.tensor([True, False]))
+    # Scheduled to report the abort: the queue is full, so the held step (the second
+    # tick's decode, 1 + 2 placeholder drafts) lands; the empty step stays in flight.
+    assert tick() == ([True, False], [True, False], [3, 0])
+    assert tick() == ([False, False], [True, False], [0, 0])
+    assert tick() == ([False, False], [False, False], [0, 0])

@@ -27,8 +27,16 @@ from schedspec.properties.strategies import (
 from schedspec.spec import RequestStatus, SchedulerConfig, State
 from schedspec.spec.invariants import CHECKS, ids_for
 from schedspec.spec.invariants.state_fast_path import FAST_PATH_IDS, state_holds
+from tests import test_invariants_pipeline, test_invariants_state
 from tests.invariant_builders import CaseBuilder, with_kv, with_request
-from tests.test_invariants_state import cases
+
+# The state cases of every registry: the fast path must agree with each.
+STATE_CASES = [
+    pytest.param(build, id=f"{invariant_id}:{build.__name__.removeprefix('case_')}")
+    for registry in (test_invariants_state.cases, test_invariants_pipeline.cases)
+    for invariant_id, build in registry.builders
+    if isinstance(build().good, State)
+]
 
 FastPath = Callable[[State], bool]
 
@@ -47,14 +55,18 @@ def test_fast_path_covers_state_invariants_only() -> None:
     assert set(ids_for("state", "vllm-v1")) >= FAST_PATH_IDS
 
 
-@pytest.mark.parametrize("build", cases.params())
+def test_the_state_cases_cover_every_fast_path_id() -> None:
+    assert {p.id.split(":")[0] for p in STATE_CASES} >= FAST_PATH_IDS  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("build", STATE_CASES)
 def test_fast_path_vouches_for_every_good_case(build: CaseBuilder) -> None:
     good = build().good
     assert isinstance(good, State)
     assert state_holds(good)
 
 
-@pytest.mark.parametrize("build", cases.params())
+@pytest.mark.parametrize("build", STATE_CASES)
 def test_fast_path_rejects_every_bad_case(build: CaseBuilder) -> None:
     bad = build().bad
     assert isinstance(bad, State)
@@ -64,7 +76,11 @@ def test_fast_path_rejects_every_bad_case(build: CaseBuilder) -> None:
 
 def test_a_lax_fast_path_is_caught() -> None:
     """The soundness check has teeth: a fast path that skips EXCLUSIVE's sharing rule fails it."""
-    (build,) = [b for i, b in cases.builders if b.__name__ == "case_uncached_block_shared"]
+    (build,) = [
+        b
+        for _, b in test_invariants_state.cases.builders
+        if b.__name__ == "case_uncached_block_shared"
+    ]
     bad = build().bad
     assert isinstance(bad, State)
     with pytest.raises(AssertionError, match="vouched for a bad state"):

@@ -32,6 +32,16 @@ def test_readme_usage_example_runs() -> None:
     assert printed.getvalue().strip() == "{'A': 400}"
 
 
+def test_readme_async_example_prints_what_its_comments_say() -> None:
+    """Each print's trailing comment is the line it prints."""
+    (block,) = [b for b in _python_blocks() if "async_scheduling=True" in b]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, str(README), "exec"), {})
+    expected = [line.split("# ", 1)[1] for line in block.splitlines() if line.startswith("print(")]
+    assert printed.getvalue().splitlines() == expected
+
+
 def test_readme_adapter_example_passes_the_suite() -> None:
     (adapter_block,) = [b for b in _python_blocks() if "class MyEngineAdapter" in b]
     module = types.ModuleType("my_engine_adapter")

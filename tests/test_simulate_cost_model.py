@@ -31,6 +31,13 @@ class TestStepTime:
         # 1 + max(10, 30*5/10 = 15) + 40*2/10 = 8
         assert TOY.step_time(StepWork(30, 0, 40)) == pytest.approx(24.0)
 
+    def test_async_scheduling_overlaps_the_cpu_share_with_the_gpu(self) -> None:
+        # GPU 10 + 1 = 11 against overhead 1: the longer, not the sum (12).
+        assert TOY.step_time(StepWork(3, 1, 5), overlapped=True) == pytest.approx(11.0)
+        heavy_cpu = CostModel(**{**TOY.__dict__, "step_overhead_s": 20})
+        assert heavy_cpu.step_time(StepWork(3, 1, 5), overlapped=True) == pytest.approx(20.0)
+        assert heavy_cpu.step_time(StepWork(3, 1, 5)) == pytest.approx(31.0)
+
     def test_prefill_and_decode_tokens_cost_the_same_flops(self) -> None:
         assert TOY.step_time(StepWork(20, 10, 0)) == TOY.step_time(StepWork(10, 20, 0))
 

@@ -20,11 +20,14 @@ from schedspec.properties.adapters import vllm as adapter
 from schedspec.properties.adapters.vllm import (
     VllmEngine,
     VllmMissingError,
+    avoid_known_corners,
     expressible,
-    vllm_configs,
+    unsupported_reason,
+    vllm_default_configs,
     vllm_watermark,
 )
 from schedspec.properties.checked_engine import InvariantViolationError, replay
+from schedspec.properties.differential import DiffOptions, diff_trace
 from schedspec.properties.fake_model import FakeModel
 from schedspec.properties.pipeline import run_step
 from schedspec.properties.reference_adapter import reference_engine
@@ -32,10 +35,12 @@ from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.properties.trace import Trace
 from schedspec.reference import Scheduler as ReferenceScheduler
 from schedspec.spec import (
+    PLACEHOLDER_TOKEN_ID,
     ConfigError,
     ModelRunnerOutput,
     Request,
     RequestError,
+    RequestOutput,
     RequestStatus,
     SchedulerConfig,
     SchedulerOutput,
@@ -198,6 +203,25 @@ def test_abort_frees_and_reports_once() -> None:
     assert engine.schedule().finished_req_ids == frozenset()
 
 
+def test_update_reports_kept_tokens_and_why_a_request_finished() -> None:
+    """vLLM's EngineCoreOutputs as the spec's RequestOutputs: EOS is STOPPED, max_tokens
+    LENGTH_CAPPED; a prefill chunk reports nothing."""
+    engine = VllmEngine(config(max_num_batched_tokens=4, max_num_seqs=2))
+    engine.add_request(Request("A", [1, 2, 3], 2, eos_token_id=5))
+    engine.add_request(Request("B", [4] * 5, 1))
+    first = engine.schedule()  # A whole, B's first token: a chunk
+    assert dict(first.num_scheduled_tokens) == {"A": 3, "B": 1}
+    reported = engine.update_from_output(first, ModelRunnerOutput({"A": [9]}))
+    assert reported == {"A": RequestOutput("A", (9,), None)}
+    second = engine.schedule()
+    assert dict(second.num_scheduled_tokens) == {"A": 1, "B": 3}
+    reported = engine.update_from_output(second, ModelRunnerOutput({"A": [5], "B": [8]}))
+    assert reported == {
+        "A": RequestOutput("A", (5,), RequestStatus.FINISHED_STOPPED),
+        "B": RequestOutput("B", (8,), RequestStatus.FINISHED_LENGTH_CAPPED),
+    }
+
+
 # ------------------------------------------------------- the refinement mapping
 
 
@@ -212,6 +236,7 @@ def test_snapshot_sanity_on_a_busy_run() -> None:
         enable_prefix_caching=True,
         num_speculative_tokens=2,
         num_lookahead_tokens=0,
+        pad_spec_decode=True,
         long_prefill_token_threshold=8,
     )
     engine = VllmEngine(cfg)
@@ -289,8 +314,10 @@ def test_lookahead_vllm_cannot_express_is_refused() -> None:
 
 def test_drafters_lookahead() -> None:
     """Lookahead 0 is the n-gram drafter, lookahead K an EAGLE one."""
-    ngram = VllmEngine(config(num_speculative_tokens=2, num_lookahead_tokens=0))
-    eagle = VllmEngine(config(num_speculative_tokens=2))
+    ngram = VllmEngine(
+        config(num_speculative_tokens=2, num_lookahead_tokens=0, pad_spec_decode=True)
+    )
+    eagle = VllmEngine(config(num_speculative_tokens=2, pad_spec_decode=True))
     assert ngram.scheduler.num_lookahead_tokens == 0
     assert eagle.scheduler.num_lookahead_tokens == 2
     add(eagle, "A", [1] * 15)
@@ -308,57 +335,99 @@ def test_missing_vllm_names_the_install_step(monkeypatch: pytest.MonkeyPatch) ->
 # ------------------------------------------------------------ suite and findings
 
 
-def no_drafts(c: SchedulerConfig) -> SchedulerConfig:
-    return replace(c, num_speculative_tokens=0, num_lookahead_tokens=None)
-
-
-def with_drafts(c: SchedulerConfig) -> SchedulerConfig:
-    return replace(c, num_speculative_tokens=max(c.num_speculative_tokens, 1))
-
-
-def test_suite_passes_without_drafts() -> None:
+@pytest.mark.parametrize("drafts", [False, True], ids=["no-drafts", "drafts"])
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
+def test_suite_passes_on_the_default_configs(async_scheduling: bool, drafts: bool) -> None:
+    """vllm-v1 holds in each mode, with and without drafts (F1's padding included)."""
     result = run_suite(
         VllmEngine,
-        "safety",
-        SuiteSettings(examples=30, seed=20261129),
-        vllm_configs().map(no_drafts),
+        "vllm-v1",
+        SuiteSettings(examples=20, seed=20261129),
+        vllm_default_configs(async_scheduling=async_scheduling, drafts=drafts),
     )
     assert result.passed, result.error or result.other_error
-    assert result.stats.steps > 300
+    assert result.stats.steps > 150
+
+
+def test_f1_padding_is_legal_under_pad_spec_decode_and_refused_without() -> None:
+    """FINDING F1, accepted: vLLM admits r1 (one token) beside r0 as 1 + K = 3 tokens with
+    two placeholder drafts. Under pad_spec_decode (the trace's config) that holds every
+    invariant and is the reference's decision too, block ids included; judged under a
+    config without padding, DRAFTS refuses the step, as when F1 was found."""
+    trace = Trace.load(FINDINGS / "vllm-spec-decode-padding.json")
+    assert trace.config.pad_spec_decode
+    result = diff_trace(trace, reference_engine, VllmEngine, "vllm-v1", DiffOptions(True))
+    assert result.passed, result.divergence or result.violation or result.error
+    padded = result.entries[3].outputs[1][0]
+    assert padded.num_scheduled_tokens["r1"] == 3
+    assert padded.scheduled_spec_decode_tokens["r1"] == (PLACEHOLDER_TOKEN_ID,) * 2
+
+    class JudgedWithoutPadding(VllmEngine):
+        """vLLM as it runs (it pads), seen through a config that says it does not."""
+
+        def __init__(self, config: SchedulerConfig) -> None:
+            super().__init__(replace(config, pad_spec_decode=True))
+            self.config = config  # what snapshot() reports, and so what the checks judge by
+
+    unpadded = replace(trace, config=replace(trace.config, pad_spec_decode=False))
+    with pytest.raises(InvariantViolationError) as caught:
+        replay(unpadded, JudgedWithoutPadding, "safety")
+    assert caught.value.event_index == 3
+    assert {v.invariant for v in caught.value.violations} == {"DRAFTS"}
+    replay(unpadded, reference_engine, "safety")  # the reference does not pad there
+
+
+def test_f2_priority_victim_keeps_its_registration() -> None:
+    """FINDING F2: the trace still breaks CACHE-CONTENT on vLLM, not on the reference,
+    and its config is a corner the default configs leave out."""
+    trace = Trace.load(FINDINGS / "vllm-priority-victim-keeps-cache-registration.json")
+    with pytest.raises(InvariantViolationError) as caught:
+        replay(trace, VllmEngine, "safety")
+    assert {v.invariant for v in caught.value.violations} == {"CACHE-CONTENT"}
+    replay(trace, reference_engine, "safety")
+    moved = avoid_known_corners(trace.config)
+    assert (moved.policy, moved.enable_prefix_caching) == ("priority", False)
+
+
+def test_f3_padding_cut_by_the_long_prefill_cap_crashes_vllm() -> None:
+    """FINDING F3: vLLM's own assertion fails inside schedule(); the reference does not
+    pad there. The default configs raise such a cap to 1 + K."""
+    trace = Trace.load(FINDINGS / "vllm-padding-cut-by-long-prefill-cap-crashes.json")
+    with pytest.raises(AssertionError) as caught:
+        replay(trace, VllmEngine, "safety")
+    assert not isinstance(caught.value, InvariantViolationError)
+    assert str(caught.traceback[-1].path).endswith("vllm/v1/core/sched/scheduler.py")
+    replay(trace, reference_engine, "safety")
+    assert avoid_known_corners(trace.config).long_prefill_token_threshold == 3
+
+
+def eagle_hash_trace() -> Trace:
+    """GAP G1 (docs/FINDINGS.md): r0 and r1 share the prefix [1, 2, 3, 4]. With an EAGLE
+    drafter vLLM hashes block i with token i + 1, and r0's token 4 is followed by 0 where
+    r1's is followed by 5, so vLLM finds a hit of 3 tokens where the reference finds 4,
+    and r1 needs one block more than is free."""
+    return Trace.load(FINDINGS / "gap-eagle-lookahead-hashes.json")
+
+
+def test_g1_eagle_hashes_part_vllm_from_the_reference_and_are_left_out() -> None:
+    """vLLM holds every safety invariant there; it is the reference (and so vllm-v1's
+    ADMISSION-STOP) that does not model EAGLE's lookahead hashes yet."""
+    trace = eagle_hash_trace()
+    replay(trace, VllmEngine, "safety")
+    result = diff_trace(trace, reference_engine, VllmEngine, "vllm-v1")
+    assert result.violation is not None
+    assert [v.invariant for v in result.violation.violations] == ["ADMISSION-STOP"]
+    assert avoid_known_corners(trace.config).lookahead_tokens == 0
 
 
 @pytest.mark.xfail(
     strict=True,
-    reason="FINDINGS F1 and F3 (docs/FINDINGS.md): vLLM pads a waiting request with one "
-    "token left to 1 + K tokens with -1 placeholder drafts (F1), and crashes when the "
-    "long-prefill cap cuts that padding (F3)",
+    reason="GAP G1 (docs/FINDINGS.md): the reference does not model vLLM's EAGLE lookahead "
+    "hashes; when it does, drop G1 from avoid_known_corners",
 )
-def test_suite_passes_with_drafts() -> None:
-    result = run_suite(
-        VllmEngine,
-        "safety",
-        SuiteSettings(examples=30, seed=20261129, shrink=False),
-        vllm_configs().map(with_drafts).map(expressible),
-    )
-    assert result.passed, result.error or result.other_error
-
-
-@pytest.mark.parametrize(
-    ("name", "broken"),
-    [
-        # The trace's config has pad_spec_decode off (it predates the flag), so the
-        # padding's placeholder drafts are what DRAFTS refuses.
-        ("vllm-spec-decode-padding.json", {"DRAFTS"}),
-        ("vllm-priority-victim-keeps-cache-registration.json", {"CACHE-CONTENT"}),
-    ],
-)
-def test_findings_replay(name: str, broken: set[str]) -> None:
-    """Each finding's trace still breaks exactly its invariants on vLLM, not on the reference."""
-    trace = Trace.load(FINDINGS / name)
-    with pytest.raises(InvariantViolationError) as caught:
-        replay(trace, VllmEngine, "safety")
-    assert {v.invariant for v in caught.value.violations} == broken
-    replay(trace, reference_engine, "safety")
+def test_the_reference_makes_vllms_decisions_under_eagle_with_prefix_caching() -> None:
+    result = diff_trace(eagle_hash_trace(), reference_engine, VllmEngine, "vllm-v1")
+    assert result.passed
 
 
 @pytest.mark.parametrize(
@@ -371,16 +440,6 @@ def test_findings_replay(name: str, broken: set[str]) -> None:
 )
 def test_probes_hold_every_safety_invariant(name: str) -> None:
     replay(Trace.load(FINDINGS / name), VllmEngine, "safety")
-
-
-def test_padding_cut_by_the_long_prefill_cap_crashes_vllm() -> None:
-    """FINDING F3: vLLM's own assertion fails inside schedule()."""
-    trace = Trace.load(FINDINGS / "vllm-padding-cut-by-long-prefill-cap-crashes.json")
-    with pytest.raises(AssertionError) as caught:
-        replay(trace, VllmEngine, "safety")
-    assert not isinstance(caught.value, InvariantViolationError)
-    assert str(caught.traceback[-1].path).endswith("vllm/v1/core/sched/scheduler.py")
-    replay(trace, reference_engine, "safety")
 
 
 # ------------------------------------------------------------ by name, from the CLI
@@ -410,7 +469,8 @@ def built_configs(monkeypatch: pytest.MonkeyPatch) -> list[SchedulerConfig]:
 def test_by_short_name_it_runs_on_its_own_configs_and_passes(
     args: list[str], says: str, built_configs: list[SchedulerConfig], tmp_path: Path
 ) -> None:
-    """No --configs: vLLM's default configs leave drafts off (F1-F3), and it passes."""
+    """No --configs: vLLM's default configs (both modes, drafts as vLLM runs them, outside
+    the known corners), and it passes."""
     from click.testing import CliRunner
 
     from schedspec.cli.main import main
@@ -419,8 +479,7 @@ def test_by_short_name_it_runs_on_its_own_configs_and_passes(
     result = CliRunner().invoke(main, [*args, *flags])
     assert result.exit_code == 0, result.output
     assert says in result.output
-    assert "configs from schedspec.properties.adapters.vllm:vllm_configs_without_drafts" in (
-        result.output
-    )
+    assert "configs from schedspec.properties.adapters.vllm:vllm_default_configs" in (result.output)
     assert len(built_configs) > 8  # the probe, then one per example
-    assert {c.num_speculative_tokens for c in built_configs} == {0}
+    assert all(unsupported_reason(c) is None for c in built_configs)
+    assert all(avoid_known_corners(c) == c for c in built_configs)

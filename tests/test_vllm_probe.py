@@ -16,7 +16,6 @@ from schedspec.properties.adapters.vllm import VLLM_LOGGING_VARIABLES, unsupport
 from schedspec.properties.adapters.vllm_probe import (
     CACHE_VARIABLES,
     FAMILIES,
-    MAX_STEPS,
     Family,
     ProbeError,
     empty_caches,
@@ -29,14 +28,16 @@ from tests.vllm_required import require_vllm
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_the_families_are_every_drafter_policy_and_caching_combination() -> None:
-    combinations = {(f.drafter, f.policy, f.prefix_caching) for f in FAMILIES}
-    assert len(FAMILIES) == len(combinations) == 12
+def test_the_families_are_every_drafter_policy_caching_and_mode_combination() -> None:
+    combinations = {(f.drafter, f.policy, f.prefix_caching, f.async_scheduling) for f in FAMILIES}
+    assert len(FAMILIES) == len(combinations) == 24
     assert combinations == set(
-        itertools.product(("none", "ngram", "eagle"), ("fcfs", "priority"), (False, True))
+        itertools.product(
+            ("none", "ngram", "eagle"), ("fcfs", "priority"), (False, True), (False, True)
+        )
     )
     # Each one is a config the adapter runs as stated (nothing made expressible).
-    assert [unsupported_reason(f.config()) for f in FAMILIES] == [None] * 12
+    assert [unsupported_reason(f.config()) for f in FAMILIES] == [None] * 24
 
 
 def test_each_drafter_is_the_config_the_adapter_maps_to_it() -> None:
@@ -46,18 +47,28 @@ def test_each_drafter_is_the_config_the_adapter_maps_to_it() -> None:
     assert (ngram.num_speculative_tokens, ngram.lookahead_tokens) == (2, 0)
     assert (eagle.num_speculative_tokens, eagle.lookahead_tokens) == (2, 2)
     assert (eagle.policy, eagle.enable_prefix_caching) == ("priority", True)
+    # vLLM pads whenever it speculates.
+    assert (none.pad_spec_decode, ngram.pad_spec_decode, eagle.pad_spec_decode) == (
+        False,
+        True,
+        True,
+    )
 
 
 def test_step_family_runs_the_requests_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     # The reference makes vLLM's decisions, so it takes the steps vLLM takes: 42 and 41
     # prompt tokens over a 64-token budget are two steps of prefill (one with a 32-token
-    # prefix-cache hit), then decodes, fewer of them with accepted drafts.
+    # prefix-cache hit), then decodes, fewer of them with accepted drafts. Async
+    # scheduling schedules two steps more: the one scheduled while the last step that
+    # samples is in flight, and the one after that, which finds nothing more to do.
     monkeypatch.setattr(vllm_probe, "VllmEngine", ReferenceEngine)
     steps = {str(f): step_family(f) for f in FAMILIES}
-    assert steps["drafter=none, policy=fcfs, prefix caching off"] == 4
-    assert steps["drafter=none, policy=fcfs, prefix caching on"] == 3
-    assert steps["drafter=eagle, policy=priority, prefix caching on"] == 2
-    assert sorted(steps.values()) == [2] * 4 + [3] * 6 + [4] * 2
+    assert steps["drafter=none, policy=fcfs, prefix caching off, sync"] == 4
+    assert steps["drafter=none, policy=fcfs, prefix caching off, async"] == 6
+    assert steps["drafter=none, policy=fcfs, prefix caching on, sync"] == 3
+    assert steps["drafter=eagle, policy=priority, prefix caching on, sync"] == 2
+    assert steps["drafter=eagle, policy=priority, prefix caching on, async"] == 4
+    assert sorted(steps.values()) == [2] * 4 + [3] * 6 + [4] * 6 + [5] * 6 + [6] * 2
 
 
 class _NeverSchedules(ReferenceEngine):
@@ -70,7 +81,7 @@ class _NeverSchedules(ReferenceEngine):
 
 def test_requests_left_unfinished_are_a_probe_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vllm_probe, "VllmEngine", _NeverSchedules)
-    with pytest.raises(ProbeError, match=f"still unfinished after {MAX_STEPS} steps"):
+    with pytest.raises(ProbeError, match="drafter=none, policy=fcfs, prefix caching off, sync: "):
         step_family(FAMILIES[0])
 
 
@@ -86,7 +97,7 @@ def test_a_failing_family_is_named_and_the_probe_exits_1(
     assert vllm_probe.main() == 1
     printed = capsys.readouterr()
     assert (
-        "ProbeError: drafter=eagle, policy=fcfs, prefix caching off: ValueError: "
+        "ProbeError: drafter=eagle, policy=fcfs, prefix caching off, sync: ValueError: "
         "Model architectures ['EagleLlamaForCausalLM'] failed"
     ) in printed.err
     assert printed.out.startswith("vLLM probe: FAILED")
@@ -124,7 +135,7 @@ def test_the_probe_passes_here_quietly_and_leaves_the_users_caches_alone(tmp_pat
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("vLLM probe: built and stepped 12 VllmEngines")
+    assert result.stdout.startswith("vLLM probe: built and stepped 24 VllmEngines")
     # Not a line of vLLM's config warnings, nor torch's "Triton not available".
     assert result.stderr == ""
     assert not user.exists()

@@ -10,6 +10,8 @@ the reference breaks at the head of the line too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from schedspec.gpu_impl import prefix_index
@@ -26,11 +28,12 @@ from schedspec.gpu_impl.flat_index import flat_rows, pick, put_flat, selected, w
 from schedspec.gpu_impl.step_plan import (
     SCHEDULED_NEW,
     SCHEDULED_RESUMED,
+    SCHEDULED_RUNNING,
     StepPlan,
     blocks_to_allocate,
     commit,
 )
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import PLACEHOLDER_TOKEN_ID, SchedulerConfig
 
 
 def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan) -> None:
@@ -38,18 +41,83 @@ def schedule_waiting(state: BatchState, config: SchedulerConfig, plan: StepPlan)
     # only turns admitted heads from queued to running, so later rounds update the counts
     # of the instances still open on [I] alone.
     queued, running = plan.queued, plan.running
+    awaiting = None
+    if config.async_scheduling:
+        # Requests awaiting stale output are passed over where they stand: the others
+        # are the queue admission walks.
+        awaiting = awaits_stale_output(state)
+        queued = queued - awaiting.sum(dim=1)
     open_ = (queued > 0) & (running < config.max_num_seqs) & (plan.budget > 0)
     if plan.some_preempted:
         # A step that preempted admits nothing: freed blocks go to running requests first.
         open_ &= ~plan.preempted.any(dim=1)
     inst = selected(open_)
     queued, running = queued.index_select(0, inst), running.index_select(0, inst)
+    may_pad = _may_pad(state, config, plan, inst)
     while inst.numel() > 0:
-        admitted = _admit_heads(state, config, plan, inst, running > 0)
+        admitted = _admit_heads(state, config, plan, inst, running > 0, awaiting, may_pad)
         queued, running = queued - 1, running + 1
         go_on = admitted & (queued > 0) & (running < config.max_num_seqs)
         left = selected(go_on & (plan.budget.index_select(0, inst) > 0))
         inst, queued, running = (pick(t, left) for t in (inst, queued, running))
+        if may_pad is not None:
+            may_pad = may_pad.only(left)
+
+
+def awaits_stale_output(state: BatchState) -> torch.Tensor:
+    """[B, S] the queued requests whose output from before their preemption is still in
+    flight: resumed now, they would compute again a position that output delivers."""
+    # WAITING (1) and PREEMPTED (3) are the odd codes.
+    return ((state.status & 1) == 1) & (state.num_stale > 0)
+
+
+@dataclass(frozen=True)
+class _PadGate:
+    """Per open instance, what spec-decode padding asks of the running phase's step: no
+    running request scheduled in it continues a prefill (no_chunk: its flag is from the
+    step before, as the running phase read it), and whether any running request is in it
+    (runs). Admissions change neither."""
+
+    no_chunk: torch.Tensor
+    runs: torch.Tensor
+
+    def only(self, keep: torch.Tensor) -> _PadGate:
+        """The gate of the instances at positions keep (from `selected`)."""
+        return _PadGate(pick(self.no_chunk, keep), pick(self.runs, keep))
+
+
+def _may_pad(
+    state: BatchState, config: SchedulerConfig, plan: StepPlan, inst: torch.Tensor
+) -> _PadGate | None:
+    """The padding gate of instances inst, or None without pad_spec_decode."""
+    if not config.pad_spec_decode:
+        return None
+    scheduled = plan.kind.index_select(0, inst) == SCHEDULED_RUNNING
+    chunk = (scheduled & state.is_prefill_chunk.index_select(0, inst)).any(dim=1)
+    return _PadGate(~chunk, scheduled.any(dim=1))
+
+
+def _padding(
+    config: SchedulerConfig,
+    gate: _PadGate,
+    num_new: torch.Tensor,
+    num_hit: torch.Tensor,
+    budget: torch.Tensor,
+    cap: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Spec-decode padding of the heads ([I]): a head with exactly one token to compute,
+    in a step where no running request's prefill continues and either some running
+    request runs or the head hit the prefix cache, is scheduled as 1 + K tokens (K
+    placeholder drafts) if that leaves room below max_model_len for the token it
+    samples. Returns (padded, waits): waits where the padded count is over the budget
+    left (the head is refused: vLLM prefers no step to an unpadded one); not padded where
+    the long-prefill cap (BIG: none) would cut it (vLLM pads and then fails its own
+    assertion, docs/FINDINGS.md F3)."""
+    size = 1 + config.num_speculative_tokens
+    candidate = (num_new == 1) & (num_hit + size + 1 <= config.max_model_len)
+    candidate &= gate.no_chunk & (gate.runs | (num_hit > 0))
+    waits = candidate & (budget < size)
+    return candidate & ~waits & (cap >= size), waits
 
 
 def longest_cached_prefix(
@@ -114,20 +182,28 @@ def _admit_heads(
     plan: StepPlan,
     inst: torch.Tensor,
     running: torch.Tensor,
+    awaiting: torch.Tensor | None,
+    may_pad: _PadGate | None,
 ) -> torch.Tensor:
     """Try to admit each instance's queue head (`running`: whether something in the
-    instance runs); True where it was admitted. Reads and writes go through flat_index
-    (one head per instance: the pairs are distinct)."""
+    instance runs; awaiting: [B, S] the queued requests passed over, None without async
+    scheduling; may_pad: the padding gate, None without padding); True where it was
+    admitted. Reads and writes go through flat_index (one head per instance: the pairs
+    are distinct)."""
     status = state.status.index_select(0, inst)
     # WAITING (1) and PREEMPTED (3) are the odd codes; the others never head the queue.
+    queued = status & 1
+    if awaiting is not None:
+        # A request awaiting stale output is passed over: the head is the first other.
+        queued = queued & ~awaiting.index_select(0, inst)
     keys = state.wait_key.index_select(0, inst)
     if config.policy == "fcfs":
         # fcfs keys are counters, far from -+2**62: queued keys drop by BIG, below every
         # other slot's, in one add instead of a compare and a masked fill (whose branches
         # mispredict). Priority keys span about 2**63: they take the masked fill.
-        keys = torch.add(keys, status & 1, alpha=-BIG)
+        keys = torch.add(keys, queued, alpha=-BIG)
     else:
-        keys.masked_fill_((status & 1) == 0, BIG)
+        keys.masked_fill_(queued == 0, BIG)
     head = torch.argmin(keys, dim=1)
     # The heads' flat rows in the [B, S] tensors: every read and write below goes there.
     row = flat_rows(state.status, inst, head)
@@ -135,7 +211,12 @@ def _admit_heads(
     oldest, is_hit, num_hit_blocks = _cached_prefix(state, config, inst, row, num_tokens)
     num_hit = num_hit_blocks * config.block_size
     budget = plan.budget.index_select(0, inst)
-    tokens = torch.minimum(num_tokens - num_hit, plan.cap.index_select(0, inst))  # BIG: none
+    cap = plan.cap.index_select(0, inst)  # BIG: none
+    tokens = torch.minimum(num_tokens - num_hit, cap)
+    padded = waits = None
+    if may_pad is not None:
+        padded, waits = _padding(config, may_pad, num_tokens - num_hit, num_hit, budget, cap)
+        tokens = torch.where(padded, 1 + config.num_speculative_tokens, tokens)
     # Head-of-line without chunking: nothing behind a head that does not fit is tried.
     fits_budget = None if config.enable_chunked_prefill else tokens <= budget
     tokens = torch.minimum(tokens, budget)
@@ -154,6 +235,8 @@ def _admit_heads(
     ok = torch.maximum(whole, chunk) <= free - spare
     if fits_budget is not None:
         ok &= fits_budget
+    if waits is not None:
+        ok &= ~waits
     # A queued request has computed nothing and holds no blocks (preemption resets both,
     # a freed slot is emptied): the writes of those counts add to zeros (scatter_add_:
     # about half index_add_'s cost on the CPU).
@@ -180,7 +263,18 @@ def _admit_heads(
     state.status.view(-1).scatter_add_(0, row, (RUNNING - head_status) * admitted)
     put_flat(state.run_key.view(-1), row, state.next_run.index_select(0, inst), ok)
     state.next_run.index_add_(0, inst, admitted)
+    if padded is not None:
+        _mark_padded(config, plan, pick(row, selected(padded & ok)))
     return ok
+
+
+def _mark_padded(config: SchedulerConfig, plan: StepPlan, rows: torch.Tensor) -> None:
+    """The padded admissions at flat rows `rows` verify K drafts, all placeholders."""
+    if rows.numel() == 0:
+        return
+    k = config.num_speculative_tokens  # >= 1 with padding: the drafts' full width
+    write_rows(plan.num_drafts, rows, k)
+    plan.drafts.view(-1, k).index_fill_(0, rows, PLACEHOLDER_TOKEN_ID)
 
 
 class _HitEntries:

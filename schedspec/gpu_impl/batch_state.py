@@ -72,7 +72,13 @@ class BatchState:
     stops: torch.Tensor  # [B, S, Q] stop token ids, NO_TOKEN padded
     spec: torch.Tensor  # [B, S, K] drafts to verify next step
     num_spec: torch.Tensor
-    is_prefill_chunk: torch.Tensor  # bool: the last step stopped short of num_tokens
+    is_prefill_chunk: torch.Tensor  # bool: the last step stopped short of the known tokens
+    # The pipeline (async scheduling; docs/SPEC.md): tokens scheduled whose output has
+    # not landed, the output positions of in-flight sampling steps (1 + drafts each,
+    # async only), and the in-flight tokens of steps from before a preemption.
+    num_in_flight: torch.Tensor
+    num_placeholders: torch.Tensor
+    num_stale: torch.Tensor
     table: torch.Tensor  # [B, S, M] block ids, NO_BLOCK padded
     num_held: torch.Tensor  # blocks in the table
     num_cached_block: torch.Tensor  # leading table blocks registered in the prefix cache
@@ -150,6 +156,9 @@ def empty_state(
         spec=full((b, s, k), NO_TOKEN),
         num_spec=full((b, s), 0),
         is_prefill_chunk=torch.zeros((b, s), dtype=torch.bool, device=device),
+        num_in_flight=full((b, s), 0),
+        num_placeholders=full((b, s), 0),
+        num_stale=full((b, s), 0),
         table=full((b, s, m), NO_BLOCK),
         num_held=full((b, s), 0),
         num_cached_block=full((b, s), 0),

@@ -21,11 +21,12 @@ from schedspec.gpu_impl.batch_state import (
     PREEMPTED,
     RUNNING,
     TOMBSTONE,
+    WAITING,
     BatchState,
 )
 from schedspec.gpu_impl.free_queue import ring_disagrees
-from schedspec.gpu_impl.step_plan import StepPlan
-from schedspec.spec import SchedulerConfig
+from schedspec.gpu_impl.step_plan import SCHEDULED_RESUMED, SCHEDULED_RUNNING, StepPlan
+from schedspec.spec import PLACEHOLDER_TOKEN_ID, SchedulerConfig
 
 StateCheck = Callable[[BatchState, SchedulerConfig], torch.Tensor]
 StepCheck = Callable[[BatchState, StepPlan, SchedulerConfig], torch.Tensor]
@@ -112,10 +113,12 @@ def budget(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.
 
 
 def no_overshoot(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
-    """NO-OVERSHOOT: a scheduled request computes at most its tokens and verified drafts,
-    and stays below max_model_len (the sampled token needs a position)."""
+    """NO-OVERSHOOT: a scheduled request computes at most its tokens, the output
+    positions in flight and its verified drafts (a padded admission's placeholders
+    among them), and stays below max_model_len (the sampled token needs a position)."""
     scheduled = plan.scheduled > 0
-    past_known = state.num_computed > state.num_tokens + plan.num_drafts
+    limit = state.num_tokens + plan.placeholders_before + plan.num_drafts
+    past_known = state.num_computed > limit
     past_len = state.num_computed >= config.max_model_len
     return (scheduled & (past_known | past_len)).any(dim=1)
 
@@ -136,8 +139,54 @@ def preempt_reset(state: BatchState, plan: StepPlan, config: SchedulerConfig) ->
         & (state.num_held == 0)
         & (state.num_spec == 0)
         & (plan.scheduled == 0)
+        & (state.num_placeholders == 0)
+        & (state.num_stale == state.num_in_flight)  # all its output in flight is stale
     )
     return (plan.preempted & ~reset).any(dim=1)
+
+
+def max_tokens(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """MAX-TOKENS: a running request whose step in flight is sure to bring it to
+    max_tokens (all its drafts rejected still counted) is not scheduled again."""
+    placeholders = plan.placeholders_before
+    sure = plan.computed_before + 2 - placeholders
+    done = (placeholders > 0) & (sure >= state.num_prompt + state.max_tokens)
+    return ((plan.kind == SCHEDULED_RUNNING) & done).any(dim=1)
+
+
+def stale_hold(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """STALE-HOLD: a preempted request is not resumed while output from before its
+    preemption is in flight (schedule() moves no stale count but a preemption's)."""
+    return ((plan.kind == SCHEDULED_RESUMED) & (state.num_stale > 0)).any(dim=1)
+
+
+def pipeline(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
+    """PIPELINE: the in-flight, placeholder and stale counts are >= 0 with placeholders
+    and stale tokens at most the tokens in flight; without async scheduling there are no
+    placeholders, stale tokens or placeholder drafts, with it a request's drafts are all
+    placeholders; a WAITING request has nothing in flight, a PREEMPTED one no
+    placeholders and all its in-flight tokens stale, a RUNNING one none stale, its
+    confirmed computed tokens short of its last known token, and no placeholders while
+    its last step was a prefill chunk."""
+    live = state.status != EMPTY
+    in_flight, placeholders, stale = state.num_in_flight, state.num_placeholders, state.num_stale
+    bad = (torch.minimum(torch.minimum(in_flight, placeholders), stale) < 0) | (
+        torch.maximum(placeholders, stale) > in_flight
+    )
+    drafts = torch.arange(state.spec.shape[2], device=state.device) < state.num_spec.unsqueeze(2)
+    placeholder = state.spec == PLACEHOLDER_TOKEN_ID
+    if config.async_scheduling:
+        bad |= (drafts & ~placeholder).any(dim=2)
+    else:
+        bad |= (placeholders != 0) | (stale != 0) | (drafts & placeholder).any(dim=2)
+    status = state.status
+    bad |= (status == WAITING) & (in_flight != 0)
+    bad |= (status == PREEMPTED) & ((placeholders != 0) | (stale != in_flight))
+    confirmed = state.num_computed - in_flight
+    running_bad = (stale != 0) | (confirmed < 0) | (confirmed > state.num_tokens - 1)
+    running_bad |= state.is_prefill_chunk & (placeholders != 0)
+    bad |= (status == RUNNING) & running_bad
+    return (live & bad).any(dim=1)
 
 
 STATE_CHECKS: tuple[tuple[str, StateCheck], ...] = (
@@ -147,12 +196,15 @@ STATE_CHECKS: tuple[tuple[str, StateCheck], ...] = (
     ("SEQS", seqs),
     ("QUEUES", queued_hold_nothing),
     ("NO-LEAK", no_leak),
+    ("PIPELINE", pipeline),
 )
 STEP_CHECKS: tuple[tuple[str, StepCheck], ...] = (
     ("BUDGET", budget),
     ("NO-OVERSHOOT", no_overshoot),
     ("KV-COVER", kv_cover),
     ("PREEMPT-RESET", preempt_reset),
+    ("MAX-TOKENS", max_tokens),
+    ("STALE-HOLD", stale_hold),
 )
 CHECK_IDS: tuple[str, ...] = tuple(name for name, _ in (*STATE_CHECKS, *STEP_CHECKS))
 

@@ -32,7 +32,7 @@ from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread, wri
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
-from schedspec.spec import RequestError, SchedulerConfig
+from schedspec.spec import PLACEHOLDER_TOKEN_ID, RequestError, SchedulerConfig
 
 
 def default_device() -> torch.device:
@@ -57,6 +57,9 @@ class NewRequests:
 class UpdateResult:
     kept: torch.Tensor  # [B, S] sampled tokens kept (tokens past a stop are dropped)
     finish: torch.Tensor  # [B, S] NOT_FINISHED or a FINISHED_* code
+    # [B, S] bool: output that landed for a request preempted after its step was
+    # scheduled (delivered, moving no reset counter). None without async scheduling.
+    stale: torch.Tensor | None = None
 
 
 class BatchedScheduler:
@@ -138,6 +141,10 @@ class BatchedScheduler:
             (st.num_preemptions, zero),
             (st.eos, new.eos),
             (st.num_spec, zero),
+            # A slot's last request may have left with steps in flight.
+            (st.num_in_flight, zero),
+            (st.num_placeholders, zero),
+            (st.num_stale, zero),
         ):
             write_rows(field, row, value)
         write_rows(st.is_prefill_chunk, row, False)
@@ -182,21 +189,43 @@ class BatchedScheduler:
     @torch.inference_mode()
     def schedule(self, active: torch.Tensor | None = None) -> StepPlan:
         """One schedule() for every instance (or those `active`): the running loop, then
-        admissions where nothing was preempted; computed counts advance at once."""
-        st = self.state
+        admissions where nothing was preempted; computed counts advance at once and the
+        step goes in flight (with async scheduling, its sampling requests' output
+        positions become placeholders and their next drafts placeholders too)."""
+        st, config = self.state, self.config
         if active is None:
             active = torch.ones(st.batch, dtype=torch.bool, device=self.device)
-        plan = StepPlan.start(st, self.config, active)
-        schedule_running(st, self.config, plan)
-        schedule_waiting(st, self.config, plan)
+        plan = StepPlan.start(st, config, active)
+        schedule_running(st, config, plan)
+        schedule_waiting(st, config, plan)
         st.num_computed += plan.scheduled
-        # Where scheduled, whether the step stopped short of the known tokens; elsewhere
-        # unchanged (bool xor and and: a where on bools costs several times as much).
-        # In place: the state's tensors stay the ones made outside inference mode.
+        st.num_in_flight += plan.scheduled
+        # Where scheduled, whether the step stopped short of the known tokens and the
+        # in-flight outputs; elsewhere unchanged (bool xor and and: a where on bools
+        # costs several times as much). In place: the state's tensors stay the ones made
+        # outside inference mode.
+        scheduled = plan.scheduled > 0
+        known = st.num_tokens
+        if config.async_scheduling:
+            known = known + st.num_placeholders
+        short = st.num_computed < known
         was = st.is_prefill_chunk
-        short = st.num_computed < st.num_tokens
-        was ^= (short ^ was) & (plan.scheduled > 0)
+        was ^= (short ^ was) & scheduled
+        if config.async_scheduling:
+            self._add_output_placeholders(plan, scheduled & ~short)
         return plan
+
+    def _add_output_placeholders(self, plan: StepPlan, samples: torch.Tensor) -> None:
+        """Async: each scheduled step that samples (`samples`, [B, S]) counts its 1 + drafts
+        output positions as placeholders, and the request's next drafts are K placeholders
+        the model runner proposes itself, so the next step is scheduled before this
+        one's output lands."""
+        st, k = self.state, self.config.num_speculative_tokens
+        rows = selected(samples)
+        st.num_placeholders.view(-1).scatter_add_(0, rows, pick(plan.num_drafts, rows) + 1)
+        if k > 0:
+            write_rows(st.num_spec, rows, k)
+            st.spec.view(-1, k).index_fill_(0, rows, PLACEHOLDER_TOKEN_ID)
 
     # ------------------------------------------------------------------ outputs
 
@@ -207,21 +236,40 @@ class BatchedScheduler:
         count: torch.Tensor,
         num_drafts: torch.Tensor,
         rank: torch.Tensor,
+        scheduled: torch.Tensor,
     ) -> UpdateResult:
-        """Apply the model's tokens ([B, S, T], count[b, s] of them; 0: nothing sampled):
-        roll back rejected drafts, append up to a stop, register, free the finished
-        in scheduling order (rank: the sampling requests' ranks are distinct within an
-        instance and in [0, S), as a plan's are)."""
+        """Land a step: the scheduled[b, s] tokens it ran for each request leave flight (0
+        where it did not run the slot's request: a slot emptied or taken by a new request
+        since holds none of its tokens). Then apply the model's tokens ([B, S, T],
+        count[b, s] of them; 0: nothing sampled): roll back rejected drafts, append up to
+        a stop, register, free the finished in scheduling order (rank: the sampling
+        requests' ranks are distinct within an instance and in [0, S), as a plan's are).
+        Output for a request preempted after the step was scheduled is stale: its tokens
+        are appended (and may finish it) but move none of the counters the preemption
+        reset."""
         st, config = self.state, self.config
+        st.num_in_flight -= scheduled
+        stale = self._land_stale(scheduled)
         # Only the sampling requests take tokens: a small share of the slots, compacted
         # once (the hashing below reads the same rows).
         row = selected((count > 0) & (st.status != EMPTY))
         t, m = tokens.shape[2], st.req_hash.shape[2]
         sampled, num_tokens = tokens.reshape(-1, t).index_select(0, row), pick(st.num_tokens, row)
-        kept_rows, finish_rows = self._first_finish(row, sampled, pick(count, row), num_tokens)
+        count_rows, drafts_rows = pick(count, row), pick(num_drafts, row)
+        kept_rows, finish_rows = self._first_finish(row, sampled, count_rows, num_tokens)
         # Roll back the rejected drafts and drop the tokens past a stop at once:
         # computed + (count - 1 - drafts) - (count - kept).
-        moved = kept_rows - 1 - pick(num_drafts, row)
+        moved = kept_rows - 1 - drafts_rows
+        registers = row  # without async scheduling: every sampling request
+        if stale is not None:
+            stale_rows = pick(stale, row)
+            moved.masked_fill_(stale_rows, 0)
+            had = self._resolve_placeholders(row, stale_rows, count_rows, drafts_rows)
+            running = pick(st.status, row) == RUNNING
+            takes_part = ~stale_rows & running
+            if config.num_speculative_tokens == 0:
+                takes_part &= had
+            registers = pick(row, selected(takes_part))
         st.num_computed.view(-1).scatter_add_(0, row, moved)
         kept, finish = spread(kept_rows, row, count.shape), spread(finish_rows, row, count.shape)
         # The sampling rows only (a scatter: an add over [B, S] costs the whole width).
@@ -236,29 +284,68 @@ class BatchedScheduler:
         )
         write_rows(st.req_hash, row.index_select(0, done.row) * m + done.index, done.ids)
         write_rows(st.hash_acc, row, acc)
-        if config.num_speculative_tokens > 0 and config.enable_prefix_caching:
-            self._register_accepted(row, count, rank)
+        if config.enable_prefix_caching and (
+            config.num_speculative_tokens > 0 or config.async_scheduling
+        ):
+            self._register_landed(registers, rank)
         # The finished requests are known packed: freed without a pass over every slot.
         finished = pick(row, selected(finish_rows > 0))
         release_rows(st, finished, pick(rank, finished))
         write_rows(st.status, finished, EMPTY)
-        return UpdateResult(kept=kept, finish=finish)
+        return UpdateResult(kept=kept, finish=finish, stale=stale)
 
-    def _register_accepted(
-        self, row: torch.Tensor, count: torch.Tensor, rank: torch.Tensor
-    ) -> None:
-        """Register the blocks that accepted drafts filled (the schedule-time registration
-        could not know them), in rank order per instance. Only the instances where a
-        sampling request (flat rows `row`) now holds a full block it has not registered
-        take part: a few hundred of thousands, each registering what it would among all."""
+    def _land_stale(self, scheduled: torch.Tensor) -> torch.Tensor | None:
+        """[B, S] where the landing step's output is stale (its request was preempted after
+        it was scheduled); those stale tokens are no longer in flight. None without async
+        scheduling: a synchronous step lands before the next schedule() can preempt."""
         st = self.state
-        full = floor_div(pick(st.num_computed, row), self.config.block_size)
-        inst = self._instances_of(pick(row, selected(full > pick(st.num_cached_block, row))))
-        sampling = (count.index_select(0, inst) > 0) & (st.status.index_select(0, inst) != EMPTY)
-        ordered = _by_rank(sampling, rank.index_select(0, inst))
-        rows = flat_rows(st.num_computed, inst.unsqueeze(1), ordered.clamp(min=0))
-        upto = pick(st.num_computed, rows) * (ordered >= 0)
-        register_blocks(st, inst, rows, upto, self.config.block_size)
+        if not self.config.async_scheduling:
+            return None
+        stale = (st.num_stale > 0) & (scheduled > 0)
+        st.num_stale -= scheduled * stale
+        return stale
+
+    def _resolve_placeholders(
+        self,
+        row: torch.Tensor,
+        stale: torch.Tensor,
+        count: torch.Tensor,
+        num_drafts: torch.Tensor,
+    ) -> torch.Tensor:
+        """Async: the sampling requests at flat rows `row` that are not stale resolve their
+        step's placeholders: the rejected drafts' first, then one per token returned
+        (those past a stop too). Returns, per row, whether placeholders were left to
+        resolve after the rejected ones (the request was pipelined)."""
+        st = self.state
+        before = pick(st.num_placeholders, row)
+        rejected = num_drafts + 1 - count
+        after_rejected = torch.where(before > 0, before - rejected, before)
+        had = after_rejected > 0
+        after = torch.where(had, after_rejected - count, after_rejected)
+        write_rows(st.num_placeholders, row, torch.where(stale, before, after))
+        return had
+
+    def _register_landed(self, rows: torch.Tensor, rank: torch.Tensor) -> None:
+        """cache_blocks up to the confirmed computed tokens (computed - in flight: KV whose
+        step has landed) for the requests at flat rows `rows`, in rank order per instance:
+        accepted drafts and pipelined steps fill blocks the schedule-time registration
+        could not know about. Only the instances where such a request now holds a full
+        landed block it has not registered take part: a few hundred of thousands, each
+        registering what it would among all."""
+        st = self.state
+
+        def confirmed(at: torch.Tensor) -> torch.Tensor:
+            return pick(st.num_computed, at) - pick(st.num_in_flight, at)
+
+        full = floor_div(confirmed(rows), self.config.block_size)
+        inst = self._instances_of(pick(rows, selected(full > pick(st.num_cached_block, rows))))
+        if inst.numel() == 0:
+            return
+        mask = torch.zeros(st.status.numel(), dtype=torch.bool, device=self.device)
+        mask = mask.index_fill_(0, rows, True).view(st.status.shape).index_select(0, inst)
+        ordered = _by_rank(mask, rank.index_select(0, inst))
+        at = flat_rows(st.num_computed, inst.unsqueeze(1), ordered.clamp(min=0))
+        register_blocks(st, inst, at, confirmed(at) * (ordered >= 0), self.config.block_size)
 
     def _instances_of(self, rows: torch.Tensor) -> torch.Tensor:
         """The distinct instances, ascending, that the flat [B, S] rows `rows` belong to."""

@@ -118,24 +118,48 @@ class _Reads:
     num_tokens: torch.Tensor
     num_spec: torch.Tensor
     held: torch.Tensor  # blocks in the table before the commit
+    # The known tokens and the in-flight steps' output positions, which a step counts as
+    # known (drafts ride past them): num_tokens itself without async scheduling.
+    known: torch.Tensor
+    # Async: where the in-flight step is sure to bring the request to max_tokens (it is
+    # skipped: scheduled again it could only compute a position past them); None without.
+    done: torch.Tensor | None
 
     @staticmethod
-    def at(state: BatchState, inst: torch.Tensor, slots: torch.Tensor) -> _Reads:
+    def at(
+        state: BatchState, config: SchedulerConfig, inst: torch.Tensor, slots: torch.Tensor
+    ) -> _Reads:
         """At slots[i, r] (all real slot ids) of instances inst[i]."""
         rows = flat_rows(state.status, inst.unsqueeze(1), slots)
+        computed = pick(state.num_computed, rows)
+        num_tokens = pick(state.num_tokens, rows)
+        known, done = num_tokens, None
+        if config.async_scheduling:
+            placeholders = pick(state.num_placeholders, rows)
+            known = num_tokens + placeholders
+            # computed counts the in-flight step's tokens and placeholders its 1 + drafts
+            # positions: computed + 2 - placeholders tokens are sure once it lands.
+            sure = computed + 2 - placeholders
+            done = (placeholders > 0) & (
+                sure >= pick(state.num_prompt, rows) + pick(state.max_tokens, rows)
+            )
         return _Reads(
             rows=rows,
-            computed=pick(state.num_computed, rows),
-            num_tokens=pick(state.num_tokens, rows),
+            computed=computed,
+            num_tokens=num_tokens,
             num_spec=pick(state.num_spec, rows),
             held=pick(state.num_held, rows),
+            known=known,
+            done=done,
         )
 
 
 def _demand(config: SchedulerConfig, cap: torch.Tensor, reads: _Reads) -> torch.Tensor:
     """Tokens each running request would take with the budget unlimited (cap: [I, 1])."""
-    want = reads.num_tokens + reads.num_spec
+    want = reads.known + reads.num_spec
     want -= reads.computed
+    if reads.done is not None:
+        want.masked_fill_(reads.done, 0)
     want = torch.minimum(want, cap, out=want)  # the long-prefill cap (BIG: none)
     # Leave room for the token this step samples: positions stay < max_model_len.
     room = config.max_model_len - 1 - reads.computed
@@ -184,7 +208,7 @@ def _segment(
     keys, order = keys[:, :s], order[:, :s]
     # Compared on the slice: a contiguous mask (an & with a strided one took 30 us, not 2).
     valid = keys < PASSED
-    reads = _Reads.at(state, inst, order)
+    reads = _Reads.at(state, config, inst, order)
     demand = _demand(config, _of(plan.cap, inst, everyone).unsqueeze(1), reads)
     # Padding (past num_eligible) comes after every real request of its row, so what it
     # asks for changes no real request's share; it only has to be left unscheduled.
@@ -245,7 +269,7 @@ def _retry(
     preempt(state, config, plan, inst, victim)
     itself = victim == request
     tokens = stuck.tokens.unsqueeze(1)
-    reads = _Reads.at(state, inst, request.unsqueeze(1))
+    reads = _Reads.at(state, config, inst, request.unsqueeze(1))
     ends = reads.computed + tokens
     blocks = _blocks_needed(config, reads, ends, tokens > 0)
     fits = ~itself & (blocks.squeeze(1) <= num_free_blocks(state)[inst])
@@ -304,8 +328,10 @@ def _commit_running(
 ) -> None:
     """Schedule the running requests order[i, r] where go holds; drafts ride in the same
     budget (a short budget drops the trailing ones) and are consumed either way. ends is
-    computed + tokens."""
+    computed + tokens. Blocks are registered up to the known tokens; drafts are the
+    tokens past the known ones and the in-flight outputs."""
     upto = torch.minimum(ends, reads.num_tokens)
+    past = upto if reads.known is reads.num_tokens else torch.minimum(ends, reads.known)
     at, committed = commit(
         state,
         config,
@@ -320,6 +346,6 @@ def _commit_running(
     )
     # The committed rows are distinct; held was read before the commit took blocks.
     write_rows(plan.new_from, committed, pick(reads.held, at))
-    # Drafts verified: the tokens scheduled past the known ones (ends - upto).
-    write_rows(plan.num_drafts, committed, pick(ends.sub_(upto), at))
+    # Drafts verified: the tokens scheduled past the known ones (ends - past).
+    write_rows(plan.num_drafts, committed, pick(ends.sub_(past), at))
     write_rows(state.num_spec, committed, 0)

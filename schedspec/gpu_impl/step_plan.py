@@ -38,6 +38,9 @@ class StepPlan:
     next_rank: torch.Tensor  # [B]
     kind: torch.Tensor  # [B, S] NOT_SCHEDULED / SCHEDULED_*
     computed_before: torch.Tensor  # [B, S] num_computed_tokens before the step
+    # [B, S] output placeholders before the step: the in-flight outputs the runner
+    # counts (CachedRequestData.num_output_tokens) and the demand counted past num_tokens.
+    placeholders_before: torch.Tensor
     new_from: torch.Tensor  # [B, S] table index where this step's new blocks start
     drafts: torch.Tensor  # [B, S, K] the drafts each request held at the start
     num_drafts: torch.Tensor  # [B, S] drafts verified this step
@@ -71,6 +74,7 @@ class StepPlan:
             next_rank=torch.zeros_like(state.next_arrival),
             kind=torch.zeros_like(per_slot),
             computed_before=state.num_computed.clone(),
+            placeholders_before=state.num_placeholders.clone(),
             new_from=torch.zeros_like(per_slot),
             drafts=state.spec.clone(),
             num_drafts=torch.zeros_like(per_slot),
@@ -140,7 +144,9 @@ def preempt(
     slot: torch.Tensor,
 ) -> None:
     """Preemption by recomputation of slot[i] in instance inst[i]: drop all KV, keep the
-    tokens, queue it again at the head (fcfs) or where its key puts it (priority)."""
+    tokens, queue it again at the head (fcfs) or where its key puts it (priority). Output
+    still in flight for it turns stale: delivered when it lands, but moving none of the
+    counters reset here."""
     mask = torch.zeros((inst.numel(), state.slots), dtype=torch.bool, device=inst.device)
     mask[torch.arange(inst.numel(), device=inst.device), slot] = True
     release_tables(state, inst, mask, torch.zeros_like(state.status[inst]))
@@ -148,6 +154,8 @@ def preempt(
     state.num_computed[inst, slot] = 0
     state.num_spec[inst, slot] = 0
     state.num_preemptions[inst, slot] += 1
+    state.num_stale[inst, slot] = state.num_in_flight[inst, slot]
+    state.num_placeholders[inst, slot] = 0
     if config.policy == "fcfs":
         state.wait_front[inst] -= 1
         state.wait_key[inst, slot] = state.wait_front[inst]

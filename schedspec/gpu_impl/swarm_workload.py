@@ -16,9 +16,11 @@ CPU): each value's chance is within 2**-15 of 1 / n (a draft count's
 15-bit lane; 2**-21 or 2**-31 elsewhere).
 
 One tick: maybe abort a live request, maybe add one, propose drafts for
-running requests, schedule, let the model answer (accepted drafts and an
-occasional forced stop are drawn; the tokens are the accepted drafts, then
-one drawn token or the stop token), update. Stop tokens lie outside the
+running requests (not with async scheduling), schedule, let the model answer
+the step that lands (the one just scheduled, or with async scheduling the
+oldest in flight, swarm_queue.py; accepted drafts and an occasional forced
+stop are drawn; the tokens are the accepted drafts, placeholder drafts drawn,
+then one drawn token or the stop token), update. Stop tokens lie outside the
 model's vocabulary, so only a drawn stop ends a request early: a trace's
 Step decisions then say everything the model decided.
 """
@@ -35,6 +37,8 @@ from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests, UpdateResul
 from schedspec.gpu_impl.flat_index import pick, selected
 from schedspec.gpu_impl.hashing import mix64
 from schedspec.gpu_impl.step_plan import StepPlan
+from schedspec.gpu_impl.swarm_queue import StepInFlight, SwarmQueue
+from schedspec.spec import PLACEHOLDER_TOKEN_ID
 
 assert min(WAITING, RUNNING, PREEMPTED) > EMPTY  # _add finds empty slots by a minimum
 
@@ -47,8 +51,8 @@ PROMPT_VOCAB = 8
 # Purposes: independent streams of the counter-based generator.
 _ABORT, _ABORT_PICK, _ADD, _LENGTH, _TOKENS, _MAX_TOKENS = 1, 2, 3, 4, 5, 6
 _EOS, _PRIORITY, _DRAFTS, _ACCEPT_STOP, _SAMPLE, _PREFIX = 7, 8, 9, 10, 11, 12
-_DRAFT_TOKENS = 13
-_PURPOSES = 13  # purposes are 1.._PURPOSES
+_DRAFT_TOKENS, _PLACEHOLDERS = 13, 14
+_PURPOSES = 14  # purposes are 1.._PURPOSES
 # draw_small's lanes: a 64-bit draw viewed as 8-, 16- or 32-bit integers (each lane's
 # top bit is masked off, so the signed views give values >= 0).
 _LANE_DTYPES = {8: torch.uint8, 16: torch.int16, 32: torch.int32}
@@ -76,7 +80,14 @@ class Tick:
     added: tuple[NewRequests, NewRequests]
     proposing: torch.Tensor  # [B, S] bool: the slots that proposed drafts (the running)
     proposed: torch.Tensor  # [B, S] how many drafts, where proposing (any value elsewhere)
-    plan: StepPlan
+    # [B] the instances that called schedule() (with async scheduling, those with
+    # something to schedule); None: every instance.
+    schedules: torch.Tensor | None
+    plan: StepPlan  # the step scheduled (instances that did not schedule: nothing in it)
+    # The step that landed: the plan itself without async scheduling; with it, in each
+    # instance, the oldest step in flight where one landed (`lands`, [B]).
+    landed: StepInFlight
+    lands: torch.Tensor | None  # None: every instance landed the plan
     accepted: torch.Tensor  # [B, S] drafts accepted per sampling request (0 elsewhere)
     stopped: torch.Tensor  # [B, S] bool: the model emitted the stop token
     sampled: torch.Tensor  # [B, S] tokens emitted (0: none)
@@ -111,6 +122,7 @@ class SwarmWorkload:
         longest = self.config.max_model_len - 1
         self._pattern = (torch.arange(longest, device=engine.device) * 5 // 3) % PROMPT_VOCAB
         self._starts = torch.empty(0, dtype=torch.int64, device=engine.device)
+        self.queue = SwarmQueue(engine.state, engine.config.async_scheduling)
 
     @torch.inference_mode()
     def draws(
@@ -142,18 +154,42 @@ class SwarmWorkload:
 
     @torch.inference_mode()
     def tick(self, after_schedule: Callable[[StepPlan], None] | None = None) -> Tick:
-        """One tick for every instance; after_schedule sees the plan before the model runs."""
-        engine = self.engine
+        """One tick for every instance, in the engine core's order (swarm_queue.py):
+        aborts, arrivals, drafts (not with async scheduling: the model runner proposes
+        placeholders itself), schedule() where there is something to schedule, then the
+        model answers the step that lands and update applies it. after_schedule sees
+        the plan before the model runs."""
+        engine, queue = self.engine, self.queue
         aborted = self._abort()
         added = self._add()
         proposing, proposed = self._propose()
-        plan = engine.schedule()
+        schedules = queue.schedules(engine.state)
+        plan = engine.schedule() if schedules is None else engine.schedule(schedules)
         if after_schedule is not None:
             after_schedule(plan)
-        accepted, stopped, tokens, count = self._model(plan)
-        result = engine.update_from_output(tokens, count, plan.num_drafts, plan.rank)
+        landed, lands = queue.land(engine.state, plan, schedules)
+        accepted, stopped, tokens, count = self._model(landed, lands)
+        scheduled = landed.scheduled
+        if lands is not None:
+            # Only where a step lands, and only the requests it was scheduled for.
+            scheduled = scheduled * (landed.still_there(engine.state) & lands.unsqueeze(1))
+        result = engine.update_from_output(tokens, count, landed.num_drafts, landed.rank, scheduled)
+        queue.finished(result.finish > 0)
         self.tick_index += 1
-        return Tick(aborted, added, proposing, proposed, plan, accepted, stopped, count, result)
+        return Tick(
+            aborted,
+            added,
+            proposing,
+            proposed,
+            schedules,
+            plan,
+            landed,
+            lands,
+            accepted,
+            stopped,
+            count,
+            result,
+        )
 
     # ------------------------------------------------------------------ events
 
@@ -169,7 +205,9 @@ class SwarmWorkload:
         mask = torch.arange(st.slots, device=st.device) == chosen.unsqueeze(1)
         self.engine.finish_requests(mask, torch.zeros_like(live, dtype=torch.int64), inst)
         slot = torch.full_like(abort_draw, -1)
-        return slot.scatter_(0, inst, torch.where(chosen < st.slots, chosen, -1))
+        slot.scatter_(0, inst, torch.where(chosen < st.slots, chosen, -1))
+        self.queue.finished(slot >= 0)
+        return slot
 
     def _add(self) -> tuple[NewRequests, NewRequests]:
         st = self.engine.state
@@ -253,9 +291,11 @@ class SwarmWorkload:
         return lanes.view(_LANE_DTYPES[lane_bits])[:, :width].to(torch.int64)
 
     def _propose(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The running slots propose drafts: ([B, S] which slots, how many there)."""
+        """The running slots propose drafts: ([B, S] which slots, how many there). Not
+        with async scheduling: vLLM's engine core then never calls
+        update_draft_token_ids (the model runner fills the placeholder drafts)."""
         st, k = self.engine.state, self.config.num_speculative_tokens
-        if k == 0:
+        if k == 0 or self.config.async_scheduling:
             return torch.zeros_like(st.status, dtype=torch.bool), torch.zeros_like(st.status)
         mask = st.status == RUNNING
         # Counts from 15-bit lanes for every slot; the engine reads the running slots'
@@ -268,13 +308,16 @@ class SwarmWorkload:
         return mask, count
 
     def _model(
-        self, plan: StepPlan
+        self, plan: StepInFlight, lands: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Who samples (a step that reached the known tokens), how many drafts pass,
+        """For the step that lands (in the instances `lands`, None: all): who samples (a
+        request still there whose step reached its known tokens), how many drafts pass,
         whether the last token is the stop token, and the tokens themselves."""
         st, k = self.engine.state, self.config.num_speculative_tokens
         before = plan.computed_before + plan.scheduled - plan.num_drafts
         samples = (plan.scheduled > 0) & (before >= st.num_tokens)
+        if lands is not None:
+            samples &= plan.still_there(st) & lands.unsqueeze(1)
         # Accepted drafts and stops, drawn for every slot (cheaper than finding the
         # sampling slots: see _propose) and kept for the sampling slots (0 elsewhere):
         # one 31-bit lane each, the stop from its top 10 bits, the accepted drafts
@@ -292,7 +335,12 @@ class SwarmWorkload:
         # [B, S], with token draws for every position, cost a fifth more; a scatter
         # along the last dimension of [B, S, k + 1] twice as much as this one).
         last = torch.where(stop, STOP_TOKEN, self.draw_small(_SAMPLE, st.slots))
-        tokens = torch.cat([plan.drafts[..., :k], last.unsqueeze(2)], dim=2)
+        drafts = plan.drafts[..., :k]
+        if self.config.async_scheduling or self.config.pad_spec_decode:
+            # Placeholder drafts are the model runner's own guesses: drawn here.
+            guesses = self.draw_small(_PLACEHOLDERS, st.slots * k).view(st.batch, st.slots, k)
+            drafts = torch.where(drafts == PLACEHOLDER_TOKEN_ID, guesses, drafts)
+        tokens = torch.cat([drafts, last.unsqueeze(2)], dim=2)
         at = self._token_starts() + accepted.view(-1)
         tokens.view(-1).scatter_(0, at, last.view(-1))
         return accepted, stop, tokens, count

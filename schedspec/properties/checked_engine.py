@@ -6,7 +6,7 @@ engines through this one class, so a trace found by one replays in the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
@@ -15,11 +15,11 @@ from schedspec.properties.engine_contract import malformed_output, malformed_sta
 from schedspec.properties.engine_errors import EngineContractError, engine_call_of
 from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import FakeModel, StepDecisions
-from schedspec.properties.kv_oracle import KVContentOracle
+from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
 from schedspec.properties.pipeline import BatchQueue
 from schedspec.properties.profiles import choose_profile, claimed_profiles
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import SchedulerConfig, SchedulerOutput, State
+from schedspec.spec import SchedulerConfig, State
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -72,15 +72,6 @@ class CheckStats:
         return counts
 
 
-@dataclass(frozen=True)
-class InFlightStep:
-    """A scheduled step whose output has not landed yet."""
-
-    output: SchedulerOutput
-    # The incarnation (arrival index) of each id the step was scheduled for.
-    arrivals: Mapping[str, int]
-
-
 class CheckedEngine:
     def __init__(
         self,
@@ -110,7 +101,7 @@ class CheckedEngine:
         self._hashes = ChainHashes(config.block_size)
         self._kv_content = KVContentOracle(self._hashes)
         self._finished_since_schedule: set[str] = set()
-        self._in_flight: BatchQueue[InFlightStep] = BatchQueue(config)
+        self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
         }
@@ -255,7 +246,7 @@ class CheckedEngine:
         """vLLM's has_requests: unfinished requests, or finished ones not yet reported."""
         return bool(self.state.requests or self._finished_since_schedule)
 
-    def _schedule(self) -> tuple[InFlightStep, list[Violation]]:
+    def _schedule(self) -> tuple[ScheduledStep, list[Violation]]:
         self.stats.steps += 1
         pre = self.state
         output = self.engine.schedule()
@@ -271,24 +262,19 @@ class CheckedEngine:
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
-        arrivals = {
-            rid: mid.requests[rid].arrival
-            for rid in output.num_scheduled_tokens
-            if rid in mid.requests
-        }
         if not found:
             self._finished_since_schedule.clear()
             self._kv_content.on_schedule(pre, output, mid)
-        return InFlightStep(output, arrivals), found
+        return ScheduledStep.of(output, mid), found
 
-    def _land(self, step: InFlightStep, decisions: StepDecisions) -> list[Violation]:
+    def _land(self, step: ScheduledStep, decisions: StepDecisions) -> list[Violation]:
         """Run the model on the oldest step in flight and apply its output."""
         output = step.output
         model_output = self.model.execute(output, decisions)
         pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self._snapshot()
-        self._kv_content.on_land(output, step.arrivals, pre, model_output)
+        self._kv_content.on_land(step, pre, model_output, self.model.sampled_at)
         self._finished_since_schedule.update(r for r in pre.requests if r not in post.requests)
         self.state = post
         updated = UpdateTransition(

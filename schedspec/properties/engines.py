@@ -45,20 +45,17 @@ ENGINES: dict[str, NamedEngine] = {
     engine.name: engine
     for engine in (
         NamedEngine("reference", "schedspec.properties.reference_adapter:reference_engine"),
-        # gpu_impl with B = 1 (synchronous, no spec-decode padding).
-        NamedEngine(
-            "gpu",
-            "schedspec.properties.adapters.gpu:gpu_engine",
-            configs="schedspec.properties.strategies:sync_configs",
-            needs=(TORCH,),
-        ),
-        # vLLM 0.33.0's Scheduler. Its default configs leave speculative decoding
-        # off: with drafts vLLM pads one-token admissions with placeholder drafts
-        # (docs/FINDINGS.md F1-F3), which every drafts config trips before anything else.
+        # gpu_impl with B = 1, on the suite's own configs (async scheduling and
+        # spec-decode padding included).
+        NamedEngine("gpu", "schedspec.properties.adapters.gpu:gpu_engine", needs=(TORCH,)),
+        # vLLM 0.33.0's scheduler (AsyncScheduler or Scheduler, as its engine core picks),
+        # on configs as vLLM runs them: sync and async, with and without drafts, padding
+        # on with drafts, and the corners of its known findings (docs/FINDINGS.md F2, F3)
+        # left out, so a run fails only on something new.
         NamedEngine(
             "vllm",
             "schedspec.properties.adapters.vllm:VllmEngine",
-            configs="schedspec.properties.adapters.vllm:vllm_configs_without_drafts",
+            configs="schedspec.properties.adapters.vllm:vllm_default_configs",
             needs=(VLLM,),
         ),
     )

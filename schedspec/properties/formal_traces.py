@@ -1,11 +1,13 @@
 """A Z3 counterexample run (schedspec.spec.formal.bmc.Reached) as a replayable trace.
 
 Slot i becomes request r<i>, added in slot order; each model step becomes a
-Step event whose decisions fix the accepted drafts, followed by a
-ProposeDrafts event for the drafts the model proposed. Prompts hold
-distinct tokens and max_tokens is max_model_len, so requests end only at
-max_model_len, as in the search. The harness's model draws tokens from a
-vocabulary without EOS, so no request stops early.
+Step event (one engine step) whose decisions fix the drafts accepted in the
+output that lands in it, followed, for a synchronous engine, by a
+ProposeDrafts event for the drafts the model proposed (the async engine core
+proposes none). Prompts hold distinct tokens and max_tokens is the search's,
+so requests end at max_tokens or max_model_len, as in the search. The
+harness's model draws tokens from a vocabulary without EOS, so no request
+stops early.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def reached_config(reached: Reached) -> SchedulerConfig:
         policy="fcfs",
         num_speculative_tokens=c.num_speculative_tokens,
         num_lookahead_tokens=c.num_lookahead_tokens,
+        async_scheduling=c.async_scheduling,
+        pad_spec_decode=c.pad_spec_decode,
     )
 
 
@@ -49,7 +53,7 @@ def to_trace(reached: Reached, drain: bool = True) -> Trace:
             AddRequest(
                 request_id=request_id(slot),
                 prompt_token_ids=tuple(range(first, first + length)),
-                max_tokens=config.max_model_len,
+                max_tokens=reached.max_tokens[slot],
             )
         )
     for choices in reached.steps:

@@ -15,13 +15,12 @@ old content is forgotten.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from schedspec.spec import (
     BlockHash,
     ModelRunnerOutput,
     RequestState,
-    RequestStatus,
     SchedulerOutput,
     State,
 )
@@ -60,38 +59,66 @@ class KVContentOracle:
 
     def on_land(
         self,
-        output: SchedulerOutput,
-        arrivals: Mapping[str, int],
+        step: ScheduledStep,
         pre: State,
         model_output: ModelRunnerOutput,
+        sampled_at: Mapping[str, int],
     ) -> None:
-        """When a step's output lands (pre: the state just before): the step started at
-        each request's confirmed computed tokens and wrote valid KV up to its kept tokens
-        but the last (the newly sampled token has none yet), accepted drafts included;
-        a prefill chunk, up to its end."""
+        """When a sampling step's output lands (pre: the state just before; sampled_at:
+        where the model runner found each request's next position when it ran the step):
+        the step computed its n - d known tokens up to that position, then its d drafts,
+        so it wrote valid KV from position - (n - d) up to its kept tokens but the last
+        (the newly sampled token has none yet), accepted drafts included, into the table
+        it was scheduled with. Stale output counts too: the step ran although its request
+        was preempted since; its blocks keep that KV unless handed to another request
+        (the step scheduled after it, which overwrites them)."""
         bs = self.block_size
         max_model_len = pre.config.max_model_len
-        for rid, num in output.num_scheduled_tokens.items():
-            request = pre.requests.get(rid)
-            if request is None or request.arrival != arrivals.get(rid, request.arrival):
-                continue  # finished or aborted meanwhile, or the id names another request
-            if request.status is not RequestStatus.RUNNING or request.num_stale_output_tokens:
-                continue  # preempted since the step was scheduled: its blocks are gone
-            start = request.num_computed_tokens - request.num_in_flight_tokens
+        held_by = {b: rid for rid, r in pre.requests.items() for b in r.block_ids}
+        drafts = step.output.scheduled_spec_decode_tokens
+        for rid, num in step.output.num_scheduled_tokens.items():
             sampled = tuple(model_output.sampled_token_ids.get(rid, ()))
-            if sampled:
-                kept = min(expected_kept(request, sampled, max_model_len), len(sampled))
-                end = request.num_tokens + kept - 1
-                # The kept tokens name the content of the blocks they complete.
+            request = pre.requests.get(rid)
+            if not sampled or request is None or request.arrival != step.arrivals.get(rid):
+                continue  # a chunk (recorded when scheduled), or finished or aborted since
+            start = sampled_at[rid] - (num - len(drafts.get(rid, ())))
+            kept = min(expected_kept(request, sampled, max_model_len), len(sampled))
+            end = request.num_tokens + kept - 1
+            if end // bs > request.num_tokens // bs:
+                # Kept tokens complete a block: they name its content.
                 request = replace(
                     request, output_token_ids=request.output_token_ids + sampled[:kept]
                 )
-            else:
-                end = min(start + num, request.num_tokens)
-            self._remember(request, start // bs, end // bs)
+            own = self.hashes.of(request)
+            table = step.tables[rid]
+            for index in range(start // bs, min(end // bs, len(table), len(own))):
+                block = table[index]
+                if held_by.get(block, rid) == rid:
+                    self.written[block] = own[index]
 
     def _remember(self, request: RequestState, first: int, end: int) -> None:
         own = self.hashes.of(request)
         table = request.block_ids
         for index in range(first, min(end, len(table), len(own))):
             self.written[table[index]] = own[index]
+
+
+@dataclass(frozen=True)
+class ScheduledStep:
+    """A scheduled step as the oracle needs it when it lands: the output, and for each
+    request it scheduled the incarnation (arrival index) and block table it had then."""
+
+    output: SchedulerOutput
+    arrivals: Mapping[str, int]
+    tables: Mapping[str, tuple[int, ...]]
+
+    @staticmethod
+    def of(output: SchedulerOutput, mid: State) -> ScheduledStep:
+        """From the output and the state schedule() left."""
+        requests = mid.requests
+        scheduled = [rid for rid in output.num_scheduled_tokens if rid in requests]
+        return ScheduledStep(
+            output,
+            {rid: requests[rid].arrival for rid in scheduled},
+            {rid: requests[rid].block_ids for rid in scheduled},
+        )

@@ -78,6 +78,15 @@ def configs(
     budget = draw(_integers(low, max(low, 2 * max_model_len)))
     threshold = draw(_threshold_draws(max_model_len))
     num_spec = draw(_NUM_SPEC_DRAWS)
+    # Drawn in this order (shrinking and stored examples depend on it).
+    caching = draw(st.booleans())
+    watermark = draw(_WATERMARK_DRAWS)
+    policy = draw(_POLICY_DRAWS)
+    lookahead = draw(_LOOKAHEAD_DRAWS) if num_spec else None
+    pipelined = draw(st.booleans()) if async_scheduling is None else async_scheduling
+    pad = num_spec > 0 and (draw(st.booleans()) if pad_spec_decode is None else pad_spec_decode)
+    if pad:
+        budget = max(budget, 1 + num_spec)  # a padded admission must fit the budget
     return SchedulerConfig(
         block_size=block_size,
         num_blocks=num_blocks,
@@ -86,14 +95,13 @@ def configs(
         max_model_len=max_model_len,
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=threshold,
-        enable_prefix_caching=draw(st.booleans()),
-        watermark=draw(_WATERMARK_DRAWS),
-        policy=draw(_POLICY_DRAWS),
+        enable_prefix_caching=caching,
+        watermark=watermark,
+        policy=policy,
         num_speculative_tokens=num_spec,
-        num_lookahead_tokens=draw(_LOOKAHEAD_DRAWS) if num_spec else None,
-        async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
-        pad_spec_decode=num_spec > 0
-        and (draw(st.booleans()) if pad_spec_decode is None else pad_spec_decode),
+        num_lookahead_tokens=lookahead,
+        async_scheduling=pipelined,
+        pad_spec_decode=pad,
     )
 
 
@@ -124,11 +132,6 @@ def checked_configs(
             "not a SchedulerConfig"
         )
     return config
-
-
-def sync_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
-    """configs() for an engine that runs synchronously, without spec-decode padding."""
-    return configs(max_model_len_cap, async_scheduling=False, pad_spec_decode=False)
 
 
 # A priority draw of URGENT stands for an urgent arrival: a request more urgent

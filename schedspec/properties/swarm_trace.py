@@ -80,7 +80,7 @@ def _tick_events(tick: Tick, names: dict[int, str], arrivals: int, events: list[
     if drafts:
         events.append(ProposeDrafts(drafts))
     sampled = tick.sampled[0].tolist()
-    num_drafts = tick.plan.num_drafts[0].tolist()
+    num_drafts = tick.landed.num_drafts[0].tolist()
     accepted = tick.accepted[0].tolist()
     stopped = tick.stopped[0].tolist()
     decisions = StepDecisions(
@@ -95,7 +95,11 @@ def _tick_events(tick: Tick, names: dict[int, str], arrivals: int, events: list[
 
 
 def drive(engine: EngineAdapter, trace: Trace) -> Iterator[int]:
-    """Replay a trace on an engine with no checks (for timing); yields after each step."""
+    """Replay a synchronous trace on an engine with no checks (for timing); yields after
+    each step. An async trace's steps land in the batch queue's order, which the
+    harness keeps (checked_engine.replay): it is refused here."""
+    if trace.config.async_scheduling:
+        raise ValueError("drive: an async_scheduling trace replays through the harness")
     model = FakeModel(
         seed=trace.model.seed,
         vocab_size=trace.model.vocab_size,

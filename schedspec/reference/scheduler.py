@@ -61,6 +61,7 @@ class Scheduler:
         # Steps scheduled whose output has not been applied, oldest first, with the
         # requests each scheduled: an id can be aborted and reused meanwhile.
         self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
+        self._drafting = config.num_speculative_tokens > 0
 
     # ----------------------------------------------------------------- requests
 
@@ -111,17 +112,17 @@ class Scheduler:
         if not step.preempted:
             self._schedule_waiting(step, cap)
         output = self._build_output(step)
-        self._update_after_schedule(step)
+        self._in_flight.append((output, self._update_after_schedule(step)))
         self.finished_req_ids = set()
-        scheduled = {rid: self.requests[rid] for rid in step.num_scheduled_tokens}
-        self._in_flight.append((output, scheduled))
         return output
 
-    def _update_after_schedule(self, step: StepPlan) -> None:
+    def _update_after_schedule(self, step: StepPlan) -> dict[str, Request]:
         """Advance the scheduled requests as if their step had run (vLLM does the same);
-        update_from_output corrects for rejected drafts and stops."""
+        update_from_output corrects for rejected drafts and stops. Returns them by id."""
+        requests = self.requests
+        scheduled: dict[str, Request] = {}
         for rid, num_tokens in step.num_scheduled_tokens.items():
-            request = self.requests[rid]
+            scheduled[rid] = request = requests[rid]
             request.num_computed_tokens += num_tokens
             request.num_in_flight_tokens += num_tokens
             request.is_prefill_chunk = (
@@ -129,6 +130,7 @@ class Scheduler:
             )
         if self.config.async_scheduling:
             self._add_output_placeholders(step)
+        return scheduled
 
     def _add_output_placeholders(self, step: StepPlan) -> None:
         """Async: each scheduled step that samples adds its 1 + drafts output positions
@@ -162,7 +164,7 @@ class Scheduler:
         while req_index < len(running) and step.token_budget > 0:
             request = running[req_index]
             computed = request.num_computed_tokens
-            if sure_to_reach_max_tokens(
+            if request.num_output_placeholders and sure_to_reach_max_tokens(
                 computed,
                 request.num_output_placeholders,
                 request.num_prompt_tokens,
@@ -394,34 +396,40 @@ class Scheduler:
 
         Returns, per request that sampled, the tokens it kept and its finish status.
         """
-        if not self._in_flight or self._in_flight[0][0] is not scheduler_output:
+        in_flight = self._in_flight
+        if not in_flight or in_flight[0][0] is not scheduler_output:
             raise OutputError(
                 "scheduler_output",
                 "must be the oldest step this scheduler scheduled and has not applied "
                 "(outputs are applied once each, in the order scheduled)",
             )
-        scheduled = self._in_flight[0][1]
+        scheduled = in_flight[0][1]
+        requests = self.requests
 
         def num_known_tokens(request_id: str) -> int | None:
-            # Output lands only on the request it was scheduled for.
-            request = self.requests.get(request_id)
+            # Output lands only on the request it was scheduled for (finished ones
+            # are gone from requests).
+            request = requests.get(request_id)
             if request is None or request is not scheduled.get(request_id):
                 return None
-            return self._num_known_tokens(request_id)
+            return len(request.all_token_ids)
 
         sampling = sampling_requests(
             scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
         )
-        self._in_flight.popleft()
+        in_flight.popleft()
         stale = self._land_in_flight_tokens(scheduler_output, scheduled)
         stopped: set[str] = set()
         stopped_waiting: set[str] = set()  # stale output stopped a preempted request
         outputs: dict[str, RequestOutput] = {}
+        running_status = RequestStatus.RUNNING
         for rid, tokens, num_drafts in sampling:
-            request = self.requests[rid]
-            was_running = request.status is RequestStatus.RUNNING
-            outputs[rid] = self._apply_sampled(request, tokens, num_drafts, rid in stale)
-            if request.is_finished:
+            request = requests[rid]
+            was_running = request.status is running_status
+            outputs[rid] = output = self._apply_sampled(
+                request, tokens, num_drafts, bool(stale) and rid in stale
+            )
+            if output.finish_status is not None:
                 (stopped if was_running else stopped_waiting).add(rid)
                 self._free_request(request)
         if stopped:
@@ -436,8 +444,9 @@ class Scheduler:
         """The step's tokens are no longer in flight; return the live requests whose
         output from it is stale (they were preempted after it was scheduled)."""
         stale: set[str] = set()
+        requests = self.requests
         for rid, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            request = self.requests.get(rid)
+            request = requests.get(rid)
             if request is None or request is not scheduled[rid]:
                 continue  # finished or aborted while the step ran: its output is dropped
             request.num_in_flight_tokens -= num_tokens
@@ -459,28 +468,22 @@ class Scheduler:
             )
             if request.num_output_placeholders > 0:
                 request.num_output_placeholders -= rejected
-        was_running = request.status is RequestStatus.RUNNING
+        status = request.status
         had_placeholders = request.num_output_placeholders > 0
         kept = append_output_tokens(request, tokens, self.config.max_model_len, trim=not stale)
-        if not stale and had_placeholders:
+        if stale:
+            finish = request.status if request.status.is_finished else None
+            return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, None)
+        if had_placeholders:
             # Every returned position resolves a placeholder, those dropped at a stop too.
             request.num_output_placeholders -= len(tokens)
-        if (
-            not stale
-            and was_running
-            and (had_placeholders or self.config.num_speculative_tokens > 0)
-        ):
+        if status is RequestStatus.RUNNING and (had_placeholders or self._drafting):
             # Accepted drafts filled blocks the schedule-time registration could not
             # know about; only KV whose step has landed is registered.
             self.kv_cache_manager.cache_blocks(request, request.num_confirmed_computed_tokens)
-        finish = request.status if request.is_finished else None
-        computed = None if stale else request.num_confirmed_computed_tokens
-        return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, computed)
-
-    def _num_known_tokens(self, request_id: str) -> int | None:
-        """A live request's prompt + output length; None once aborted or finished."""
-        request = self.requests.get(request_id)
-        return None if request is None or request.is_finished else request.num_tokens
+        finish = request.status if request.status.is_finished else None
+        confirmed = request.num_computed_tokens - request.num_in_flight_tokens
+        return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, confirmed)
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Set the drafts to verify next step. Drafts for a finished, unknown,

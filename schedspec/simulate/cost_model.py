@@ -14,6 +14,11 @@ Attention's own FLOPs and everything below the roofline (kernel launches,
 sampling, the CPU side) are left out, so this is a lower bound: set
 step_overhead_s or lower peak_flops to fit a measured engine.
 
+step_overhead_s is the CPU's share of a step (scheduling, preparing inputs). A
+synchronous engine pays it before every step; under async scheduling the CPU
+prepares the next step while the GPU runs this one, so a step takes the longer
+of the two rather than their sum (overlapped=True).
+
 Defaults: Llama-2-7B in bf16 on one NVIDIA H100 SXM 80 GB.
 - Llama-2-7B: 6.74e9 parameters (Touvron et al. 2023, table 1), 32 layers,
   hidden size 4096, 32 KV heads (no grouped-query attention). Weights:
@@ -98,12 +103,16 @@ class CostModel:
                     f"({getattr(self, numerator):.3g} / {getattr(self, denominator):.3g})",
                 )
 
-    def step_time(self, work: StepWork) -> float:
-        """Seconds one iteration takes (the formula in the module docstring)."""
+    def step_time(self, work: StepWork, overlapped: bool = False) -> float:
+        """Seconds one iteration takes (the formula in the module docstring); with the
+        CPU's share overlapped with the GPU's (async scheduling), the longer of the two."""
         weights = self.weight_bytes / self.hbm_bandwidth
         compute = (work.prefill_tokens + work.decode_tokens) * self.flops_per_token
         attention = work.kv_tokens_read * self.kv_bytes_per_token / self.hbm_bandwidth
-        return self.step_overhead_s + max(weights, compute / self.peak_flops) + attention
+        gpu = max(weights, compute / self.peak_flops) + attention
+        if overlapped:
+            return max(self.step_overhead_s, gpu)
+        return self.step_overhead_s + gpu
 
     def default_num_blocks(self, block_size: int) -> int:
         """KV blocks that fit in the memory the weights leave free."""

@@ -181,7 +181,7 @@ def simulate(
             out, model_output, landed.num_tokens, computed, fresh, landed.in_flight
         )
         work = _work(entries, computed)
-        end = clock + cost_model.step_time(work)
+        end = clock + cost_model.step_time(work, overlapped=config.async_scheduling)
         for entry in entries:
             rid = entry.request_id
             timelines[rid].account(entry, computed[rid], rid in fresh, clock)

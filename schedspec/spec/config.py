@@ -136,6 +136,15 @@ class SchedulerConfig:
                 "pads admissions with placeholder drafts, so it needs "
                 "num_speculative_tokens >= 1, got 0",
             )
+        padded = 1 + self.num_speculative_tokens
+        if self.pad_spec_decode and self.max_num_batched_tokens < padded:
+            # A one-token admission after a prefix hit is padded or not admitted at
+            # all: below 1 + K it would wait for budget forever.
+            raise ConfigError(
+                "max_num_batched_tokens",
+                f"must be >= 1 + num_speculative_tokens ({padded}) with pad_spec_decode, "
+                f"got {self.max_num_batched_tokens}",
+            )
         if self.long_prefill_token_threshold > self.max_model_len:
             raise ConfigError(
                 "long_prefill_token_threshold",

@@ -48,6 +48,22 @@ class RequestState:
         return self.num_computed_tokens - self.num_in_flight_tokens
 
     @property
+    def sure_to_reach_max_tokens(self) -> bool:
+        """Is it sure to reach max_tokens once its in-flight sampling step lands, even if
+        every draft of that step is rejected? That step's tokens are in
+        num_computed_tokens and its 1 + drafts positions are placeholders, so
+        computed + 1 - (placeholders - 1) tokens are sure."""
+        placeholders = self.num_output_placeholders
+        sure_tokens = self.num_computed_tokens + 2 - placeholders
+        return placeholders > 0 and sure_tokens >= len(self.prompt_token_ids) + self.max_tokens
+
+    @property
+    def awaits_stale_output(self) -> bool:
+        """A preempted request whose pre-preemption output is still in flight (and will
+        be delivered): resuming it now would compute again a position that output fills."""
+        return self.num_stale_output_tokens > 0 and not self.drop_stale_output
+
+    @property
     def num_tokens_with_spec(self) -> int:
         return self.num_tokens + len(self.spec_token_ids)
 

@@ -41,6 +41,8 @@ def _contended(config: SchedulerConfig) -> SchedulerConfig:
     # Small chunks keep requests alive long enough for more urgent ones to
     # arrive behind them in the running list.
     budget = max(config.max_num_seqs, config.max_model_len // 4)
+    if config.pad_spec_decode:
+        budget = max(budget, 1 + config.num_speculative_tokens)
     return dataclasses.replace(
         _tight_kv(config), enable_chunked_prefill=True, max_num_batched_tokens=budget
     )
@@ -196,7 +198,7 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "async-max-tokens-overrun",
         "scheduler.py",
-        "            if sure_to_reach_max_tokens(\n",
+        "            if request.num_output_placeholders and sure_to_reach_max_tokens(\n",
         "            if False and sure_to_reach_max_tokens(\n",
         "Async: a request whose in-flight step is sure to reach max_tokens is scheduled once "
         "more (vLLM PR #27922).",

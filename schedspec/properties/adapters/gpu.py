@@ -83,13 +83,6 @@ class HostRequest:
         return [*self.request.prompt_token_ids, *self.outputs]
 
 
-@dataclass
-class _LastStep:
-    """What update_from_output needs from the schedule() it answers."""
-
-    rank: dict[str, int]  # request -> position in scheduling order
-
-
 class GpuEngine:
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
 
@@ -101,11 +94,7 @@ class GpuEngine:
         self.requests: dict[str, HostRequest] = {}  # every unfinished request, by arrival
         self.finished_req_ids: set[str] = set()
         self._content: dict[int, BlockHash] = {}  # device content id -> BLAKE2b
-        self._last = _LastStep({})
         self._arrivals = 0
-        # The last step's tokens until its output is applied (the engine steps
-        # synchronously, so at most one step is in flight).
-        self._in_flight: dict[str, int] = {}
 
     # ----------------------------------------------------------------- requests
 
@@ -182,7 +171,6 @@ class GpuEngine:
         plan = self.engine.schedule()
         output = self._build_output(plan)
         self.finished_req_ids = set()
-        self._in_flight = dict(output.num_scheduled_tokens)
         return output
 
     def _build_output(self, plan: StepPlan) -> SchedulerOutput:
@@ -195,6 +183,8 @@ class GpuEngine:
         num_drafts = plan.num_drafts[0].tolist()
         drafts = plan.drafts[0].tolist()
         preempted = plan.preempted[0].tolist()
+        # The runner counts the outputs still in flight too.
+        placeholders = plan.placeholders_before[0].tolist()
         tables = state.table[0].tolist()
         held = state.num_held[0].tolist()
         by_slot = {h.slot: h for h in self.requests.values()}
@@ -207,18 +197,18 @@ class GpuEngine:
             host = by_slot[s]
             rid = host.request.request_id
             table = tuple(tables[s][: held[s]])
+            outputs = len(host.outputs) + placeholders[s]
             if kind[s] == SCHEDULED_NEW:
                 new_reqs.append(
                     NewRequestData(rid, host.request.prompt_token_ids, table, before[s])
                 )
             elif kind[s] == SCHEDULED_RESUMED:
-                resumed.append(CachedRequestData(rid, True, table, before[s], len(host.outputs)))
+                resumed.append(CachedRequestData(rid, True, table, before[s], outputs))
             else:
                 new_ids = table[new_from[s] :]
-                running.append(CachedRequestData(rid, False, new_ids, before[s], len(host.outputs)))
+                running.append(CachedRequestData(rid, False, new_ids, before[s], outputs))
             if num_drafts[s] > 0:
                 spec_tokens[rid] = tuple(drafts[s][: num_drafts[s]])
-        self._last = _LastStep({by_slot[s].request.request_id: i for i, (_, s) in enumerate(order)})
         return SchedulerOutput(
             scheduled_new_reqs=tuple(new_reqs),
             scheduled_cached_reqs=(*running, *resumed),
@@ -237,9 +227,18 @@ class GpuEngine:
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[str, RequestOutput]:
+        """Land the step scheduler_output describes (with async scheduling, not always the
+        latest): its live requests' tokens leave flight and the sampling ones take theirs."""
         sampling = self._sampling_requests(scheduler_output, model_runner_output.sampled_token_ids)
-        self._in_flight = {}
-        if not sampling:
+        # Ranks are positions in scheduling order (num_scheduled_tokens keeps it): the
+        # engine registers and frees in that order. Aborted or finished requests ran no
+        # step of the live ones: their ids no longer name a slot.
+        landing = [
+            (self.requests[rid], num, position)
+            for position, (rid, num) in enumerate(scheduler_output.num_scheduled_tokens.items())
+            if rid in self.requests
+        ]
+        if not landing:
             return {}
         slots = self.engine.state.slots
         width = self.config.num_speculative_tokens + 1
@@ -247,19 +246,24 @@ class GpuEngine:
         count = torch.zeros((1, slots), dtype=torch.int64)
         drafts = torch.zeros((1, slots), dtype=torch.int64)
         rank = torch.zeros((1, slots), dtype=torch.int64)
+        scheduled = torch.zeros((1, slots), dtype=torch.int64)
+        for host, num, position in landing:
+            scheduled[0, host.slot] = num
+            rank[0, host.slot] = position
         for host, sampled, num_drafts in sampling:
             s = host.slot
             tokens[0, s, : len(sampled)] = torch.tensor(list(sampled), dtype=torch.int64)
             count[0, s] = len(sampled)
             drafts[0, s] = num_drafts
-            rank[0, s] = self._last.rank.get(host.request.request_id, 0)
         to = self.device
         result = self.engine.update_from_output(
-            tokens.to(to), count.to(to), drafts.to(to), rank.to(to)
+            tokens.to(to), count.to(to), drafts.to(to), rank.to(to), scheduled.to(to)
         )
         kept = result.kept[0].tolist()
         finish = result.finish[0].tolist()
-        computed = self.engine.state.num_computed[0].tolist()
+        stale = result.stale[0].tolist() if result.stale is not None else [False] * slots
+        state = self.engine.state
+        confirmed = (state.num_computed[0] - state.num_in_flight[0]).tolist()
         outputs: dict[str, RequestOutput] = {}
         for host, sampled, _ in sampling:
             s = host.slot
@@ -269,7 +273,9 @@ class GpuEngine:
             if status is not None:
                 host.request.status = status
             rid = host.request.request_id
-            outputs[rid] = RequestOutput(rid, new_tokens, status, computed[s])
+            # Stale output reports no computed count: the preemption reset it.
+            computed = None if stale[s] else confirmed[s]
+            outputs[rid] = RequestOutput(rid, new_tokens, status, computed)
         self._learn_hashes([host for host, _, _ in sampling])
         for rid, output in outputs.items():
             if output.finish_status is not None:
@@ -350,6 +356,9 @@ class GpuEngine:
         held = st.num_held[0].tolist()
         preemptions = st.num_preemptions[0].tolist()
         chunk = st.is_prefill_chunk[0].tolist()
+        in_flight = st.num_in_flight[0].tolist()
+        placeholders = st.num_placeholders[0].tolist()
+        stale = st.num_stale[0].tolist()
         run_key = st.run_key[0].tolist()
         wait_key = st.wait_key[0].tolist()
         requests: dict[str, RequestState] = {}
@@ -369,7 +378,9 @@ class GpuEngine:
                 max_tokens=r.max_tokens,
                 eos_token_id=r.eos_token_id,
                 stop_token_ids=r.stop_token_ids,
-                num_in_flight_tokens=self._in_flight.get(rid, 0),
+                num_in_flight_tokens=in_flight[s],
+                num_output_placeholders=placeholders[s],
+                num_stale_output_tokens=stale[s],
                 is_prefill_chunk=chunk[s],
             )
         waiting = sorted(

@@ -1,10 +1,12 @@
-"""vLLM V1's Scheduler under schedspec: an EngineAdapter, on CPU, with no model download.
+"""vLLM V1's scheduler under schedspec: an EngineAdapter, on CPU, with no model download.
 
 vLLM is imported only inside this module, and only when an engine is built;
-install it with `scripts/install_vllm.sh VENV_DIR`. The adapter drives vLLM's
-own `Scheduler` (with its KVCacheManager and BlockPool) built as vLLM's unit
-tests build it: a ModelConfig pointed at a temporary folder holding only a
-tiny `config.json` (no tokenizer, no weights, HF_HUB_OFFLINE=1), and a
+install it with `scripts/install_vllm.sh VENV_DIR`. The adapter drives the
+scheduler class vLLM's engine core would build for the config
+(`SchedulerConfig.get_scheduler_cls()`: `AsyncScheduler` with async
+scheduling, else `Scheduler`), with its KVCacheManager and BlockPool, built as
+vLLM's unit tests build it: a ModelConfig pointed at a temporary folder holding
+only a tiny `config.json` (no tokenizer, no weights, HF_HUB_OFFLINE=1), and a
 KVCacheConfig with one full-attention group and no tensors.
 
 Translation of the config (`SchedulerConfig` -> vLLM):
@@ -21,63 +23,114 @@ Translation of the config (`SchedulerConfig` -> vLLM):
   vLLM sets to K. Other lookaheads cannot be expressed and are refused
   (`unsupported_reason`), as are EAGLE configs vLLM itself refuses (a token
   budget <= K).
+- spec-decode padding: vLLM always pads a one-token admission to 1 + K
+  tokens with K placeholder drafts when K > 0 (no dynamic-SD table), so a
+  config with drafts must say pad_spec_decode=True (docs/FINDINGS.md F1);
+  pad_spec_decode=False with drafts is refused (`unsupported_reason`).
+- async scheduling: `async_scheduling` is passed to vLLM's SchedulerConfig
+  explicitly, so VllmConfig's own resolution (it turns an unset flag on
+  wherever the executor supports it) says sync or async as the spec's
+  config does. Sync is what a deployment gets with `--no-async-scheduling`.
+  The engine core then runs a batch queue of `max_concurrent_batches`
+  steps: 2 async, 1 sync, which is the harness's pipeline.BatchQueue.
+- model runner: a GPU deployment of vLLM 0.33.0 runs the V2 model runner
+  for every config the adapter builds (`VllmConfig.use_v2_model_runner`:
+  VLLM_USE_V2_MODEL_RUNNER unset, Triton present, and none of the features
+  V2 lacks: no PP, no micro-batching, n-gram and EAGLE drafters are V2's).
+  The adapter leaves that resolution to vLLM; on this scheduler-only
+  install vLLM's platform is "unspecified", for which the property skips
+  its Triton check and so resolves as on a GPU. Elsewhere (a vLLM CPU
+  build without Triton, or VLLM_USE_V2_MODEL_RUNNER=0) it resolves to V1,
+  which the adapter refuses rather than test a layout no GPU runs; set
+  VLLM_USE_V2_MODEL_RUNNER=1 there. The V2 runner's layout is translated
+  back (see schedule() below).
 - prefix caching hashes with SHA-256, as vLLM's engine does by default;
   with an EAGLE drafter vLLM's block hashes also cover the token after each
   block (its "lookahead hashes"), as in production.
-- the Scheduler runs synchronously (no async scheduling), with the V1 model
-  runner's output layout (a resumed request is a cached one, not a new
-  one) and log_stats off; `_check_translation` refuses to go on if vLLM's
-  config hooks changed any of the values above.
+- log_stats off. `_check_translation` refuses to go on if vLLM's config
+  resolution or hooks changed any of the values above.
 
 Translation of the calls: add_request applies the checks vLLM makes above
 the Scheduler (the front end's prompt-length check, duplicate ids) through
 `schedspec.spec.validate_new_request`, then builds a vLLM Request with the
 engine's block hasher; its arrival_time is its arrival index, so vLLM's
-priority order (priority, arrival_time) is ours. schedule() and
-update_from_output() translate the step records both ways; aborts go one id
-at a time (vLLM iterates a set, which would make a multi-id abort's free
-order, and so later block ids, depend on string hashing).
+priority order (priority, arrival_time) is ours. aborts go one id at a time
+(vLLM iterates a set, which would make a multi-id abort's free order, and so
+later block ids, depend on string hashing).
+
+schedule() translates vLLM's SchedulerOutput to the spec's. The V2 runner
+learns a resumed request whole again: vLLM lists it among
+scheduled_new_reqs, with all its token ids (`prefill_token_ids`: prompt and
+outputs) and its whole block table. The spec, like the V1 runner, says
+"resumed": a CachedRequestData with resumed=True, the whole table, the
+computed count before the step and num_output_tokens = its outputs (a
+resumed request has no placeholders: preemption zeroed them). A new request
+of vLLM's output is resumed exactly when it was PREEMPTED, and only
+preemption makes it so, which its num_preemptions counts.
+
+`SchedulerOutput.skip_drafts` (V2 runner with a lookahead drafter, i.e.
+EAGLE: vLLM's `can_skip_drafts`) tells the model runner to propose no drafts
+after the step, because no scheduled request can use them: each is a
+non-final prefill chunk or sure to reach max_tokens in this step
+(`Scheduler._drafts_unused`). The scheduler's own state does not depend on
+it, and the spec's SchedulerOutput has no such field. The harness's
+FakeModel fills placeholder drafts with the drafter's guesses as if the
+drafter had run: that models vLLM only if vLLM's claim holds, so the adapter
+holds vLLM to it: a request whose last step skipped drafting must not be
+scheduled again with drafts it would verify (the running loop's drafts; an
+admission's padding drafts were never proposed by anyone). Seeing one is a
+RuntimeError naming the request.
+
+update_from_output() lands the oldest step in flight (vLLM's engine core
+lands them in order) and returns what vLLM reports to the front end per
+request (its EngineCoreOutputs: kept tokens and finish reason), which STOP
+checks; vLLM does not report a computed count, so that field stays None.
 
 The refinement mapping (`snapshot`): per request, vLLM's token lists, drafts,
 num_computed_tokens, status, block table (minus the null block offset),
-num_preemptions, priority and arrival index; the waiting queue in the order
-vLLM pops it (kv-holding queue first, then the FCFS deque or the priority
-heap drained in order); the running list; the free queue front to back;
-each block's ref count and cached hash; the prefix-cache map. vLLM names a
-block's content by SHA-256 over pickled tokens, the spec by chained BLAKE2b:
-each vLLM request carries its own block hashes, computed from its tokens, so
-the adapter pairs vLLM hash i of a request with the spec hash of the same
-request's block i (from its tokens, independent of any block table) and
-translates the pool's hashes through that pairing. (With EAGLE's lookahead
-hashes two vLLM hashes can name one spec hash: same block, different next
-token; the prefix-cache map then lists that spec hash twice.)
+num_preemptions, priority and arrival index, and the async pipeline's
+counters (num_in_flight_tokens, num_output_placeholders,
+num_stale_output_tokens, drop_stale_output, is_prefill_chunk); the waiting
+queue in the order vLLM pops it (kv-holding queue first, then the FCFS deque
+or the priority heap drained in order); the running list; the free queue
+front to back; each block's ref count and cached hash; the prefix-cache map.
+vLLM names a block's content by SHA-256 over pickled tokens, the spec by
+chained BLAKE2b: each vLLM request carries its own block hashes, computed
+from its tokens, so the adapter pairs vLLM hash i of a request with the spec
+hash of the same request's block i (from its tokens, independent of any
+block table) and translates the pool's hashes through that pairing. (With
+EAGLE's lookahead hashes two vLLM hashes can name one spec hash: same block,
+different next token; the prefix-cache map then lists that spec hash twice.)
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import strategies as st
 
+from schedspec.properties.adapters.vllm_output import DraftingSkips, spec_block_ids, spec_output
+from schedspec.properties.pipeline import BatchQueue
 from schedspec.properties.strategies import configs
 from schedspec.spec import (
     BlockHash,
-    CachedRequestData,
     ConfigError,
     KVState,
     ModelRunnerOutput,
-    NewRequestData,
     OutputError,
     Request,
     RequestError,
+    RequestOutput,
     RequestState,
     RequestStatus,
     SchedulerConfig,
@@ -262,55 +315,145 @@ def vllm_available() -> bool:
 # ---------------------------------------------------------- config translation
 
 
-def unsupported_reason(config: SchedulerConfig) -> str | None:
-    """Why vLLM cannot run this config as the spec states it, or None if it can."""
+def refusal(config: SchedulerConfig) -> ConfigError | None:
+    """Why vLLM cannot run this config as the spec states it (the field at fault and
+    the reason), or None if it can."""
     k = config.num_speculative_tokens
     lookahead = config.lookahead_tokens
     if k == 0 and lookahead:
-        return (
-            f"num_lookahead_tokens={lookahead} without speculative decoding: vLLM reserves "
-            "lookahead slots only for a drafter (num_speculative_tokens > 0)"
+        return ConfigError(
+            "num_lookahead_tokens",
+            f"{lookahead} without speculative decoding: vLLM reserves lookahead slots "
+            "only for a drafter (num_speculative_tokens > 0)",
         )
     if k and lookahead not in (0, k):
-        return (
-            f"num_lookahead_tokens={lookahead}: vLLM's n-gram drafter has lookahead 0 and "
-            f"its EAGLE drafter lookahead num_speculative_tokens ({k}); nothing else"
+        return ConfigError(
+            "num_lookahead_tokens",
+            f"{lookahead}: vLLM's n-gram drafter has lookahead 0 and its EAGLE drafter "
+            f"lookahead num_speculative_tokens ({k}); nothing else",
         )
     if k and lookahead and config.max_num_batched_tokens <= lookahead:
-        return (
-            f"max_num_batched_tokens ({config.max_num_batched_tokens}) <= "
-            f"num_lookahead_tokens ({lookahead}): vLLM refuses such an EAGLE config"
+        return ConfigError(
+            "max_num_batched_tokens",
+            f"{config.max_num_batched_tokens} <= num_lookahead_tokens ({lookahead}): "
+            "vLLM refuses such an EAGLE config",
+        )
+    if k and not config.pad_spec_decode:
+        return ConfigError(
+            "pad_spec_decode",
+            f"False with num_speculative_tokens={k}: vLLM always pads a one-token "
+            "admission with placeholder drafts when it speculates (docs/FINDINGS.md F1); "
+            "it must be True",
         )
     if config.max_model_len > MAX_MODEL_LEN:
-        return f"max_model_len above {MAX_MODEL_LEN}, the tiny model's position limit"
+        return ConfigError(
+            "max_model_len", f"above {MAX_MODEL_LEN}, the tiny model's position limit"
+        )
     return None
 
 
+def unsupported_reason(config: SchedulerConfig) -> str | None:
+    """`refusal` as one line ("field: reason"), or None if vLLM can run the config."""
+    refused = refusal(config)
+    return None if refused is None else str(refused)
+
+
 def expressible(config: SchedulerConfig) -> SchedulerConfig:
-    """The nearest config vLLM can run: an inexpressible lookahead becomes 0 (n-gram)."""
+    """The nearest config vLLM can run: an inexpressible lookahead becomes 0 (n-gram),
+    a drafter vLLM cannot build goes, and padding is on exactly when it speculates."""
     if unsupported_reason(config) is None:
         return config
-    fixed = replace(config, num_lookahead_tokens=0)
-    if unsupported_reason(fixed) is None:
-        return fixed
-    return replace(fixed, num_speculative_tokens=0)
+    padded = replace(config, pad_spec_decode=config.num_speculative_tokens > 0)
+    if unsupported_reason(padded) is None:
+        return padded
+    ngram = replace(padded, num_lookahead_tokens=0)
+    if unsupported_reason(ngram) is None:
+        return ngram
+    return replace(ngram, num_speculative_tokens=0, pad_spec_decode=False)
 
 
-def vllm_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
-    """The suite's configs, made expressible for vLLM (see `expressible`). The adapter
-    drives the synchronous Scheduler without spec-decode padding for now."""
-    return configs(max_model_len_cap, async_scheduling=False, pad_spec_decode=False).map(
-        expressible
+def vllm_configs(
+    max_model_len_cap: int = 96,
+    *,
+    async_scheduling: bool | None = None,
+    drafts: bool | None = None,
+) -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's configs as vLLM runs them: sync and async, no drafts, n-gram
+    (lookahead 0) and EAGLE (lookahead K) drafters, padding on whenever it
+    speculates (see `expressible`). vLLM's findings F2 and F3 live in here.
+
+    async_scheduling fixes the mode; drafts=True makes every config speculate
+    (K = 0 draws become an EAGLE K = 1), drafts=False none; None draws them.
+    """
+    drawn = configs(max_model_len_cap, async_scheduling=async_scheduling, pad_spec_decode=True)
+    if drafts is not None:
+        drawn = drawn.map(functools.partial(_with_drafts, drafts))
+    return drawn.map(expressible)
+
+
+def _with_drafts(drafts: bool, config: SchedulerConfig) -> SchedulerConfig:
+    if not drafts:
+        return replace(
+            config, num_speculative_tokens=0, num_lookahead_tokens=None, pad_spec_decode=False
+        )
+    if config.num_speculative_tokens:
+        return config
+    return replace(config, num_speculative_tokens=1, pad_spec_decode=True)
+
+
+def avoid_known_corners(config: SchedulerConfig) -> SchedulerConfig:
+    """The config moved out of the corners where vLLM and the spec are known to part
+    (docs/FINDINGS.md), each to the nearest config that keeps the rest of the draw:
+
+    - F2, a vLLM finding (a priority victim keeps the prefix-cache registrations its own
+      step made, so a later hit reads KV never written): needs the priority policy and
+      prefix caching together; under priority, prefix caching goes off.
+    - F3, a vLLM finding (the long-prefill cap cuts the padding and vLLM fails its own
+      assertion): needs padding and 0 < long_prefill_token_threshold < 1 + K; the cap
+      becomes 1 + K (none where max_model_len is below that), so it never cuts a padded
+      admission.
+    - G1, a gap in the reference (FINDINGS "G1"): with an EAGLE drafter vLLM hashes each
+      block together with the token after it, so a prefix-cache hit stops one block
+      earlier wherever the next tokens differ; the reference's hits do not, so the
+      vllm-v1 profile (ADMISSION-STOP, and a lockstep diff) parts there. With prefix
+      caching on, the drafter is n-gram (lookahead 0) until the reference models it.
+
+    Each corner has a test (tests/test_vllm_adapter.py) showing that it still parts,
+    so this narrowing hides nothing else.
+    """
+    if config.policy == "priority" and config.enable_prefix_caching:
+        config = replace(config, enable_prefix_caching=False)
+    padded = 1 + config.num_speculative_tokens
+    if config.pad_spec_decode and 0 < config.long_prefill_token_threshold < padded:
+        cap = padded if padded <= config.max_model_len else 0
+        config = replace(config, long_prefill_token_threshold=cap)
+    if config.enable_prefix_caching and config.lookahead_tokens > 0:
+        config = replace(config, num_lookahead_tokens=0)
+    return config
+
+
+def vllm_default_configs(
+    max_model_len_cap: int = 96,
+    *,
+    async_scheduling: bool | None = None,
+    drafts: bool | None = None,
+) -> st.SearchStrategy[SchedulerConfig]:
+    """`--engine vllm`'s default configs: vllm_configs() outside the corners where vLLM and
+    the spec are known to part (`avoid_known_corners`), so a run fails only on something new."""
+    return vllm_configs(max_model_len_cap, async_scheduling=async_scheduling, drafts=drafts).map(
+        avoid_known_corners
     )
 
 
-def vllm_configs_without_drafts(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
-    """vllm_configs() with speculative decoding off: with drafts vLLM pads one-token
-    admissions with placeholder drafts (docs/FINDINGS.md, F1), which every drafts
-    config trips over before reaching anything else."""
-    return configs(max_model_len_cap, async_scheduling=False, pad_spec_decode=False).map(
-        lambda c: replace(c, num_speculative_tokens=0, num_lookahead_tokens=None)
-    )
+# The default configs narrowed, by name for --configs (CI's lockstep diffs run these).
+def vllm_async_configs_with_drafts() -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_default_configs() in async mode, every config speculating."""
+    return vllm_default_configs(async_scheduling=True, drafts=True)
+
+
+def vllm_async_configs_without_drafts() -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_default_configs() in async mode, no config speculating."""
+    return vllm_default_configs(async_scheduling=True, drafts=False)
 
 
 def vllm_watermark(config: SchedulerConfig) -> float:
@@ -330,9 +473,9 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
     the Scheduler less KV cache than max_model_len needs, which vLLM's engine
     refuses at start-up (and SchedulerConfig refuses too).
     """
-    reason = unsupported_reason(config)
-    if reason is not None:
-        raise ConfigError("num_lookahead_tokens", f"the vLLM adapter refuses: {reason}")
+    refused = refusal(config)
+    if refused is not None:
+        raise refused
     v = _load_vllm()
     model_config = v.ModelConfig(
         model=v.model_dir,
@@ -350,6 +493,8 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
         long_prefill_token_threshold=config.long_prefill_token_threshold,
         watermark=vllm_watermark(config),
         policy=config.policy,
+        # Explicit: left unset, VllmConfig turns it on wherever the executor can.
+        async_scheduling=config.async_scheduling,
     )
     cache_config = v.CacheConfig(
         block_size=config.block_size,
@@ -379,15 +524,15 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
     )
     cache_config.num_gpu_blocks = num_vllm_blocks
     v.register_all_kvcache_specs(vllm_config)
-    scheduler = v.Scheduler(
+    # The class vLLM's engine core builds: AsyncScheduler when async_scheduling resolved on.
+    scheduler_class = vllm_config.scheduler_config.get_scheduler_cls()
+    scheduler = scheduler_class(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         block_size=config.block_size,
         log_stats=False,
         structured_output_manager=v.StructuredOutputManager(vllm_config),
     )
-    # The V1 model runner's output layout: resumed requests are cached ones.
-    scheduler.use_v2_model_runner = False
     _check_translation(scheduler, vllm_config, config, usable)
     return scheduler
 
@@ -431,6 +576,15 @@ def _check_translation(
             if vllm_config.speculative_config is not None
             else 0
         ),
+        # The padding condition's config part (scheduler.py's waiting loop).
+        "pad_spec_decode": scheduler.num_spec_tokens > 0
+        and scheduler.dynamic_sd_lookup is None
+        and scheduler.num_sampled_tokens_per_step > 0,
+        "async_scheduling": vllm_config.scheduler_config.async_scheduling,
+        "scheduler_class": type(scheduler).__name__,
+        "max_concurrent_batches": vllm_config.max_concurrent_batches,
+        # What a GPU deployment runs; the scheduler reads it once, when built.
+        "use_v2_model_runner": scheduler.use_v2_model_runner,
     }
     wanted = {
         "block_size": config.block_size,
@@ -447,10 +601,21 @@ def _check_translation(
         "num_speculative_tokens": config.num_speculative_tokens,
         "num_lookahead_tokens": config.lookahead_tokens,
         "drafting_slots": 0,
+        "pad_spec_decode": config.pad_spec_decode,
+        "async_scheduling": config.async_scheduling,
+        "scheduler_class": "AsyncScheduler" if config.async_scheduling else "Scheduler",
+        "max_concurrent_batches": BatchQueue(config).size,
+        "use_v2_model_runner": True,
     }
     differ = {name: (wanted[name], got) for name, got in seen.items() if got != wanted[name]}
     if differ:
-        raise RuntimeError(f"vLLM did not take the config as given (wanted, got): {differ}")
+        hint = (
+            " (the adapter runs the V2 model runner, as a GPU deployment of vLLM 0.33.0 "
+            "does: set VLLM_USE_V2_MODEL_RUNNER=1)"
+            if "use_v2_model_runner" in differ
+            else ""
+        )
+        raise RuntimeError(f"vLLM did not take the config as given (wanted, got): {differ}{hint}")
 
 
 # ------------------------------------------------------------------- the adapter
@@ -463,23 +628,20 @@ _STATUS: dict[str, RequestStatus] = {
     "FINISHED_LENGTH_CAPPED": RequestStatus.FINISHED_LENGTH_CAPPED,
     "FINISHED_ABORTED": RequestStatus.FINISHED_ABORTED,
 }
-
-
-def _ours(block_ids: Sequence[Sequence[int]] | None) -> tuple[int, ...]:
-    """vLLM's per-group block ids (one full-attention group) as our block table."""
-    if block_ids is None:
-        return ()
-    if len(block_ids) != 1:
-        raise RuntimeError(f"expected one KV cache group, got {len(block_ids)}")
-    return tuple(b - 1 for b in block_ids[0])
+# vLLM's FinishReason names: STOP covers EOS and stop tokens (and stop strings).
+_FINISH_STATUS: dict[str, RequestStatus] = {
+    "STOP": RequestStatus.FINISHED_STOPPED,
+    "LENGTH": RequestStatus.FINISHED_LENGTH_CAPPED,
+    "ABORT": RequestStatus.FINISHED_ABORTED,
+}
 
 
 class VllmEngine:
-    """vLLM V1's Scheduler seen through the spec.
+    """vLLM V1's scheduler (AsyncScheduler or Scheduler) seen through the spec.
 
-    It claims vllm-v1 too: without drafts it makes every decision the profile
-    pins down (over 120,000 checked steps); with drafts it breaks safety
-    invariants by design (docs/FINDINGS.md, F1).
+    It claims vllm-v1 too: in both modes, with and without drafts, it makes every
+    decision the profile pins down, outside the corners `avoid_known_corners` names
+    (vLLM's findings F2 and F3, the reference's gap G1: docs/FINDINGS.md).
     """
 
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
@@ -506,7 +668,9 @@ class VllmEngine:
         self._own_hashes: dict[str, list[BlockHash]] = {}
         self._num_learned: dict[str, int] = {}
         self._spec_hash: dict[bytes, BlockHash] = {}  # vLLM block hash -> spec hash
-        self._last_output: tuple[SchedulerOutput, Any] | None = None
+        # Each step scheduled and not landed, oldest first: ours and vLLM's output.
+        self._in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
+        self._drafting = DraftingSkips()
 
     # ------------------------------------------------------------------ calls
 
@@ -539,47 +703,24 @@ class VllmEngine:
 
     def schedule(self) -> SchedulerOutput:
         out = self.scheduler.schedule()
-        cached = out.scheduled_cached_reqs
-        resumed = cached.resumed_req_ids
-        ours = SchedulerOutput(
-            scheduled_new_reqs=tuple(
-                NewRequestData(
-                    d.req_id,
-                    tuple(d.prompt_token_ids),
-                    _ours(d.block_ids),
-                    d.num_computed_tokens,
-                )
-                for d in out.scheduled_new_reqs
-            ),
-            scheduled_cached_reqs=tuple(
-                CachedRequestData(
-                    rid,
-                    rid in resumed,
-                    _ours(cached.new_block_ids[i]),
-                    cached.num_computed_tokens[i],
-                    cached.num_output_tokens[i],
-                )
-                for i, rid in enumerate(cached.req_ids)
-            ),
-            num_scheduled_tokens=dict(out.num_scheduled_tokens),
-            total_num_scheduled_tokens=out.total_num_scheduled_tokens,
-            scheduled_spec_decode_tokens={
-                rid: tuple(tokens) for rid, tokens in out.scheduled_spec_decode_tokens.items()
-            },
-            preempted_req_ids=frozenset(out.preempted_req_ids or ()),
-            finished_req_ids=frozenset(out.finished_req_ids),
-        )
-        self._last_output = (ours, out)
+        ours = spec_output(out, self.scheduler.requests)
+        self._drafting.check(ours, out.skip_drafts)
+        self._in_flight.append((ours, out))
         return ours
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> None:
-        last = self._last_output
-        if last is None or (last[0] is not scheduler_output and last[0] != scheduler_output):
-            raise OutputError("scheduler_output", "not the output of the last schedule() call")
-        out = last[1]
-        self._last_output = None
+    ) -> dict[str, RequestOutput]:
+        """Land the oldest step in flight (vLLM's engine core lands steps in the order
+        it scheduled them, and vLLM's counters, num_in_flight_tokens and stale output,
+        count on that). Returns what vLLM reports to the front end for each request
+        that emitted tokens or finished: its kept tokens and finish status."""
+        if not self._in_flight or (
+            self._in_flight[0][0] is not scheduler_output
+            and self._in_flight[0][0] != scheduler_output
+        ):
+            raise OutputError("scheduler_output", "not the oldest schedule() output in flight")
+        out = self._in_flight.popleft()[1]
         req_ids = list(out.num_scheduled_tokens)
         sampled = model_runner_output.sampled_token_ids
         strangers = sorted(set(sampled) - set(req_ids))
@@ -590,8 +731,15 @@ class VllmEngine:
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=[list(sampled.get(rid, ())) for rid in req_ids],
         )
-        self.scheduler.update_from_output(out, runner_output)
+        reported = self.scheduler.update_from_output(out, runner_output)
         self._learn_tracked()
+        return {
+            o.request_id: RequestOutput(
+                o.request_id, tuple(o.new_token_ids), self._finish_status(o.finish_reason)
+            )
+            for engine_core_outputs in reported.values()
+            for o in engine_core_outputs.outputs
+        }
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         self.scheduler.update_draft_token_ids(
@@ -626,7 +774,7 @@ class VllmEngine:
                 spec_token_ids=tuple(r.spec_token_ids),
                 num_computed_tokens=r.num_computed_tokens,
                 status=self._status(r),
-                block_ids=_ours(kv.get_block_ids(rid)),
+                block_ids=spec_block_ids(kv.get_block_ids(rid)),
                 num_preemptions=r.num_preemptions,
                 max_tokens=r.max_tokens,
                 eos_token_id=params.eos_token_id,
@@ -672,6 +820,17 @@ class VllmEngine:
         return status
 
     @staticmethod
+    def _finish_status(reason: Any) -> RequestStatus | None:
+        """vLLM's FinishReason (an IntEnum, or None while live) as the spec's status."""
+        if reason is None:
+            return None
+        status = _FINISH_STATUS.get(reason.name)
+        if status is None:
+            # Errors and repetition detection need inputs the harness never gives.
+            raise RuntimeError(f"vLLM finish reason {reason.name}")
+        return status
+
+    @staticmethod
     def _held_ids(held: Any) -> tuple[int, ...]:
         """One prefix-cache entry's blocks: a single block, or {block_id: block}."""
         if isinstance(held, dict):
@@ -703,6 +862,7 @@ class VllmEngine:
             self._learn(rid, request)
             if request.is_finished():
                 del self._tracked[rid]
+                self._drafting.forget(rid)
                 self._own_hashes.pop(rid, None)
                 self._num_learned.pop(rid, None)
 

@@ -3,10 +3,11 @@
     python -m schedspec.properties.adapters.vllm_probe
 
 builds a `VllmEngine` for every config family the adapter supports (no drafts, n-gram
-drafts, EAGLE drafts; fcfs and priority; prefix caching on and off) and steps each one
-until its requests finish, with every per-user cache vLLM, Hugging Face and the XDG
-folders point at replaced by an empty temporary folder. Exit status 0 when all of them
-work; 1, with the family and the error, when one does not.
+drafts, EAGLE drafts; fcfs and priority; prefix caching on and off; sync and async
+scheduling) and steps each one under the harness (the engine core's order of calls, the
+safety invariants checked) until its requests finish, with every per-user cache vLLM,
+Hugging Face and the XDG folders point at replaced by an empty temporary folder. Exit
+status 0 when all of them work; 1, with the family and the error, when one does not.
 
 The empty caches are the point: vLLM inspects a model's architecture in a subprocess
 (`python -m vllm.model_executor.models.registry`) that imports the model's code, and
@@ -32,9 +33,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from schedspec.properties.adapters.vllm import VllmEngine
-from schedspec.properties.fake_model import FakeModel
-from schedspec.properties.pipeline import run_step
-from schedspec.spec import Request, SchedulerConfig
+from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError
+from schedspec.properties.events import AddRequest, Drain, ProposeDrafts, Step
+from schedspec.spec import SchedulerConfig
 from schedspec.spec.config import POLICIES, Policy
 
 # Each is read where a per-user cache or config folder is chosen: XDG_* by vLLM's
@@ -48,17 +49,20 @@ CACHE_VARIABLES = (
 )
 Drafter = Literal["none", "ngram", "eagle"]
 DRAFTERS: tuple[Drafter, ...] = ("none", "ngram", "eagle")
-# Enough steps for the probe's requests to finish in every family (each takes 2-4).
-MAX_STEPS = 20
+# Steps with drafts proposed between them (a synchronous engine core's drafter), before
+# the drain runs the requests to the end.
+NUM_DRAFTING_STEPS = 2
 
 
 @dataclass(frozen=True)
 class Family:
-    """One config family of the adapter: a drafter, a policy, prefix caching on or off."""
+    """One config family of the adapter: a drafter, a policy, prefix caching on or off,
+    sync or async scheduling."""
 
     drafter: Drafter
     policy: Policy
     prefix_caching: bool
+    async_scheduling: bool = False
 
     def config(self) -> SchedulerConfig:
         drafts = 0 if self.drafter == "none" else 2
@@ -73,16 +77,22 @@ class Family:
             num_speculative_tokens=drafts,
             # vLLM's n-gram drafter reserves no lookahead slots, its EAGLE drafter one per draft.
             num_lookahead_tokens=drafts if self.drafter == "eagle" else 0,
+            async_scheduling=self.async_scheduling,
+            # vLLM pads whenever it speculates.
+            pad_spec_decode=drafts > 0,
         )
 
     def __str__(self) -> str:
         caching = "prefix caching on" if self.prefix_caching else "prefix caching off"
-        return f"drafter={self.drafter}, policy={self.policy}, {caching}"
+        mode = "async" if self.async_scheduling else "sync"
+        return f"drafter={self.drafter}, policy={self.policy}, {caching}, {mode}"
 
 
 FAMILIES = tuple(
-    Family(drafter, policy, caching)
-    for drafter, policy, caching in itertools.product(DRAFTERS, POLICIES, (False, True))
+    Family(drafter, policy, caching, mode)
+    for drafter, policy, caching, mode in itertools.product(
+        DRAFTERS, POLICIES, (False, True), (False, True)
+    )
 )
 
 
@@ -91,19 +101,25 @@ class ProbeError(RuntimeError):
 
 
 def step_family(family: Family) -> int:
-    """Build the family's engine, run two requests that share a prefix to the end;
-    return the steps it took. Raises whatever vLLM raises, or ProbeError."""
+    """Build the family's engine and run two requests that share a prefix to the end
+    under the harness; return the schedule() calls it took. Raises whatever vLLM raises,
+    or ProbeError when an invariant breaks (a request left unfinished among them)."""
     config = family.config()
-    engine = VllmEngine(config)
-    model = FakeModel(seed=0, num_speculative_tokens=config.num_speculative_tokens)
-    shared = list(range(40))  # over two blocks: the second request's prefix-cache hit
-    engine.add_request(Request("a", [*shared, 7, 8], max_tokens=3, priority=1))
-    engine.add_request(Request("b", [*shared, 9], max_tokens=3, priority=0))
-    for step in range(1, MAX_STEPS + 1):
-        run_step(engine, model)
-        if not engine.snapshot().requests:
-            return step
-    raise ProbeError(f"{family}: requests still unfinished after {MAX_STEPS} steps")
+    checked = CheckedEngine(VllmEngine(config), config, "safety")
+    shared = tuple(range(40))  # over two blocks: the second request's prefix-cache hit
+    try:
+        checked.apply(AddRequest("a", (*shared, 7, 8), max_tokens=3, priority=1))
+        checked.apply(AddRequest("b", (*shared, 9), max_tokens=3, priority=0))
+        for _ in range(NUM_DRAFTING_STEPS):
+            checked.apply(Step())
+            if config.num_speculative_tokens:
+                # The harness skips this under async scheduling, as vLLM's engine core does.
+                k = config.num_speculative_tokens
+                checked.apply(ProposeDrafts(dict.fromkeys(checked.state.running, k)))
+        checked.apply(Drain())
+    except InvariantViolationError as err:
+        raise ProbeError(f"{family}: {err}") from err
+    return checked.stats.steps
 
 
 @contextlib.contextmanager
@@ -150,7 +166,7 @@ def main() -> int:
             return 1
     print(
         f"vLLM probe: built and stepped {len(FAMILIES)} VllmEngines (drafters none, ngram, "
-        f"eagle; fcfs, priority; prefix caching off, on) with empty caches in "
+        f"eagle; fcfs, priority; prefix caching off, on; sync, async) with empty caches in "
         f"{time.monotonic() - start:.0f} s"
     )
     return 0

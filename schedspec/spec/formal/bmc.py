@@ -9,11 +9,15 @@ events: add_request per slot, and per step the accepted drafts and the
 drafts proposed after it.
 
 Fixed to keep the trace exact: fcfs, prefix caching off (no hits), no
-watermark, no stop tokens (requests end only at max_model_len).
+watermark, no stop tokens (requests end at max_tokens or max_model_len).
+Async scheduling and spec-decode padding are the search's to choose; under
+async, the model's step k schedules step k and lands step k - 1, as the
+engine core's batch queue of two does (the first step lands nothing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import z3
@@ -22,6 +26,7 @@ from schedspec.spec.formal.encoding import (
     BoolTerm,
     Choices,
     ConfigTerms,
+    IntTerm,
     ModelState,
     Slot,
     symbolic_choices,
@@ -50,12 +55,14 @@ class ReachedConfig:
     long_prefill_token_threshold: int
     num_speculative_tokens: int
     num_lookahead_tokens: int
+    async_scheduling: bool
+    pad_spec_decode: bool
 
 
 @dataclass(frozen=True)
 class StepChoices:
-    accepted: dict[int, int]  # slot -> drafts accepted, for slots that had drafts scheduled
-    proposed: dict[int, int]  # slot -> drafts proposed after the step (> 0 only)
+    accepted: dict[int, int]  # slot -> drafts accepted, for slots whose landing verifies drafts
+    proposed: dict[int, int]  # slot -> drafts proposed after the step (> 0 only; synchronous)
 
 
 @dataclass(frozen=True)
@@ -66,25 +73,48 @@ class Reached:
     variant: Variant
     config: ReachedConfig
     prompt_lengths: tuple[int, ...]  # one request per slot, in arrival order
+    max_tokens: tuple[int, ...]  # per slot
     steps: tuple[StepChoices, ...]
     pre_state: dict[str, int | bool]  # the failing step's pre-state, for printing
 
 
+def _prompt(i: int) -> IntTerm:
+    return z3.Int(f"prompt[{i}]")
+
+
+def _max_tokens(i: int) -> IntTerm:
+    return z3.Int(f"max_tokens[{i}]")
+
+
 def _fresh(cfg: ConfigTerms, n: int) -> tuple[ModelState, list[BoolTerm]]:
-    prompts = [z3.Int(f"prompt[{i}]") for i in range(n)]
+    """The state right after n requests arrived: all waiting, nothing computed or in flight."""
+    zero = z3.IntVal(0)
     slots = tuple(
         Slot(
             live=z3.BoolVal(True),
             running=z3.BoolVal(False),
-            computed=z3.IntVal(0),
-            tokens=prompts[i],
-            drafts=z3.IntVal(0),
-            blocks=z3.IntVal(0),
-            preemptions=z3.IntVal(0),
+            computed=zero,
+            tokens=_prompt(i),
+            drafts=zero,
+            blocks=zero,
+            preemptions=zero,
+            in_flight=zero,
+            placeholders=zero,
+            stale=zero,
+            chunk=z3.BoolVal(False),
+            token_limit=_prompt(i) + _max_tokens(i),
         )
         for i in range(n)
     )
-    bounds = [z3.And(p >= 1, p <= cfg.max_model_len - 1) for p in prompts]
+    bounds = [
+        z3.And(
+            _prompt(i) >= 1,
+            _prompt(i) <= cfg.max_model_len - 1,
+            _max_tokens(i) >= 1,
+            _max_tokens(i) <= cfg.max_model_len,
+        )
+        for i in range(n)
+    ]
     return ModelState(slots, cfg.num_blocks), bounds
 
 
@@ -92,14 +122,25 @@ def _fresh(cfg: ConfigTerms, n: int) -> tuple[ModelState, list[BoolTerm]]:
 BLOCK_SIZES = (2, 1, 4)
 
 
+# Run lengths tried in turn: two steps reach most bugs; an async bug in a landing needs
+# a third (the first step lands nothing, the second lands the first).
+STEP_COUNTS = (2, 3)
+
+
 def search(
-    invariant_id: str, variant: Variant, n: int = 3, steps: int = 2, timeout_s: float = 30.0
+    invariant_id: str,
+    variant: Variant,
+    n: int = 3,
+    steps: Sequence[int] = STEP_COUNTS,
+    timeout_s: float = 30.0,
 ) -> Reached | None:
-    """A violation of invariant_id in the last of `steps` steps, or None if none is found."""
-    for block_size in BLOCK_SIZES:
-        found = _search(invariant_id, variant, n, steps, block_size, timeout_s)
-        if found is not None:
-            return found
+    """A violation of invariant_id in the last step of the shortest run tried, or None if
+    none is found."""
+    for num_steps in steps:
+        for block_size in BLOCK_SIZES:
+            found = _search(invariant_id, variant, n, num_steps, block_size, timeout_s)
+            if found is not None:
+                return found
     return None
 
 
@@ -154,27 +195,51 @@ def _search(
             long_prefill_token_threshold=int(value(model, cfg.threshold)),
             num_speculative_tokens=int(value(model, cfg.num_spec)),
             num_lookahead_tokens=int(value(model, cfg.lookahead)),
+            async_scheduling=bool(value(model, cfg.async_scheduling)),
+            pad_spec_decode=bool(value(model, cfg.pad_spec_decode)),
         ),
-        prompt_lengths=tuple(int(value(model, z3.Int(f"prompt[{i}]"))) for i in range(n)),
-        steps=tuple(_step_choices(model, r, c) for r, c in zip(results, all_choices, strict=True)),
+        prompt_lengths=tuple(int(value(model, _prompt(i))) for i in range(n)),
+        max_tokens=tuple(int(value(model, _max_tokens(i))) for i in range(n)),
+        steps=tuple(
+            _step_choices(model, cfg, r, c) for r, c in zip(results, all_choices, strict=True)
+        ),
         pre_state=describe_state(model, results[-1].pre),
     )
 
 
-def _step_choices(model: z3.ModelRef, r: StepResult, choices: list[Choices]) -> StepChoices:
+def _step_choices(
+    model: z3.ModelRef, cfg: ConfigTerms, r: StepResult, choices: list[Choices]
+) -> StepChoices:
     accepted = {
         i: int(value(model, c.accepted))
         for i, c in enumerate(choices)
-        if value(model, r.sampled[i]) and int(value(model, r.drafts_scheduled[i])) > 0
+        if value(model, r.sampled[i]) and int(value(model, r.landings[i].num_drafts)) > 0
     }
+    proposes = not value(model, cfg.async_scheduling)  # the engine core proposes only then
     proposed = {
         i: int(value(model, c.new_drafts))
         for i, c in enumerate(choices)
-        if value(model, r.sampled[i])
+        if proposes
+        and value(model, r.sampled[i])
         and not value(model, r.finished[i])
         and int(value(model, c.new_drafts)) > 0
     }
     return StepChoices(accepted, proposed)
+
+
+SHOWN_FIELDS = (
+    "running",
+    "computed",
+    "tokens",
+    "drafts",
+    "blocks",
+    "preemptions",
+    "in_flight",
+    "placeholders",
+    "stale",
+    "chunk",
+    "token_limit",
+)
 
 
 def describe_state(model: z3.ModelRef, state: ModelState) -> dict[str, int | bool]:
@@ -183,6 +248,6 @@ def describe_state(model: z3.ModelRef, state: ModelState) -> dict[str, int | boo
     for i, slot in enumerate(state.slots):
         if not value(model, slot.live):
             continue
-        for field_name in ("running", "computed", "tokens", "drafts", "blocks", "preemptions"):
+        for field_name in SHOWN_FIELDS:
             out[f"slot{i}.{field_name}"] = value(model, getattr(slot, field_name))
     return out

@@ -48,6 +48,8 @@ class ConfigTerms:
     watermark_blocks: IntTerm  # int(watermark * num_blocks)
     lookahead: IntTerm  # lookahead_tokens
     num_spec: IntTerm  # num_speculative_tokens
+    async_scheduling: BoolTerm  # a step is scheduled while the previous one is in flight
+    pad_spec_decode: BoolTerm  # one-token admissions padded to 1 + num_spec
 
     def constraints(self) -> list[BoolTerm]:
         """What SchedulerConfig.__post_init__ accepts, as constraints."""
@@ -67,6 +69,7 @@ class ConfigTerms:
             z3.Or(self.chunked, self.budget >= self.max_model_len),
             self.budget >= self.max_num_seqs,
             self.threshold <= self.max_model_len,
+            z3.Implies(self.pad_spec_decode, self.num_spec >= 1),
         ]
 
     def terms(self) -> list[Any]:
@@ -91,6 +94,8 @@ def symbolic_config(prefix: str = "") -> ConfigTerms:
     return ConfigTerms(
         chunked=z3.Bool(prefix + "chunked"),
         prefix_caching=z3.Bool(prefix + "prefix_caching"),
+        async_scheduling=z3.Bool(prefix + "async_scheduling"),
+        pad_spec_decode=z3.Bool(prefix + "pad_spec_decode"),
         **ints,
     )
 
@@ -111,6 +116,8 @@ def concrete_config(config: SchedulerConfig) -> ConfigTerms:
         watermark_blocks=z3.IntVal(config.watermark_blocks),
         lookahead=z3.IntVal(config.lookahead_tokens),
         num_spec=z3.IntVal(config.num_speculative_tokens),
+        async_scheduling=z3.BoolVal(config.async_scheduling),
+        pad_spec_decode=z3.BoolVal(config.pad_spec_decode),
     )
 
 
@@ -121,16 +128,23 @@ class Slot:
     Slot order is list order: running slots in running order, then waiting
     slots in queue order (fcfs keeps it so: victims are a suffix of the
     running list and go to the front of the queue; admissions are a prefix
-    of the queue and go to the back of the running list).
+    of the queue and go to the back of the running list). A waiting slot is
+    PREEMPTED when it has been preempted before, else WAITING.
     """
 
     live: BoolTerm  # an unfinished request
     running: BoolTerm  # in the running list (else waiting or preempted)
     computed: IntTerm  # num_computed_tokens
     tokens: IntTerm  # num_tokens (prompt + output)
-    drafts: IntTerm  # len(spec_token_ids)
+    drafts: IntTerm  # len(spec_token_ids) (placeholders included)
     blocks: IntTerm  # len(block table)
     preemptions: IntTerm  # num_preemptions
+    # The pipeline (async scheduling; all 0 between synchronous steps).
+    in_flight: IntTerm  # num_in_flight_tokens
+    placeholders: IntTerm  # num_output_placeholders
+    stale: IntTerm  # num_stale_output_tokens
+    chunk: BoolTerm  # is_prefill_chunk: the last step scheduled for it samples nothing
+    token_limit: IntTerm  # num_prompt_tokens + max_tokens: max_tokens stops it there
 
     def replace(self, **changes: Any) -> Slot:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -159,6 +173,11 @@ def symbolic_slot(name: str) -> Slot:
         drafts=z3.Int(f"{name}.drafts"),
         blocks=z3.Int(f"{name}.blocks"),
         preemptions=z3.Int(f"{name}.preemptions"),
+        in_flight=z3.Int(f"{name}.in_flight"),
+        placeholders=z3.Int(f"{name}.placeholders"),
+        stale=z3.Int(f"{name}.stale"),
+        chunk=z3.Bool(f"{name}.chunk"),
+        token_limit=z3.Int(f"{name}.token_limit"),
     )
 
 
@@ -169,8 +188,8 @@ class Choices:
     hit: IntTerm  # prefix-cache hit in tokens at admission
     accepted: IntTerm  # drafts the model accepts
     kept: IntTerm  # sampled tokens kept by the stop checker
-    stop: BoolTerm  # the model stops the request (EOS, stop token, max_tokens)
-    new_drafts: IntTerm  # drafts proposed after the step
+    stop: BoolTerm  # the model emits EOS or a stop token
+    new_drafts: IntTerm  # drafts proposed after the step (synchronous engines only)
 
     def terms(self) -> list[Any]:
         return [getattr(self, f.name) for f in fields(self)]

@@ -37,22 +37,27 @@ from schedspec.spec.formal.encoding import (
     symbolic_config,
     symbolic_slot,
 )
-from schedspec.spec.formal.properties import slot_parts, slot_step_properties
+from schedspec.spec.formal.properties import SLOT_STEP_IDS, slot_parts, slot_step_properties
 from schedspec.spec.formal.rules import (
+    Landing,
+    StepSoFar,
     admission,
     admitted_waiting,
-    allocated_running,
     blocks_to_allocate,
     charge_budget,
-    drafts_scheduled,
     freed_by_preemption,
+    landing,
+    num_drafts_to_schedule,
     preempt,
+    put_in_flight,
     running_num_new,
     running_slots_needed,
     seats_full,
+    skipped_as_finishing,
     update_slot,
 )
 from schedspec.spec.formal.solving import Outcome, discharge
+from schedspec.spec.formal.step import SlotStep
 from schedspec.spec.formal.variants import FAITHFUL, Bug, Variant
 
 # ------------------------------------------------------------ per-slot lemmas
@@ -68,6 +73,7 @@ class Context:
     cap: IntTerm  # the long-prefill cap of this step
     victim: BoolTerm  # picked as a victim by a request ahead of it
     preempted_any: BoolTerm  # the step preempted before the waiting loop
+    so_far: StepSoFar  # the running loop's requests, for the padding rule
 
     def constraints(self, cfg: ConfigTerms) -> list[BoolTerm]:
         # free >= 0 and num_running >= 0 are the glue's loop invariants (below).
@@ -75,7 +81,12 @@ class Context:
             self.free >= 0,
             self.num_running >= 0,
             z3.Or(self.cap == 0, self.cap == cfg.threshold),
+            z3.Implies(self.so_far.served_chunk, self.so_far.served_running),
         ]
+
+
+def generic_step_so_far(name: str) -> StepSoFar:
+    return StepSoFar(z3.Bool(f"{name}.served_running"), z3.Bool(f"{name}.served_chunk"))
 
 
 def generic_context() -> Context:
@@ -86,20 +97,16 @@ def generic_context() -> Context:
         z3.Int("ctx.cap"),
         z3.Bool("ctx.victim"),
         z3.Bool("ctx.preempted_any"),
+        generic_step_so_far("ctx"),
     )
 
 
 @dataclass(frozen=True)
 class SlotLife:
-    """One slot through one step: what schedule() and update_from_output() do to it."""
+    """One slot through one engine step, and whether the harness's choices are possible."""
 
-    pre: Slot
-    mid: Slot
-    post: Slot
-    scheduled: IntTerm
-    computed_before: IntTerm
-    preempted: BoolTerm
-    valid: BoolTerm  # the harness's choices are possible ones
+    step: SlotStep
+    valid: BoolTerm
 
 
 def slot_life(
@@ -108,9 +115,18 @@ def slot_life(
     preempted = z3.And(ctx.victim, s.running)
     num_new = running_num_new(cfg, ctx.cap, s, ctx.budget)
     need = blocks_to_allocate(cfg, s.blocks, running_slots_needed(cfg, s, num_new), variant)
-    allocated = z3.And(z3.Not(preempted), s.running, ctx.budget > 0, num_new > 0, need <= ctx.free)
+    allocated = z3.And(
+        z3.Not(preempted),
+        s.running,
+        ctx.budget > 0,
+        z3.Not(skipped_as_finishing(s, variant)),
+        num_new > 0,
+        need <= ctx.free,
+    )
     hit = z3.If(cfg.prefix_caching, choice.hit, 0)
-    plan = admission(cfg, ctx.cap, s, hit, ctx.budget, ctx.free, ctx.num_running, variant)
+    plan = admission(
+        cfg, ctx.cap, s, hit, ctx.budget, ctx.free, ctx.num_running, ctx.so_far, variant
+    )
     may_admit = (
         z3.BoolVal(True) if variant.has(Bug.ADMIT_AFTER_PREEMPT) else z3.Not(ctx.preempted_any)
     )
@@ -120,25 +136,45 @@ def slot_life(
         may_admit,
         ctx.budget > 0,
         z3.Not(seats_full(cfg, ctx.num_running, variant)),
+        z3.Not(plan.skipped),
         z3.Not(plan.blocked_by_budget),
         plan.fits,
     )
-    mid = preempt(s, variant).select(
-        preempted,
-        allocated_running(s, num_new, need).select(
-            allocated, admitted_waiting(s, hit, plan).select(admitted, s)
-        ),
-    )
     scheduled = z3.If(allocated, num_new, z3.If(admitted, plan.num_new, 0))
     computed_before = z3.If(admitted, hit, s.computed)
-    num_drafts = z3.If(allocated, drafts_scheduled(s, num_new), 0)
-    update = update_slot(cfg, mid, computed_before, scheduled, num_drafts, choice, variant)
+    num_drafts = z3.If(
+        allocated, num_drafts_to_schedule(s, num_new), z3.If(admitted, plan.num_drafts, 0)
+    )
+    placed = s.replace(blocks=s.blocks + need).select(
+        allocated, admitted_waiting(s, hit, plan).select(admitted, s)
+    )
+    mid = preempt(s, variant).select(
+        preempted,
+        put_in_flight(cfg, placed, computed_before, scheduled, num_drafts, variant).select(
+            scheduled > 0, placed
+        ),
+    )
+    lands = landing(cfg, s, computed_before, scheduled, num_drafts)
+    update = update_slot(cfg, mid, lands, choice, variant)
     valid = z3.And(update.valid, hit >= 0, z3.Implies(s.live, hit <= s.tokens - 1))
-    return SlotLife(s, mid, update.slot, scheduled, computed_before, preempted, valid)
+    step = SlotStep(
+        s,
+        mid,
+        update.slot,
+        scheduled,
+        num_drafts,
+        computed_before,
+        preempted,
+        admitted,
+        z3.And(admitted, plan.padded),
+        lands,
+        update,
+    )
+    return SlotLife(step, valid)
 
 
 # The per-slot ids and, for the ones the glue needs, the per-slot fact it uses.
-SLOT_LEMMA_IDS = ("BUDGET", "KV-COVER", "NO-OVERSHOOT", "PREEMPT-RESET", "MONOTONE")
+SLOT_LEMMA_IDS = SLOT_STEP_IDS
 
 
 def slot_lemma(
@@ -154,22 +190,20 @@ def slot_lemma(
         cfg = replace(cfg, block_size=z3.IntVal(block_size))
     ctx = generic_context()
     life = slot_life(cfg, symbolic_slot("s"), ctx, symbolic_choices("c"), variant)
+    t = life.step
     hypotheses = [
         *cfg.constraints(),
-        *slot_parts(cfg, life.pre).values(),
+        *slot_parts(cfg, t.pre).values(),
         *ctx.constraints(cfg),
         life.valid,
     ]
-    props = slot_step_properties(
-        cfg, life.pre, life.mid, life.post, life.scheduled, life.computed_before, life.preempted
-    )
-    goal = props[invariant_id]
-    part = slot_parts(cfg, life.post).get(invariant_id)
+    goal = slot_step_properties(cfg, t)[invariant_id]
+    part = slot_parts(cfg, t.post).get(invariant_id)
     if part is not None:
         goal = z3.And(goal, part)
     if invariant_id == "BUDGET":
         # The glue's use: a slot takes at most the budget left.
-        goal = z3.And(goal, z3.Implies(life.scheduled > 0, life.scheduled <= ctx.budget))
+        goal = z3.And(goal, z3.Implies(t.scheduled > 0, t.scheduled <= ctx.budget))
     return discharge(f"{invariant_id} lemma slot-life {variant.name}", hypotheses, goal, timeout_s)
 
 
@@ -182,7 +216,9 @@ def need_lemma(timeout_s: float, variant: Variant = FAITHFUL) -> Outcome:
     num_new = running_num_new(cfg, ctx.cap, s, ctx.budget)
     need = blocks_to_allocate(cfg, s.blocks, running_slots_needed(cfg, s, num_new), variant)
     hit = z3.If(cfg.prefix_caching, z3.Int("hit"), 0)
-    plan = admission(cfg, ctx.cap, s, hit, ctx.budget, ctx.free, ctx.num_running, variant)
+    plan = admission(
+        cfg, ctx.cap, s, hit, ctx.budget, ctx.free, ctx.num_running, ctx.so_far, variant
+    )
     return discharge(
         f"need lemma {variant.name}",
         [*cfg.constraints(), *slot_parts(cfg, s).values(), *ctx.constraints(cfg), hit >= 0],
@@ -275,15 +311,21 @@ def visit_running(
     # The block count as the "need" lemma leaves it: some number >= 0 (the
     # glue never multiplies by the block size, so it stays linear).
     need = z3.Int("iter.need")
-    ok = z3.And(s.running, k.budget > 0, num_new > 0, need >= 0, need <= k.free)
-    after = allocated_running(s, num_new, need)
+    ok = z3.And(
+        s.running,
+        k.budget > 0,
+        z3.Not(skipped_as_finishing(s, variant)),
+        num_new > 0,
+        need >= 0,
+        need <= k.free,
+    )
     guard = z3.And(k.phase == 0, z3.Or(cap == 0, cap == cfg.threshold), ok)
     return guard, _after(
         k,
         budget=charge_budget(k.budget, num_new, variant),
         scheduled=k.scheduled + num_new,
         free=k.free - need,
-        held=k.held - s.blocks + after.blocks,
+        held=k.held + need,
     )
 
 
@@ -313,7 +355,9 @@ def visit_waiting(
     """The waiting loop reaches waiting slot s: admitted if seats, budget and blocks allow."""
     cap = z3.Int("iter.cap")
     hit = z3.If(cfg.prefix_caching, c.hit, 0)
-    plan = admission(cfg, cap, s, hit, k.budget, k.free, k.running, variant)
+    plan = admission(
+        cfg, cap, s, hit, k.budget, k.free, k.running, generic_step_so_far("iter"), variant
+    )
     # The block count and the fit test as the "need" lemma leaves them (linear glue).
     need = z3.Int("iter.need")
     plan = replace(plan, need=need, fits=z3.And(need >= 0, need <= k.free))
@@ -330,6 +374,7 @@ def visit_waiting(
         may_admit,
         k.budget > 0,
         z3.Not(seats_full(cfg, k.running, variant)),
+        z3.Not(plan.skipped),
         z3.Not(plan.blocked_by_budget),
         plan.fits,
     )
@@ -354,9 +399,10 @@ def start_update(
 def visit_update(
     cfg: ConfigTerms, k: Counters, s: Slot, c: Choices, variant: Variant
 ) -> tuple[BoolTerm, Counters]:
-    """update_from_output on slot s, which schedule() gave `tokens` (a generic amount)."""
-    tokens, before, num_drafts = z3.Ints("iter.tokens iter.computed_before iter.drafts")
-    upd = update_slot(cfg, s, before, tokens, num_drafts, c, variant)
+    """update_from_output on slot s, for a landing step of a generic size."""
+    tokens, num_drafts = z3.Ints("iter.tokens iter.drafts")
+    lands = Landing(tokens, z3.Bool("iter.samples"), num_drafts)
+    upd = update_slot(cfg, s, lands, c, variant)
     return z3.And(k.phase == 2, upd.valid), _after(
         k,
         free=k.free + upd.freed,

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 import z3
 
-from schedspec.spec.formal.encoding import BoolTerm, ConfigTerms, IntTerm, ModelState, Slot, zmin
-from schedspec.spec.formal.step import StepResult, count
+from schedspec.spec.formal.encoding import BoolTerm, ConfigTerms, ModelState, Slot, zmin
+from schedspec.spec.formal.rules import sure_to_reach_max_tokens
+from schedspec.spec.formal.step import SlotStep, StepResult, count
 
 # The catalogue ids proved inductive (NO-EMPTY-STEP, the progress claim, is in progress.py).
 PROVED_IDS: tuple[str, ...] = (
@@ -26,27 +27,44 @@ PROVED_IDS: tuple[str, ...] = (
     "PREEMPT-RESET",
     "MONOTONE",
     "NO-ADMIT-AFTER-PREEMPT",
+    "PIPELINE",
+    "MAX-TOKENS",
+    "SCHEDULE-PIPELINE",
+    "UPDATE-PIPELINE",
 )
 # The model's own well-formedness (slot order is list order), checked for N <= max_n only:
 # it relates two slots, which the per-slot lemmas cannot say.
 ORDER_ID = "ORDER"
-SLOT_STEP_IDS = ("BUDGET", "KV-COVER", "NO-OVERSHOOT", "PREEMPT-RESET", "MONOTONE")
-SLOT_PART_IDS = ("NO-OVERSHOOT", "PREEMPT-RESET", "KV-COVER")
+SLOT_STEP_IDS = (
+    "BUDGET",
+    "KV-COVER",
+    "NO-OVERSHOOT",
+    "PREEMPT-RESET",
+    "MONOTONE",
+    "PIPELINE",
+    "MAX-TOKENS",
+    "SCHEDULE-PIPELINE",
+    "UPDATE-PIPELINE",
+)
+SLOT_PART_IDS = ("NO-OVERSHOOT", "PREEMPT-RESET", "KV-COVER", "PIPELINE")
 
 
 def slot_shape(cfg: ConfigTerms, s: Slot) -> BoolTerm:
-    """NO-OVERSHOOT's strengthening: computed stops short of the last known token
-    between steps, and drafts ride only on a running request that is fully computed."""
+    """NO-OVERSHOOT's strengthening: computed stops short of the last known token and
+    the in-flight output positions between steps, and drafts ride only on a running
+    request that is computed that far; a live request is below both length caps."""
+    last_known = s.tokens + s.placeholders - 1
     return z3.Implies(
         s.live,
         z3.And(
             s.tokens >= 1,
             s.tokens <= cfg.max_model_len - 1,
+            s.tokens < s.token_limit,
             s.computed >= 0,
-            s.computed <= s.tokens - 1,
+            s.computed <= last_known,
             s.drafts >= 0,
             s.drafts <= cfg.num_spec,
-            z3.Implies(s.drafts > 0, z3.And(s.running, s.computed == s.tokens - 1)),
+            z3.Implies(s.drafts > 0, z3.And(s.running, s.computed == last_known)),
         ),
     )
 
@@ -64,6 +82,58 @@ def holds_nothing_unless_running(s: Slot) -> BoolTerm:
             z3.And(s.computed == 0, s.blocks == 0, s.drafts == 0),
         ),
     )
+
+
+def pipeline_bounds(cfg: ConfigTerms, s: Slot) -> BoolTerm:
+    """PIPELINE as the catalogue states it, in counts: it holds in every observed state,
+    between schedule() and the landing too. A waiting slot that was preempted before is
+    PREEMPTED, else WAITING."""
+    waiting = z3.And(z3.Not(s.running), s.preemptions == 0)
+    preempted = z3.And(z3.Not(s.running), s.preemptions > 0)
+    confirmed = s.computed - s.in_flight
+    return z3.Implies(
+        s.live,
+        z3.And(
+            s.in_flight >= 0,
+            s.placeholders >= 0,
+            s.stale >= 0,
+            s.placeholders <= s.in_flight,
+            s.stale <= s.in_flight,
+            z3.Implies(z3.Not(cfg.async_scheduling), z3.And(s.placeholders == 0, s.stale == 0)),
+            z3.Implies(waiting, s.in_flight == 0),
+            z3.Implies(preempted, z3.And(s.placeholders == 0, s.stale == s.in_flight)),
+            z3.Implies(
+                s.running,
+                z3.And(
+                    s.stale == 0,
+                    confirmed >= 0,
+                    confirmed <= s.tokens - 1,
+                    z3.Implies(s.chunk, s.placeholders == 0),
+                ),
+            ),
+        ),
+    )
+
+
+def between_steps_clauses(cfg: ConfigTerms, s: Slot) -> dict[str, BoolTerm]:
+    """PIPELINE's strengthening, the state of a live request between engine steps, by
+    name: at most the one step the batch queue holds is in flight, none synchronously;
+    its output is never stale (a preemption's stale output lands in the engine step that
+    made it stale); its output positions are 1 + at most num_spec drafts, and computed
+    counts them all."""
+    return {
+        "synchronous-idle": z3.Implies(z3.Not(cfg.async_scheduling), s.in_flight == 0),
+        "outputs-counted": z3.Implies(
+            s.placeholders > 0, s.computed == s.tokens + s.placeholders - 1
+        ),
+        "never-stale": s.stale == 0,
+        "waiting-idle": z3.Implies(z3.Not(s.running), s.in_flight == 0),
+        "one-step-of-outputs": s.placeholders <= 1 + cfg.num_spec,
+    }
+
+
+def between_steps(cfg: ConfigTerms, s: Slot) -> BoolTerm:
+    return z3.Implies(s.live, z3.And(*between_steps_clauses(cfg, s).values()))
 
 
 def conserved(cfg: ConfigTerms, state: ModelState) -> BoolTerm:
@@ -116,47 +186,92 @@ def _each(items: Sequence[BoolTerm]) -> BoolTerm:
     return z3.And(True, *items)
 
 
-def slot_step_properties(
-    cfg: ConfigTerms,
-    pre: Slot,
-    mid: Slot,
-    post: Slot,
-    scheduled: IntTerm,
-    computed_before: IntTerm,
-    preempted: BoolTerm,
-) -> dict[str, BoolTerm]:
-    """What one step must do to one slot, by id (shared by every N and the per-slot lemmas)."""
+def slot_step_properties(cfg: ConfigTerms, t: SlotStep) -> dict[str, BoolTerm]:
+    """What one engine step must do to one slot, by id (shared by every N and the
+    per-slot lemmas)."""
+    pre, mid, post, n = t.pre, t.mid, t.post, t.scheduled
+    end = t.computed_before + n
+    # NO-OVERSHOOT's limit: known tokens, in-flight outputs and drafts; a padded
+    # admission counts its placeholder drafts instead.
+    known = z3.If(t.padded, pre.tokens + t.num_drafts, pre.tokens + pre.drafts + pre.placeholders)
+    land, upd = t.landing, t.update
     return {
-        "BUDGET": z3.And(scheduled >= 0, z3.Implies(scheduled > 0, mid.running)),
+        "BUDGET": z3.And(n >= 0, z3.Implies(n > 0, mid.running)),
         "KV-COVER": z3.Implies(
-            scheduled > 0,
+            n > 0,
             mid.blocks * cfg.block_size >= zmin(mid.computed + cfg.lookahead, cfg.max_model_len),
         ),
-        "NO-OVERSHOOT": z3.Implies(
-            scheduled > 0,
-            z3.And(
-                computed_before + scheduled <= pre.tokens + pre.drafts,
-                computed_before + scheduled <= cfg.max_model_len - 1,
-            ),
-        ),
+        "NO-OVERSHOOT": z3.Implies(n > 0, z3.And(end <= known, end <= cfg.max_model_len - 1)),
         "PREEMPT-RESET": z3.Implies(
-            preempted,
+            t.preempted,
             z3.And(
                 pre.running,
-                scheduled == 0,
+                n == 0,
                 mid.live,
                 z3.Not(mid.running),
                 mid.computed == 0,
                 mid.blocks == 0,
                 mid.drafts == 0,
+                mid.placeholders == 0,
+                mid.stale == pre.in_flight,
                 mid.preemptions == pre.preemptions + 1,
             ),
         ),
         "MONOTONE": z3.And(
-            z3.Implies(preempted, mid.computed == 0),
-            z3.Implies(z3.Not(preempted), mid.computed >= pre.computed),
-            # Across the update too: rollback never undoes more than this step did.
-            z3.Implies(z3.And(z3.Not(preempted), post.live), post.computed >= pre.computed),
+            # Preemption is the only way to 0, and stale output does not move it.
+            z3.Implies(
+                t.preempted,
+                z3.And(mid.computed == 0, z3.Implies(post.live, post.computed == 0)),
+            ),
+            z3.Implies(
+                z3.Not(t.preempted),
+                z3.And(mid.computed == end, mid.computed >= pre.computed),
+            ),
+            z3.Implies(z3.And(pre.running, n > 0), t.computed_before == pre.computed),
+            # Across the landing: rollback never undoes confirmed tokens.
+            z3.Implies(
+                z3.And(z3.Not(t.preempted), post.live),
+                post.computed >= pre.computed - pre.in_flight,
+            ),
+        ),
+        "PIPELINE": pipeline_bounds(cfg, mid),
+        "MAX-TOKENS": z3.Implies(z3.And(n > 0, pre.running), z3.Not(sure_to_reach_max_tokens(pre))),
+        "SCHEDULE-PIPELINE": z3.Implies(
+            z3.Not(t.preempted),
+            z3.And(
+                mid.in_flight == pre.in_flight + n,
+                z3.Implies(
+                    n == 0,
+                    z3.And(mid.placeholders == pre.placeholders, mid.stale == pre.stale),
+                ),
+                z3.Implies(
+                    n > 0,
+                    z3.And(
+                        mid.chunk == (mid.computed < pre.tokens + pre.placeholders),
+                        mid.placeholders
+                        == pre.placeholders
+                        + z3.If(
+                            z3.And(cfg.async_scheduling, z3.Not(mid.chunk)), 1 + t.num_drafts, 0
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        "UPDATE-PIPELINE": z3.Implies(
+            z3.And(mid.live, post.live),
+            z3.And(
+                post.in_flight == mid.in_flight - z3.If(upd.lands, land.num_tokens, 0),
+                post.stale == z3.If(upd.stale, mid.stale - land.num_tokens, mid.stale),
+                post.placeholders
+                == mid.placeholders
+                - z3.If(
+                    z3.And(upd.sampled, z3.Not(upd.stale), mid.placeholders > 0),
+                    1 + land.num_drafts,
+                    0,
+                ),
+                # Stale output moves no reset counter (#41190).
+                z3.Implies(upd.stale, post.computed == mid.computed),
+            ),
         ),
     }
 
@@ -167,6 +282,7 @@ def slot_parts(cfg: ConfigTerms, s: Slot) -> dict[str, BoolTerm]:
         "NO-OVERSHOOT": slot_shape(cfg, s),
         "PREEMPT-RESET": holds_nothing_unless_running(s),
         "KV-COVER": covered(cfg, s),
+        "PIPELINE": z3.And(pipeline_bounds(cfg, s), between_steps(cfg, s)),
         "CONSERVATION": z3.Implies(z3.Not(s.live), z3.And(s.blocks == 0, s.drafts == 0)),
     }
 
@@ -174,18 +290,7 @@ def slot_parts(cfg: ConfigTerms, s: Slot) -> dict[str, BoolTerm]:
 def step_properties(cfg: ConfigTerms, r: StepResult) -> dict[str, BoolTerm]:
     """What one step must do, by id (the state parts of the post-state come on top)."""
     n = len(r.pre.slots)
-    per_slot = [
-        slot_step_properties(
-            cfg,
-            r.pre.slots[i],
-            r.mid.slots[i],
-            r.post.slots[i],
-            r.scheduled[i],
-            r.computed_before[i],
-            r.preempted[i],
-        )
-        for i in range(n)
-    ]
+    per_slot = [slot_step_properties(cfg, r.slot(i)) for i in range(n)]
     total = z3.Sum(list(r.scheduled)) if n else z3.IntVal(0)
     props = {pid: _each([p[pid] for p in per_slot]) for pid in SLOT_STEP_IDS}
     props["BUDGET"] = z3.And(total <= cfg.budget, props["BUDGET"])

@@ -2,7 +2,7 @@
 
 Both the unrolled step (step.py) and the per-slot lemmas (parametric.py) are
 built from these, so the monolithic and the parametric proofs are about the
-same rules. Names follow schedspec/reference/scheduler.py and
+same rules. Names follow schedspec/reference/scheduler.py, sizing.py and
 kv_cache_manager.py.
 """
 
@@ -48,9 +48,25 @@ def blocks_to_allocate(
     return zmax(cdiv(num_slots, cfg.block_size) - held, 0)
 
 
+def sure_to_reach_max_tokens(slot: Slot) -> BoolTerm:
+    """sizing.sure_to_reach_max_tokens: the in-flight sampling step brings the request to
+    max_tokens even with all its drafts rejected (computed counts that step's tokens,
+    placeholders its 1 + drafts output positions)."""
+    return z3.And(slot.placeholders > 0, slot.computed + 2 - slot.placeholders >= slot.token_limit)
+
+
+def skipped_as_finishing(slot: Slot, variant: Variant) -> BoolTerm:
+    """_schedule_running passes over a request whose step in flight is its last (async)."""
+    if variant.has(Bug.MAX_TOKENS_NOT_SKIPPED):
+        return z3.BoolVal(False)
+    return sure_to_reach_max_tokens(slot)
+
+
 def running_num_new(cfg: ConfigTerms, cap: IntTerm, slot: Slot, budget: IntTerm) -> IntTerm:
-    """_schedule_running: tokens a running request asks for this step."""
-    num_new = zmin(apply_cap(slot.tokens + slot.drafts - slot.computed, cap), budget)
+    """_schedule_running: tokens a running request asks for this step; the output
+    positions of its step in flight count as known tokens."""
+    remaining = slot.tokens + slot.drafts + slot.placeholders - slot.computed
+    num_new = zmin(apply_cap(remaining, cap), budget)
     # Leave room for the sampled token: positions stay below max_model_len.
     return zmin(num_new, cfg.max_model_len - 1 - slot.computed)
 
@@ -60,23 +76,40 @@ def running_slots_needed(cfg: ConfigTerms, slot: Slot, num_new: IntTerm) -> IntT
     return zmin(slot.computed + num_new + cfg.lookahead, cfg.max_model_len)
 
 
-def allocated_running(slot: Slot, num_new: IntTerm, need: IntTerm) -> Slot:
-    """A running request after allocate_slots succeeded and its tokens were scheduled
-    (computed already moved: schedule() adds the scheduled tokens at its end).
-    Its drafts are consumed either way (_schedule_drafts)."""
+def num_drafts_to_schedule(slot: Slot, num_new: IntTerm) -> IntTerm:
+    """_schedule_drafts: the tokens past the known ones and the in-flight outputs are drafts."""
+    return zmax(num_new + slot.computed - (slot.tokens + slot.placeholders), 0)
+
+
+def put_in_flight(
+    cfg: ConfigTerms,
+    slot: Slot,
+    computed_before: IntTerm,
+    num_new: IntTerm,
+    num_drafts: IntTerm,
+    variant: Variant,
+) -> Slot:
+    """_update_after_schedule and _add_output_placeholders for a scheduled slot: its
+    tokens go in flight; a step that samples adds 1 + its drafts as output placeholders
+    and leaves num_spec placeholder drafts (async), else its drafts are consumed."""
+    computed = computed_before + num_new
+    chunk = computed < slot.tokens + slot.placeholders
+    samples_async = z3.And(cfg.async_scheduling, z3.Not(chunk))
+    if variant.has(Bug.PLACEHOLDERS_NOT_ADDED):
+        samples_async = z3.BoolVal(False)
     return slot.replace(
-        computed=slot.computed + num_new, blocks=slot.blocks + need, drafts=z3.IntVal(0)
+        computed=computed,
+        in_flight=slot.in_flight + num_new,
+        chunk=chunk,
+        placeholders=slot.placeholders + z3.If(samples_async, 1 + num_drafts, 0),
+        drafts=z3.If(samples_async, cfg.num_spec, 0),
     )
 
 
-def drafts_scheduled(slot: Slot, num_new: IntTerm) -> IntTerm:
-    """_schedule_drafts: the tokens past the known ones are drafts."""
-    return zmax(num_new + slot.computed - slot.tokens, 0)
-
-
 def admitted_waiting(slot: Slot, hit: IntTerm, plan: Admission) -> Slot:
-    """A waiting request after admission: running, from its prefix hit, with a new table."""
-    return slot.replace(running=z3.BoolVal(True), computed=hit + plan.num_new, blocks=plan.need)
+    """A waiting request after admission, before its tokens go in flight: running,
+    from its prefix hit, with a new table."""
+    return slot.replace(running=z3.BoolVal(True), computed=hit, blocks=plan.need)
 
 
 def charge_budget(budget: IntTerm, num_tokens: IntTerm, variant: Variant) -> IntTerm:
@@ -85,12 +118,17 @@ def charge_budget(budget: IntTerm, num_tokens: IntTerm, variant: Variant) -> Int
 
 
 def preempt(slot: Slot, variant: Variant) -> Slot:
-    """Scheduler._preempt: drop the KV, keep the tokens, back to the waiting queue."""
+    """Scheduler._preempt: drop the KV, keep the tokens, back to the waiting queue;
+    output in flight becomes stale and the placeholders go."""
     return slot.replace(
         running=z3.BoolVal(False),
         computed=slot.computed if variant.has(Bug.PREEMPT_KEEPS_COMPUTED) else z3.IntVal(0),
         drafts=z3.IntVal(0),
         blocks=slot.blocks if keeps_table(variant) else z3.IntVal(0),
+        stale=slot.stale if variant.has(Bug.PREEMPT_OUTPUT_NOT_STALE) else slot.in_flight,
+        placeholders=(
+            slot.placeholders if variant.has(Bug.PREEMPT_KEEPS_PLACEHOLDERS) else z3.IntVal(0)
+        ),
         preemptions=slot.preemptions + 1,
     )
 
@@ -116,10 +154,28 @@ def seats_full(cfg: ConfigTerms, num_running: IntTerm, variant: Variant) -> Bool
 class Admission:
     """What _schedule_waiting decides for the request at the head of the queue."""
 
+    skipped: BoolTerm  # stale output in flight: set aside, the loop goes on
     num_new: IntTerm  # tokens it would run
-    blocked_by_budget: BoolTerm  # chunked prefill off and the prompt does not fit: stop
+    blocked_by_budget: BoolTerm  # a padding or (chunking off) a prompt over the budget: stop
     fits: BoolTerm  # allocate_slots(full_sequence_must_fit=True) succeeds
     need: IntTerm  # free blocks it takes when admitted
+    padded: BoolTerm  # spec-decode padding: 1 + num_spec tokens, num_spec placeholder drafts
+    num_drafts: IntTerm  # drafts it carries (the padding's placeholders)
+
+
+@dataclass(frozen=True)
+class StepSoFar:
+    """What the running loop leaves for the padding rule of the waiting loop."""
+
+    served_running: BoolTerm  # some running request is scheduled in this step
+    served_chunk: BoolTerm  # one of them was a prefill chunk in its previous step
+
+
+def padded_tokens(cfg: ConfigTerms, num_new: IntTerm, hit: IntTerm) -> IntTerm:
+    """sizing.padded_admission_tokens: 1 + num_spec for exactly one token to compute,
+    if the padded positions and the token they sample fit below max_model_len; else 0."""
+    pads = z3.And(cfg.num_spec > 0, num_new == 1, hit + 1 + cfg.num_spec + 1 <= cfg.max_model_len)
+    return z3.If(pads, 1 + cfg.num_spec, 0)
 
 
 def admission(
@@ -130,10 +186,24 @@ def admission(
     budget: IntTerm,
     free: IntTerm,
     num_running: IntTerm,
+    so_far: StepSoFar,
     variant: Variant,
 ) -> Admission:
-    uncapped = apply_cap(slot.tokens - hit, cap)
-    blocked = z3.And(z3.Not(cfg.chunked), uncapped > budget)
+    # _awaits_stale_output (drop_stale_output is never set on the modelled paths).
+    skipped = slot.stale > 0
+    # _padded_admission: padding waits (stops the loop) rather than run unpadded,
+    # and is dropped where the long-prefill cap would cut it.
+    padding = padded_tokens(cfg, slot.tokens - hit, hit)
+    pads = z3.And(
+        cfg.pad_spec_decode,
+        z3.Not(so_far.served_chunk),
+        z3.Or(so_far.served_running, hit > 0),
+        padding > 0,
+    )
+    padding_waits = z3.And(pads, padding > budget)
+    padded = z3.And(pads, padding <= budget, z3.Not(z3.And(cap > 0, cap < padding)))
+    uncapped = z3.If(padded, padding, apply_cap(slot.tokens - hit, cap))
+    blocked = z3.Or(padding_waits, z3.And(z3.Not(cfg.chunked), uncapped > budget))
     num_new = zmin(uncapped, budget)
     # The watermark is charged only while something runs.
     watermark = z3.If(num_running > 0, cfg.watermark_blocks, 0)
@@ -142,14 +212,49 @@ def admission(
         cfg, 0, zmin(hit + num_new + cfg.lookahead, cfg.max_model_len), variant
     )
     fits = z3.And(whole + watermark <= free, need + watermark <= free)
-    return Admission(num_new, blocked, fits, need)
+    num_drafts = z3.If(padded, cfg.num_spec, 0)
+    return Admission(skipped, num_new, blocked, fits, need, padded, num_drafts)
+
+
+@dataclass(frozen=True)
+class Landing:
+    """The step whose output lands on a slot in this engine step: its tokens for the
+    slot, whether it samples for it, and the drafts it verifies."""
+
+    num_tokens: IntTerm
+    samples: BoolTerm
+    num_drafts: IntTerm
+
+
+def landing(
+    cfg: ConfigTerms,
+    pre: Slot,
+    computed_before: IntTerm,
+    num_scheduled: IntTerm,
+    num_drafts: IntTerm,
+) -> Landing:
+    """Which step lands on the slot. Synchronous: the one just scheduled, which samples
+    when it reaches the known tokens (sampling_requests). Async (a batch queue of two):
+    the one in flight before this schedule(); its tokens are the slot's in-flight count,
+    and its output positions its placeholders, 1 + drafts for a sampling step and 0
+    for a prefill chunk (the drift test holds this against the reference)."""
+    reaches_known = computed_before + num_scheduled - num_drafts >= pre.tokens
+    return Landing(
+        num_tokens=z3.If(cfg.async_scheduling, pre.in_flight, num_scheduled),
+        samples=z3.If(
+            cfg.async_scheduling, pre.placeholders > 0, z3.And(num_scheduled > 0, reaches_known)
+        ),
+        num_drafts=z3.If(cfg.async_scheduling, pre.placeholders - 1, num_drafts),
+    )
 
 
 @dataclass(frozen=True)
 class SlotUpdate:
-    """update_from_output (and the drafter after it) for one slot."""
+    """update_from_output (and, synchronous, the drafter after it) for one slot."""
 
     slot: Slot
+    lands: BoolTerm  # the landing step was scheduled for this live request
+    stale: BoolTerm  # its output predates the request's preemption
     sampled: BoolTerm  # emitted tokens this step
     finished: BoolTerm
     freed: IntTerm  # blocks returned to the free pool
@@ -157,50 +262,85 @@ class SlotUpdate:
 
 
 def update_slot(
-    cfg: ConfigTerms,
-    slot: Slot,
-    computed_before: IntTerm,
-    num_scheduled: IntTerm,
-    drafts_scheduled: IntTerm,
-    choices: Choices,
-    variant: Variant,
+    cfg: ConfigTerms, slot: Slot, step: Landing, choices: Choices, variant: Variant
 ) -> SlotUpdate:
-    """Roll back rejected drafts, append the kept tokens, stop, free, take new drafts."""
-    scheduled = num_scheduled > 0
-    sampled = z3.And(scheduled, computed_before + num_scheduled - drafts_scheduled >= slot.tokens)
-    rejected = (
-        z3.IntVal(0)
-        if variant.has(Bug.REJECTED_DRAFTS_KEPT)
-        else drafts_scheduled - choices.accepted
-    )
+    """_land_in_flight_tokens and _apply_sampled: take the step's tokens out of flight,
+    roll back rejected drafts, append the kept tokens up to a stop, free a finished
+    request; stale output is delivered but moves no reset counter."""
+    lands = z3.And(slot.live, step.num_tokens > 0)
+    stale = z3.And(lands, slot.stale > 0)
+    landed = slot.replace(
+        in_flight=(
+            slot.in_flight
+            if variant.has(Bug.IN_FLIGHT_NEVER_LANDS)
+            else slot.in_flight - step.num_tokens
+        ),
+        stale=z3.If(stale, slot.stale - step.num_tokens, slot.stale),
+    ).select(lands, slot)
+    sampled = z3.And(lands, step.samples)
     emitted = 1 + choices.accepted
-    tokens = slot.tokens + choices.kept
-    finished = z3.And(sampled, z3.Or(choices.stop, tokens >= cfg.max_model_len))
+    rejected = step.num_drafts + 1 - emitted
+    rolls_back = z3.And(
+        z3.Or(z3.Not(stale), variant.has(Bug.STALE_OUTPUT_ROLLS_BACK)), step.num_drafts > 0
+    )
+    computed_rejected = 0 if variant.has(Bug.REJECTED_DRAFTS_KEPT) else rejected
+    computed = z3.If(rolls_back, landed.computed - computed_rejected, landed.computed)
+    placeholders = z3.If(
+        z3.And(rolls_back, landed.placeholders > 0),
+        landed.placeholders - rejected,
+        landed.placeholders,
+    )
+    had_placeholders = placeholders > 0
+    tokens = landed.tokens + choices.kept
+    length_cap = zmin(slot.token_limit, cfg.max_model_len)
+    finished = z3.And(sampled, z3.Or(choices.stop, tokens >= length_cap))
     valid = z3.Implies(
         sampled,
         z3.And(
             choices.accepted >= 0,
-            choices.accepted <= drafts_scheduled,
+            choices.accepted <= step.num_drafts,
             choices.kept >= 1,
             choices.kept <= emitted,
-            tokens <= cfg.max_model_len,
+            tokens <= length_cap,
             z3.Implies(z3.Not(finished), choices.kept == emitted),
             choices.new_drafts >= 0,
             choices.new_drafts <= cfg.num_spec,
         ),
     )
-    after_sample = slot.replace(
-        computed=slot.computed - rejected - (emitted - choices.kept),
+    # The stop checker drops the tokens past a stop and, unless stale, their computed.
+    trimmed = z3.If(z3.And(finished, z3.Not(stale)), emitted - choices.kept, 0)
+    after_sample = landed.replace(
+        computed=computed - trimmed,
         tokens=tokens,
-        drafts=choices.new_drafts,
+        placeholders=z3.If(
+            z3.And(
+                z3.Not(stale),
+                had_placeholders,
+                z3.BoolVal(not variant.has(Bug.PLACEHOLDERS_NOT_RESOLVED)),
+            ),
+            placeholders - emitted,
+            placeholders,
+        ),
+        # Synchronous: the drafter proposes after the step. Async: the placeholder drafts
+        # set at schedule time stay (the engine core never proposes).
+        drafts=z3.If(cfg.async_scheduling, landed.drafts, choices.new_drafts),
     )
-    updated = after_sample.select(sampled, slot)
-    # The bugs that keep a table live in _preempt: a finished request is freed as usual.
+    updated = after_sample.select(sampled, landed)
+    # The bugs that keep a table live in _preempt: a finished request is freed as usual,
+    # and the state forgets it (its later output is dropped).
     gone = updated.replace(
-        live=z3.BoolVal(False), running=z3.BoolVal(False), blocks=z3.IntVal(0), drafts=z3.IntVal(0)
+        live=z3.BoolVal(False),
+        running=z3.BoolVal(False),
+        blocks=z3.IntVal(0),
+        drafts=z3.IntVal(0),
+        in_flight=z3.IntVal(0),
+        placeholders=z3.IntVal(0),
+        stale=z3.IntVal(0),
     )
     return SlotUpdate(
         slot=gone.select(finished, updated),
+        lands=lands,
+        stale=stale,
         sampled=sampled,
         finished=finished,
         freed=z3.If(finished, slot.blocks, 0),

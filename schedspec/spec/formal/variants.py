@@ -20,6 +20,14 @@ class Bug(Enum):
     PREEMPT_KEEPS_COMPUTED = "preempt-keeps-computed"
     REJECTED_DRAFTS_KEPT = "rejected-drafts-kept"
     ADMIT_AFTER_PREEMPT = "admit-after-preempt"
+    # Async scheduling.
+    MAX_TOKENS_NOT_SKIPPED = "async-max-tokens-overrun"
+    PLACEHOLDERS_NOT_ADDED = "placeholders-not-added"
+    PREEMPT_KEEPS_PLACEHOLDERS = "preempt-keeps-placeholders"
+    STALE_OUTPUT_ROLLS_BACK = "stale-output-rolls-back"
+    PREEMPT_OUTPUT_NOT_STALE = "preempt-output-not-stale"
+    IN_FLIGHT_NEVER_LANDS = "in-flight-never-lands"
+    PLACEHOLDERS_NOT_RESOLVED = "placeholders-not-resolved"
 
     @property
     def mutant(self) -> str:
@@ -53,4 +61,15 @@ BREAKS: dict[str, Bug] = {
     "PREEMPT-RESET": Bug.PREEMPT_KEEPS_BLOCKS,
     "MONOTONE": Bug.PREEMPT_KEEPS_COMPUTED,
     "NO-ADMIT-AFTER-PREEMPT": Bug.ADMIT_AFTER_PREEMPT,
+    "PIPELINE": Bug.PREEMPT_KEEPS_PLACEHOLDERS,
+    "MAX-TOKENS": Bug.MAX_TOKENS_NOT_SKIPPED,
+    "SCHEDULE-PIPELINE": Bug.PLACEHOLDERS_NOT_ADDED,
+    "UPDATE-PIPELINE": Bug.STALE_OUTPUT_ROLLS_BACK,
+}
+
+# More of the catalogue's async mutants, and the invariant whose proof each one breaks.
+ALSO_CAUGHT: dict[Bug, str] = {
+    Bug.PREEMPT_OUTPUT_NOT_STALE: "PREEMPT-RESET",
+    Bug.IN_FLIGHT_NEVER_LANDS: "UPDATE-PIPELINE",
+    Bug.PLACEHOLDERS_NOT_RESOLVED: "UPDATE-PIPELINE",
 }

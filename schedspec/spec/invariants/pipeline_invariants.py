@@ -18,24 +18,6 @@ from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
 from schedspec.spec.state import RequestState, State
 
 
-def sure_to_reach_max_tokens(request: RequestState) -> bool:
-    """Is the request sure to reach max_tokens once its in-flight sampling step lands,
-    even if every draft of that step is rejected?
-
-    The in-flight step counts 1 + its drafts as placeholders and its tokens in
-    num_computed_tokens, so computed + 1 - (placeholders - 1) tokens are sure.
-    """
-    placeholders = request.num_output_placeholders
-    sure_tokens = request.num_computed_tokens + 2 - placeholders
-    return placeholders > 0 and sure_tokens >= len(request.prompt_token_ids) + request.max_tokens
-
-
-def awaits_stale_output(request: RequestState) -> bool:
-    """A preempted request whose pre-preemption output is still in flight (and will be
-    delivered): resuming it now would compute again a position that output fills."""
-    return request.num_stale_output_tokens > 0 and not request.drop_stale_output
-
-
 @invariant(
     "PIPELINE",
     "state",
@@ -115,11 +97,7 @@ def check_max_tokens(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
     for rid in t.output.num_scheduled_tokens:
         pre = t.pre.requests.get(rid)
-        if (
-            pre is not None
-            and pre.status is RequestStatus.RUNNING
-            and sure_to_reach_max_tokens(pre)
-        ):
+        if pre is not None and pre.status is RequestStatus.RUNNING and pre.sure_to_reach_max_tokens:
             out.append(
                 Violation(
                     "MAX-TOKENS",
@@ -148,7 +126,7 @@ def check_stale_hold(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
     for cached in t.output.scheduled_cached_reqs:
         pre = t.pre.requests.get(cached.request_id)
-        if cached.resumed and pre is not None and awaits_stale_output(pre):
+        if cached.resumed and pre is not None and pre.awaits_stale_output:
             out.append(
                 Violation(
                     "STALE-HOLD",

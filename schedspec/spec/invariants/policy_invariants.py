@@ -9,10 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedspec.spec.block_hash import BlockHash
-from schedspec.spec.invariants.pipeline_invariants import (
-    awaits_stale_output,
-    sure_to_reach_max_tokens,
-)
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import (
     AbortTransition,
@@ -45,7 +41,7 @@ def _admitted(t: ScheduleTransition) -> list[str]:
 def _admissible(state: State) -> list[str]:
     """The waiting queue in order, minus the requests that wait for stale output
     (vLLM skips them and puts them back where they were)."""
-    return [r for r in state.waiting if not awaits_stale_output(state.requests[r])]
+    return [r for r in state.waiting if not state.requests[r].awaits_stale_output]
 
 
 def padded_admission(
@@ -189,7 +185,7 @@ def check_running_served(t: ScheduleTransition) -> list[Violation]:
     for rid in t.pre.running:
         pre = t.pre.requests[rid]
         idle = (
-            sure_to_reach_max_tokens(pre)
+            pre.sure_to_reach_max_tokens
             or _running_demand(pre, pre.num_computed_tokens) <= 0
             or config.max_model_len - 1 - pre.num_computed_tokens <= 0
         )

@@ -380,9 +380,11 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
     "safety",
     "A prefix-cache hit covers whole blocks, never the last token, and each hit block's "
     "content is the request's own prefix; a block is registered in the cache only for "
-    "content its holder has computed or scheduled, never for drafts or lookahead; every "
-    "cached block a live request holds carries that request's content hash (no stale "
-    "entry survives a block's reuse).",
+    "content its holder has computed or scheduled, never for drafts or lookahead, and a "
+    "block this step registered is still held, or its tokens were computed or in flight "
+    "before the step (not taken back with a victim's step); every cached block a live "
+    "request holds carries that request's content hash (no stale entry survives a block's "
+    "reuse).",
 )
 def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     bs = t.post.config.block_size
@@ -422,11 +424,20 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
                         block,
                     )
                 )
-    # Registrations made by this step: each must belong to a live holder.
+    # Registrations made by this step: each must belong to a live holder, or to
+    # tokens a step scheduled before this one computes (async: a request preempted
+    # now whose earlier step is still in flight; that step still runs).
     pre_hashes = t.pre.kv.block_hashes
     held = {b for request in t.post.requests.values() for b in request.block_ids}
+    computed_before_this_step = {
+        block
+        for request in t.pre.requests.values()
+        for index, block in enumerate(request.block_ids)
+        if (index + 1) * bs <= min(request.num_computed_tokens, request.num_tokens)
+    }
     for block, block_hash in enumerate(hashes[: len(pre_hashes)]):
-        if block_hash is not None and block_hash != pre_hashes[block] and block not in held:
+        fresh = block_hash is not None and block_hash != pre_hashes[block]
+        if fresh and block not in held and block not in computed_before_this_step:
             out.append(
                 Violation(
                     "CACHE-CONTENT",

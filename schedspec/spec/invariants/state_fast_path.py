@@ -12,12 +12,14 @@ The tests hold it to that on every hand-built bad state of the catalogue.
 
 from __future__ import annotations
 
-from schedspec.spec.request import RequestStatus
-from schedspec.spec.state import State
+from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
+from schedspec.spec.state import RequestState, State
 
 # The state invariants this pass covers; any other state invariant registered
 # later still runs on its own.
-FAST_PATH_IDS = frozenset({"CONSERVATION", "EXCLUSIVE", "CACHE-INDEX", "QUEUES", "SEQS", "LENGTH"})
+FAST_PATH_IDS = frozenset(
+    {"CONSERVATION", "EXCLUSIVE", "CACHE-INDEX", "QUEUES", "SEQS", "LENGTH", "PIPELINE"}
+)
 
 _RUNNING = RequestStatus.RUNNING
 _WAITING = RequestStatus.WAITING
@@ -25,7 +27,8 @@ _PREEMPTED = RequestStatus.PREEMPTED
 
 
 def state_holds(state: State) -> bool:
-    """True only if CONSERVATION, EXCLUSIVE, CACHE-INDEX, QUEUES, SEQS and LENGTH all hold."""
+    """True only if CONSERVATION, EXCLUSIVE, CACHE-INDEX, QUEUES, SEQS, LENGTH and PIPELINE
+    all hold."""
     config = state.config
     kv = state.kv
     requests = state.requests
@@ -50,9 +53,12 @@ def state_holds(state: State) -> bool:
     # For a block seen once so far: its index in that table and that request's
     # length, so that a second holder can be checked against the first (EXCLUSIVE).
     first_seen: dict[int, tuple[int, int]] = {}
+    async_scheduling = config.async_scheduling
     for rid, request in requests.items():
         status = request.status
         num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
+        if not _pipeline_holds(request, status, num_tokens, async_scheduling):
+            return False
         if status is _RUNNING:
             if rid not in running:
                 return False
@@ -117,3 +123,32 @@ def state_holds(state: State) -> bool:
                 return False
             indexed[block] = block_hash
     return tuple(indexed) == hashes
+
+
+def _pipeline_holds(
+    request: RequestState, status: RequestStatus, num_tokens: int, async_scheduling: bool
+) -> bool:
+    """PIPELINE for one request, as a yes/maybe-not."""
+    in_flight = request.num_in_flight_tokens
+    placeholders = request.num_output_placeholders
+    stale = request.num_stale_output_tokens
+    if request.drop_stale_output or min(in_flight, placeholders, stale) < 0:
+        return False
+    if placeholders > in_flight or stale > in_flight:
+        return False
+    if (placeholders or stale) and not async_scheduling:
+        return False
+    drafts = request.spec_token_ids
+    placeholder_drafts = drafts.count(PLACEHOLDER_TOKEN_ID) if drafts else 0
+    if placeholder_drafts and (not async_scheduling or placeholder_drafts != len(drafts)):
+        return False
+    if status is _RUNNING:
+        confirmed = request.num_computed_tokens - in_flight
+        return (
+            not stale
+            and 0 <= confirmed <= num_tokens - 1
+            and not (request.is_prefill_chunk and placeholders)
+        )
+    if status is _WAITING:
+        return not in_flight
+    return not placeholders and stale == in_flight  # PREEMPTED
