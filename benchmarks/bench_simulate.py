@@ -48,7 +48,7 @@ def main() -> None:
         path = Path(folder) / "trace.jsonl"
         write_trace(path, workload.generate(0, named.config.max_model_len))
         started, cpu_started = time.perf_counter(), time.process_time()
-        requests = load_trace(path, seed=0)
+        requests = load_trace(path, seed=0, max_model_len=named.config.max_model_len)
         loaded = time.perf_counter()
     result = simulate(named.name, factory, named.config, requests, cost, 0, 10**8)
     simulated = time.perf_counter()

@@ -82,3 +82,47 @@ def test_snapshot_of_a_reused_id_shows_the_new_request() -> None:
     step(scheduler)
     add(scheduler, "r", 3, first_token=2000)
     assert scheduler.snapshot().requests["r"].prompt_token_ids == (2000, 2001, 2002)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("arrival", 0),
+        ("num_computed_tokens", 2),
+        ("spec_token_ids", [5, 5, 5, 5, 5]),
+        ("num_preemptions", 1),
+        ("num_in_flight_tokens", 3),
+        ("num_output_placeholders", 1),
+        ("num_stale_output_tokens", 1),
+        ("is_prefill_chunk", True),
+        ("stop_reason", 4),
+        ("drop_stale_output", True),
+        ("all_token_ids", [1, 2, 3, 9]),
+    ],
+)
+def test_a_request_with_progress_already_set_is_refused_naming_the_field(
+    field: str, value: object
+) -> None:
+    """Five drafts preset on a request whose config allows two would otherwise be
+    verified at its first step; each progress field is refused by name."""
+    scheduler = make_scheduler(num_speculative_tokens=2)
+    request = Request("r", [1, 2, 3], 4)
+    setattr(request, field, value)
+    with pytest.raises(RequestError) as info:
+        scheduler.add_request(request)
+    assert info.value.field == field
+    assert "was it added to a scheduler before?" in str(info.value)
+    assert not scheduler.has_unfinished_requests()
+
+
+def test_one_request_object_cannot_join_a_second_scheduler() -> None:
+    """Added to one scheduler, a Request is that scheduler's: the second refuses it (its
+    arrival is set) before the first one's schedule() could change it under the second."""
+    first, second = make_scheduler(), make_scheduler()
+    request = add(first, "r", 3)
+    with pytest.raises(RequestError) as info:
+        second.add_request(request)
+    assert info.value.field == "arrival"
+    assert not second.has_unfinished_requests()
+    step(first)
+    assert first.snapshot().requests["r"].num_computed_tokens == 3

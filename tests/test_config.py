@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from schedspec.spec import ConfigError, SchedulerConfig
+from schedspec.spec.config import MAX_NUM_BLOCKS, MAX_SPECULATIVE_TOKENS
 from tests.sched_helpers import make_config
 
 
@@ -69,6 +70,12 @@ def test_config_is_frozen() -> None:
             "max_num_seqs",
         ),
         ({"long_prefill_token_threshold": 257}, "long_prefill_token_threshold", "<= max_model_len"),
+        # Upper bounds, for memory: the message says why.
+        ({"num_blocks": 10**9}, "num_blocks", "<= 4194304 (each KV block is a record"),
+        ({"num_speculative_tokens": 10**8}, "num_speculative_tokens", "<= 256 (every step"),
+        ({"num_lookahead_tokens": 257}, "num_lookahead_tokens", "<= 256"),
+        # A damaged value is shown short, however long or deep it is.
+        ({"max_num_seqs": list(range(10**5))}, "max_num_seqs", "[0, 1, 2, 3, 4, 5, 6, 7, ...]"),
         # Padding needs a draft count to pad with, and a budget the padded step fits.
         ({"pad_spec_decode": True}, "pad_spec_decode", "num_speculative_tokens >= 1"),
         (
@@ -91,6 +98,11 @@ def test_bad_values_name_field_and_bound(overrides: dict[str, Any], field: str, 
     assert field in str(info.value)
     assert bound in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_the_largest_sizes_are_accepted() -> None:
+    config = make_config(num_blocks=MAX_NUM_BLOCKS, num_speculative_tokens=MAX_SPECULATIVE_TOKENS)
+    assert config.lookahead_tokens == MAX_SPECULATIVE_TOKENS
 
 
 def test_boundary_values_are_accepted() -> None:

@@ -161,8 +161,18 @@ class TestProfiles:
         class Typo:
             profiles = frozenset({"vllm"})
 
-        with pytest.raises(ProfileError, match=r"claims frozenset\(\{'vllm'\}\): expected a set"):
+        with pytest.raises(ProfileError, match=r"claims frozenset\(\{'vllm'\}\): expected a non"):
             claimed_profiles(Typo())
+
+    def test_an_adapter_claiming_no_profile_is_refused(self) -> None:
+        """An empty claim used to reach the run and fail it as an engine error (exit 4)."""
+
+        class Modest:
+            profiles: frozenset[str] = frozenset()
+
+        with pytest.raises(ProfileError, match="expected a non-empty set") as caught:
+            claimed_profiles(Modest())
+        assert caught.value.field == "profiles"
 
     def test_probing_builds_the_engine_at_the_probe_config(self) -> None:
         assert probe_profiles(safety_only) == frozenset({"safety"})

@@ -12,6 +12,7 @@ import pytest
 from schedspec.spec import State
 from schedspec.spec.invariants import CATALOGUE, ScheduleTransition, UpdateTransition
 from tests.invariant_builders import (
+    DEFAULT_TOKEN,
     Case,
     CaseBuilder,
     CaseRegistry,
@@ -40,6 +41,26 @@ def async_decode() -> tuple[Driver, ScheduleTransition, ScheduleTransition, Upda
     assert (a.num_tokens, a.num_computed_tokens, a.num_in_flight_tokens) == (9, 9, 1)
     assert a.num_output_placeholders == 1
     return driver, first, second, landed
+
+
+def retried_while_in_flight() -> UpdateTransition:
+    """A (8-token prompt) is scheduled, then aborted while that step is in flight and sent
+    again under the same id; the new A is scheduled (its whole prompt: 1 placeholder),
+    then the old step lands. Its output was sampled for the old A: nothing of it reaches
+    the new one, whose counters stay as its own schedule() left them."""
+    driver = Driver(async_scheduling=True, max_model_len=64)
+    driver.add("A", 8, max_tokens=5)
+    old_step = driver.schedule()
+    driver.abort("A")
+    driver.add("A", 8, max_tokens=5)
+    driver.schedule()
+    landed = driver.update(old_step)
+    assert landed.model_output.sampled_token_ids  # the model answered the old A's step
+    assert not landed.scheduled_for(landed.pre.requests["A"])
+    a = landed.post.requests["A"]
+    assert (a.output_token_ids, a.num_computed_tokens, a.num_in_flight_tokens) == ((), 8, 8)
+    assert a.num_output_placeholders == 1
+    return landed
 
 
 def mid_pipeline_state() -> State:
@@ -204,6 +225,35 @@ def case_output_of_an_aborted_request_given_to_its_successor() -> Case:
     _, _, _, landed = async_decode()
     bad = dataclasses.replace(landed, scheduled_arrivals={"A": 7})
     return Case("DELIVERY", landed, bad, "output of a step not scheduled for this request", "A")
+
+
+@cases("DELIVERY")
+def case_output_of_the_predecessor_applied_to_a_retried_request() -> Case:
+    """The real transition holds every update invariant (none mistakes the old A's output
+    for the new A's); the new A given that output breaks DELIVERY."""
+    landed = retried_while_in_flight()
+    bad = dataclasses.replace(
+        landed, post=with_request(landed.post, "A", output_token_ids=(DEFAULT_TOKEN,))
+    )
+    return Case("DELIVERY", landed, bad, "output of a step not scheduled for this request", "A")
+
+
+@cases("UPDATE-PIPELINE")
+def case_predecessors_output_resolves_a_placeholder() -> Case:
+    landed = retried_while_in_flight()
+    bad = dataclasses.replace(
+        landed, post=with_request(landed.post, "A", num_output_placeholders=0)
+    )
+    return Case(
+        "UPDATE-PIPELINE",
+        landed,
+        bad,
+        "(in flight, stale, placeholders)",
+        "A",
+        None,
+        (8, 0, 1),
+        (8, 0, 0),
+    )
 
 
 # ------------------------------------------------------------- CACHE-CONFIRMED

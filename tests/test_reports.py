@@ -15,9 +15,10 @@ from click.testing import CliRunner, Result
 from schedspec.cli.check_report import invariants_of
 from schedspec.cli.main import main
 from schedspec.cli.reports import EXIT_CODES, Outcome
+from schedspec.properties.engine_boundary import GuardedEngine
 from schedspec.properties.events import AddRequest, Step
 from schedspec.properties.trace import Trace
-from schedspec.properties.watchdog import StepTimeoutError, TimedEngine, Watchdog
+from schedspec.properties.watchdog import StepTimeoutError, Watchdog
 from schedspec.spec import SchedulerConfig
 from tests.diff_engines import hanging
 
@@ -64,9 +65,12 @@ def test_exit_codes_are_distinct() -> None:
     assert dict(EXIT_CODES) == {
         Outcome.PASSED: 0,
         Outcome.VIOLATION: 1,
+        Outcome.USAGE_ERROR: 2,
         Outcome.DIVERGENCE: 3,
         Outcome.ENGINE_ERROR: 4,
         Outcome.HANG: 5,
+        Outcome.HARNESS_ERROR: 6,
+        Outcome.INTERRUPTED: 130,
     }
 
 
@@ -75,7 +79,7 @@ class TestCheckReports:
         result, root, summary = _reported(tmp_path, "check", "--examples", "3", "--seed", "2")
         assert result.exit_code == 0, result.output
         names = [i.id for i in invariants_of("vllm-v1")]
-        assert list(_cases(root)) == [*names, "engine-errors"]
+        assert list(_cases(root)) == [*names, "engine-errors", "harness"]
         assert _only_failures(root) == {}
         assert root.attrib["failures"] == root.attrib["errors"] == "0"
         assert summary["outcome"] == "passed" and summary["exit_code"] == 0
@@ -130,7 +134,7 @@ class TestCheckReports:
         result, root, summary = _reported(tmp_path, *args)
         assert result.exit_code == 4, result.output
         assert "planted failure while building the engine" in result.stdout
-        assert list(_cases(root)) == ["engine-errors"]  # no profile: no invariant testcases
+        assert list(_cases(root)) == ["engine-errors", "harness"]  # no profile: no invariants
         assert summary["outcome"] == "engine-error" and summary["profile"] is None
 
     def test_a_hang(self, tmp_path: Path) -> None:
@@ -162,7 +166,7 @@ class TestDiffReports:
         assert "DIVERGENCE after event" in result.stdout and "num_scheduled_tokens" in result.stdout
         assert "      left   scheduled: " in result.stdout  # side by side
         assert "      right  scheduled: " in result.stdout
-        assert list(_cases(root))[-2:] == ["engine-errors", "lockstep"]
+        assert list(_cases(root))[-3:] == ["engine-errors", "lockstep", "harness"]
         assert _only_failures(root) == {"lockstep": "failure"}
         failure = _cases(root)["lockstep"].find("failure")
         assert failure is not None and failure.attrib["type"] == "Divergence"
@@ -224,7 +228,7 @@ class TestWatchdog:
         )
         before = signal.getsignal(signal.SIGALRM)
         with Watchdog(0.05) as watchdog:
-            engine = TimedEngine(hanging(config), watchdog)
+            engine = GuardedEngine(hanging(config), watchdog)
             engine.add_request(AddRequest("a", (1,), 3).to_request())
             engine.schedule()
             engine.schedule()

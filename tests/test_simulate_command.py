@@ -168,7 +168,10 @@ def test_bad_trace_record_names_line_and_field(tmp_path: Path) -> None:
     )
     result = _run(tmp_path, "--workload", str(trace), "--no-plots")
     assert result.exit_code == 2
-    assert f"{trace} line 2: field 'output_tokens' must be an integer >= 1, got -5" in result.output
+    assert (
+        f"{trace} line 2: field 'output_tokens' must be an integer in [1, 2**63), got -5"
+        in result.output
+    )
 
 
 def test_progress_lines_off_a_terminal(tmp_path: Path) -> None:
@@ -189,10 +192,100 @@ def test_progress_counts_over_configs() -> None:
         assert bar is not None
 
 
-def test_refused_trace_request_names_its_line(tmp_path: Path) -> None:
+def test_a_prompt_too_long_for_the_configs_names_its_line(tmp_path: Path) -> None:
+    """Refused as it is read, before a token of it is drawn: the bound is the smallest
+    max_model_len of the configs simulated (the base config's 4096 here)."""
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"arrival_time": 0, "prompt_tokens": 5000, "output_tokens": 5}\n')
     result = _run(tmp_path, "--workload", str(trace), "--no-plots")
     assert result.exit_code == 2
-    assert f"{trace} line 1: the engine refused it" in result.output
-    assert "max_model_len" in result.output
+    assert (
+        f"{trace} line 1: field 'prompt_tokens' must be >= 1 and shorter than max_model_len "
+        "(4096), got 5000"
+    ) in result.output
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e6], ids=["epoch-seconds", "epoch-microseconds"])
+def test_absolute_arrival_times_count_from_the_first(tmp_path: Path, scale: float) -> None:
+    """A trace stamped with epoch times simulates like one from 0: before, the clock sat
+    at 1.7e9 s (1.7e15 in microseconds), where a step's milliseconds vanish in the
+    float's rounding and every latency came out 0.0 ms."""
+    start = 1_700_000_000.0 * scale
+    trace = tmp_path / "epoch.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps(
+                {"arrival_time": start + i * 0.5 * scale, "prompt_tokens": 40, "output_tokens": 8}
+            )
+            + "\n"
+            for i in range(4)
+        )
+    )
+    result = _run(tmp_path, "--workload", str(trace), "--no-plots", "--json")
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.output)["runs"]
+    arrivals = [r["arrival_time"] for r in run["requests"]]
+    assert arrivals == [0.0, 0.5 * scale, 1.0 * scale, 1.5 * scale]
+    assert all(r["ttft"] > 0 for r in run["requests"])
+
+
+def test_an_engine_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(tmp_path)
+    (tmp_path / "my_simulated_engine.py").write_text(
+        "from schedspec.properties.reference_adapter import ReferenceEngine as Engine\n"
+    )
+    result = _run(tmp_path, "--engine", "my_simulated_engine:Engine", *SMALL, "--no-plots")
+    assert result.exit_code == 0, result.output
+
+
+def test_the_same_run_draws_the_same_bytes(tmp_path: Path) -> None:
+    """SVG ids were salted at random and stamped with the time: two runs differed."""
+    args = ("--num-requests", "6", "--format", "svg", "--format", "png")
+    first = CliRunner().invoke(main, ["simulate", "--out", str(tmp_path / "a"), *args])
+    again = CliRunner().invoke(main, ["simulate", "--out", str(tmp_path / "b"), *args])
+    assert first.exit_code == again.exit_code == 0, first.output
+    drawn = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert "kv-queue.svg" in drawn and "kv-queue.png" in drawn
+    for name in drawn:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize(
+    ("flags", "field", "bound"),
+    [
+        (["--num-requests", "100000000"], "num_requests", "in [1, 100000]"),
+        (["--prefix-groups", "1000000"], "prefix_groups", "in [0, 1000]"),
+        (["--prompt-len", "fixed:100000000"], "prompt_len", "lengths in [1, 16777216]"),
+        (["--output-len", "lognormal:100:50"], "output_len", "0 < SIGMA <= 10"),
+        (["--set", "num_blocks=1000000000"], "num_blocks", "<= 4194304"),
+        (["--set", "num_speculative_tokens=100000000"], "num_speculative_tokens", "<= 256"),
+    ],
+)
+def test_sizes_past_what_memory_allows_are_refused(
+    tmp_path: Path, flags: list[str], field: str, bound: str
+) -> None:
+    result = _run(tmp_path, *flags, "--no-plots")
+    assert result.exit_code == 2, result.output
+    assert field in result.output and bound in result.output
+
+
+def test_a_prompt_longer_than_the_model_is_cut_before_it_is_drawn(tmp_path: Path) -> None:
+    """fixed:16000000 under max_model_len 64: each prompt is drawn 63 tokens long (it was
+    drawn whole, 16 million tokens a request, then cut), leaving one output token."""
+    result = _run(
+        tmp_path,
+        "--num-requests",
+        "20",
+        "--prompt-len",
+        "fixed:16000000",
+        "--set",
+        "max_model_len=64,num_blocks=64",
+        "--no-plots",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.output)["runs"]
+    assert {r["num_output_tokens"] for r in run["requests"]} == {1}

@@ -4,7 +4,7 @@ and agreement with the reference's own counters."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import pytest
 
@@ -51,7 +51,7 @@ def _config(**fields: object) -> SchedulerConfig:
 
 
 def _run(
-    requests: list[SimRequest], config: SchedulerConfig | None = None, cost: CostModel = UNIT
+    requests: Iterable[SimRequest], config: SchedulerConfig | None = None, cost: CostModel = UNIT
 ) -> SimulationResult:
     return simulate("t", reference_engine, config or _config(), requests, cost, 0, 10_000)
 
@@ -119,6 +119,13 @@ class TestClock:
         bad = SimRequest("A", 0.0, tuple(range(600)), 3, source="t.jsonl line 9")
         with pytest.raises(SimulationInputError, match=r"t\.jsonl line 9: the engine refused"):
             _run([bad])
+
+    def test_arrivals_out_of_order_are_refused_naming_the_request(self) -> None:
+        """Requests are taken as they arrive, never all held: the clock cannot go back."""
+        late = SimRequest("A", 2.0, (1, 2), 2, source="request 0")
+        early = SimRequest("B", 1.0, (1, 2), 2, source="request 1")
+        with pytest.raises(SimulationInputError, match="request 1 arrives before the request"):
+            _run([late, early])
 
     def test_max_steps_stops_the_run(self) -> None:
         with pytest.raises(SimulationStalledError, match="max_steps=2"):

@@ -3,6 +3,7 @@ experiment's shape, and the JSONL loader's errors naming the line and field."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import statistics
@@ -14,6 +15,7 @@ from schedspec.simulate.errors import SimulationInputError, TraceRecordError
 from schedspec.simulate.trace_file import load_trace, write_trace
 from schedspec.simulate.workloads import (
     LONG_PROMPT_ID,
+    MAX_SIM_REQUESTS,
     NUM_DECODES,
     LengthDistribution,
     SyntheticWorkload,
@@ -58,8 +60,9 @@ class TestLengthDistribution:
 class TestSynthetic:
     def test_same_seed_same_workload(self) -> None:
         a = SyntheticWorkload(num_requests=30).generate(3, 4096)
-        assert a == SyntheticWorkload(num_requests=30).generate(3, 4096)
-        assert a != SyntheticWorkload(num_requests=30).generate(4, 4096)
+        assert len(a) == 30
+        assert list(a) == list(a) == list(SyntheticWorkload(num_requests=30).generate(3, 4096))
+        assert list(a) != list(SyntheticWorkload(num_requests=30).generate(4, 4096))
 
     def test_poisson_arrivals_at_the_rate(self) -> None:
         requests = SyntheticWorkload(num_requests=3000, rate=10.0).generate(0, 4096)
@@ -110,7 +113,7 @@ def test_long_prompt_among_decodes() -> None:
     long = requests[-1]
     assert long.request_id == LONG_PROMPT_ID and len(long.prompt_token_ids) == 3500
     assert all(r.arrival_time == 0.0 for r in requests[:-1]) and long.arrival_time > 0
-    assert builtin_workload("long-prompt", 0, 4096) == requests
+    assert list(builtin_workload("long-prompt", 0, 4096)) == requests
 
 
 def test_unknown_builtin_names_the_field() -> None:
@@ -132,12 +135,13 @@ class TestJsonlTrace:
             "",
             {"arrival_time": 0.25, "prompt_tokens": [5, 6, 7], "output_tokens": 2, "priority": 1},
         )
-        first, second = load_trace(path, seed=0)
+        first, second = load_trace(path, seed=0, max_model_len=4096)
         assert (first.request_id, first.arrival_time, first.prompt_token_ids) == (
             "line3",
-            0.25,
+            0.0,  # the first arrival is the start
             (5, 6, 7),
         )
+        assert second.arrival_time == 1.25
         assert (first.max_tokens, first.priority) == (2, 1)
         assert (second.request_id, len(second.prompt_token_ids), second.max_tokens) == (
             "line1",
@@ -147,13 +151,17 @@ class TestJsonlTrace:
         assert second.source == f"{path} line 1"
 
     def test_round_trip(self, tmp_path: Path) -> None:
-        requests = SyntheticWorkload(num_requests=20).generate(5, 4096)
+        requests = list(SyntheticWorkload(num_requests=20).generate(5, 4096))
         path = tmp_path / "out.jsonl"
         write_trace(path, requests)
-        loaded = load_trace(path, seed=99)
+        loaded = load_trace(path, seed=99, max_model_len=4096)
+        start = requests[0].arrival_time  # the loaded trace starts at its first arrival
         assert [
             (r.request_id, r.arrival_time, r.prompt_token_ids, r.max_tokens) for r in loaded
-        ] == [(r.request_id, r.arrival_time, r.prompt_token_ids, r.max_tokens) for r in requests]
+        ] == [
+            (r.request_id, r.arrival_time - start, r.prompt_token_ids, r.max_tokens)
+            for r in requests
+        ]
 
     @pytest.mark.parametrize(
         ("bad", "field", "message"),
@@ -172,7 +180,28 @@ class TestJsonlTrace:
                 "prompt_tokens",
                 "ids >= 0",
             ),
-            ({"arrival_time": 0, "prompt_tokens": 3, "output_tokens": 0}, "output_tokens", ">= 1"),
+            (
+                {"arrival_time": 0, "prompt_tokens": 3, "output_tokens": 0},
+                "output_tokens",
+                r"in \[1, 2\*\*63\)",
+            ),
+            (
+                {"arrival_time": 0, "prompt_tokens": 4096, "output_tokens": 1},
+                "prompt_tokens",
+                r"shorter than max_model_len \(4096\)",
+            ),
+            (
+                {"arrival_time": 0, "prompt_tokens": [1] * 4096, "output_tokens": 1},
+                "prompt_tokens",
+                "a list of 4096 token ids",
+            ),
+            (
+                {"arrival_time": 10**400, "prompt_tokens": 3, "output_tokens": 1},
+                "arrival_time",
+                "finite",
+            ),
+            ("[" * 100 + "]" * 100, "record", "nests deeper than 32"),
+            ('{"arrival_time": NaN, "prompt_tokens": 3, "output_tokens": 1}', "record", "NaN"),
             (
                 {"arrival_time": 0, "prompt_tokens": 3, "output_tokens": 2.5},
                 "output_tokens",
@@ -208,14 +237,23 @@ class TestJsonlTrace:
         good = {"arrival_time": 0, "prompt_tokens": 3, "output_tokens": 1}
         path = self._write(tmp_path, good, bad)
         with pytest.raises(TraceRecordError, match=message) as err:
-            load_trace(path, seed=0)
+            load_trace(path, seed=0, max_model_len=4096)
         assert (err.value.field, err.value.line) == (field, 2)
         assert str(err.value).startswith(f"{path} line 2: ")
 
     def test_empty_or_missing_file(self, tmp_path: Path) -> None:
         empty = self._write(tmp_path, "")
         with pytest.raises(TraceRecordError, match="no records") as err:
-            load_trace(empty, seed=0)
+            load_trace(empty, seed=0, max_model_len=4096)
         assert str(err.value) == f"{empty}: the trace has no records"
-        with pytest.raises(TraceRecordError, match=r"absent\.jsonl: cannot read"):
-            load_trace(tmp_path / "absent.jsonl", seed=0)
+        with pytest.raises(TraceRecordError, match=r"absent\.jsonl: cannot be read"):
+            load_trace(tmp_path / "absent.jsonl", seed=0, max_model_len=4096)
+
+
+def test_a_large_workload_is_drawn_as_it_is_read() -> None:
+    """A hundred thousand requests of up to 2500 prompt tokens: only those read are drawn."""
+    workload = SyntheticWorkload(num_requests=MAX_SIM_REQUESTS).generate(0, 4096)
+    assert len(workload) == MAX_SIM_REQUESTS
+    first = list(itertools.islice(workload, 3))
+    assert [r.request_id for r in first] == ["r0", "r1", "r2"]
+    assert first == list(itertools.islice(workload, 3))  # drawn afresh: the same requests

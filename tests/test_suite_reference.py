@@ -11,11 +11,13 @@ from hypothesis import given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from schedspec.properties.checked_engine import CheckedEngine
+from schedspec.properties.events import AddRequest
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.properties.state_machine import (
     ACTIONS_PER_RULE,
     SuiteRecorder,
     make_state_machine,
+    resent,
     rules_for,
 )
 from schedspec.properties.strategies import (
@@ -185,8 +187,18 @@ def test_packed_fields_unpack_least_significant_first() -> None:
         decode_request_draw(4, 1, 2, 3, 4), then_steps=5
     )
     assert cancel_action(77, 8 + 9 * 3) == CancelAction(pick=77, unknown=3, then_steps=8)
+    assert cancel_action(77, 8 + 9 * 3 + 9 * 4) == CancelAction(77, 3, 8, retry=True)
     assert drafts_action(2 + 9 * 7) == DraftsAction(count=7, then_steps=2)
     assert MAX_STEPS_AFTER_EVENT == 8  # the 9 above
+
+
+def test_a_retry_sends_the_cancelled_request_again_without_its_progress() -> None:
+    scheduler = ReferenceEngine(make_config(async_scheduling=True))
+    scheduler.add_request(Request("r3", (1, 2, 3), 5, eos_token_id=2, stop_token_ids=(4,)))
+    scheduler.schedule()  # in flight: 3 computed, 3 in flight, 1 placeholder
+    progressed = scheduler.snapshot().requests["r3"]
+    assert progressed.num_in_flight_tokens == 3
+    assert resent(progressed) == AddRequest("r3", (1, 2, 3), 5, 2, (4,), 0)
 
 
 def test_every_kind_is_drawn_and_only_one_rule_exists() -> None:

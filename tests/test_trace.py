@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from schedspec.cli.main import main
 from schedspec.properties.checked_engine import InvariantViolationError, replay
 from schedspec.properties.events import Abort, AddRequest, Drain, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
@@ -86,7 +88,9 @@ def _document() -> dict[str, Any]:
         (lambda d: d.update(format="other"), "format"),
         (lambda d: d.update(version=9), "version"),
         (lambda d: d["config"].update(block_size=0), "config.block_size"),
-        (lambda d: d["config"].update(colour="red"), "config"),
+        (lambda d: d["config"].update(colour="red"), "config.colour"),
+        (lambda d: d["config"].pop("block_size"), "config"),
+        (lambda d: d["config"].update(num_blocks=10**9), "config.num_blocks"),
         (lambda d: d["model"].update(vocab_size=1), "model.vocab_size"),
         (lambda d: d["model"].update(temperature=1), "model.temperature"),
         (lambda d: d["events"][0].pop("max_tokens"), "events[0].max_tokens"),
@@ -151,3 +155,88 @@ def test_an_async_trace_round_trips_and_replays() -> None:
     assert document["version"] == 2 and document["config"]["async_scheduling"] is True
     assert trace_from_json(document) == trace
     replay(trace, reference_engine, "vllm-v1")
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "field", "bound"),
+    [
+        (
+            lambda d: d["events"][3].update(num_drafts={"a": 10**9}),
+            "events[3].num_drafts",
+            "[0, num_speculative_tokens (2)]",
+        ),
+        (
+            lambda d: d["events"][3].update(num_drafts={"a": -1}),
+            "events[3].num_drafts",
+            "[0, num_speculative_tokens (2)]",
+        ),
+        (
+            lambda d: d["events"][4].update(accepted={"a": -2}),
+            "events[4].accepted",
+            "[0, num_speculative_tokens (2)]",
+        ),
+        (
+            lambda d: d["events"][4].update(stops={"b": -9}),
+            "events[4].stops",
+            "token ids in [0, 2**63)",
+        ),
+        (
+            lambda d: d["events"][0].update(prompt_token_ids=[1] * 257),
+            "events[0].prompt_token_ids",
+            "at most max_model_len (256)",
+        ),
+        (lambda d: d["model"].update(vocab_size=2**64), "model.vocab_size", "[2, 2**63]"),
+        (
+            lambda d: d["config"].update(num_speculative_tokens=10**8),
+            "config.num_speculative_tokens",
+            "<= 256",
+        ),
+        (lambda d: d.update(note=["not", "text"]), "trace.note", "a string"),
+    ],
+)
+def test_trace_values_are_bounded_naming_the_bound(corrupt: Any, field: str, bound: str) -> None:
+    """A value the harness could not act on (a billion drafts hung it) is refused as read."""
+    document = _document()
+    corrupt(document)
+    with pytest.raises(TraceError) as info:
+        trace_from_json(document)
+    assert info.value.field == field
+    assert bound in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: p.write_bytes(b"\x00\x01\xfe\xff" * 10), "is not UTF-8 text"),
+        (lambda p: p.write_text('{"format": "schedspec-trace"}', encoding="utf-16"), "UTF-16"),
+        (lambda p: p.write_text("[" * 5000 + "]" * 5000), "nests deeper than 32 levels"),
+        (lambda p: p.write_text('{"format": "schedspec-trace", "version": NaN}'), "NaN"),
+    ],
+)
+def test_replay_refuses_an_unreadable_trace_naming_the_file(
+    tmp_path: Path, make: Any, says: str
+) -> None:
+    path = tmp_path / "trace.json"
+    make(path)
+    result = CliRunner().invoke(main, ["replay", str(path)])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for 'TRACE': trace: {path}: " in result.output
+    assert says in result.output
+
+
+def test_replay_of_a_device_or_a_folder_is_a_usage_error(tmp_path: Path) -> None:
+    """`replay /dev/zero` used to read forever."""
+    zero = CliRunner().invoke(main, ["replay", "/dev/zero"])
+    assert zero.exit_code == 2 and "not a regular file" in zero.output
+    folder = CliRunner().invoke(main, ["replay", str(tmp_path)])
+    assert folder.exit_code == 2
+
+
+def test_a_trace_larger_than_the_bound_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("schedspec.properties.trace.MAX_TRACE_BYTES", 1000)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(_document()) + " " * 1000)
+    with pytest.raises(TraceError, match="is larger than the 1,000 bytes this input may be"):
+        Trace.load(path)

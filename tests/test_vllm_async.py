@@ -16,7 +16,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from schedspec.properties.adapters.vllm_output import DraftingSkips
+from schedspec.properties.adapters.vllm_output import DraftingSkips, external_id
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.properties.differential import DiffOptions, diff_trace
 from schedspec.properties.events import AddRequest, Drain, Event, Step
@@ -73,7 +73,10 @@ class RawOutputs:
             out = raw_schedule(*args, **kwargs)
             self.raw.append(out)
             self.prefill.append(
-                {d.req_id: list(d.prefill_token_ids or ()) for d in out.scheduled_new_reqs}
+                {
+                    external_id(d.req_id): list(d.prefill_token_ids or ())
+                    for d in out.scheduled_new_reqs
+                }
             )
             return out
 
@@ -166,8 +169,10 @@ def test_a_resumed_request_is_translated_to_the_specs_resumed_entry(
     assert preempted_in and resumed_in and preempted_in[0] < resumed_in[0]
     step = resumed_in[0]
     raw, ours = outputs.raw[step], outputs.ours[step]
-    (raw_b,) = [d for d in raw.scheduled_new_reqs if d.req_id == "B"]
-    assert "B" not in raw.scheduled_cached_reqs.req_ids
+    # vLLM knows B by the adapter's internal id, as it knows requests by its front
+    # end's (vllm_output.internal_id).
+    (raw_b,) = [d for d in raw.scheduled_new_reqs if external_id(d.req_id) == "B"]
+    assert "B" not in map(external_id, raw.scheduled_cached_reqs.req_ids)
     assert "B" not in {d.request_id for d in ours.scheduled_new_reqs}
     (ours_b,) = [c for c in ours.scheduled_cached_reqs if c.request_id == "B"]
     prefill = outputs.prefill[step]["B"]

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from schedspec.cli.exit_codes import Outcome
 from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
 from schedspec.cli.options import (
     as_profile,
@@ -24,21 +25,27 @@ from schedspec.cli.options import (
     run_options,
 )
 from schedspec.cli.progress import suite_progress
-from schedspec.cli.reports import Outcome, RunReport, write_reports
+from schedspec.cli.reports import RunReport
 from schedspec.cli.suite_run import (
     SuiteRunOptions,
     choose_seed,
     echo_checks,
+    echo_trace_problem,
     engine_failed,
     failed_verdict,
-    suite_report,
+    prepare_outputs,
+    record_result,
+    refuse_bad_config_strategy,
+    reported,
     suite_settings,
 )
 from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.engine_boundary import guarded
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.failure_report import failure_report
 from schedspec.properties.parallel import run_suite_parallel
 from schedspec.properties.suite import run_suite
-from schedspec.properties.watchdog import Watchdog, time_limited
+from schedspec.properties.watchdog import Watchdog
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,8 +93,9 @@ def check(
 ) -> None:
     """Run the invariant suite against an engine.
 
-    Exit 0 if every invariant held, 1 on a violation, 4 on an engine error,
-    5 on a hang, 2 on a usage error.
+    Exit 0 if every invariant held, 1 on a violation, 2 on a usage error, 4 on an
+    engine error, 5 on a hang, 6 on an error of schedspec itself, 128 + N when
+    signal N interrupted it (130: Ctrl-C).
     """
     options = CheckOptions(
         engine=engine, profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
@@ -104,25 +112,34 @@ def run_check(options: CheckOptions) -> int:
         from schedspec.cli.swarm import run_swarm_check
 
         return run_swarm_check(options, factory)
-    factory = load_engine(options.engine)
-    with Watchdog(options.step_timeout) as watchdog:
-        code, report = _check(options, time_limited(factory, watchdog))
-    write_reports(report, options.junit, options.json)
-    return code
+    prepare_outputs(options)
+    report = RunReport(
+        "check",
+        {"engine": options.engine},
+        options.profile,
+        options.seed,
+        options={"step_timeout": options.step_timeout},
+    )
+    with reported(report, options):
+        factory = load_engine(options.engine)
+        with Watchdog(options.step_timeout) as watchdog:
+            _check(options, guarded(factory, watchdog), report)
+    return report.exit_code
 
 
-def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunReport]:
-    engines = {"engine": options.engine}
+def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> None:
+    """The run, filling in the report as it goes."""
     try:
         claimed = probe(factory, "--engine")
     except click.UsageError:
         raise
-    except Exception as err:
-        report = RunReport("check", engines, options.profile, options.seed, engine_error=err)
-        return engine_failed(err), report
-    profile = pick_profile([claimed], options.profile)
+    except (Exception, EngineHalt) as err:
+        report.error = err
+        engine_failed(err)
+        return
+    profile = report.profile = pick_profile([claimed], options.profile)
     configs = load_configs(options.configs, [options.engine])
-    seed = choose_seed(options.seed)
+    seed = report.seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)
     click.echo(
         f"checking {options.engine} against profile {profile}: "
@@ -130,7 +147,7 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
         + configs.described()
     )
     if options.workers > 1:
-        # One Hypothesis run per process (seed, seed + 1, ...); no progress bar.
+        # The examples in chunks over worker processes (seed, seed + 1, ...); no progress bar.
         result = run_suite_parallel(
             factory, profile, chosen, options.workers, configs.strategy, options.trace_dir
         )
@@ -139,18 +156,19 @@ def _check(options: CheckOptions, factory: EngineFactory) -> tuple[int, RunRepor
             result = run_suite(
                 factory, profile, chosen, configs.strategy, options.trace_dir, on_example
             )
+    refuse_bad_config_strategy(result)
     replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
-    if not result.passed:
+    record_result(report, result, replay)
+    if result.error is not None or result.other_error is not None:
         click.echo()
         for line in failure_report(result, factory, options.engine):
             click.echo(line)
+    echo_trace_problem(result)
     failing = echo_checks(result, profile)
-    report = suite_report("check", engines, result, replay, {"step_timeout": options.step_timeout})
     if report.outcome is Outcome.PASSED:
         click.echo(f"PASSED: every invariant of profile {profile} held")
     else:
         click.echo(failed_verdict(result, failing, seed))
-    return report.exit_code, report
 
 
 def _swarm_engine(options: CheckOptions) -> EngineFactory:

@@ -15,26 +15,31 @@ from typing import Any
 import click
 
 from schedspec.cli.diff_report import diff_failure_report
+from schedspec.cli.exit_codes import Outcome
 from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
 from schedspec.cli.options import as_profile, pair_options, run_options
 from schedspec.cli.progress import suite_progress
-from schedspec.cli.reports import Outcome, RunReport, write_reports
+from schedspec.cli.reports import RunReport
 from schedspec.cli.suite_run import (
     SuiteRunOptions,
     choose_seed,
     echo_checks,
+    echo_trace_problem,
     engine_failed,
     failed_verdict,
-    suite_report,
+    prepare_outputs,
+    record_result,
+    refuse_bad_config_strategy,
+    reported,
     suite_settings,
 )
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.differential import DiffOptions, run_diff
+from schedspec.properties.engine_boundary import guarded
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.suite import SuiteResult
 from schedspec.properties.watchdog import (
-    StepTimeoutError,
     Watchdog,
-    time_limited,
 )
 from schedspec.spec.invariants import Profile
 
@@ -56,8 +61,9 @@ def diff(profile: str | None, no_shrink: bool, json_path: Path | None, **run: An
     """Drive two engines in lockstep through random workloads and report the first step
     where they disagree.
 
-    Exit 0 if they agreed and held every invariant, 3 on a divergence, 1 on
-    a violation, 4 on an engine error, 5 on a hang, 2 on a usage error.
+    Exit 0 if they agreed and held every invariant, 1 on a violation, 2 on a usage
+    error, 3 on a divergence, 4 on an engine error, 5 on a hang, 6 on an error of
+    schedspec itself, 128 + N when signal N interrupted it (130: Ctrl-C).
     """
     options = DiffCommandOptions(
         profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
@@ -80,30 +86,34 @@ def pair_profile(claimed: list[frozenset[Profile]], requested: Profile | None) -
 
 
 def run_diff_command(options: DiffCommandOptions) -> int:
-    pair = load_pair(options.left, options.right)
-    with Watchdog(options.step_timeout) as watchdog:
-        guarded = (time_limited(pair[0], watchdog), time_limited(pair[1], watchdog))
-        code, report = _diff(options, guarded)
-    write_reports(report, options.junit, options.json)
-    return code
-
-
-def _diff(options: DiffCommandOptions, pair: Pair) -> tuple[int, RunReport]:
-    engines = {"left": options.left, "right": options.right}
+    prepare_outputs(options)
     settings_of_run: dict[str, object] = {
         "compare_block_ids": options.compare_block_ids,
         "step_timeout": options.step_timeout,
     }
+    engines = {"left": options.left, "right": options.right}
+    report = RunReport("diff", engines, options.profile, options.seed, options=settings_of_run)
+    with reported(report, options):
+        pair = load_pair(options.left, options.right)
+        with Watchdog(options.step_timeout) as watchdog:
+            guarded_pair = (guarded(pair[0], watchdog), guarded(pair[1], watchdog))
+            _diff(options, guarded_pair, report)
+    return report.exit_code
+
+
+def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
+    """The run, filling in the report as it goes."""
     try:
         claimed = probe_pair(pair)
     except click.UsageError:
         raise
-    except (Exception, StepTimeoutError) as err:
-        report = RunReport("diff", engines, options.profile, options.seed, engine_error=err)
-        return engine_failed(err), report
-    profile = pair_profile(claimed, options.profile)
+    except (Exception, EngineHalt) as err:
+        report.error = err
+        engine_failed(err)
+        return
+    profile = report.profile = pair_profile(claimed, options.profile)
     configs = load_configs(options.configs, [options.left, options.right])
-    seed = choose_seed(options.seed)
+    seed = report.seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)
     click.echo(
         f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
@@ -115,29 +125,30 @@ def _diff(options: DiffCommandOptions, pair: Pair) -> tuple[int, RunReport]:
         result = run_diff(
             *pair, profile, chosen, configs.strategy, diff_options, options.trace_dir, on_example
         )
+    refuse_bad_config_strategy(result)
     replay = _replay_command(result.trace_path, options, profile)
-    if not result.passed:
+    record_result(report, result, replay)
+    if result.error is not None or result.other_error is not None or result.divergence:
         click.echo()
         names = (options.left, options.right)
         for line in diff_failure_report(result, *pair, names, diff_options):
             click.echo(line)
         if result.trace_path is not None:
             click.echo(f"replay it: {replay}")
+    echo_trace_problem(result)
     failing = echo_checks(
         result,
         profile,
         "checks per engine (both engines were checked the same until the failure):",
     )
-    report = suite_report("diff", engines, result, replay, settings_of_run)
     click.echo(_verdict(report, result, failing, seed))
-    return report.exit_code, report
 
 
 def _verdict(report: RunReport, result: SuiteResult, failing: list[str], seed: int) -> str:
     if report.outcome is Outcome.PASSED:
         profile = report.profile
         return f"PASSED: the engines agreed at every step; each held every invariant of {profile}"
-    if report.divergence is not None:
+    if report.divergence is not None and result.interrupted is None:
         return f"FAILED: the engines diverged on {report.divergence.path} (seed {seed})"
     return failed_verdict(result, failing, seed)
 

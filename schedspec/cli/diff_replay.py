@@ -10,18 +10,18 @@ import click
 
 from schedspec.cli.diff import load_pair, pair_profile, probe_pair
 from schedspec.cli.diff_report import format_diff_log, replay_header
+from schedspec.cli.exit_codes import EXIT_CODES, crash_verdict, outcome_of
 from schedspec.cli.loading import load_trace
 from schedspec.cli.options import as_profile, pair_options, step_timeout_option
-from schedspec.cli.reports import EXIT_CODES, outcome_of
 from schedspec.cli.suite_run import engine_failed
 from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
+from schedspec.properties.engine_boundary import guarded
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.failure_report import plural
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import (
     DEFAULT_STEP_TIMEOUT,
-    StepTimeoutError,
     Watchdog,
-    time_limited,
 )
 from schedspec.spec.invariants import Profile
 
@@ -54,12 +54,12 @@ def run_diff_replay(
     trace = load_trace(path)
     pair = load_pair(left, right)
     with Watchdog(step_timeout) as watchdog:
-        guarded = (time_limited(pair[0], watchdog), time_limited(pair[1], watchdog))
+        guarded_pair = (guarded(pair[0], watchdog), guarded(pair[1], watchdog))
         try:
-            claimed = probe_pair(guarded)
+            claimed = probe_pair(guarded_pair)
         except click.UsageError:
             raise
-        except (Exception, StepTimeoutError) as err:
+        except (Exception, EngineHalt) as err:
             return engine_failed(err)
         profile = pair_profile(claimed, requested)
         click.echo(
@@ -68,7 +68,7 @@ def run_diff_replay(
         )
         for line in replay_header(trace):
             click.echo(line)
-        result = diff_trace(trace, *guarded, profile, DiffOptions(compare_block_ids))
+        result = diff_trace(trace, *guarded_pair, profile, DiffOptions(compare_block_ids))
     for line in format_diff_log(result):
         click.echo(line)
     click.echo(_replay_verdict(result, trace, profile))
@@ -84,8 +84,7 @@ def _replay_verdict(result: DiffResult, trace: Trace, profile: Profile) -> str:
         side = getattr(result.violation, "side", "")
         return f"FAILED at {at}: {broken} broke in the {side} engine"
     if result.error is not None:
-        verb = "hung" if isinstance(result.error, StepTimeoutError) else "raised"
-        return f"FAILED at {at}: the {result.side} engine {verb}"
+        return crash_verdict(result.error, at, f"the {result.side} engine")
     return (
         f"PASSED: the engines agreed on all {plural(len(trace.events), 'event')} "
         f"({plural(result.stats.steps, 'step')}); each held every invariant of {profile}"

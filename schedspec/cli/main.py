@@ -5,13 +5,24 @@ z3 for prove, torch for swarm mode and --execute, matplotlib for simulate's
 pictures), so the group names them as "module:attribute" and loads the one
 invoked: `schedspec run` and `schedspec check` start fast and work without
 torch, z3 or matplotlib.
+
+The group also keeps the exit-code contract for every command (reports.EXIT_CODES):
+an interrupt (Ctrl-C, SIGTERM, SIGHUP) exits 128 + the signal, never click's 1, and
+an error that escapes a command is schedspec's own (exit 6, with its traceback),
+never mistaken for an invariant that broke (1).
 """
 
 from __future__ import annotations
 
 import importlib
+import traceback
+from typing import Any
 
 import click
+
+from schedspec.cli.exit_codes import EXIT_CODES, EXIT_HARNESS_ERROR, Outcome, error_outcome
+from schedspec.cli.interrupts import interrupt_exit_code, interrupt_name, terminations_interrupt
+from schedspec.properties.engine_errors import EngineHalt
 
 # Name -> "module:attribute" of a click command, in the order --help lists them.
 COMMANDS: dict[str, str] = {
@@ -39,6 +50,42 @@ class LazyGroup(click.Group):
         command = getattr(importlib.import_module(module_name), attribute)
         assert isinstance(command, click.Command), target
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with terminations_interrupt():
+            try:
+                return super().invoke(ctx)
+            except (click.ClickException, click.exceptions.Exit, click.Abort):
+                raise
+            except KeyboardInterrupt as err:
+                code = interrupt_exit_code(err)
+                click.echo(f"\ninterrupted by {interrupt_name(err)} (exit {code})", err=True)
+                raise SystemExit(code) from None
+            except (Exception, EngineHalt) as err:
+                raise SystemExit(_escaped(err)) from None
+
+
+def _escaped(err: BaseException) -> int:
+    """Print an error no command handled and return the exit code its outcome has: the
+    engine's (loading its module raised, or tried to exit), or schedspec's own."""
+    outcome = error_outcome(err)
+    if outcome is Outcome.HARNESS_ERROR:
+        click.echo(harness_error_text(err), err=True)
+    else:
+        from schedspec.properties.failure_report import crash_report  # Hypothesis: only now
+
+        click.echo("FAILED: " + "\n".join(crash_report(err)))
+    return EXIT_CODES[outcome]
+
+
+def harness_error_text(err: BaseException) -> str:
+    """What is printed when schedspec itself fails: not a finding about the engine."""
+    return (
+        "".join(traceback.format_exception(err)).rstrip("\n")
+        + f"\nHARNESS ERROR: schedspec itself raised {type(err).__name__} (exit "
+        f"{EXIT_HARNESS_ERROR}); this is a bug in schedspec, not a finding about the engine: "
+        "please report it with the traceback above"
+    )
 
 
 @click.group(cls=LazyGroup)

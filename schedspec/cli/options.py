@@ -15,7 +15,11 @@ import click
 from click.core import ParameterSource
 
 from schedspec.properties.engines import ENGINE_FORMS
-from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT
+from schedspec.properties.watchdog import (
+    DEFAULT_STEP_TIMEOUT,
+    MAX_STEP_TIMEOUT,
+    check_step_timeout,
+)
 from schedspec.spec.invariants import PROFILES
 
 if TYPE_CHECKING:
@@ -72,13 +76,25 @@ profile_option = click.option(
     "--profile", type=click.Choice(PROFILES), default=None, help=PROFILE_HELP
 )
 
+
+def _step_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """A finite number of seconds up to a day (click's FloatRange lets inf and nan in)."""
+    try:
+        check_step_timeout(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+    return value
+
+
 step_timeout_option = click.option(
     "--step-timeout",
-    type=click.FloatRange(min=0),
+    type=float,
     default=DEFAULT_STEP_TIMEOUT,
     show_default=True,
     metavar="SECONDS",
-    help="An engine call that runs longer is stopped and reported as a hang (exit 5); 0: no limit.",
+    callback=_step_timeout,
+    help="An engine call that runs longer is stopped and reported as a hang (exit 5); "
+    f"0: no limit; at most {MAX_STEP_TIMEOUT:g}.",
 )
 
 # The flags `check` and `diff` share: how hard to look, where results go.

@@ -3,9 +3,9 @@ CrossHair over the reference's arithmetic instead.
 
 Exit status: 0 everything proved, 1 a counterexample (or a cross-check that
 disagrees with the proof for all N), 3 a query Z3 (or a condition CrossHair)
-could not decide in time. On a Z3 counterexample it prints the state and, when
-a run of the same model from fresh requests reaches the violation, writes that
-run as a trace.
+could not decide in time; 2, 6 and 128 + N as for every command (exit_codes.py).
+On a Z3 counterexample it prints the state and, when a run of the same model from
+fresh requests reaches the violation, writes that run as a trace.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from schedspec.cli.prove_report import (
     state_lines,
     summary,
 )
+from schedspec.files import OutputPathError, prepare_output_dir
 from schedspec.properties.contracts import SIZING, check_contracts
 from schedspec.properties.dependencies import CROSSHAIR
 from schedspec.properties.formal_traces import to_trace
@@ -138,6 +139,10 @@ def prove_command(
         refuse_flags(ctx, Z3_FLAGS, "flags of the Z3 proofs, which --contracts does not run")
         require_for("--contracts", CROSSHAIR)
         raise SystemExit(prove_contracts())
+    try:  # a counterexample's trace must not be lost to a bad path at the end
+        prepare_output_dir(trace_dir)
+    except OutputPathError as err:
+        raise click.BadParameter(str(err), param_hint="'--trace-dir'") from None
     chosen = FAITHFUL if variant is None else Variant(Bug(variant))
     settings = ProveSettings(
         max_n=max_n,

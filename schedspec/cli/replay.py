@@ -1,6 +1,6 @@
 """`schedspec replay`: re-run a trace on an engine and name the first event that breaks
 an invariant (exit 1), or say that all held (exit 0); 4 if the engine raised, 5 if it
-hung, 2 on a usage error."""
+hung, 2 on a usage error, 6 if schedspec itself failed."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ from pathlib import Path
 
 import click
 
+from schedspec.cli.exit_codes import EXIT_CODES, Outcome, crash_verdict, outcome_of
 from schedspec.cli.loading import build_engine, load_engine, load_trace, pick_profile
 from schedspec.cli.options import as_profile, engine_option, profile_option, step_timeout_option
-from schedspec.cli.reports import EXIT_CODES, Outcome, outcome_of
 from schedspec.cli.suite_run import engine_failed
 from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.engine_boundary import guarded
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.failure_report import format_config, format_log, plural
 from schedspec.properties.replay_log import ReplayLog, replay_with_log
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import (
     DEFAULT_STEP_TIMEOUT,
-    StepTimeoutError,
     Watchdog,
-    time_limited,
 )
 from schedspec.spec.invariants import Profile
 
@@ -44,7 +44,7 @@ def run_replay(
     trace = load_trace(path)
     factory = load_engine(engine_name)
     with Watchdog(step_timeout) as watchdog:
-        return _replay(path, trace, time_limited(factory, watchdog), engine_name, requested)
+        return _replay(path, trace, guarded(factory, watchdog), engine_name, requested)
 
 
 def _replay(
@@ -54,7 +54,7 @@ def _replay(
         engine, claimed = build_engine(factory, trace.config, "--engine")
     except click.UsageError:
         raise
-    except Exception as err:
+    except (Exception, EngineHalt) as err:
         return engine_failed(err)
     profile = pick_profile([claimed], requested)
     click.echo(f"replaying {path} on {engine_name} (profile {profile}): {len(trace.events)} events")
@@ -70,8 +70,7 @@ def _replay(
         click.echo(f"FAILED at {_event_name(log)}: {broken} broke")
         return EXIT_CODES[Outcome.VIOLATION]
     if log.crash is not None:
-        verb = "hung" if isinstance(log.crash, StepTimeoutError) else "raised"
-        click.echo(f"FAILED at {_event_name(log)}: the engine {verb}")
+        click.echo(crash_verdict(log.crash, _event_name(log)))
         return EXIT_CODES[outcome_of(None, None, log.crash)]
     click.echo(
         f"PASSED: all {plural(len(trace.events), 'event')} held every invariant of {profile} "

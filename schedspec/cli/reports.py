@@ -1,9 +1,12 @@
 """CI reports for `schedspec check` and `schedspec diff`: outcome, exit code, JSON, JUnit XML.
 
-One RunReport is built from a run's result and rendered two ways: a JSON
-summary for scripts, and JUnit XML for CI front ends (one testcase per
-invariant of the profile, one for engine errors, and for a diff one for
-the lockstep comparison). Nothing here depends on click.
+One RunReport is filled in as a run goes (what it checks, then what it found) and
+rendered two ways: a JSON summary for scripts, and JUnit XML for CI front ends (one
+testcase per invariant of the profile, one for engine errors, one for the harness,
+and for a diff one for the lockstep comparison). It is written however the run ends,
+interrupted or failed included (write_reports, atomically). The outcome and exit
+code follow one contract for every command (EXIT_CODES, and 128 + the signal for an
+interrupt), documented in the README. Nothing here depends on click.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from schedspec.cli.check_report import invariants_of
+from schedspec.cli.exit_codes import EXIT_CODES as EXIT_CODES  # swarm mode reads them here
+from schedspec.cli.exit_codes import Outcome as Outcome
+from schedspec.cli.exit_codes import error_outcome, exit_code_of, outcome_of
+from schedspec.cli.interrupts import interrupt_name
+from schedspec.files import write_atomically
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
 from schedspec.properties.differential import failing_side
 from schedspec.properties.divergence import Divergence, show
@@ -26,53 +34,29 @@ from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec.invariants import InvariantInfo, Profile
 
 FORMAT = "schedspec-report"
-VERSION = 1
-
-
-class Outcome(enum.Enum):
-    PASSED = "passed"
-    VIOLATION = "violation"
-    DIVERGENCE = "divergence"
-    ENGINE_ERROR = "engine-error"
-    HANG = "hang"
-
-
-# 2 is click's usage error (a bad flag, an engine that cannot be loaded, a bad trace).
-EXIT_CODES: Mapping[Outcome, int] = {
-    Outcome.PASSED: 0,
-    Outcome.VIOLATION: 1,
-    Outcome.DIVERGENCE: 3,
-    Outcome.ENGINE_ERROR: 4,
-    Outcome.HANG: 5,
-}
-
-
-def outcome_of(
-    violation: object | None, divergence: object | None, error: BaseException | None
-) -> Outcome:
-    if violation is not None:
-        return Outcome.VIOLATION
-    if divergence is not None:
-        return Outcome.DIVERGENCE
-    if isinstance(error, StepTimeoutError):
-        return Outcome.HANG
-    return Outcome.PASSED if error is None else Outcome.ENGINE_ERROR
+# Version 2 added the outcomes usage-error, harness-error and interrupted, and the
+# fields usage_error, harness_error and interrupted.
+VERSION = 2
 
 
 @dataclass
 class RunReport:
-    """What a CI job needs to know about one run of `check` or `diff`."""
+    """What a CI job needs to know about one run of `check` or `diff`, filled in as the
+    run goes: a report written when the run ends early says how far it got."""
 
     command: str  # "check" or "diff"
     engines: dict[str, str]  # {"engine": name} or {"left": name, "right": name}
-    profile: Profile | None  # None: the engine failed before a profile could be chosen
+    profile: Profile | None  # None: the run ended before a profile was chosen
     seed: int | None
     examples: int = 0  # every example run, shrinking's included
     stats: CheckStats = field(default_factory=CheckStats)
     seconds: float = 0.0
     violation: InvariantViolationError | None = None
     divergence: Divergence | None = None
-    engine_error: BaseException | None = None
+    # A failure that is not a finding: the engine's (error_outcome) or the harness's.
+    error: BaseException | None = None
+    usage_error: str | None = None  # a bad flag found once the run had started
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, SIGTERM or SIGHUP
     trace_path: Path | None = None
     trace_events: int | None = None
     replay_command: str | None = None
@@ -81,18 +65,45 @@ class RunReport:
 
     @property
     def outcome(self) -> Outcome:
-        return outcome_of(self.violation, self.divergence, self.engine_error)
+        if self.usage_error is not None:
+            return Outcome.USAGE_ERROR
+        if self.error is not None and error_outcome(self.error) is Outcome.HARNESS_ERROR:
+            return Outcome.HARNESS_ERROR
+        if self.interrupted is not None:
+            return Outcome.INTERRUPTED
+        return outcome_of(self.violation, self.divergence, self.error)
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.outcome]
+        return exit_code_of(self.outcome, self.interrupted)
+
+    @property
+    def engine_error(self) -> BaseException | None:
+        """The error, if the engine is to blame for it (it raised, hung or exited)."""
+        if self.error is None or error_outcome(self.error) is Outcome.HARNESS_ERROR:
+            return None
+        return self.error
+
+    @property
+    def harness_error(self) -> BaseException | None:
+        """The error, if schedspec itself is to blame for it."""
+        if self.error is None or error_outcome(self.error) is not Outcome.HARNESS_ERROR:
+            return None
+        return self.error
 
 
-def write_reports(report: RunReport, junit: Path | None, json_path: Path | None) -> None:
+def write_reports(report: RunReport, junit: Path | None, json_path: Path | None) -> list[str]:
+    """Write each report asked for, atomically; return a line per report that could not
+    be written (the caller says so: the run's outcome stands)."""
+    problems = []
     for path, text in ((junit, junit_xml), (json_path, json_text)):
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text(report))
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(path, text(report))
+            except OSError as err:
+                problems.append(f"could not write the report {path}: {err.strerror or err}")
+    return problems
 
 
 # -------------------------------------------------------------------- JSON
@@ -119,6 +130,8 @@ def summary(report: RunReport) -> dict[str, Any]:
         "seconds": round(report.seconds, 3),
         "outcome": report.outcome.value,
         "exit_code": report.exit_code,
+        "usage_error": report.usage_error,
+        "interrupted": None if report.interrupted is None else interrupt_name(report.interrupted),
         "options": jsonable(report.options),
         "invariants": {
             info.id: {
@@ -132,6 +145,7 @@ def summary(report: RunReport) -> dict[str, Any]:
         "violations": _violations(report.violation),
         "divergence": _divergence(report.divergence),
         "engine_error": _engine_error(report.engine_error),
+        "harness_error": _harness_error(report.harness_error),
         "trace": (
             None
             if report.trace_path is None
@@ -191,6 +205,16 @@ def _engine_error(err: BaseException | None) -> dict[str, Any] | None:
     }
 
 
+def _harness_error(err: BaseException | None) -> dict[str, Any] | None:
+    if err is None:
+        return None
+    return {
+        "type": type(err).__name__,
+        "message": str(err),
+        "traceback": "".join(traceback.format_exception(err)),
+    }
+
+
 def jsonable(value: object) -> Any:
     """Spec values as JSON: enums by name, sets sorted, tuples as lists."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -210,8 +234,9 @@ def jsonable(value: object) -> Any:
 
 
 def junit_xml(report: RunReport) -> str:
-    """One testsuite: a testcase per invariant of the profile, then engine errors,
-    then (diff) the lockstep comparison. Invariants never checked are skipped."""
+    """One testsuite: a testcase per invariant of the profile, then engine errors, (diff)
+    the lockstep comparison, and the harness (an error of schedspec's own, a usage error
+    found once the run had started, an interrupt). Invariants never checked are skipped."""
     classname = f"schedspec.{report.command}"
     cases: list[ET.Element] = []
     failed = _violated(report)
@@ -246,6 +271,18 @@ def junit_xml(report: RunReport) -> str:
             ]
             _child(lockstep, "failure", found.render(), "Divergence", lines)
         cases.append(lockstep)
+    harness = _case(classname, "harness")
+    if report.harness_error is not None:
+        err = report.harness_error
+        text = "".join(traceback.format_exception(err)).rstrip("\n").splitlines()
+        message = f"schedspec itself raised: {type(err).__name__}: {err}"
+        _child(harness, "error", message, type(err).__name__, [*text, *_trace_lines(report)])
+    elif report.usage_error is not None:
+        _child(harness, "error", report.usage_error, "UsageError", [report.usage_error])
+    elif report.interrupted is not None:
+        message = f"interrupted by {interrupt_name(report.interrupted)}"
+        _child(harness, "error", message, "Interrupted", [message, *_trace_lines(report)])
+    cases.append(harness)
     return _document(report, cases)
 
 

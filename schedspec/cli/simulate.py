@@ -2,6 +2,9 @@
 
 The work is in schedspec/simulate/ (cost model, workloads, simulator,
 metrics, plots); matplotlib is imported only when pictures are drawn.
+Engines are loaded and guarded as for `check` (the working directory on the import
+path, every call under --step-timeout and attributed to the engine when it fails),
+and the exit codes are check's: 4 when the engine raised, 5 when it hung.
 """
 
 from __future__ import annotations
@@ -11,10 +14,22 @@ from pathlib import Path
 
 import click
 
+from schedspec.cli.exit_codes import EXIT_CODES, Outcome, error_outcome
 from schedspec.cli.loading import load_engine
-from schedspec.cli.options import ENGINE_HELP, refuse_flags
+from schedspec.cli.options import ENGINE_HELP, refuse_flags, step_timeout_option
 from schedspec.cli.progress import simulation_progress
-from schedspec.simulate.configs import COMPARE_PRESETS, parse_assignments, resolve_configs
+from schedspec.files import OutputPathError, prepare_output_dir, write_atomically
+from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.engine_boundary import guarded
+from schedspec.properties.engine_errors import EngineHalt
+from schedspec.properties.failure_report import crash_report
+from schedspec.properties.watchdog import Watchdog
+from schedspec.simulate.configs import (
+    COMPARE_PRESETS,
+    NamedConfig,
+    parse_assignments,
+    resolve_configs,
+)
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.errors import SimulationInputError
 from schedspec.simulate.experiment import format_trade_offs, trade_off
@@ -33,8 +48,8 @@ from schedspec.simulate.workloads import (
     BUILTIN_WORKLOADS,
     LONG_PROMPT_ID,
     LengthDistribution,
-    SimRequest,
     SyntheticWorkload,
+    Workload,
     builtin_workload,
     with_fields,
 )
@@ -47,9 +62,7 @@ def _cost_model(cost_json: Path | None, cost: tuple[str, ...]) -> CostModel:
     return model
 
 
-def _workload(
-    name: str, seed: int, max_model_len: int, synthetic: dict[str, object]
-) -> list[SimRequest]:
+def _workload(name: str, seed: int, max_model_len: int, synthetic: dict[str, object]) -> Workload:
     given = {k: v for k, v in synthetic.items() if v is not None}
     if name in BUILTIN_WORKLOADS:
         if given and name != "mixed":
@@ -63,10 +76,10 @@ def _workload(
         )
     if given:
         raise SimulationInputError("workload", "a trace file sets its own lengths and arrivals")
-    return load_trace(Path(name), seed)
+    return load_trace(Path(name), seed, max_model_len=max_model_len)
 
 
-def _trade_off_lines(runs: list[ConfigRun], workload: list[SimRequest]) -> list[str]:
+def _trade_off_lines(runs: list[ConfigRun], workload: Workload) -> list[str]:
     long_len = next(len(r.prompt_token_ids) for r in workload if r.request_id == LONG_PROMPT_ID)
     return format_trade_offs([trade_off(r.result.name, r.metrics) for r in runs], long_len)
 
@@ -138,6 +151,7 @@ def _trade_off_lines(runs: list[ConfigRun], workload: list[SimRequest]) -> list[
     help="Picture formats [png and svg].",
 )
 @click.option("--no-plots", is_flag=True, help="Skip the pictures.")
+@step_timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document, not the table.")
 @click.option("--progress", is_flag=True, help="Report progress on stderr even off a terminal.")
 @click.pass_context
@@ -159,6 +173,7 @@ def simulate(
     no_plots: bool,
     as_json: bool,
     progress: bool,
+    step_timeout: float,
     **synthetic: object,
 ) -> None:
     """Simulate a workload through an engine with a step-time cost model.
@@ -170,6 +185,10 @@ def simulate(
     """
     if compare:
         refuse_flags(ctx, ["--config", "--experiment"], "--compare runs its own presets")
+    try:
+        prepare_output_dir(out)
+    except OutputPathError as err:
+        raise click.BadParameter(str(err), param_hint="'--out'") from None
     factory = load_engine(engine)
     try:
         cost_model = _cost_model(cost_json, cost)
@@ -181,16 +200,17 @@ def simulate(
             workload = "long-prompt"
         max_model_len = min(c.config.max_model_len for c in configs)
         requests = _workload(workload, seed, max_model_len, synthetic)
-        with simulation_progress(len(requests) * len(configs), progress) as on_progress:
-            runs = run_configs(configs, requests, factory, cost_model, seed, max_steps, on_progress)
+        with Watchdog(step_timeout) as watchdog:
+            runs = _simulate(
+                configs, requests, guarded(factory, watchdog), cost_model, seed, max_steps, progress
+            )
     except SimulationInputError as err:  # names the field (and the line of a trace)
         raise click.UsageError(str(err)) from None
     except SimulationStalledError as err:
         raise click.ClickException(str(err)) from None
     document = runs_document(runs, seed, workload)
     paths = [] if no_plots else write_plots(runs, out, formats or FORMATS)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(document, indent=2))
+    write_atomically(out / "summary.json", json.dumps(document, indent=2))
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
@@ -202,3 +222,26 @@ def simulate(
             click.echo(line)
     click.echo()
     click.echo(f"Wrote {out / 'summary.json'}" + (f" and {len(paths)} pictures" if paths else ""))
+
+
+def _simulate(
+    configs: list[NamedConfig],
+    requests: Workload,
+    factory: EngineFactory,
+    cost_model: CostModel,
+    seed: int,
+    max_steps: int,
+    progress: bool,
+) -> list[ConfigRun]:
+    """Run every config; an engine that raises, hangs or tries to exit ends the command
+    with check's exit code for it (an error of schedspec's own goes on up: exit 6)."""
+    try:
+        with simulation_progress(len(requests) * len(configs), progress) as on_progress:
+            return run_configs(configs, requests, factory, cost_model, seed, max_steps, on_progress)
+    except (Exception, EngineHalt) as err:
+        outcome = error_outcome(err)
+        if outcome is Outcome.HARNESS_ERROR or isinstance(err, SimulationInputError):
+            raise
+        where = "".join(f" {note}" for note in getattr(err, "__notes__", []))
+        click.echo(f"FAILED{where}: " + "\n".join(crash_report(err)))
+        raise SystemExit(EXIT_CODES[outcome]) from None

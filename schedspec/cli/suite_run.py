@@ -1,25 +1,33 @@
-"""What `check` and `diff` share around a suite run: the seed, the settings, the closing
-table and verdict, and the CI report.
+"""What `check` and `diff` share around a suite run: the outputs checked before it starts,
+the seed, the settings, the closing table and verdict, and the CI report written
+however the run ends.
 
-Exit codes (reports.EXIT_CODES): 0 all invariants held, 1 a violation, 3 a
-divergence (diff only), 4 an engine error, 5 an engine call past
---step-timeout, 2 a usage error (click.UsageError and its subclasses).
+Exit codes as exit_codes.py lists them: 0 all invariants held, 1 a violation, 2 a
+usage error, 3 a divergence (diff only), 4 an engine error, 5 an engine call past
+--step-timeout, 6 a harness error, 128 + N interrupted by signal N.
 """
 
 from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 
 from schedspec.cli.check_report import format_table, format_totals
-from schedspec.cli.reports import EXIT_CODES, RunReport, outcome_of
+from schedspec.cli.exit_codes import EXIT_CODES, Outcome, error_outcome
+from schedspec.cli.interrupts import interrupt_name
+from schedspec.cli.reports import RunReport, write_reports
+from schedspec.files import OutputPathError, prepare_output_dir, prepare_output_file
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.failure_report import crash_report
+from schedspec.properties.strategies import ConfigStrategyError
 from schedspec.properties.suite import SuiteResult, SuiteSettings
-from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT, StepTimeoutError
+from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT
 from schedspec.spec.invariants import Profile
 
 
@@ -69,10 +77,56 @@ def choose_seed(given: int | None) -> int:
     return seed
 
 
+def prepare_outputs(options: SuiteRunOptions) -> None:
+    """Every path the run may write, checked before it starts (a failure found must not
+    be lost to a bad path at the end): the trace folder is created, a stale report at
+    --junit or --json is removed. A usage error names the flag."""
+    reports = [("--junit", options.junit), ("--json", options.json)]
+    given = [(flag, path) for flag, path in reports if path is not None]
+    if len(given) == 2 and given[0][1].resolve() == given[1][1].resolve():
+        raise click.BadParameter("--junit and --json name the same file", param_hint="'--json'")
+    for flag, path in [*given, ("--trace-dir", options.trace_dir)]:
+        try:
+            if flag == "--trace-dir":
+                prepare_output_dir(path)
+            else:
+                prepare_output_file(path)
+        except OutputPathError as err:
+            raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
+
+
+@contextmanager
+def reported(report: RunReport, options: SuiteRunOptions) -> Iterator[RunReport]:
+    """Run the body and, however it ends, record how in the report and write it: a
+    usage error, an interrupt, an error of the engine's or of schedspec's own. The
+    exception goes on to the command group, which prints it and exits accordingly."""
+    try:
+        yield report
+    except click.UsageError as err:
+        report.usage_error = err.format_message()
+        raise
+    except KeyboardInterrupt as err:
+        report.interrupted = err
+        raise
+    except (Exception, EngineHalt) as err:
+        report.error = err
+        raise
+    finally:
+        for problem in write_reports(report, options.junit, options.json):
+            click.echo(f"warning: {problem}", err=True)
+
+
 def engine_failed(err: BaseException) -> int:
     """An engine that cannot even be built fails the run, but is no usage error."""
     click.echo("FAILED: " + "\n".join(crash_report(err)))
-    return EXIT_CODES[outcome_of(None, None, err)]
+    return EXIT_CODES[error_outcome(err)]
+
+
+def refuse_bad_config_strategy(result: SuiteResult) -> None:
+    """A --configs strategy that failed while drawing is the caller's mistake: a usage
+    error naming the flag, not a failure of the engine or of schedspec."""
+    if isinstance(result.other_error, ConfigStrategyError):
+        raise click.BadParameter(str(result.other_error), param_hint="'--configs'")
 
 
 def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = None) -> list[str]:
@@ -88,36 +142,42 @@ def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = Non
 
 
 def failed_verdict(result: SuiteResult, failing: list[str], seed: int) -> str:
-    """The last line of a run that failed on an engine error or on invariants."""
+    """The last line of a run that failed on an engine error, on invariants, was
+    interrupted, or was stopped by schedspec's own error."""
+    if result.interrupted is not None:
+        found = (
+            f"; the failure found so far is {', '.join(sorted(set(failing)))}" if failing else ""
+        )
+        return f"INTERRUPTED by {interrupt_name(result.interrupted)}{found} (seed {seed})"
     if result.other_error is not None:
-        if isinstance(result.other_error, StepTimeoutError):
+        outcome = error_outcome(result.other_error)
+        if outcome is Outcome.HANG:
             return f"FAILED: the engine hung ({result.other_error}) (seed {seed})"
+        if outcome is Outcome.HARNESS_ERROR:
+            return f"HARNESS ERROR: schedspec itself failed, not the engine (seed {seed})"
         return f"FAILED: the engine crashed (seed {seed})"
     return f"FAILED: {', '.join(sorted(set(failing)))} (seed {seed})"
 
 
-def suite_report(
-    command: str,
-    engines: dict[str, str],
-    result: SuiteResult,
-    replay_command: str,
-    options: dict[str, object],
-) -> RunReport:
-    """The CI report of a finished suite run (check or diff)."""
-    return RunReport(
-        command,
-        engines,
-        result.profile,
-        result.seed,
-        result.examples,
-        result.stats,
-        result.seconds,
-        violation=result.error,
-        divergence=result.divergence.divergence if result.divergence else None,
-        engine_error=result.other_error,
-        trace_path=result.trace_path,
-        trace_events=len(result.trace.events) if result.trace else None,
-        replay_command=replay_command if result.trace_path is not None else None,
-        options=options,
-        first_failure_example=result.first_failure_example,
-    )
+def record_result(report: RunReport, result: SuiteResult, replay_command: str) -> None:
+    """A finished (or interrupted) suite run's findings, into its CI report."""
+    report.profile = result.profile
+    report.seed = result.seed
+    report.examples = result.examples
+    report.stats = result.stats
+    report.seconds = result.seconds
+    report.violation = result.error
+    report.divergence = result.divergence.divergence if result.divergence else None
+    report.error = result.other_error
+    report.interrupted = result.interrupted
+    report.trace_path = result.trace_path
+    report.trace_events = len(result.trace.events) if result.trace else None
+    report.replay_command = replay_command if result.trace_path is not None else None
+    report.first_failure_example = result.first_failure_example
+
+
+def echo_trace_problem(result: SuiteResult) -> None:
+    if result.trace_error is not None:
+        click.echo(
+            f"warning: {result.trace_error}; the counterexample above is all there is", err=True
+        )

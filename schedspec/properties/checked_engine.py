@@ -10,13 +10,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.properties.engine_boundary import guarded
+from schedspec.properties.engine_contract import malformed_output, malformed_state
+from schedspec.properties.engine_errors import EngineContractError, engine_call_of
 from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import FakeModel, StepDecisions
 from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
 from schedspec.properties.pipeline import BatchQueue
 from schedspec.properties.profiles import choose_profile, claimed_profiles
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import SchedulerConfig, State
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -91,7 +94,10 @@ class CheckedEngine:
         )
         self.events: list[Event] = []  # every event applied, for the trace
         self.stats = stats if stats is not None else CheckStats()
-        self.state = engine.snapshot()
+        # What the engine returned during the current event, (call, value): read only
+        # when the harness fails, to tell a malformed return from a harness bug.
+        self._returned: list[tuple[str, object]] = []
+        self.state = self._snapshot()
         self._hashes = ChainHashes(config.block_size)
         self._kv_content = KVContentOracle(self._hashes)
         self._finished_since_schedule: set[str] = set()
@@ -112,7 +118,9 @@ class CheckedEngine:
         model: ModelParams = DEFAULT_MODEL,
         stats: CheckStats | None = None,
     ) -> CheckedEngine:
-        return CheckedEngine(factory(config), config, profile, model, stats)
+        """The factory's engine, built and called through engine_boundary's door (so
+        whatever it raises is attributed to it), under the harness."""
+        return CheckedEngine(guarded(factory)(config), config, profile, model, stats)
 
     def trace(self, note: str = "") -> Trace:
         return Trace(self.config, tuple(self.events), self.model_params, note)
@@ -120,12 +128,42 @@ class CheckedEngine:
     # ------------------------------------------------------------------ events
 
     def apply(self, event: Event) -> None:
-        """Apply one event and check every invariant it concerns; raise InvariantViolationError."""
+        """Apply one event and check every invariant it concerns; raise InvariantViolationError.
+
+        Anything else raised outside an engine call is checked against what the engine
+        returned during the event: a malformed State or SchedulerOutput makes it the
+        engine's error (EngineContractError), otherwise it is the harness's own."""
         self.events.append(event)
         self.stats.events += 1
-        violations = self._dispatch(event)
+        self._returned.clear()
+        try:
+            violations = self._dispatch(event)
+        except Exception as err:
+            if engine_call_of(err) is None:
+                lie = self._malformed_return()
+                if lie is not None:
+                    raise lie from err
+            raise
         if violations:
             raise InvariantViolationError(len(self.events) - 1, event, violations)
+
+    def _snapshot(self) -> State:
+        state = self.engine.snapshot()
+        self._returned.append(("snapshot()", state))
+        return state
+
+    def _malformed_return(self) -> EngineContractError | None:
+        """The first malformed value the engine returned during the event, as an error."""
+        for index, (call, value) in enumerate(self._returned):
+            if call == "schedule()":
+                after = next((v for c, v in self._returned[index + 1 :] if c == "snapshot()"), None)
+                usable = after if isinstance(after, State) and not malformed_state(after) else None
+                found = malformed_output(value, usable)
+            else:
+                found = malformed_state(value)
+            if found is not None:
+                return EngineContractError(call, f"returned a malformed value: it {found}")
+        return None
 
     def _dispatch(self, event: Event) -> list[Violation]:
         if isinstance(event, AddRequest):
@@ -161,7 +199,7 @@ class CheckedEngine:
             self.engine.add_request(event.to_request())
         except Exception as err:  # the DOOR invariant judges the refusal
             refusal = err
-        self.state = self.engine.snapshot()
+        self.state = self._snapshot()
         offered = event.to_request()
         return self._run("add", AddTransition(pre, offered, refusal, self.state)) + self._run(
             "state", self.state
@@ -170,7 +208,7 @@ class CheckedEngine:
     def _abort(self, event: Abort) -> list[Violation]:
         pre = self.state
         self.engine.finish_requests(event.request_ids)
-        self.state = self.engine.snapshot()
+        self.state = self._snapshot()
         self._finished_since_schedule.update(
             r for r in event.request_ids if r in pre.requests and r not in self.state.requests
         )
@@ -184,7 +222,7 @@ class CheckedEngine:
             return []
         drafts = {rid: self.model.drafts_for(rid, k) for rid, k in event.num_drafts.items()}
         self.engine.update_draft_token_ids(drafts)
-        self.state = self.engine.snapshot()
+        self.state = self._snapshot()
         return self._run("state", self.state)
 
     def _step(self, event: Step) -> list[Violation]:
@@ -212,7 +250,8 @@ class CheckedEngine:
         self.stats.steps += 1
         pre = self.state
         output = self.engine.schedule()
-        mid = self.engine.snapshot()
+        self._returned.append(("schedule()", output))
+        mid = self._snapshot()
         scheduled = ScheduleTransition(
             pre,
             output,
@@ -234,7 +273,7 @@ class CheckedEngine:
         model_output = self.model.execute(output, decisions)
         pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
-        post = self.engine.snapshot()
+        post = self._snapshot()
         self._kv_content.on_land(step, pre, model_output, self.model.sampled_at)
         self._finished_since_schedule.update(r for r in pre.requests if r not in post.requests)
         self.state = post

@@ -28,13 +28,13 @@ from hypothesis import strategies as st
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats, InvariantViolationError
 from schedspec.properties.divergence import Divergence, DivergenceError, first_difference
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.events import Event
 from schedspec.properties.profiles import ProfileError
 from schedspec.properties.recording import Observation, RecordingEngine, Scheduled
 from schedspec.properties.state_machine import SuiteRecorder
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_target
 from schedspec.properties.trace import DIFF_TRACE_STEM, ModelParams, Trace
-from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig, SchedulerOutput, State
 from schedspec.spec.invariants import Profile
 
@@ -88,7 +88,7 @@ class Lockstep:
                 checked = CheckedEngine(recorder, config, profile, model, side_stats)
             except ProfileError:
                 raise
-            except (Exception, StepTimeoutError) as err:
+            except (Exception, EngineHalt) as err:
                 err.add_note(_note(side))
                 raise
             self.recorders.append(recorder)
@@ -121,7 +121,7 @@ class Lockstep:
             try:
                 checked.apply(event)
                 errors.append(None)
-            except (Exception, StepTimeoutError) as err:
+            except (Exception, EngineHalt) as err:
                 errors.append(err)
         self._compare(event, errors)
 
@@ -230,7 +230,7 @@ def diff_trace(
     result = DiffResult([], CheckStats())
     try:
         lockstep = Lockstep(left, right, trace.config, profile, trace.model, options, result.stats)
-    except (Exception, StepTimeoutError) as err:
+    except (Exception, EngineHalt) as err:
         if isinstance(err, ProfileError):
             raise
         _file(result, err)
@@ -238,7 +238,7 @@ def diff_trace(
     for index, event in enumerate(trace.events):
         try:
             lockstep.apply(event)
-        except (Exception, StepTimeoutError) as err:
+        except (Exception, EngineHalt) as err:
             _file(result, err)
         result.entries.append(DiffEntry(index, event, (lockstep.outputs(0), lockstep.outputs(1))))
         if not result.passed:

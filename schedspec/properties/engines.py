@@ -15,10 +15,14 @@ plugin and every command's --help read ENGINE_FORMS.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from schedspec.properties.dependencies import TORCH, VLLM, OptionalDependency, require
+from schedspec.properties.engine_boundary import through_the_door
+from schedspec.spec import shown
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -68,20 +72,48 @@ def named_engine(name: str) -> NamedEngine | None:
     return next((e for e in ENGINES.values() if e.factory == name), None)
 
 
-def load_attribute(name: str, what: str, form: str, kind: str) -> object:
+def load_attribute(
+    name: str,
+    what: str,
+    form: str,
+    kind: str,
+    importer: Callable[[str], ModuleType] = importlib.import_module,
+) -> object:
     """The object `module:attribute` names, or a ValueError naming `what`, its `form`
-    and the `kind` of object it should be."""
+    and the `kind` of object it should be. A module that cannot be found (ImportError)
+    is that ValueError too; whatever else importing it raises is the importer's to
+    handle (see load_engine_factory and load_config_strategy)."""
     module_name, sep, attribute = name.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"{what}: expected {form}, got {name!r}")
+    dotted = all(part.isidentifier() for part in module_name.split("."))
+    if not sep or not dotted or not attribute.isidentifier():
+        raise ValueError(f"{what}: expected {form}, got {shown(name)}")
     try:
-        module = importlib.import_module(module_name)
+        module = importer(module_name)
     except ImportError as err:
         raise ValueError(f"{what}: cannot import {module_name!r}: {err}") from None
     if not hasattr(module, attribute):
         raise ValueError(f"{what}: {module_name!r} has no {kind} {attribute!r}")
     found: object = getattr(module, attribute)
     return found
+
+
+def _import_engine_module(module_name: str) -> ModuleType:
+    """An engine's module is the engine's code: what importing it raises, or an attempt
+    to end the process, is the engine's failure (engine_boundary), not a usage error."""
+    return through_the_door(f"importing {module_name!r}", importlib.import_module, module_name)
+
+
+def _import_user_module(module_name: str) -> ModuleType:
+    """A module of the caller's own (a --configs strategy): what importing it raises, an
+    exit included, is a mistake in the input, a ValueError naming it."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError:
+        raise
+    except (Exception, SystemExit) as err:
+        raise ValueError(
+            f"configs: importing {module_name!r} raised {type(err).__name__}: {err}"
+        ) from None
 
 
 def load_engine_factory(name: str) -> EngineFactory:
@@ -94,7 +126,7 @@ def load_engine_factory(name: str) -> EngineFactory:
     if engine is not None:
         require(f"engine {engine.name!r}", *engine.needs)
     target = engine.factory if engine is not None else name
-    factory = load_attribute(target, "engine", ENGINE_FORMS, "callable")
+    factory = load_attribute(target, "engine", ENGINE_FORMS, "callable", _import_engine_module)
     if not callable(factory):
         module_name, _, attribute = target.partition(":")
         raise ValueError(f"engine: {module_name!r} has no callable {attribute!r}")
@@ -107,11 +139,22 @@ def load_config_strategy(name: str) -> SearchStrategy[SchedulerConfig]:
     of no arguments returning one (e.g. configs narrowed to what an engine runs)."""
     from hypothesis.strategies import SearchStrategy
 
-    found = load_attribute(name, "configs", "'module:strategy'", "strategy")
+    found = load_attribute(name, "configs", "'module:strategy'", "strategy", _import_user_module)
     if callable(found) and not isinstance(found, SearchStrategy):
-        found = found()
+        try:
+            found = found()
+        except Exception as err:
+            raise ValueError(
+                f"configs: {name!r} raised {type(err).__name__} when called: {err}"
+            ) from None
     if not isinstance(found, SearchStrategy):
         raise ValueError(f"configs: {name!r} is not a Hypothesis strategy")
+    try:
+        empty = found.is_empty
+    except Exception as err:  # a strategy whose definition is invalid
+        raise ValueError(f"configs: {name!r} is not a usable strategy: {err}") from None
+    if empty:
+        raise ValueError(f"configs: {name!r} can draw nothing (st.nothing()?)")
     strategy: SearchStrategy[SchedulerConfig] = found
     return strategy
 

@@ -13,6 +13,8 @@ import traceback
 from collections.abc import Iterable, Mapping
 
 from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.engine_boundary import guarded
+from schedspec.properties.engine_errors import EngineContractError, EngineHalt, engine_call_of
 from schedspec.properties.events import Abort, AddRequest, Event, ProposeDrafts, Step
 from schedspec.properties.replay_log import ReplayLog, replay_with_log
 from schedspec.properties.suite import SuiteResult
@@ -37,9 +39,9 @@ def failure_report(result: SuiteResult, factory: EngineFactory, engine_name: str
     lines += ["", f"{counterexample_title(result)}, replayed:"]
     lines += [f"  {line}" for line in format_config(trace.config, trace.model)]
     try:
-        engine = factory(trace.config)
-    except Exception as err:
-        return [*lines, "  the engine raised while being built:", *_indent(err)]
+        engine = guarded(factory)(trace.config)
+    except (Exception, EngineHalt) as err:
+        return [*lines, *(f"  {line}" for line in crash_report(err))]
     log = replay_with_log(trace, engine, result.profile)
     lines += format_log(log)
     if not log.failed:
@@ -59,13 +61,28 @@ def counterexample_title(result: SuiteResult) -> str:
     if isinstance(result.other_error, StepTimeoutError):
         # run_suite does not shrink a hang: every try would wait out the limit.
         return f"Counterexample ({events}, not shrunk: a hang)"
+    if result.interrupted is not None:
+        return f"Counterexample ({events}, as far as it was shrunk when interrupted)"
     return f"Shrunk counterexample ({events})"
 
 
 def crash_report(err: BaseException) -> list[str]:
+    """A failure that is not a finding, by whose it is: the engine's (it hung, tried to end
+    the process, or raised in one of its calls) or schedspec's own."""
     if isinstance(err, StepTimeoutError):
         return [f"the engine hung: {err}; stopped here:", *_indent(err)]
-    return ["the engine raised outside the invariant checks:", *_indent(err)]
+    call = engine_call_of(err)
+    if call is None:
+        return [
+            "schedspec itself raised (a harness error: a bug in schedspec, not a finding "
+            "about the engine):",
+            *_indent(err),
+        ]
+    if isinstance(err, EngineHalt):  # it tried to end the process, or ended its worker
+        return [f"{err}:", *_indent(err)]
+    if isinstance(err, EngineContractError):
+        return [f"the engine broke the adapter protocol in {call}:", *_indent(err)]
+    return [f"the engine raised in {call}:", *_indent(err)]
 
 
 def _indent(err: BaseException) -> list[str]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import InvariantViolationError
 from schedspec.properties.divergence import DivergenceError
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.events import Event, Step
 from schedspec.properties.harness import SingleEngine, Target, replay_target
 from schedspec.properties.trace import Trace
@@ -36,6 +37,8 @@ def failure_signature(trace: Trace, target: Target) -> frozenset[str]:
         return frozenset({f"divergence: {found.observed} {found.field}"})
     except StepTimeoutError:
         return frozenset({"engine hang"})
+    except EngineHalt as err:  # it tried to end the process
+        return frozenset({f"engine halt: {type(err).__name__}"})
     except Exception as err:  # a candidate that crashes the engine is judged, not fatal
         return frozenset({f"engine error: {type(err).__name__}"})
     return frozenset()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from schedspec.spec import SchedulerConfig, SpecInputError
+from schedspec.spec import SchedulerConfig, SpecInputError, shown
 from schedspec.spec.invariants import PROFILES, Profile
 
 if TYPE_CHECKING:
@@ -38,11 +38,11 @@ def claimed_profiles(engine: object) -> frozenset[Profile]:
             "EngineAdapter declares the profiles it claims, e.g. "
             "profiles = frozenset({'safety'}) (add 'vllm-v1' if it makes vLLM V1's exact choices)",
         )
-    if not isinstance(profiles, set | frozenset) or not profiles <= set(PROFILES):
+    if not isinstance(profiles, set | frozenset) or not profiles or not profiles <= set(PROFILES):
         raise ProfileError(
             "profiles",
-            f"the adapter {type(engine).__qualname__} claims {profiles!r}: "
-            f"expected a set of {', '.join(map(repr, PROFILES))}",
+            f"the adapter {type(engine).__qualname__} claims {shown(profiles)}: "
+            f"expected a non-empty set of {', '.join(map(repr, PROFILES))}",
         )
     return frozenset(profiles)
 

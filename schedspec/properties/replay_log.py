@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats, InvariantViolationError
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.events import Event
 from schedspec.properties.recording import RecordingEngine
 from schedspec.properties.trace import Trace
-from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerOutput
 from schedspec.spec.invariants import Profile
 
@@ -47,7 +47,7 @@ def replay_with_log(trace: Trace, engine: EngineAdapter, profile: Profile) -> Re
     recorder = RecordingEngine(engine)
     try:
         checked = CheckedEngine(recorder, trace.config, profile, trace.model)
-    except (Exception, StepTimeoutError) as err:  # its first snapshot() failed, before any event
+    except (Exception, EngineHalt) as err:  # its first snapshot() failed, before any event
         return ReplayLog([], CheckStats(), crash=err)
     log = ReplayLog([], checked.stats)
     for index, event in enumerate(trace.events):
@@ -59,7 +59,7 @@ def replay_with_log(trace: Trace, engine: EngineAdapter, profile: Profile) -> Re
             checked.apply(event)
         except InvariantViolationError as err:
             log.violation = err
-        except (Exception, StepTimeoutError) as err:  # a crash or a hang ends the replay too
+        except (Exception, EngineHalt) as err:  # a crash or a hang ends the replay too
             log.crash = err
         entry.outputs = recorder.outputs[start:]
         if log.failed:

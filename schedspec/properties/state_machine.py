@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
 from schedspec.properties.divergence import DivergenceError
-from schedspec.properties.events import Abort, Drain, Event, ProposeDrafts, Step
+from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
 from schedspec.properties.harness import Harness, SingleEngine, Target
 from schedspec.properties.strategies import (
@@ -30,11 +30,12 @@ from schedspec.properties.strategies import (
     StepAction,
     action_pairs,
     build_add_request,
+    checked_configs,
     configs,
     request_draws,
 )
 from schedspec.properties.trace import ModelParams, Trace
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import RequestState, SchedulerConfig
 from schedspec.spec.invariants import Profile
 
 MAX_LIVE_REQUESTS = 32
@@ -65,10 +66,12 @@ class SuiteRecorder:
     examples: int = 0
     first_failure_example: int | None = None  # which example (1-based) failed first
     last_failure: Trace | None = None
+    last_error: BaseException | None = None  # what the last failing example raised
 
-    def failed(self, trace: Trace) -> None:
-        """The current example failed; `trace` is its events up to the failure."""
+    def failed(self, trace: Trace, error: BaseException) -> None:
+        """The current example failed with `error`; `trace` is its events up to it."""
         self.last_failure = trace
+        self.last_error = error
         if self.first_failure_example is None:
             self.first_failure_example = self.examples
 
@@ -90,7 +93,7 @@ def make_target_machine(
 ) -> type[RuleBasedStateMachine]:
     """The same machine for any target: one engine, or two in lockstep (differential.py)."""
     chosen_configs: st.SearchStrategy[SchedulerConfig] = (
-        config_strategy if config_strategy is not None else configs()
+        checked_configs(config_strategy) if config_strategy is not None else configs()
     )
     record = recorder if recorder is not None else SuiteRecorder()
 
@@ -108,11 +111,13 @@ def make_target_machine(
             model = ModelParams(seed=seed)
             try:
                 self.checked = target.start(config, model, record.stats)
+            except KeyboardInterrupt:
+                raise  # the run stops; this example did not fail
             except BaseException as err:
                 # Failing before any event (two engines that disagree from the
                 # start, an engine that cannot be built) still has a trace to show.
                 self.failed = True
-                record.failed(Trace(config, (), model, failure_note(err)))
+                record.failed(Trace(config, (), model, failure_note(err)), err)
                 raise
             self.next_id = 0
             for drawn in first:
@@ -125,12 +130,15 @@ def make_target_machine(
         def apply(self, event: Event) -> None:
             try:
                 self.engine().apply(event)
+            except KeyboardInterrupt:
+                self.failed = True  # no drain of a half-stepped engine in teardown
+                raise
             except BaseException as err:
-                # A finding, or an engine crash (or a hang: StepTimeoutError is
-                # no Exception). Mark it, so that teardown does not drain a
+                # A finding, or an engine crash (or a hang or an exit: an EngineHalt
+                # is no Exception). Mark it, so that teardown does not drain a
                 # half-updated engine and report something else.
                 self.failed = True
-                record.failed(self.engine().trace(note=failure_note(err)))
+                record.failed(self.engine().trace(note=failure_note(err)), err)
                 raise
 
         # One rule, always enabled: each action's first draw picks its kind
@@ -178,12 +186,19 @@ def make_target_machine(
             self.next_id += 1
 
         def cancel(self, action: CancelAction) -> None:
-            """Abort a live request (now and then with an unknown id, which is ignored)."""
-            live = sorted(self.engine().state.requests)
-            ids = (live[action.pick % len(live)],) if live else ()
+            """Abort a live request (now and then with an unknown id, which is ignored);
+            with action.retry, send the aborted request again under its id at once: under
+            async scheduling the old request's step may still be in flight, and its output
+            must not reach the new one (DELIVERY)."""
+            requests = self.engine().state.requests
+            live = sorted(requests)
+            picked = requests[live[action.pick % len(live)]] if live else None
+            ids = (picked.request_id,) if picked is not None else ()
             if action.unknown == 3 or not ids:
                 ids = (*ids, "no-such-request")
             self.apply(Abort(ids))
+            if action.retry and picked is not None:
+                self.apply(resent(picked))
             self._steps(action.then_steps)
 
         def propose_drafts(self, action: DraftsAction) -> None:
@@ -238,6 +253,19 @@ def make_target_machine(
                 self.apply(Drain())
 
     return SchedulerMachine
+
+
+def resent(request: RequestState) -> AddRequest:
+    """The same request again, as a client that cancelled it and retries sends it: the
+    same id, prompt and sampling parameters, none of the first one's progress."""
+    return AddRequest(
+        request.request_id,
+        request.prompt_token_ids,
+        request.max_tokens,
+        request.eos_token_id,
+        request.stop_token_ids,
+        request.priority,
+    )
 
 
 def failure_note(err: BaseException) -> str:

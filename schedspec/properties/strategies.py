@@ -12,9 +12,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
+from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.events import AddRequest
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import SchedulerConfig, shown
 from schedspec.spec.config import POLICIES
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
@@ -102,6 +103,35 @@ def configs(
         async_scheduling=pipelined,
         pad_spec_decode=pad,
     )
+
+
+class ConfigStrategyError(Exception):
+    """A config strategy given from outside (--configs) that raised while drawing, or
+    drew something that is not a SchedulerConfig: the caller's mistake, not the
+    engine's, nor the harness's."""
+
+
+@st.composite
+def checked_configs(
+    draw: st.DrawFn, strategy: st.SearchStrategy[SchedulerConfig]
+) -> SchedulerConfig:
+    """Draws from a strategy given from outside, turning its failures into
+    ConfigStrategyError. Hypothesis' own signals (an assumption not met, a test case
+    over its budget) pass through: they are how a strategy rejects a draw."""
+    try:
+        config = draw(strategy)
+    except (UnsatisfiedAssumption, Frozen):
+        raise
+    except Exception as err:
+        raise ConfigStrategyError(
+            f"the config strategy raised {type(err).__name__}: {err}"
+        ) from err
+    if not isinstance(config, SchedulerConfig):
+        raise ConfigStrategyError(
+            f"the config strategy drew {shown(config)} (a {type(config).__name__}), "
+            "not a SchedulerConfig"
+        )
+    return config
 
 
 # A priority draw of URGENT stands for an urgent arrival: a request more urgent
@@ -261,11 +291,13 @@ class ArriveAction:
 
 @dataclass(frozen=True)
 class CancelAction:
-    """Abort the live request `pick` selects (with an unknown id too when unknown == 3)."""
+    """Abort the live request `pick` selects (with an unknown id too when unknown == 3);
+    with `retry`, the client then sends that request again under the same id."""
 
     pick: int
     unknown: int  # 0-3
     then_steps: int
+    retry: bool = False
 
 
 @dataclass(frozen=True)
@@ -297,7 +329,7 @@ _STEP_DRAWS = st.integers(0, MAX_STEPS_PER_ACTION * NUM_DECISION_CODES - 1)
 _LENGTH_KIND_THEN_DRAWS = st.integers(0, REQUEST_DRAW_RANGES[0] * _THEN - 1)
 _REQUEST_REST_DRAWS = tuple(st.integers(0, size - 1) for size in REQUEST_DRAW_RANGES[1:])
 _PICK_DRAWS = st.integers(0, 2**16)
-_UNKNOWN_THEN_DRAWS = st.integers(0, 4 * _THEN - 1)
+_CANCEL_PACKED_DRAWS = st.integers(0, 4 * 2 * _THEN - 1)
 _COUNT_THEN_DRAWS = st.integers(0, 8 * _THEN - 1)
 
 
@@ -337,9 +369,9 @@ def arrive_action(
 
 
 def cancel_action(pick: int, packed: int) -> CancelAction:
-    """Kind 2: the pick, then then_steps and `unknown` sharing `packed`."""
-    then_steps, unknown = unpack(packed, (_THEN, 4))
-    return CancelAction(pick, unknown, then_steps)
+    """Kind 2: the pick, then then_steps, `unknown` and `retry` sharing `packed`."""
+    then_steps, unknown, retry = unpack(packed, (_THEN, 4, 2))
+    return CancelAction(pick, unknown, then_steps, bool(retry))
 
 
 def drafts_action(packed: int) -> DraftsAction:
@@ -357,7 +389,7 @@ def _action(draw: st.DrawFn, kinds_on: tuple[int, ...]) -> Action:
         packed = draw(_LENGTH_KIND_THEN_DRAWS)
         return arrive_action(packed, *(draw(part) for part in _REQUEST_REST_DRAWS))
     if kind == 2:
-        return cancel_action(draw(_PICK_DRAWS), draw(_UNKNOWN_THEN_DRAWS))
+        return cancel_action(draw(_PICK_DRAWS), draw(_CANCEL_PACKED_DRAWS))
     return drafts_action(draw(_COUNT_THEN_DRAWS))
 
 

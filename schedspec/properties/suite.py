@@ -1,4 +1,12 @@
-"""The public entry point: run the invariant suite against an engine factory (or any target)."""
+"""The public entry point: run the invariant suite against an engine factory (or any target).
+
+A run is a series of Hypothesis runs of at most MAX_CHUNK_EXAMPLES examples each (seed,
+seed + 1, ...): Hypothesis keeps a record of every example a run tried, so one run of
+20,000 long examples would hold gigabytes; a series holds one chunk's worth at a time.
+The first failure ends the series. An interrupt (Ctrl-C, or SIGTERM as the command line
+raises it) ends it too, keeping the failure found so far: its trace, unshrunk, is
+written like any other.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +21,13 @@ from pathlib import Path
 import hypothesis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
 from schedspec.properties.divergence import DivergenceError
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.harness import SingleEngine, Target, replay_target
 from schedspec.properties.minimize import minimize_on
 from schedspec.properties.state_machine import (
@@ -26,6 +36,7 @@ from schedspec.properties.state_machine import (
     make_target_machine,
     rules_for,
 )
+from schedspec.properties.strategies import ConfigStrategyError
 from schedspec.properties.trace import FAILURE_TRACE_STEM, Trace, trace_file_name
 from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig
@@ -33,6 +44,35 @@ from schedspec.spec.invariants import Profile
 
 ALL_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
+
+# The most examples one Hypothesis run is given. A run's memory grows with the examples
+# it has tried (about 0.23 MB each in the long profile: its record of them); a long
+# campaign is a series of runs of at most this many, so it stays within about
+# 250 MB of that record whatever its length. The quick profile is one run.
+MAX_CHUNK_EXAMPLES = 1000
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One Hypothesis run of a suite run: its place in the series, seed and examples."""
+
+    index: int
+    seed: int
+    examples: int
+
+
+def plan_chunks(
+    examples: int, seed: int, parts: int = 1, max_examples: int = MAX_CHUNK_EXAMPLES
+) -> list[Chunk]:
+    """`examples` split as evenly as possible into chunks of at most max_examples, at
+    least `parts` of them (for that many workers) but never more than examples; chunk i
+    runs seed + i, so a run that fits one chunk is the plain run of its seed."""
+    if examples < 1 or parts < 1 or max_examples < 1:
+        got = f"{examples}, {parts}, {max_examples}"
+        raise ValueError(f"examples, parts and max_examples must be >= 1, got {got}")
+    count = max(min(parts, examples), -(-examples // max_examples))
+    size, extra = divmod(examples, count)
+    return [Chunk(i, seed + i, size + (i < extra)) for i in range(count)]
 
 
 @dataclass(frozen=True)
@@ -70,10 +110,19 @@ class SuiteResult:
     other_error: BaseException | None = field(default=None, repr=False)  # a crash or a hang
     divergence: DivergenceError | None = None  # lockstep targets only
     first_failure_example: int | None = None  # which example the search first failed in
+    # Set when Ctrl-C (or a signal the caller turns into KeyboardInterrupt) stopped the
+    # run: the failure found by then, if any, is kept unshrunk.
+    interrupted: KeyboardInterrupt | None = field(default=None, repr=False)
+    trace_error: str | None = None  # why the trace could not be written, if it could not
 
     @property
     def passed(self) -> bool:
-        return self.error is None and self.other_error is None and self.divergence is None
+        return (
+            self.error is None
+            and self.other_error is None
+            and self.divergence is None
+            and self.interrupted is None
+        )
 
 
 def run_suite(
@@ -109,9 +158,38 @@ def run_target(
     machine = make_target_machine(target, config_strategy, recorder)
     if on_example is not None:
         _report_each_example(machine, recorder, on_example)
-    hypothesis.seed(seed)(machine)
+    started = time.perf_counter()
+    result = SuiteResult(target.profile, seed, 0, recorder.stats, 0.0)
+    for chunk in plan_chunks(chosen.examples, seed):
+        if _run_chunk(machine, chunk, chosen, result, recorder):
+            break
+    # A hang is not replayed: each replay would cost the whole time limit again.
+    hung = isinstance(result.other_error, StepTimeoutError)
+    if result.trace is not None and chosen.shrink and not hung and result.interrupted is None:
+        try:
+            _minimize(result, target)
+        except KeyboardInterrupt as err:  # keep the trace as Hypothesis shrank it
+            result.interrupted = err
+    result.seconds = time.perf_counter() - started
+    result.examples = recorder.examples
+    result.first_failure_example = recorder.first_failure_example
+    if result.trace is not None and trace_dir is not None:
+        save_trace(result, trace_dir / trace_file_name(trace_stem, seed))
+    return result
+
+
+def _run_chunk(
+    machine: type[RuleBasedStateMachine],
+    chunk: Chunk,
+    chosen: SuiteSettings,
+    result: SuiteResult,
+    recorder: SuiteRecorder,
+) -> bool:
+    """One Hypothesis run of the series; True when it ended the series (a failure, an
+    interrupt), with what it found recorded in the result."""
+    hypothesis.seed(chunk.seed)(machine)
     run_settings = settings(
-        max_examples=chosen.examples,
+        max_examples=chunk.examples,
         stateful_step_count=rules_for(chosen.rules_per_example),
         deadline=None,
         database=None,
@@ -122,26 +200,35 @@ def run_target(
         # arrive as an exception group, unpacked below.
         phases=ALL_PHASES if chosen.shrink else NO_SHRINK,
     )
-    started = time.perf_counter()
-    result = SuiteResult(target.profile, seed, 0, recorder.stats, 0.0)
     try:
         with rarer_collections():
             run_state_machine_as_test(machine, settings=run_settings)
-    except (Exception, StepTimeoutError) as err:  # engine crashes and hangs are failures too
+    except Unsatisfiable as err:  # every example was rejected while drawing its config
+        _record(result, ConfigStrategyError(f"no example could draw a config: {err}"))
+        return True
+    except (Exception, EngineHalt) as err:  # engine crashes and hangs are failures too
         _record(result, _first_finding(err) or err)
         result.trace = recorder.last_failure
-    # A hang is not replayed: each replay would cost the whole time limit again.
-    hung = isinstance(result.other_error, StepTimeoutError)
-    if result.trace is not None and chosen.shrink and not hung:
-        _minimize(result, target)
-    result.seconds = time.perf_counter() - started
-    result.examples = recorder.examples
-    result.first_failure_example = recorder.first_failure_example
-    if result.trace is not None and trace_dir is not None:
-        trace_dir.mkdir(parents=True, exist_ok=True)
-        result.trace_path = trace_dir / trace_file_name(trace_stem, seed)
-        result.trace.save(result.trace_path)
-    return result
+        return True
+    except KeyboardInterrupt as err:
+        result.interrupted = err
+        if recorder.last_error is not None:  # the failure found so far, unshrunk
+            _record(result, recorder.last_error)
+            result.trace = recorder.last_failure
+        return True
+    return False
+
+
+def save_trace(result: SuiteResult, path: Path) -> None:
+    """Write the result's trace; a failure to is recorded (the finding stands)."""
+    assert result.trace is not None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        result.trace.save(path)
+    except OSError as err:
+        result.trace_error = f"could not write the trace {path}: {err.strerror or err}"
+    else:
+        result.trace_path = path
 
 
 # Collect the youngest generation after this many net allocations (CPython's
@@ -182,7 +269,7 @@ def _minimize(result: SuiteResult, target: Target) -> None:
     smaller = minimize_on(result.trace, target)
     try:
         replay_target(target, smaller)
-    except (Exception, StepTimeoutError) as err:
+    except (Exception, EngineHalt) as err:
         _record(result, err)
         note = failure_note(err)
         result.trace = Trace(smaller.config, smaller.events, smaller.model, note=note)

@@ -4,11 +4,12 @@ SIGALRM interrupts the main thread wherever it is, inside time.sleep or a
 busy loop in the engine's own code alike, and the handler raises
 StepTimeoutError right there: the traceback shows where the engine was stuck.
 
-StepTimeoutError derives from BaseException on purpose. An engine's own
-`except Exception` must not swallow it; the harness must not take it for
-a refused request (CheckedEngine treats an Exception from add_request as
-one); and Hypothesis then stops at once instead of shrinking, where every
-shrink attempt of a hang would cost the whole limit again.
+StepTimeoutError is an engine_errors.EngineHalt, a BaseException on purpose:
+an engine's own `except Exception` must not swallow it; the harness must not
+take it for a refused request (CheckedEngine treats an Exception from
+add_request as one); and Hypothesis then stops at once instead of shrinking,
+where every shrink attempt of a hang would cost the whole limit again.
+engine_boundary.GuardedEngine runs every engine call through Watchdog.run.
 
 Where SIGALRM is missing (Windows) or the harness runs off the main thread
 (signal handlers can only be set there), the limit is off and calls run
@@ -17,31 +18,26 @@ unguarded.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
-from schedspec.properties.adapter import EngineAdapter, EngineFactory
-from schedspec.properties.profiles import claimed_profiles
-from schedspec.spec import (
-    ModelRunnerOutput,
-    Request,
-    RequestOutput,
-    SchedulerConfig,
-    SchedulerOutput,
-    State,
-)
+from schedspec.properties.engine_errors import EngineHalt
 
 T = TypeVar("T")
 
 # Seconds one engine call may take before it counts as hung: far above any
 # real step (milliseconds), low enough that CI reports a hang, not a timeout.
 DEFAULT_STEP_TIMEOUT = 10.0
+# The longest limit accepted: a day. setitimer takes any finite float, but a limit
+# past the length of any CI job is no limit, and 0 says that plainly.
+MAX_STEP_TIMEOUT = 86_400.0
 
 
-class StepTimeoutError(BaseException):
+class StepTimeoutError(EngineHalt):
     """An engine call ran past the step time limit."""
 
     def __init__(self, call: str, seconds: float) -> None:
@@ -58,6 +54,7 @@ class Watchdog:
     """
 
     def __init__(self, seconds: float | None) -> None:
+        check_step_timeout(seconds)
         self.seconds = seconds if seconds else None  # 0 or None: no limit
         self.active = False
         self._call = ""
@@ -100,50 +97,14 @@ class Watchdog:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-class TimedEngine:
-    """Passes every call through to the engine under the watchdog's limit."""
-
-    def __init__(self, inner: EngineAdapter, watchdog: Watchdog) -> None:
-        self.inner = inner
-        self.watchdog = watchdog
-        self.profiles = claimed_profiles(inner)
-
-    def add_request(self, request: Request) -> None:
-        self.watchdog.run("add_request()", self.inner.add_request, request)
-
-    def schedule(self) -> SchedulerOutput:
-        return self.watchdog.run("schedule()", self.inner.schedule)
-
-    def update_from_output(
-        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> Mapping[str, RequestOutput] | None:
-        return self.watchdog.run(
-            "update_from_output()",
-            self.inner.update_from_output,
-            scheduler_output,
-            model_runner_output,
+def check_step_timeout(seconds: float | None) -> None:
+    """ValueError naming the bound unless seconds is None or in [0, MAX_STEP_TIMEOUT]."""
+    if seconds is None:
+        return
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ValueError(f"step timeout: must be a number of seconds, got {seconds!r}")
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_STEP_TIMEOUT):
+        raise ValueError(
+            f"step timeout: must be in [0, {MAX_STEP_TIMEOUT:g}] seconds (0: no limit), "
+            f"got {seconds!r}"
         )
-
-    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
-        self.watchdog.run(
-            "update_draft_token_ids()", self.inner.update_draft_token_ids, draft_token_ids
-        )
-
-    def finish_requests(self, request_ids: Iterable[str]) -> None:
-        self.watchdog.run("finish_requests()", self.inner.finish_requests, request_ids)
-
-    def snapshot(self) -> State:
-        return self.watchdog.run("snapshot()", self.inner.snapshot)
-
-
-def time_limited(factory: EngineFactory, watchdog: Watchdog) -> EngineFactory:
-    """The factory's engines, each call guarded by the watchdog.
-
-    Building an engine is not guarded: a real engine's first build may
-    import and initialize far more than any one step does.
-    """
-
-    def build(config: SchedulerConfig) -> EngineAdapter:
-        return TimedEngine(factory(config), watchdog)
-
-    return build

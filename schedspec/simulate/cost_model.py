@@ -32,16 +32,19 @@ Defaults: Llama-2-7B in bf16 on one NVIDIA H100 SXM 80 GB.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from schedspec.files import InputFileError, parse_json, read_input_text
 from schedspec.simulate.errors import SimulationInputError
+from schedspec.spec import named, shown
+from schedspec.spec.config import MAX_NUM_BLOCKS
 
+# A cost model is a handful of numbers; a file far larger is not one.
+MAX_COST_JSON_BYTES = 2**20
 LLAMA2_7B_PARAMS = 6.74e9
 BF16_BYTES = 2
-MAX_DEFAULT_BLOCKS = 10_000_000
 
 
 class CostModelError(SimulationInputError):
@@ -74,9 +77,9 @@ class CostModel:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise CostModelError(f.name, f"must be a number, got {value!r}")
-            if not math.isfinite(value):
-                raise CostModelError(f.name, f"must be finite, got {value!r}")
+                raise CostModelError(f.name, f"must be a number, got {shown(value)}")
+            if not _is_finite(value):
+                raise CostModelError(f.name, f"must be finite, got {shown(value)}")
             if f.name == "step_overhead_s":
                 if value < 0:
                     raise CostModelError(f.name, f"must be >= 0, got {value}")
@@ -86,6 +89,19 @@ class CostModel:
             raise CostModelError(
                 "gpu_memory_utilization", f"must be <= 1, got {self.gpu_memory_utilization}"
             )
+        # Each term of the roofline must be a finite time, or every step lasts forever.
+        for numerator, denominator in (
+            ("weight_bytes", "hbm_bandwidth"),
+            ("flops_per_token", "peak_flops"),
+            ("kv_bytes_per_token", "hbm_bandwidth"),
+        ):
+            seconds = getattr(self, numerator) / getattr(self, denominator)
+            if not _is_finite(seconds):
+                raise CostModelError(
+                    numerator,
+                    f"{numerator} / {denominator} is not a finite number of seconds "
+                    f"({getattr(self, numerator):.3g} / {getattr(self, denominator):.3g})",
+                )
 
     def step_time(self, work: StepWork, overlapped: bool = False) -> float:
         """Seconds one iteration takes (the formula in the module docstring); with the
@@ -108,12 +124,12 @@ class CostModel:
                 f"gpu_memory_bytes * gpu_memory_utilization",
             )
         blocks = int(free // (self.kv_bytes_per_token * block_size))
-        if blocks > MAX_DEFAULT_BLOCKS:
-            # A pool this big takes minutes to build: the model's KV size is off.
+        if blocks > MAX_NUM_BLOCKS:
+            # More than a scheduler config may hold (for memory): the KV size is off.
             raise CostModelError(
                 "kv_bytes_per_token",
                 f"{self.kv_bytes_per_token:.3g} B leaves room for {blocks} KV blocks, over "
-                f"{MAX_DEFAULT_BLOCKS}; set num_blocks yourself (--set num_blocks=N)",
+                f"{MAX_NUM_BLOCKS}; set num_blocks yourself (--set num_blocks=N)",
             )
         return max(1, blocks)
 
@@ -123,7 +139,8 @@ class CostModel:
         for name in fields:
             if name not in known:
                 raise CostModelError(
-                    name, f"{where}: unknown cost-model field; known: {', '.join(sorted(known))}"
+                    named(name),
+                    f"{where}: unknown cost-model field; known: {', '.join(sorted(known))}",
                 )
         try:
             return dataclasses.replace(self, **fields)  # type: ignore[arg-type]
@@ -132,14 +149,22 @@ class CostModel:
 
     @classmethod
     def from_json(cls, path: Path) -> CostModel:
-        """The defaults with the fields of a JSON object file replaced."""
+        """The defaults with the fields of a JSON object file (UTF-8, at most
+        MAX_COST_JSON_BYTES) replaced."""
         try:
-            document = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise CostModelError("cost_json", f"{path}: {err}") from None
+            document = parse_json(read_input_text(path, MAX_COST_JSON_BYTES), str(path))
+        except InputFileError as err:
+            raise CostModelError("cost_json", str(err)) from None
         if not isinstance(document, dict):
             raise CostModelError("cost_json", f"{path}: expected a JSON object of fields")
         return cls().with_fields(document, str(path))
 
     def as_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
+
+
+def _is_finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float's range
+        return False

@@ -11,13 +11,16 @@ cover data.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
+from schedspec.files import write_atomically
 from schedspec.simulate.log_ticks import use_readable_log_ticks
 from schedspec.simulate.metrics import RequestMetrics
 from schedspec.simulate.simulator import SimulationResult
@@ -34,11 +37,21 @@ STRIP_HEIGHT = 1.1  # inches, for each config's iteration-time strip
 MAX_STEP_BARS = 400  # above this many steps, a Gantt bar spans back-to-back steps
 
 
+# The same simulation draws the same bytes: SVG element ids are hashed with this salt
+# (matplotlib's default salt is random per process) and no creation date is stamped.
+SVG_HASH_SALT = "schedspec"
+_METADATA: dict[str, dict[str, str | None]] = {"svg": {"Date": None}}
+
+
 def save_figure(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
+    """Write the figure in each format, atomically, the same bytes for the same figure."""
     paths = []
     for fmt in formats:
         path = out_dir / f"{stem}.{fmt}"
-        fig.savefig(path, format=fmt, dpi=100)
+        drawn = io.BytesIO()
+        with rc_context({"svg.hashsalt": SVG_HASH_SALT}):
+            fig.savefig(drawn, format=fmt, dpi=100, metadata=_METADATA.get(fmt))
+        write_atomically(path, drawn.getvalue())
         paths.append(path)
     return paths
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.engine_errors import EngineHalt
 from schedspec.simulate.configs import NamedConfig
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.metrics import (
@@ -36,7 +37,7 @@ class ConfigRun:
 
 def run_configs(
     configs: Sequence[NamedConfig],
-    workload: list[SimRequest],
+    workload: Iterable[SimRequest],
     factory: EngineFactory,
     cost_model: CostModel,
     seed: int,
@@ -46,9 +47,13 @@ def run_configs(
     runs = []
     for named in configs:
         on_step = None if progress is None else functools.partial(progress, named.name)
-        result = simulate(
-            named.name, factory, named.config, workload, cost_model, seed, max_steps, on_step
-        )
+        try:
+            result = simulate(
+                named.name, factory, named.config, workload, cost_model, seed, max_steps, on_step
+            )
+        except (Exception, EngineHalt) as err:
+            err.add_note(f"simulating config {named.name!r}")
+            raise
         metrics = [request_metrics(t) for t in result.requests.values()]
         runs.append(ConfigRun(result, metrics, summarize(result, metrics)))
     return runs

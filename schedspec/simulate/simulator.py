@@ -17,7 +17,7 @@ update_from_output returns None, the length caps are applied here.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
@@ -112,16 +112,17 @@ def simulate(
     name: str,
     factory: EngineFactory,
     config: SchedulerConfig,
-    workload: list[SimRequest],
+    workload: Iterable[SimRequest],
     cost_model: CostModel,
     seed: int,
     max_steps: int,
     on_step: Callable[[int], None] | None = None,
 ) -> SimulationResult:
-    """Run the workload to completion; on_step gets the number of finished requests."""
+    """Run the workload (requests in arrival order, taken as they arrive) to completion;
+    on_step gets the number of finished requests."""
     engine = factory(config)
     model = FakeModel(seed=seed, num_speculative_tokens=config.num_speculative_tokens)
-    pending = deque(sorted(workload, key=lambda r: r.arrival_time))
+    pending = _Arrivals(workload)
     timelines: dict[str, RequestTimeline] = {}
     ledger = BlockLedger(config.num_blocks)
     live: set[str] = set()  # arrived and unfinished
@@ -133,13 +134,14 @@ def simulate(
     finished = 0
     while pending or live or loop.in_flight:
         if len(steps) >= max_steps:
+            more = " (and more to arrive)" if pending else ""
             raise SimulationStalledError(
-                f"{len(live) + len(pending)} requests unfinished after max_steps={max_steps}"
+                f"{len(live)} requests unfinished{more} after max_steps={max_steps}"
             )
         if not live and not loop.in_flight:
-            clock = max(clock, pending[0].arrival_time)
-        while pending and pending[0].arrival_time <= clock:
-            request = pending.popleft()
+            clock = max(clock, pending.next_time)
+        while pending and pending.next_time <= clock:
+            request = pending.take()
             _add(engine, request)
             timelines[request.request_id] = RequestTimeline(
                 request.request_id,
@@ -169,7 +171,7 @@ def simulate(
                 raise SimulationStalledError(
                     f"{name}: the engine scheduled nothing with {len(live)} requests unfinished"
                 )
-            clock = max(clock, pending[0].arrival_time)  # wait for the next arrival
+            clock = max(clock, pending.next_time)  # wait for the next arrival
             continue
         if reported is None:
             reported = _length_capped_outputs(model_output, timelines, config.max_model_len)
@@ -200,6 +202,35 @@ def simulate(
         if on_step is not None:
             on_step(finished)
     return SimulationResult(name, config, cost_model, steps, timelines)
+
+
+class _Arrivals:
+    """The workload's requests taken one at a time, each once its time comes: only the
+    next one is held (a workload may be drawn lazily). Refuses a request that arrives
+    before the one taken last: the simulated clock cannot go back."""
+
+    def __init__(self, workload: Iterable[SimRequest]) -> None:
+        self._requests = iter(workload)
+        self._next = next(self._requests, None)
+
+    def __bool__(self) -> bool:
+        return self._next is not None
+
+    @property
+    def next_time(self) -> float:
+        assert self._next is not None
+        return self._next.arrival_time
+
+    def take(self) -> SimRequest:
+        taken = self._next
+        assert taken is not None
+        self._next = next(self._requests, None)
+        if self._next is not None and self._next.arrival_time < taken.arrival_time:
+            where = self._next.source or f"request {self._next.request_id!r}"
+            raise SimulationInputError(
+                "workload", f"{where} arrives before the request ahead of it: not in arrival order"
+            )
+        return taken
 
 
 @dataclass(frozen=True)

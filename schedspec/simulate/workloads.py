@@ -5,19 +5,52 @@ requests per second), prompt and output lengths from a LengthDistribution,
 and puts a share of the requests into shared-prefix groups (a system prompt
 per group), so prefix caching has something to hit. Everything is a pure
 function of the seed.
+
+A workload is produced on demand (Workload): iterating it draws its requests
+afresh, in arrival order, and a prompt's tokens are drawn only as long as the
+request may be (cut to max_model_len first), so a large workload never holds
+all its prompts at once. Sizes are bounded (MAX_SIM_REQUESTS, MAX_PREFIX_GROUPS):
+the simulator keeps every request's timeline for the metrics.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from schedspec.simulate.errors import SimulationInputError
-from schedspec.spec import Request
+from schedspec.spec import Request, shown
+from schedspec.spec.config import MAX_MODEL_LEN
 
 VOCAB_SIZE = 32_000
+# The most requests one simulation runs: each keeps its timeline (a time per output
+# token) for the metrics, about 5 KB for a request of 150 output tokens.
+MAX_SIM_REQUESTS = 100_000
+# Each shared-prefix group's system prompt is held for the whole run.
+MAX_PREFIX_GROUPS = 1_000
+# Length distributions: a length past any config's max_model_len (spec.config's
+# MAX_MODEL_LEN) is cut anyway; SIGMA past 10 spreads lengths over e**60 and beyond.
+MAX_LENGTH = MAX_MODEL_LEN
+MAX_SIGMA = 10.0
+
+
+class Workload:
+    """Requests in arrival order, drawn afresh on every iteration (from their seed or
+    their file's records); len() is known up front."""
+
+    def __init__(self, produce: Callable[[], Iterator[SimRequest]], size: int) -> None:
+        self._produce = produce
+        self._size = size
+
+    def __iter__(self) -> Iterator[SimRequest]:
+        return self._produce()
+
+    def __len__(self) -> int:
+        return self._size
+
 
 DistributionKind = Literal["fixed", "uniform", "lognormal"]
 
@@ -61,26 +94,31 @@ class LengthDistribution:
 
     @classmethod
     def parse(cls, text: str, name: str) -> LengthDistribution:
-        """Parse a flag value; errors name the flag `name` and the bound."""
+        """Parse a flag value; errors name the flag `name` and the bound. Lengths are
+        at most MAX_LENGTH (a draw is cut to max_model_len anyway), SIGMA at most
+        MAX_SIGMA (lengths spread over e**(6 * 10) already)."""
         kind, *args = text.split(":")
         try:
             numbers = [float(a) for a in args]
         except ValueError:
             raise SimulationInputError(
-                name, f"numbers expected after the kind, got {text!r}"
+                name, f"numbers expected after the kind, got {shown(text)}"
             ) from None
-        if kind == "fixed" and len(numbers) == 1 and numbers[0] >= 1 and numbers[0].is_integer():
-            return cls("fixed", numbers[0])
-        if kind == "uniform" and len(numbers) == 2 and 1 <= numbers[0] <= numbers[1]:
-            return cls("uniform", numbers[0], numbers[1])
-        if kind == "lognormal" and len(numbers) in (2, 3) and numbers[0] >= 1 and numbers[1] > 0:
-            cap = int(numbers[2]) if len(numbers) == 3 else None
-            if cap is None or cap >= 1:
+        lengths = numbers[:1] if kind == "lognormal" else numbers
+        if kind == "lognormal" and len(numbers) == 3:
+            lengths.append(numbers[2])
+        if all(1 <= n <= MAX_LENGTH for n in lengths):
+            if kind == "fixed" and len(numbers) == 1 and numbers[0].is_integer():
+                return cls("fixed", numbers[0])
+            if kind == "uniform" and len(numbers) == 2 and numbers[0] <= numbers[1]:
+                return cls("uniform", numbers[0], numbers[1])
+            if kind == "lognormal" and len(numbers) in (2, 3) and 0 < numbers[1] <= MAX_SIGMA:
+                cap = int(numbers[2]) if len(numbers) == 3 else None
                 return cls("lognormal", numbers[0], numbers[1], cap)
         raise SimulationInputError(
             name,
-            f"expected fixed:N (N >= 1), uniform:LO:HI (1 <= LO <= HI) or "
-            f"lognormal:MEDIAN:SIGMA[:MAX] (MEDIAN >= 1, SIGMA > 0), got {text!r}",
+            f"expected fixed:N, uniform:LO:HI (LO <= HI) or lognormal:MEDIAN:SIGMA[:MAX] "
+            f"(0 < SIGMA <= {MAX_SIGMA:g}), lengths in [1, {MAX_LENGTH}], got {shown(text)}",
         )
 
 
@@ -100,36 +138,61 @@ class SyntheticWorkload:
 
     def __post_init__(self) -> None:
         checks = (
-            ("num_requests", self.num_requests >= 1, ">= 1"),
-            ("rate", self.rate > 0 and math.isfinite(self.rate), "> 0"),
-            ("prefix_groups", self.prefix_groups >= 0, ">= 0"),
-            ("prefix_len", self.prefix_len >= 0, ">= 0"),
-            ("prefix_share", 0 <= self.prefix_share <= 1, "in [0, 1]"),
+            (
+                "num_requests",
+                _is_int(self.num_requests) and 1 <= self.num_requests <= MAX_SIM_REQUESTS,
+                f"in [1, {MAX_SIM_REQUESTS}] (each request's timeline is kept for the metrics)",
+            ),
+            ("rate", _is_number(self.rate) and self.rate > 0 and math.isfinite(self.rate), "> 0"),
+            (
+                "prefix_groups",
+                _is_int(self.prefix_groups) and 0 <= self.prefix_groups <= MAX_PREFIX_GROUPS,
+                f"in [0, {MAX_PREFIX_GROUPS}] (each group's system prompt is held for the run)",
+            ),
+            ("prefix_len", _is_int(self.prefix_len) and self.prefix_len >= 0, ">= 0"),
+            (
+                "prefix_share",
+                _is_number(self.prefix_share) and 0 <= self.prefix_share <= 1,
+                "in [0, 1]",
+            ),
         )
         for name, ok, bound in checks:
             if not ok:
-                raise SimulationInputError(name, f"must be {bound}, got {getattr(self, name)}")
+                raise SimulationInputError(
+                    name, f"must be {bound}, got {shown(getattr(self, name))}"
+                )
 
-    def generate(self, seed: int, max_model_len: int) -> list[SimRequest]:
-        """The requests in arrival order. Prompt and output are trimmed so each
-        fits max_model_len (a prompt leaves room for at least one output token)."""
+    def generate(self, seed: int, max_model_len: int) -> Workload:
+        """The requests in arrival order, drawn when iterated. Prompt and output are
+        trimmed so each fits max_model_len (a prompt leaves room for at least one
+        output token); a prompt's tokens are drawn only up to that length."""
+        return Workload(lambda: self._requests(seed, max_model_len), self.num_requests)
+
+    def _requests(self, seed: int, max_model_len: int) -> Iterator[SimRequest]:
         rng = random.Random(seed)
-        prefixes = [_tokens(rng, self.prefix_len) for _ in range(self.prefix_groups)]
+        room = max_model_len - 1
+        prefixes = [_tokens(rng, min(self.prefix_len, room)) for _ in range(self.prefix_groups)]
         clock = 0.0
-        requests = []
         for i in range(self.num_requests):
             clock += rng.expovariate(self.rate)
             head: tuple[int, ...] = ()
             if prefixes and rng.random() < self.prefix_share:
                 head = prefixes[rng.randrange(len(prefixes))]
-            prompt = (head + _tokens(rng, self.prompt_len.draw(rng)))[: max_model_len - 1]
+            prompt = head + _tokens(rng, min(self.prompt_len.draw(rng), room - len(head)))
             output = min(self.output_len.draw(rng), max_model_len - len(prompt))
-            requests.append(SimRequest(f"r{i}", clock, prompt, output, source=f"request {i}"))
-        return requests
+            yield SimRequest(f"r{i}", clock, prompt, output, source=f"request {i}")
 
 
 def _tokens(rng: random.Random, n: int) -> tuple[int, ...]:
     return tuple(rng.choices(range(VOCAB_SIZE), k=n))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # The chunked-prefill experiment: decodes in flight when one long prompt arrives.
@@ -158,14 +221,16 @@ BUILTIN_WORKLOADS = ("mixed", "long-prompt")
 
 def builtin_workload(
     name: str, seed: int, max_model_len: int, synthetic: SyntheticWorkload | None = None
-) -> list[SimRequest]:
+) -> Workload:
     """ "mixed" is the SyntheticWorkload (defaults unless given); "long-prompt" the experiment's."""
     if name == "mixed":
         return (synthetic or SyntheticWorkload()).generate(seed, max_model_len)
     if name == "long-prompt":
-        return long_prompt_among_decodes(seed, max_model_len)
+        requests = long_prompt_among_decodes(seed, max_model_len)
+        return Workload(lambda: iter(requests), len(requests))
     raise SimulationInputError(
-        "workload", f"expected one of {', '.join(BUILTIN_WORKLOADS)} or a .jsonl path, got {name!r}"
+        "workload",
+        f"expected one of {', '.join(BUILTIN_WORKLOADS)} or a .jsonl path, got {shown(name)}",
     )
 
 

@@ -5,7 +5,14 @@ Depends on nothing else in schedspec; every other part depends on it.
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes, hash_block_tokens
 from schedspec.spec.config import SchedulerConfig
-from schedspec.spec.errors import ConfigError, OutputError, RequestError, SpecInputError
+from schedspec.spec.errors import (
+    ConfigError,
+    OutputError,
+    RequestError,
+    SpecInputError,
+    named,
+    shown,
+)
 from schedspec.spec.outputs import (
     CachedRequestData,
     ModelRunnerOutput,
@@ -41,5 +48,7 @@ __all__ = [
     "State",
     "extend_block_hashes",
     "hash_block_tokens",
+    "named",
+    "shown",
     "validate_new_request",
 ]

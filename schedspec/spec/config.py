@@ -5,18 +5,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from schedspec.spec.errors import ConfigError
+from schedspec.spec.errors import ConfigError, shown
 
 Policy = Literal["fcfs", "priority"]
 POLICIES: tuple[Policy, ...] = ("fcfs", "priority")
 
+# Upper bounds, for memory. An engine holds each KV block as a record of its own (the
+# reference: a Python object of about 110 bytes; a million take a second to build),
+# and every snapshot lists them all: 4M blocks is about 0.5 GB in the reference, and
+# more than any deployment's pool (an 80 GB GPU holds about 110k blocks of 16 tokens
+# of a 1B-parameter model's KV). Drafts: each step lists every running request's
+# drafts, and under async scheduling as many placeholders.
+# A request's tokens are a list: 16M tokens is more than any model's context window.
+MAX_NUM_BLOCKS = 2**22
+MAX_SPECULATIVE_TOKENS = 256
+MAX_MODEL_LEN = 2**24
+_WHY_BLOCKS = "each KV block is a record in the engine's pool and in every snapshot"
+_WHY_DRAFTS = "every step lists each running request's drafts"
+_WHY_LENGTH = "a request's tokens are held as a list; more than any model's context"
 
-def _require_int(name: str, value: object, minimum: int) -> None:
+
+def _require_int(
+    name: str, value: object, minimum: int, maximum: int | None = None, why: str = ""
+) -> None:
     # bool is an int subclass; True as a block size is a bug, not a 1.
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(name, f"must be an int, got {value!r}")
+        raise ConfigError(name, f"must be an int, got {shown(value)}")
     if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {value}")
+        raise ConfigError(name, f"must be >= {minimum}, got {shown(value)}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(name, f"must be <= {maximum} ({why}), got {shown(value)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,13 +70,19 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         _require_int("block_size", self.block_size, 1)
-        _require_int("num_blocks", self.num_blocks, 1)
+        _require_int("num_blocks", self.num_blocks, 1, MAX_NUM_BLOCKS, _WHY_BLOCKS)
         _require_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         _require_int("max_num_seqs", self.max_num_seqs, 1)
         # A prompt needs one token and must leave room for one output token.
-        _require_int("max_model_len", self.max_model_len, 2)
+        _require_int("max_model_len", self.max_model_len, 2, MAX_MODEL_LEN, _WHY_LENGTH)
         _require_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
-        _require_int("num_speculative_tokens", self.num_speculative_tokens, 0)
+        _require_int(
+            "num_speculative_tokens",
+            self.num_speculative_tokens,
+            0,
+            MAX_SPECULATIVE_TOKENS,
+            _WHY_DRAFTS,
+        )
         for flag in (
             "enable_chunked_prefill",
             "enable_prefix_caching",
@@ -66,17 +90,23 @@ class SchedulerConfig:
             "pad_spec_decode",
         ):
             if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(flag, f"must be a bool, got {getattr(self, flag)!r}")
+                raise ConfigError(flag, f"must be a bool, got {shown(getattr(self, flag))}")
         if self.policy not in POLICIES:
-            raise ConfigError("policy", f"must be one of {POLICIES}, got {self.policy!r}")
+            raise ConfigError("policy", f"must be one of {POLICIES}, got {shown(self.policy)}")
         if isinstance(self.watermark, bool) or not isinstance(self.watermark, int | float):
-            raise ConfigError("watermark", f"must be a float, got {self.watermark!r}")
+            raise ConfigError("watermark", f"must be a float, got {shown(self.watermark)}")
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError("watermark", f"must be in [0, 1), got {self.watermark}")
         if self.num_lookahead_tokens is None:
             object.__setattr__(self, "num_lookahead_tokens", self.num_speculative_tokens)
         else:
-            _require_int("num_lookahead_tokens", self.num_lookahead_tokens, 0)
+            _require_int(
+                "num_lookahead_tokens",
+                self.num_lookahead_tokens,
+                0,
+                MAX_SPECULATIVE_TOKENS,
+                _WHY_DRAFTS,
+            )
         self._check_cross_field_bounds()
 
     def _check_cross_field_bounds(self) -> None:

@@ -2,6 +2,34 @@
 
 from __future__ import annotations
 
+import reprlib
+
+# How much of a bad value an error message shows: enough to recognise it, never a
+# whole megabyte list from a damaged file, and never deeper than a few levels
+# (a deeply nested value must not make the message itself overflow the stack).
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel = 3
+_SHOWN.maxtuple = _SHOWN.maxlist = 8
+_SHOWN.maxdict = _SHOWN.maxset = 6
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlong = 40
+
+
+def shown(value: object) -> str:
+    """A short repr of a value for an error message: long and deep values are elided."""
+    try:
+        return _SHOWN.repr(value)
+    except ValueError:  # an int past the interpreter's digit limit for str()
+        return f"<{type(value).__name__} too large to show>"
+
+
+def named(key: object) -> str:
+    """A key of a damaged input as a field name: itself when it is a plain name, else its
+    short repr (an empty, long or odd key still names something readable)."""
+    if isinstance(key, str) and key.isidentifier() and len(key) <= 60:
+        return key
+    return shown(key)
+
 
 class SpecInputError(ValueError):
     """A value that the spec refuses, naming the offending field and its bound.

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Iterable, Sequence
 
 from schedspec.spec.config import SchedulerConfig
-from schedspec.spec.errors import RequestError, SpecInputError
+from schedspec.spec.errors import RequestError, SpecInputError, shown
 
 # A draft whose token the scheduler does not know: the model runner proposes it
 # itself (async scheduling) or it pads a batch (spec-decode padding). It is
@@ -133,7 +133,27 @@ def check_token_ids(
     """Raise `error` unless every token id is an int in [0, 2**63)."""
     for i, token in enumerate(token_ids):
         if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < MAX_TOKEN_ID:
-            raise error(field, f"token ids must be ints in [0, 2**63), got {token!r} at index {i}")
+            raise error(
+                field, f"token ids must be ints in [0, 2**63), got {shown(token)} at index {i}"
+            )
+
+
+def _progress_field(request: Request) -> str | None:
+    """The first field that says a scheduler already had this request (None: none)."""
+    fresh_values: tuple[tuple[str, object], ...] = (
+        ("arrival", -1),
+        ("num_computed_tokens", 0),
+        ("spec_token_ids", []),
+        ("num_preemptions", 0),
+        ("num_in_flight_tokens", 0),
+        ("num_output_placeholders", 0),
+        ("num_stale_output_tokens", 0),
+        ("is_prefill_chunk", False),
+        ("stop_reason", None),
+        ("drop_stale_output", False),
+        ("all_token_ids", list(request.prompt_token_ids)),
+    )
+    return next((name for name, fresh in fresh_values if getattr(request, name) != fresh), None)
 
 
 def validate_new_request(request: Request, config: SchedulerConfig) -> None:
@@ -145,24 +165,16 @@ def validate_new_request(request: Request, config: SchedulerConfig) -> None:
     """
     rid = request.request_id
     if not isinstance(rid, str) or not rid:
-        raise RequestError("request_id", f"must be a non-empty str, got {rid!r}")
-    where = f"request {rid!r}"
+        raise RequestError("request_id", f"must be a non-empty str, got {shown(rid)}")
+    where = f"request {shown(rid)}"
     if request.status is not RequestStatus.WAITING or request.output_token_ids:
         raise RequestError("status", f"{where}: only a fresh WAITING request can be added")
-    fresh = (
-        request.arrival == -1
-        and request.num_computed_tokens == 0
-        and not request.spec_token_ids
-        and request.num_preemptions == 0
-        and request.num_in_flight_tokens == 0
-        and request.num_output_placeholders == 0
-        and request.num_stale_output_tokens == 0
-    )
-    if not fresh:
+    used = _progress_field(request)
+    if used is not None:
         raise RequestError(
-            "num_computed_tokens",
-            f"{where}: a new request must have no computed tokens, drafts, preemptions or "
-            "tokens in flight (was it added to a scheduler before?)",
+            used,
+            f"{where}: a new request must not have {used} set (got "
+            f"{shown(getattr(request, used))}); was it added to a scheduler before?",
         )
     if request.num_prompt_tokens == 0:
         raise RequestError("prompt_token_ids", f"{where}: the prompt must not be empty")
@@ -174,11 +186,13 @@ def validate_new_request(request: Request, config: SchedulerConfig) -> None:
         )
     check_token_ids("prompt_token_ids", request.prompt_token_ids)
     if isinstance(request.max_tokens, bool) or not isinstance(request.max_tokens, int):
-        raise RequestError("max_tokens", f"{where}: must be an int, got {request.max_tokens!r}")
+        raise RequestError(
+            "max_tokens", f"{where}: must be an int, got {shown(request.max_tokens)}"
+        )
     if request.max_tokens < 1:
         raise RequestError("max_tokens", f"{where}: must be >= 1, got {request.max_tokens}")
     if request.eos_token_id is not None:
         check_token_ids("eos_token_id", [request.eos_token_id])
     check_token_ids("stop_token_ids", request.stop_token_ids)
     if isinstance(request.priority, bool) or not isinstance(request.priority, int):
-        raise RequestError("priority", f"{where}: must be an int, got {request.priority!r}")
+        raise RequestError("priority", f"{where}: must be an int, got {shown(request.priority)}")

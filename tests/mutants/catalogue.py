@@ -308,6 +308,17 @@ MUTANTS: tuple[Mutant, ...] = (
         configs=padded,
         examples=600,
     ),
+    mutant(
+        "output-to-reused-id",
+        "scheduler.py",
+        "            if request is None or request is not scheduled.get(request_id):\n",
+        "            if request is None:\n",
+        "Async: an output lands on whichever request holds its id when it lands, so a "
+        "request sent again under an aborted id gets the output of its predecessor's step, "
+        "which was still in flight when it arrived.",
+        {"DELIVERY"},
+        configs=async_configs,
+    ),
     # ------------------------------------------------------------ token budget
     mutant(
         "budget-not-decremented",

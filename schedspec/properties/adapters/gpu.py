@@ -20,6 +20,7 @@ decision reads that order).
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -93,6 +94,9 @@ class GpuEngine:
         self.device = self.engine.device
         self.requests: dict[str, HostRequest] = {}  # every unfinished request, by arrival
         self.finished_req_ids: set[str] = set()
+        # Steps scheduled and not landed, oldest first, with the requests each
+        # scheduled: an id can be aborted and reused while its step is in flight.
+        self._in_flight: deque[tuple[SchedulerOutput, dict[str, HostRequest]]] = deque()
         self._content: dict[int, BlockHash] = {}  # device content id -> BLAKE2b
         self._arrivals = 0
 
@@ -171,6 +175,8 @@ class GpuEngine:
         plan = self.engine.schedule()
         output = self._build_output(plan)
         self.finished_req_ids = set()
+        scheduled = {rid: self.requests[rid] for rid in output.num_scheduled_tokens}
+        self._in_flight.append((output, scheduled))
         return output
 
     def _build_output(self, plan: StepPlan) -> SchedulerOutput:
@@ -229,14 +235,25 @@ class GpuEngine:
     ) -> dict[str, RequestOutput]:
         """Land the step scheduler_output describes (with async scheduling, not always the
         latest): its live requests' tokens leave flight and the sampling ones take theirs."""
-        sampling = self._sampling_requests(scheduler_output, model_runner_output.sampled_token_ids)
+        if not self._in_flight or self._in_flight[0][0] is not scheduler_output:
+            raise OutputError(
+                "scheduler_output",
+                "must be the oldest step this engine scheduled and has not applied "
+                "(outputs are applied once each, in the order scheduled)",
+            )
+        scheduled_for = self._in_flight[0][1]
+        sampling = self._sampling_requests(
+            scheduler_output, model_runner_output.sampled_token_ids, scheduled_for
+        )
+        self._in_flight.popleft()
         # Ranks are positions in scheduling order (num_scheduled_tokens keeps it): the
         # engine registers and frees in that order. Aborted or finished requests ran no
-        # step of the live ones: their ids no longer name a slot.
+        # step of the live ones: their ids no longer name their slot (or name a new
+        # request's).
         landing = [
             (self.requests[rid], num, position)
             for position, (rid, num) in enumerate(scheduler_output.num_scheduled_tokens.items())
-            if rid in self.requests
+            if self.requests.get(rid) is scheduled_for[rid]
         ]
         if not landing:
             return {}
@@ -284,14 +301,20 @@ class GpuEngine:
         return outputs
 
     def _sampling_requests(
-        self, scheduler_output: SchedulerOutput, sampled: Mapping[str, Sequence[int]]
+        self,
+        scheduler_output: SchedulerOutput,
+        sampled: Mapping[str, Sequence[int]],
+        scheduled_for: Mapping[str, HostRequest],
     ) -> list[tuple[HostRequest, Sequence[int], int]]:
-        """(request, tokens, drafts scheduled) per live request that sampled; refuses an
-        output that does not answer this step before anything changes."""
+        """(request, tokens, drafts scheduled) per live request that sampled, of those the
+        step was scheduled for; refuses an output that does not answer this step before
+        anything changes."""
 
         def num_known_tokens(request_id: str) -> int | None:
             host = self.requests.get(request_id)  # None: aborted while the step ran
-            return None if host is None else len(host.request.prompt_token_ids) + len(host.outputs)
+            if host is None or host is not scheduled_for.get(request_id):
+                return None
+            return len(host.request.prompt_token_ids) + len(host.outputs)
 
         return [
             (self.requests[rid], tokens, num_drafts)

@@ -54,7 +54,13 @@ Translation of the calls: add_request applies the checks vLLM makes above
 the Scheduler (the front end's prompt-length check, duplicate ids) through
 `schedspec.spec.validate_new_request`, then builds a vLLM Request with the
 engine's block hasher; its arrival_time is its arrival index, so vLLM's
-priority order (priority, arrival_time) is ours. aborts go one id at a time
+priority order (priority, arrival_time) is ours. Its vLLM request id is the
+spec's id plus "#" and the arrival index (vllm_output.internal_id), as vLLM's
+front end gives every request an internal id of its own: a client may reuse
+an aborted request's id while that request's step is still in flight, and
+vLLM keys its requests by id (with one id for both, vLLM applies the old
+step's output to the new request). Every id is translated back on the way
+out. aborts go one id at a time
 (vLLM iterates a set, which would make a multi-id abort's free order, and so
 later block ids, depend on string hashing).
 
@@ -119,7 +125,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from schedspec.properties.adapters.vllm_output import DraftingSkips, spec_block_ids, spec_output
+from schedspec.properties.adapters.vllm_output import (
+    DraftingSkips,
+    external_id,
+    internal_id,
+    spec_block_ids,
+    spec_output,
+)
 from schedspec.properties.pipeline import BatchQueue
 from schedspec.properties.strategies import configs
 from schedspec.spec import (
@@ -662,6 +674,8 @@ class VllmEngine:
                 self.scheduler.vllm_config.num_hash_lookahead_tokens,
             )
         self._num_arrivals = 0
+        # The vLLM id of each spec id's latest request (vllm_output.internal_id).
+        self._internal: dict[str, str] = {}
         # Every request added and not yet seen finished: its hashes are learned
         # even from inside the update_from_output call that frees it.
         self._tracked: dict[str, Any] = {}
@@ -677,9 +691,9 @@ class VllmEngine:
     def add_request(self, request: Request) -> None:
         # vLLM checks these above the Scheduler (front end, engine core).
         validate_new_request(request, self.config)
-        rid = request.request_id
-        if rid in self.scheduler.requests:
-            raise RequestError("request_id", f"duplicate request id {rid!r}")
+        if self._live_id(request.request_id) is not None:
+            raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        rid = internal_id(request.request_id, self._num_arrivals)
         params = self._v.SamplingParams(
             max_tokens=request.max_tokens, stop_token_ids=list(request.stop_token_ids)
         )
@@ -696,6 +710,7 @@ class VllmEngine:
         )
         self.scheduler.add_request(vllm_request)
         self._num_arrivals += 1
+        self._internal[request.request_id] = rid
         self._tracked[rid] = vllm_request
         self._own_hashes[rid] = []
         self._num_learned[rid] = 0
@@ -721,39 +736,50 @@ class VllmEngine:
         ):
             raise OutputError("scheduler_output", "not the oldest schedule() output in flight")
         out = self._in_flight.popleft()[1]
-        req_ids = list(out.num_scheduled_tokens)
+        req_ids = list(out.num_scheduled_tokens)  # vLLM's ids of this step's requests
         sampled = model_runner_output.sampled_token_ids
-        strangers = sorted(set(sampled) - set(req_ids))
+        strangers = sorted(set(sampled) - set(map(external_id, req_ids)))
         if strangers:
             raise OutputError("sampled_token_ids", f"requests not scheduled: {strangers}")
         runner_output = self._v.ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=[list(sampled.get(rid, ())) for rid in req_ids],
+            sampled_token_ids=[list(sampled.get(external_id(rid), ())) for rid in req_ids],
         )
         reported = self.scheduler.update_from_output(out, runner_output)
         self._learn_tracked()
         return {
-            o.request_id: RequestOutput(
-                o.request_id, tuple(o.new_token_ids), self._finish_status(o.finish_reason)
+            external_id(o.request_id): RequestOutput(
+                external_id(o.request_id),
+                tuple(o.new_token_ids),
+                self._finish_status(o.finish_reason),
             )
             for engine_core_outputs in reported.values()
             for o in engine_core_outputs.outputs
         }
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        live = [(self._live_id(rid), drafts) for rid, drafts in draft_token_ids.items()]
+        known = [(rid, drafts) for rid, drafts in live if rid is not None]
         self.scheduler.update_draft_token_ids(
             self._v.DraftTokenIds(
-                req_ids=list(draft_token_ids),
-                draft_token_ids=[list(drafts) for drafts in draft_token_ids.values()],
+                req_ids=[rid for rid, _ in known],
+                draft_token_ids=[list(drafts) for _, drafts in known],
             )
         )
 
     def finish_requests(self, request_ids: Iterable[str]) -> None:
         aborted = self._v.RequestStatus.FINISHED_ABORTED
-        for rid in dict.fromkeys(request_ids):
-            self.scheduler.finish_requests(rid, aborted)
+        for request_id in dict.fromkeys(request_ids):
+            rid = self._live_id(request_id)
+            if rid is not None:
+                self.scheduler.finish_requests(rid, aborted)
         self._learn_tracked()
+
+    def _live_id(self, request_id: str) -> str | None:
+        """vLLM's id of the live request the spec calls request_id, if there is one."""
+        rid = self._internal.get(request_id)
+        return rid if rid is not None and rid in self.scheduler.requests else None
 
     # ---------------------------------------------------- the refinement mapping
 
@@ -765,8 +791,9 @@ class VllmEngine:
         for rid, r in s.requests.items():
             self._learn(rid, r)
             params = r.sampling_params
-            requests[rid] = RequestState(
-                request_id=rid,
+            request_id = external_id(rid)
+            requests[request_id] = RequestState(
+                request_id=request_id,
                 priority=r.priority,
                 arrival=int(r.arrival_time),
                 prompt_token_ids=tuple(r.prompt_token_ids),
@@ -791,9 +818,9 @@ class VllmEngine:
             requests=requests,
             # The order vLLM pops them in: kv-holding requests first, then the
             # FCFS deque front to back or the priority heap drained in order.
-            waiting=tuple(r.request_id for r in s.kv_holding_waiting)
-            + tuple(r.request_id for r in s.waiting),
-            running=tuple(r.request_id for r in s.running),
+            waiting=tuple(external_id(r.request_id) for r in s.kv_holding_waiting)
+            + tuple(external_id(r.request_id) for r in s.waiting),
+            running=tuple(external_id(r.request_id) for r in s.running),
             kv=KVState(
                 num_blocks=len(blocks),
                 free_block_ids=tuple(
@@ -862,7 +889,7 @@ class VllmEngine:
             self._learn(rid, request)
             if request.is_finished():
                 del self._tracked[rid]
-                self._drafting.forget(rid)
+                self._drafting.forget(external_id(rid))
                 self._own_hashes.pop(rid, None)
                 self._num_learned.pop(rid, None)
 

@@ -34,6 +34,23 @@ def spec_block_ids(block_ids: Sequence[Sequence[int]] | None) -> tuple[int, ...]
     return tuple(b - 1 for b in block_ids[0])
 
 
+# vLLM's front end gives each request an internal id of its own (the client's id plus
+# random characters, unless VLLM_DISABLE_REQUEST_ID_RANDOMIZATION is set), so a client
+# may reuse an id once the request is aborted even while its step is in flight. The
+# adapter does the same with the arrival index after this separator.
+INTERNAL_ID_SEPARATOR = "#"
+
+
+def internal_id(request_id: str, arrival: int) -> str:
+    """The id the adapter gives vLLM for the request_id's arrival-th request."""
+    return f"{request_id}{INTERNAL_ID_SEPARATOR}{arrival}"
+
+
+def external_id(internal: str) -> str:
+    """The spec's request id behind a vLLM id the adapter made (internal_id's inverse)."""
+    return internal.rpartition(INTERNAL_ID_SEPARATOR)[0]
+
+
 def _resumed_from_new(data: Any) -> CachedRequestData:
     """A V2-layout new entry of a resumed request as the spec's resumed cached entry."""
     prompt = data.prompt_token_ids
@@ -44,7 +61,7 @@ def _resumed_from_new(data: Any) -> CachedRequestData:
             "with its prompt"
         )
     return CachedRequestData(
-        data.req_id,
+        external_id(data.req_id),
         True,
         spec_block_ids(data.block_ids),
         data.num_computed_tokens,
@@ -57,7 +74,7 @@ def spec_output(out: Any, requests: Mapping[str, Any]) -> SchedulerOutput:
 
     requests: vLLM's live requests by id (the scheduler's `requests`). Call it before
     any output lands: a V2 entry's prefill_token_ids is the request's own token list,
-    which grows as outputs land.
+    which grows as outputs land. Ids come out as the spec's (external_id).
     """
     new: list[NewRequestData] = []
     resumed: list[CachedRequestData] = []
@@ -67,7 +84,7 @@ def spec_output(out: Any, requests: Mapping[str, Any]) -> SchedulerOutput:
         else:
             new.append(
                 NewRequestData(
-                    data.req_id,
+                    external_id(data.req_id),
                     tuple(data.prompt_token_ids),
                     spec_block_ids(data.block_ids),
                     data.num_computed_tokens,
@@ -76,7 +93,7 @@ def spec_output(out: Any, requests: Mapping[str, Any]) -> SchedulerOutput:
     cached = out.scheduled_cached_reqs
     running = [
         CachedRequestData(
-            rid,
+            external_id(rid),
             rid in cached.resumed_req_ids,
             spec_block_ids(cached.new_block_ids[i]),
             cached.num_computed_tokens[i],
@@ -88,13 +105,16 @@ def spec_output(out: Any, requests: Mapping[str, Any]) -> SchedulerOutput:
         scheduled_new_reqs=tuple(new),
         # Running requests first, then resumed ones: vLLM's V1 order.
         scheduled_cached_reqs=(*running, *resumed),
-        num_scheduled_tokens=dict(out.num_scheduled_tokens),
+        num_scheduled_tokens={
+            external_id(rid): num for rid, num in out.num_scheduled_tokens.items()
+        },
         total_num_scheduled_tokens=out.total_num_scheduled_tokens,
         scheduled_spec_decode_tokens={
-            rid: tuple(tokens) for rid, tokens in out.scheduled_spec_decode_tokens.items()
+            external_id(rid): tuple(tokens)
+            for rid, tokens in out.scheduled_spec_decode_tokens.items()
         },
-        preempted_req_ids=frozenset(out.preempted_req_ids or ()),
-        finished_req_ids=frozenset(out.finished_req_ids),
+        preempted_req_ids=frozenset(map(external_id, out.preempted_req_ids or ())),
+        finished_req_ids=frozenset(map(external_id, out.finished_req_ids)),
     )
 
 

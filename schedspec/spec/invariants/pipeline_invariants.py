@@ -253,7 +253,7 @@ def check_update_pipeline(t: UpdateTransition) -> list[Violation]:
 def _resolved(t: UpdateTransition, rid: str, pre: RequestState, stale: bool) -> int:
     """Placeholders a step's output resolves: 1 + its drafts, for a sampling step."""
     sampled = t.model_output.sampled_token_ids.get(rid, ())
-    if stale or not sampled or pre.num_output_placeholders == 0:
+    if not t.scheduled_for(pre) or stale or not sampled or pre.num_output_placeholders == 0:
         return 0
     return 1 + len(t.output.scheduled_spec_decode_tokens.get(rid, ()))
 

@@ -129,9 +129,11 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
         if pre is None:
             out.append(Violation("ROLLBACK", "appeared during update_from_output", rid))
             continue
-        sampled = t.model_output.sampled_token_ids.get(rid, ())
+        # Output of a step scheduled for an earlier request under this id (aborted while
+        # the step ran) is not this request's: it changes nothing here (DELIVERY).
+        sampled = t.model_output.sampled_token_ids.get(rid, ()) if t.scheduled_for(pre) else ()
         stale = t.is_stale(pre)
-        if t.scheduled_for(pre) and sampled and not stale:
+        if sampled and not stale:
             drafts = len(t.output.scheduled_spec_decode_tokens.get(rid, ()))
             rejected = drafts - (len(sampled) - 1)
             expected = pre.num_computed_tokens - rejected

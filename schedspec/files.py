@@ -1,0 +1,166 @@
+"""Files in and out, the same careful way for every command and loader.
+
+In: read_input_text reads a regular file (or a pipe) of at most a stated size and
+decodes it as UTF-8; parse_json parses it, refusing what the standard library would
+take but a loader cannot use (NaN, Infinity, nesting past MAX_JSON_DEPTH). Every
+refusal is an InputFileError naming the file and saying what is wrong with it: a
+binary or UTF-16 file, a folder, /dev/zero, a gigabyte, a thousand nested lists.
+
+Out: write_atomically writes a sibling temporary file, flushes it to disk and renames
+it over the target, so a reader (a CI job, the next run) sees the old file or the new
+one, never half of one, even when the disk fills. prepare_output_dir and
+prepare_output_file check before a run starts that its outputs can be written, so a
+finding is never lost to a bad path at the end; the latter also removes a stale file,
+so a crashed run cannot leave the last run's report looking like its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# Deeper than any file schedspec reads or writes (a trace: document, events, an event,
+# its map of counts) by far, and shallow enough that no loader recurses into trouble.
+MAX_JSON_DEPTH = 32
+
+_BOMS = {
+    b"\xff\xfe": "UTF-16 (little-endian)",
+    b"\xfe\xff": "UTF-16 (big-endian)",
+}
+
+
+class InputFileError(ValueError):
+    """An input file that cannot be read as what it should be; the message names it."""
+
+    def __init__(self, path: Path | str, detail: str) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path = str(path)
+        self.detail = detail
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written; the message names it and why."""
+
+    def __init__(self, path: Path | str, detail: str) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path = str(path)
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------- in
+
+
+def read_input_text(path: Path, max_bytes: int) -> str:
+    """The file's text: a regular file or a pipe, at most max_bytes, UTF-8 (a leading
+    byte-order mark is dropped). Anything else is an InputFileError."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        raise InputFileError(path, f"cannot be read: {err.strerror or err}") from None
+    if stat.S_ISDIR(mode):
+        raise InputFileError(path, "is a folder, not a file")
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        raise InputFileError(path, "is not a regular file (a device or a socket?)")
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(max_bytes + 1)
+    except OSError as err:
+        raise InputFileError(path, f"cannot be read: {err.strerror or err}") from None
+    if len(data) > max_bytes:
+        raise InputFileError(path, f"is larger than the {max_bytes:,} bytes this input may be")
+    for bom, encoding in _BOMS.items():
+        if data.startswith(bom):
+            raise InputFileError(path, f"is {encoding} text: save it as UTF-8")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputFileError(
+            path, f"is not UTF-8 text (byte {err.start} is {data[err.start]:#04x}): a binary file?"
+        ) from None
+
+
+def parse_json(text: str, where: str) -> Any:
+    """JSON as the standard library reads it, but refusing NaN and Infinity (not JSON)
+    and nesting deeper than MAX_JSON_DEPTH. `where` names the text in errors (a file,
+    or a file and a line)."""
+    try:
+        document = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as err:
+        detail = f"is not JSON: {err.msg} (line {err.lineno} column {err.colno})"
+        raise InputFileError(where, detail) from None
+    except RecursionError:
+        raise InputFileError(where, f"nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as err:  # an integer past the digit limit, or a refused constant
+        raise InputFileError(where, f"is not usable JSON: {err}") from None
+    if json_depth(document) > MAX_JSON_DEPTH:
+        raise InputFileError(where, f"nests deeper than {MAX_JSON_DEPTH} levels")
+    return document
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_depth(document: Any) -> int:
+    """How deeply lists and objects nest in a parsed document (a scalar: 0), counted
+    without recursion, stopping once past MAX_JSON_DEPTH."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(document, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if not isinstance(value, dict | list):
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        children = value.values() if isinstance(value, dict) else value
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+# -------------------------------------------------------------------------- out
+
+
+def write_atomically(path: Path, content: str | bytes) -> None:
+    """Replace path's content all at once: a temporary file beside it, flushed to disk,
+    then renamed over it. On any error the target is as it was and no temporary file
+    is left; the error is raised."""
+    data = content.encode() if isinstance(content, str) else content
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def prepare_output_dir(path: Path) -> None:
+    """Create the folder (and its parents) and prove a file can be written in it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=path, prefix=".schedspec-probe-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise OutputPathError(path, f"cannot write files here: {err.strerror or err}") from None
+
+
+def prepare_output_file(path: Path) -> None:
+    """Check that the file can be written (its folder is created) and remove a stale one."""
+    if path.is_dir():
+        raise OutputPathError(path, "is a folder; name a file")
+    prepare_output_dir(path.parent)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as err:
+        raise OutputPathError(path, f"cannot replace it: {err.strerror or err}") from None
