@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
+from schedspec.cli.loading import load_configs, load_engine, pick_family, pick_profile, probe
 from schedspec.cli.options import (
     as_profile,
     engine_option,
@@ -129,8 +129,9 @@ def run_check(options: CheckOptions) -> int:
 
 def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> None:
     """The run, filling in the report as it goes."""
+    family = pick_family([options.engine], options.profile)
     try:
-        claimed = probe(factory, "--engine")
+        claimed = probe(factory, "--engine", family)
     except click.UsageError:
         raise
     except (Exception, EngineHalt) as err:
@@ -138,7 +139,7 @@ def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> 
         engine_failed(err)
         return
     profile = report.profile = pick_profile([claimed], options.profile)
-    configs = load_configs(options.configs, [options.engine])
+    configs = load_configs(options.configs, [options.engine], family)
     seed = report.seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)
     click.echo(

@@ -16,7 +16,7 @@ import click
 
 from schedspec.cli.diff_report import diff_failure_report
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe
+from schedspec.cli.loading import load_configs, load_engine, pick_family, pick_profile, probe
 from schedspec.cli.options import as_profile, pair_options, run_options
 from schedspec.cli.progress import suite_progress
 from schedspec.cli.reports import RunReport
@@ -41,6 +41,7 @@ from schedspec.properties.suite import SuiteResult
 from schedspec.properties.watchdog import (
     Watchdog,
 )
+from schedspec.spec import Family
 from schedspec.spec.invariants import Profile
 
 Pair = tuple[EngineFactory, EngineFactory]
@@ -76,9 +77,11 @@ def load_pair(left: str, right: str) -> Pair:
     return load_engine(left, "--left"), load_engine(right, "--right")
 
 
-def probe_pair(pair: Pair) -> list[frozenset[Profile]]:
-    """The profiles each engine claims (loading.probe, with its side's flag)."""
-    return [probe(factory, flag) for factory, (_, flag) in zip(pair, SIDE_FLAGS, strict=True)]
+def probe_pair(pair: Pair, family: Family) -> list[frozenset[Profile]]:
+    """The profiles each engine claims in the family (loading.probe, with its side's flag)."""
+    return [
+        probe(factory, flag, family) for factory, (_, flag) in zip(pair, SIDE_FLAGS, strict=True)
+    ]
 
 
 def pair_profile(claimed: list[frozenset[Profile]], requested: Profile | None) -> Profile:
@@ -103,8 +106,9 @@ def run_diff_command(options: DiffCommandOptions) -> int:
 
 def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
     """The run, filling in the report as it goes."""
+    family = pick_family([options.left, options.right], options.profile)
     try:
-        claimed = probe_pair(pair)
+        claimed = probe_pair(pair, family)
     except click.UsageError:
         raise
     except (Exception, EngineHalt) as err:
@@ -112,7 +116,7 @@ def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
         engine_failed(err)
         return
     profile = report.profile = pair_profile(claimed, options.profile)
-    configs = load_configs(options.configs, [options.left, options.right])
+    configs = load_configs(options.configs, [options.left, options.right], family)
     seed = report.seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)
     click.echo(
