@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 
-from schedspec.properties.engines import default_configs, run_family
+from schedspec.cli.main import main
+from schedspec.properties.engines import run_family
 from schedspec.properties.profiles import (
     PROBE_CONFIG,
     ProfileError,
@@ -21,7 +23,7 @@ from schedspec.properties.profiles import (
     default_profile,
     probe_config,
 )
-from schedspec.properties.strategies import sglang_configs
+from schedspec.properties.strategies import family_configs, sglang_configs
 from schedspec.properties.trace import Trace, TraceError
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, SchedulerConfig, SGLangState, State
@@ -160,15 +162,12 @@ class TestRunFamily:
             run_family(["vllm"], "sglang")
         assert err.value.field == "profile"
 
-    def test_a_family_draws_its_own_configs(self) -> None:
-        assert default_configs(("reference",), "vllm") is None  # the suite's own
-        assert default_configs(("reference",), "sglang") == (
-            "schedspec.properties.strategies:sglang_configs"
-        )
-        # An engine that names its configs keeps them.
-        assert default_configs(("vllm",), "vllm") == (
-            "schedspec.properties.adapters.vllm:vllm_default_configs"
-        )
+    @settings(max_examples=20, deadline=None)
+    @given(family_configs("sglang"), family_configs("vllm"))
+    def test_each_family_draws_its_own_configs(
+        self, sglang: SchedulerConfig, vllm: SchedulerConfig
+    ) -> None:
+        assert (sglang.family, vllm.family) == ("sglang", "vllm")
 
 
 class TestEnginesRefuseAnotherFamily:
@@ -215,3 +214,20 @@ class TestStateAndTraces:
         path.write_text(json.dumps(document))
         with pytest.raises(TraceError, match=f"config.family: not a field of version {version}"):
             Trace.load(path)
+
+
+class TestCommands:
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["check", "--engine", "reference", "--profile", "sglang"],
+            ["diff", "--left", "reference", "--right", "gpu", "--profile", "sglang"],
+        ],
+    )
+    def test_a_profile_of_a_family_the_engine_does_not_follow_is_a_usage_error(
+        self, args: list[str]
+    ) -> None:
+        result = CliRunner().invoke(main, [*args, "--examples", "1"])
+        assert result.exit_code == 2, result.output
+        assert "Invalid value for '--profile'" in result.output
+        assert "follows family 'vllm', not 'sglang'" in result.output

@@ -139,7 +139,7 @@ def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> 
         engine_failed(err)
         return
     profile = report.profile = pick_profile([claimed], options.profile)
-    configs = load_configs(options.configs, [options.engine], family)
+    configs = load_configs(options.configs, [options.engine])
     seed = report.seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)
     click.echo(

@@ -116,7 +116,7 @@ def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
         engine_failed(err)
         return
     profile = report.profile = pair_profile(claimed, options.profile)
-    configs = load_configs(options.configs, [options.left, options.right], family)
+    configs = load_configs(options.configs, [options.left, options.right])
     seed = report.seed = choose_seed(options.seed)
     chosen = suite_settings(options, seed)
     click.echo(

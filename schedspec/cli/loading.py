@@ -71,11 +71,11 @@ def pick_family(engines: Sequence[str], requested: Profile | None) -> Family:
         raise click.UsageError(str(err)) from None
 
 
-def load_configs(name: str | None, engines: Sequence[str], family: Family) -> ChosenConfigs:
+def load_configs(name: str | None, engines: Sequence[str]) -> ChosenConfigs:
     """The configs to draw: --configs, else what the engines run by default
-    (properties/engines.py), else the suite's own for the family."""
+    (properties/engines.py), else the suite's own."""
     try:
-        chosen = name if name is not None else default_configs(tuple(engines), family)
+        chosen = name if name is not None else default_configs(tuple(engines))
     except ValueError as err:
         raise click.UsageError(f"{err}: choose one with --configs") from None
     if chosen is None:

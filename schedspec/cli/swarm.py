@@ -59,7 +59,7 @@ def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
         torch.set_num_threads(1)
         # The command owns the process: keep freed temporaries in malloc (cpu_allocator.py).
         retain_freed_memory()
-    chosen = load_configs(options.configs, [options.engine], family)
+    chosen = load_configs(options.configs, [options.engine])
     seed = choose_seed(options.seed)
     click.echo(
         f"swarm: {instances} instances of gpu_impl on {device}, profile {profile}, "

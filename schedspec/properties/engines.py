@@ -65,13 +65,6 @@ ENGINES: dict[str, NamedEngine] = {
     )
 }
 
-# The suite's own configs for each family when no engine names its own; None: the
-# suite's default strategy (strategies.configs, family "vllm").
-FAMILY_CONFIGS: dict[Family, str | None] = {
-    "vllm": None,
-    "sglang": "schedspec.properties.strategies:sglang_configs",
-}
-
 # For help texts and errors: "'reference', 'gpu', 'vllm', or module:factory".
 ENGINE_FORMS = ", ".join(f"'{name}'" for name in ENGINES) + ", or module:factory"
 
@@ -198,10 +191,10 @@ def run_family(names: Sequence[str], requested: Profile | None = None) -> Family
     return preferred if preferred in candidates else candidates[0]
 
 
-def default_configs(names: tuple[str, ...], family: Family = "vllm") -> str | None:
-    """The config strategy to run engines `names` on together in `family` when
-    --configs is not given: the one their registered entries name, else the suite's
-    own for the family (None: the suite's default, family "vllm").
+def default_configs(names: tuple[str, ...]) -> str | None:
+    """The config strategy to run engines `names` on together when --configs is not
+    given: the one their registered entries name (None: the suite's own, for the
+    family of the profile checked: strategies.family_configs).
 
     Engines with different defaults cannot share one without a choice: ValueError.
     """
@@ -209,4 +202,4 @@ def default_configs(names: tuple[str, ...], family: Family = "vllm") -> str | No
     if len(chosen) > 1:
         listed = ", ".join(sorted(chosen))
         raise ValueError(f"configs: the engines run on different default configs ({listed})")
-    return next(iter(chosen), FAMILY_CONFIGS[family])
+    return next(iter(chosen), None)

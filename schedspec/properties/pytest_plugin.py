@@ -110,11 +110,11 @@ def run_and_report(
 ) -> tuple[SuiteResult, str | None]:
     """Run the suite, on the configs a registered engine runs by default; the failure
     report as one text, or None when it passed."""
-    from schedspec.properties.engines import default_configs, load_config_strategy, run_family
+    from schedspec.properties.engines import default_configs, load_config_strategy
     from schedspec.properties.failure_report import failure_report
     from schedspec.properties.suite import run_suite
 
-    configs_name = default_configs((name,), run_family([name], profile))
+    configs_name = default_configs((name,))
     configs = load_config_strategy(configs_name) if configs_name is not None else None
     result = run_suite(factory, profile, options.settings(), configs, trace_dir)
     if result.passed:

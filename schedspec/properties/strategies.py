@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.events import AddRequest
-from schedspec.spec import SchedulerConfig, shown
+from schedspec.spec import Family, SchedulerConfig, shown
 from schedspec.spec.config import POLICIES
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
@@ -137,6 +137,11 @@ def sglang_configs(
         enable_mixed_chunk=chunked and draw(st.booleans()),
         async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
     )
+
+
+def family_configs(family: Family) -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's own configs for a policy family."""
+    return sglang_configs() if family == "sglang" else configs()
 
 
 class ConfigStrategyError(Exception):
