@@ -86,7 +86,8 @@ Z3_FLAGS = [
     type=click.IntRange(0, 16),
     default=8,
     show_default=True,
-    help="Monolithic cross-checks for N = 1..max-n slots (0: none).",
+    help="Monolithic cross-checks for N = 1..max-n slots (0: none; DETERMINED's stop at N = 2, "
+    "whose two engines over N slots grow too fast).",
 )
 @click.option(
     "--timeout",
