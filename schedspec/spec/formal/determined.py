@@ -22,6 +22,7 @@ and its two contexts:
   (ADMISSION-STOP against the admission's own clauses);
 - `after-head`: past the head it leaves waiting, an engine admits, schedules and
   allocates nothing, so its step ends as it stood at its head (what `head` reads);
+- `neither`: a slot neither running nor admissible is left alone by both;
 - `allocation`: a decision never returns blocks but a victim's (what `victims`
   sums), and the subset-sum lemma: the victims of one engine, a part of the
   other's, hold no more blocks.
@@ -49,6 +50,7 @@ from schedspec.spec.formal.profile import (
     Decision,
     End,
     Served,
+    admissible,
     decisions_of,
     is_head,
     profile_clauses,
@@ -268,6 +270,16 @@ def _after_head(
     return hypotheses, z3.And(z3.Not(y.admitted), y.scheduled == 0, y.blocks == s.blocks)
 
 
+def _neither(
+    cfg: ConfigTerms, s: Slot, hit: IntTerm, x: Decision, y: Decision, ax: Around, ay: Around
+) -> tuple[list[BoolTerm], BoolTerm]:
+    """A slot neither running nor admissible (empty, or waiting for stale output) is
+    left alone by both."""
+    return [z3.Not(s.running), z3.Not(admissible(s))], z3.And(
+        same_decision(x, y), x.blocks == y.blocks
+    )
+
+
 def _allocation(
     cfg: ConfigTerms, s: Slot, hit: IntTerm, x: Decision, y: Decision, ax: Around, ay: Around
 ) -> tuple[list[BoolTerm], BoolTerm]:
@@ -281,6 +293,7 @@ LEMMAS: dict[str, Lemma] = {
     "admitted": _admitted,
     "head": _head,
     "after-head": _after_head,
+    "neither": _neither,
     "allocation": _allocation,
 }
 
