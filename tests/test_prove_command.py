@@ -138,3 +138,10 @@ def test_drop_needs_determined() -> None:
     code, out = run("--only", "BUDGET", "--drop", "preempt-needed")
     assert code == 2
     assert "--only DETERMINED" in out
+
+
+def test_determined_has_its_own_cross_check_bound() -> None:
+    code, out = run("--max-n", "0", "--determined-max-n", "0", "--only", "DETERMINED")
+    assert code == 0, out
+    rows = [line.split()[:3] for line in out.splitlines() if line.startswith("DETERMINED")]
+    assert rows == [["DETERMINED", "all", "proved"]]

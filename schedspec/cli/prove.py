@@ -63,6 +63,7 @@ def write_counterexample_trace(row: ProofRow, variant: Variant, trace_dir: Path)
 # Flags of the Z3 run, which --contracts does not use.
 Z3_FLAGS = [
     "--max-n",
+    "--determined-max-n",
     "--timeout",
     "--only",
     "--block-size",
@@ -86,8 +87,15 @@ Z3_FLAGS = [
     type=click.IntRange(0, 16),
     default=8,
     show_default=True,
-    help="Monolithic cross-checks for N = 1..max-n slots (0: none; DETERMINED's stop at N = 2, "
-    "whose two engines over N slots grow too fast).",
+    help="Monolithic cross-checks for N = 1..max-n slots (0: none; DETERMINED has its own).",
+)
+@click.option(
+    "--determined-max-n",
+    type=click.IntRange(0, 3),
+    default=1,
+    show_default=True,
+    help=f"{DETERMINED_ID}'s cross-checks, two engines over N = 1..this slots (N = 2 takes "
+    "20 s to minutes, N = 3 over ten minutes).",
 )
 @click.option(
     "--timeout",
@@ -142,6 +150,7 @@ def prove_command(
     /,
     contracts: bool,
     max_n: int,
+    determined_max_n: int,
     timeout: float,
     only: tuple[str, ...],
     block_size: int,
@@ -171,6 +180,7 @@ def prove_command(
         )
     settings = ProveSettings(
         max_n=max_n,
+        determined_max_n=determined_max_n,
         timeout_s=timeout,
         block_size=block_size,
         only=only or ALL_IDS,
