@@ -558,4 +558,26 @@ MUTANTS: tuple[Mutant, ...] = (
         "Admission lets the running list grow to max_num_seqs + 1.",
         {"SEQS"},
     ),
+    # Found by `schedspec prove --only DETERMINED`: decisions the vllm-v1 profile left open.
+    mutant(
+        "admission-chunk-fit-only",
+        "scheduler.py",
+        "                full_sequence_must_fit=True,\n",
+        "                full_sequence_must_fit=False,\n",
+        "Admission checks only that this step's chunk fits, not the whole known sequence, so "
+        "a long prompt starts on a first chunk and preempts itself or others on a later one "
+        "(the admit-then-preempt thrash of vLLM #18115).",
+        {"ADMISSION-FIT"},
+        configs=tight_kv,
+    ),
+    mutant(
+        "running-prefill-reserves-whole-prompt",
+        "scheduler.py",
+        "num_new, num_lookahead_tokens=lookahead)\n",
+        "num_new, num_lookahead_tokens=lookahead, full_sequence_must_fit=True)\n",
+        "The running loop checks a running request's whole known sequence, not this step's "
+        "slots, and preempts others to make room for prefill chunks it will only run later.",
+        {"PREEMPT-NEEDED"},
+        configs=fcfs_tight_kv,
+    ),
 )
