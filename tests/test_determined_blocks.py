@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.adapters.gpu import gpu_engine
 from schedspec.properties.differential import DiffOptions, diff_trace, run_diff
+from schedspec.properties.engines import load_engine_factory
 from schedspec.properties.events import AddRequest, Drain, Step
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.strategies import configs
@@ -71,25 +72,15 @@ def prefix_cached() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(lambda c: replace(c, enable_prefix_caching=True))
 
 
-def _engines() -> list[object]:
-    return [
-        pytest.param(gpu_engine, id="gpu_impl"),
-        pytest.param("vllm", id="vllm"),
-    ]
-
-
-def _factory(engine: object) -> EngineFactory:
-    if engine == "vllm":
+def _factory(name: str) -> EngineFactory:
+    """The engine `schedspec diff --right NAME` runs."""
+    if name == "vllm":
         require_vllm("the reference against vLLM, block for block")
-        from schedspec.properties.adapters.vllm import VllmEngine
-
-        return VllmEngine
-    assert callable(engine)
-    return engine  # type: ignore[return-value]
+    return load_engine_factory(name)
 
 
-@pytest.mark.parametrize("engine", _engines())
-def test_shared_prefix_blocks_agree_block_for_block(engine: object) -> None:
+@pytest.mark.parametrize("engine", ["gpu", "vllm"])
+def test_shared_prefix_blocks_agree_block_for_block(engine: str) -> None:
     result = diff_trace(CACHED, reference_engine, _factory(engine), "vllm-v1", EXACT)
     assert result.passed, result.divergence or result.error
     new = {
@@ -111,14 +102,14 @@ def test_random_prefix_cached_workloads_agree_block_for_block_with_gpu_impl() ->
 
 
 def test_random_workloads_agree_block_for_block_with_vllm() -> None:
-    require_vllm("the reference against vLLM, block for block")
-    from schedspec.properties.adapters.vllm import VllmEngine, avoid_known_corners, vllm_configs
+    factory = _factory("vllm")
+    from schedspec.properties.adapters.vllm import avoid_known_corners, vllm_configs
 
     settings = SuiteSettings(examples=10, rules_per_example=20, seed=20261201)
     # Caching on, then out of the corners where vLLM and the spec are known to part
     # (under priority that turns caching off again: docs/FINDINGS.md F2).
     strategy = vllm_configs().map(lambda c: replace(c, enable_prefix_caching=True))
     strategy = strategy.map(avoid_known_corners)
-    result = run_diff(reference_engine, VllmEngine, "vllm-v1", settings, strategy, EXACT)
+    result = run_diff(reference_engine, factory, "vllm-v1", settings, strategy, EXACT)
     assert result.passed, result.divergence or result.error or result.other_error
     assert result.stats.steps > 50
