@@ -197,10 +197,9 @@ def admission_blocks(cfg: ConfigTerms, s: Slot, hit: IntTerm, num_new: IntTerm) 
 @dataclass(frozen=True)
 class RunningAsk:
     """What a running request asks of the step when the loop reaches it (the rules of
-    _schedule_running): whether it wants tokens, how many, and the blocks they take."""
+    _schedule_running): whether it wants tokens, and the blocks they take."""
 
     asks: BoolTerm
-    num_new: IntTerm
     need: IntTerm
 
 
@@ -208,7 +207,7 @@ def running_ask(cfg: ConfigTerms, s: Slot, at: Around) -> RunningAsk:
     num_new = running_num_new(cfg, at.cap, s, at.left)
     asks = z3.And(at.left > 0, z3.Not(sure_to_reach_max_tokens(s)), num_new > 0)
     need = blocks_to_allocate(cfg, s.blocks, running_slots_needed(cfg, s, num_new), FAITHFUL)
-    return RunningAsk(asks, num_new, need)
+    return RunningAsk(asks, need)
 
 
 def slot_clauses(
@@ -252,8 +251,10 @@ def slot_clauses(
     step_slots = zmin(before + n + cfg.lookahead, cfg.max_model_len)
     grown = held + blocks_to_allocate(cfg, held, step_slots, FAITHFUL)
 
-    # PREEMPT-NEEDED, for the first victim in running order (fcfs takes it last).
+    # PREEMPT-NEEDED: what the first victim in running order (fcfs takes it last) would
+    # have asked for when the loop reached it.
     ask = running_ask(cfg, s, at)
+    # ADMISSION-FIT: the watermark, once something runs.
     spare = z3.If(at.running_then > 0, cfg.watermark_blocks, 0)
     return {
         # ---- safety
