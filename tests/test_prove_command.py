@@ -113,3 +113,35 @@ def test_contracts_refuses_the_z3_flags() -> None:
     code, out = run("--contracts", "--only", "BUDGET", "--max-n", "2")
     assert code == 2
     assert "--max-n, --only: flags of the Z3 proofs, which --contracts does not run" in out
+
+
+def test_determined_is_proved_for_all_n_and_one_slot() -> None:
+    code, out = run("--max-n", "1", "--only", "DETERMINED", "--jobs", "1")
+    assert code == 0, out
+    rows = [line.split()[:3] for line in out.splitlines() if line.startswith("DETERMINED")]
+    assert rows == [["DETERMINED", "all", "proved"], ["DETERMINED", "1", "proved"]]
+
+
+def test_determined_without_a_strengthening_fails_with_the_open_decision() -> None:
+    code, out = run(
+        "--max-n", "1", "--only", "DETERMINED", "--drop", "preempt-needed", "--jobs", "1"
+    )
+    assert code == 1, out
+    assert "vllm-v1 profile without preempt-needed" in out
+    assert "counterexample: DETERMINED lemma victims without preempt-needed" in out
+    # The two engines' decisions on the one request: one serves it, one preempts it.
+    assert "  b[0].preempted = True" in out or "  a[0].preempted = True" in out
+    assert "cross-checks DISAGREE" not in out
+
+
+def test_drop_needs_determined() -> None:
+    code, out = run("--only", "BUDGET", "--drop", "preempt-needed")
+    assert code == 2
+    assert "--only DETERMINED" in out
+
+
+def test_determined_has_its_own_cross_check_bound() -> None:
+    code, out = run("--max-n", "0", "--determined-max-n", "0", "--only", "DETERMINED")
+    assert code == 0, out
+    rows = [line.split()[:3] for line in out.splitlines() if line.startswith("DETERMINED")]
+    assert rows == [["DETERMINED", "all", "proved"]]

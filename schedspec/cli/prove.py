@@ -31,6 +31,8 @@ from schedspec.properties.dependencies import CROSSHAIR
 from schedspec.properties.formal_traces import to_trace
 from schedspec.properties.trace import FORMAL_TRACE_STEM, trace_file_name
 from schedspec.spec.formal.bmc import search
+from schedspec.spec.formal.determined import DETERMINED_ID
+from schedspec.spec.formal.profile import STRENGTHENINGS
 from schedspec.spec.formal.progress import PROGRESS_ID
 from schedspec.spec.formal.properties import ORDER_ID
 from schedspec.spec.formal.prover import (
@@ -47,7 +49,7 @@ EXIT_PROVED, EXIT_COUNTEREXAMPLE, EXIT_UNKNOWN = 0, 1, 3
 
 def write_counterexample_trace(row: ProofRow, variant: Variant, trace_dir: Path) -> Path | None:
     """Search a run from fresh requests that reaches the violation; write it as a trace."""
-    if row.invariant in (PROGRESS_ID, ORDER_ID):
+    if row.invariant in (PROGRESS_ID, ORDER_ID, DETERMINED_ID):
         return None
     reached = search(row.invariant, variant)
     if reached is None:
@@ -59,7 +61,17 @@ def write_counterexample_trace(row: ProofRow, variant: Variant, trace_dir: Path)
 
 
 # Flags of the Z3 run, which --contracts does not use.
-Z3_FLAGS = ["--max-n", "--timeout", "--only", "--block-size", "--variant", "--jobs", "--trace-dir"]
+Z3_FLAGS = [
+    "--max-n",
+    "--determined-max-n",
+    "--timeout",
+    "--only",
+    "--block-size",
+    "--variant",
+    "--drop",
+    "--jobs",
+    "--trace-dir",
+]
 
 
 @click.command("prove")
@@ -75,7 +87,15 @@ Z3_FLAGS = ["--max-n", "--timeout", "--only", "--block-size", "--variant", "--jo
     type=click.IntRange(0, 16),
     default=8,
     show_default=True,
-    help="Monolithic cross-checks for N = 1..max-n slots (0: none).",
+    help="Monolithic cross-checks for N = 1..max-n slots (0: none; DETERMINED has its own).",
+)
+@click.option(
+    "--determined-max-n",
+    type=click.IntRange(0, 3),
+    default=1,
+    show_default=True,
+    help=f"{DETERMINED_ID}'s cross-checks, two engines over N = 1..this slots (N = 2 takes "
+    "20 s to minutes, N = 3 over ten minutes).",
 )
 @click.option(
     "--timeout",
@@ -104,6 +124,13 @@ Z3_FLAGS = ["--max-n", "--timeout", "--only", "--block-size", "--variant", "--jo
     help="Prove a deliberately broken variant instead (it must yield counterexamples).",
 )
 @click.option(
+    "--drop",
+    multiple=True,
+    type=click.Choice(list(STRENGTHENINGS)),
+    help=f"With --only {DETERMINED_ID}: leave this strengthening out of the vllm-v1 profile "
+    "(repeatable); the profile then leaves a decision open and the proof must fail.",
+)
+@click.option(
     "--jobs",
     type=click.IntRange(1, 64),
     default=os.cpu_count() or 1,
@@ -123,10 +150,12 @@ def prove_command(
     /,
     contracts: bool,
     max_n: int,
+    determined_max_n: int,
     timeout: float,
     only: tuple[str, ...],
     block_size: int,
     variant: str | None,
+    drop: tuple[str, ...],
     jobs: int,
     trace_dir: Path,
 ) -> None:
@@ -144,14 +173,22 @@ def prove_command(
     except OutputPathError as err:
         raise click.BadParameter(str(err), param_hint="'--trace-dir'") from None
     chosen = FAITHFUL if variant is None else Variant(Bug(variant))
+    if drop and DETERMINED_ID not in only:
+        raise click.BadParameter(
+            f"it weakens the profile of {DETERMINED_ID} only; add --only {DETERMINED_ID}",
+            param_hint="'--drop'",
+        )
     settings = ProveSettings(
         max_n=max_n,
+        determined_max_n=determined_max_n,
         timeout_s=timeout,
         block_size=block_size,
         only=only or ALL_IDS,
         variant=chosen,
+        dropped=drop,
     )
-    click.echo(f"model: {chosen.name}; cross-checks at block_size {block_size}")
+    profile = f"; vllm-v1 profile without {', '.join(drop)}" if drop else ""
+    click.echo(f"model: {chosen.name}; cross-checks at block_size {block_size}{profile}")
     click.echo(HEADER)
     started = time.perf_counter()
     traced: set[str] = set()

@@ -186,6 +186,18 @@ def padded() -> st.SearchStrategy[SchedulerConfig]:
     )
 
 
+def padded_tight_budget() -> st.SearchStrategy[SchedulerConfig]:
+    """Padding with a budget of exactly 1 + K (chunked prefill on): a decode beside a
+    one-token admission leaves too little budget for its padding."""
+    return padded().map(
+        lambda c: dataclasses.replace(
+            c,
+            enable_chunked_prefill=True,
+            max_num_batched_tokens=max(c.max_num_seqs, 1 + c.num_speculative_tokens),
+        )
+    )
+
+
 def padded_under_a_small_cap() -> st.SearchStrategy[SchedulerConfig]:
     """Padding with a long-prefill cap below 1 + K: the corner of vLLM's F3."""
     return padded().map(
@@ -557,5 +569,52 @@ MUTANTS: tuple[Mutant, ...] = (
         "            if len(self.running) > config.max_num_seqs:\n",
         "Admission lets the running list grow to max_num_seqs + 1.",
         {"SEQS"},
+    ),
+    # Found by `schedspec prove --only DETERMINED`: decisions the vllm-v1 profile left open.
+    mutant(
+        "admission-chunk-fit-only",
+        "scheduler.py",
+        "                full_sequence_must_fit=True,\n",
+        "                full_sequence_must_fit=False,\n",
+        "Admission checks only that this step's chunk fits, not the whole known sequence, so "
+        "a long prompt starts on a first chunk and preempts itself or others on a later one "
+        "(the admit-then-preempt thrash of vLLM #18115).",
+        {"ADMISSION-FIT"},
+        configs=tight_kv,
+    ),
+    mutant(
+        "running-prefill-reserves-whole-prompt",
+        "scheduler.py",
+        "num_new, num_lookahead_tokens=lookahead)\n",
+        "num_new, num_lookahead_tokens=lookahead, full_sequence_must_fit=True)\n",
+        "The running loop checks a running request's whole known sequence, not this step's "
+        "slots, and preempts others to make room for prefill chunks it will only run later.",
+        {"PREEMPT-NEEDED"},
+        configs=fcfs_tight_kv,
+    ),
+    mutant(
+        "lookahead-charged-twice",
+        "kv_cache_manager.py",
+        "        slots = num_slots(total_computed, num_new_tokens, num_lookahead_tokens, "
+        "max_model_len)\n",
+        "        slots = num_slots(\n"
+        "            total_computed, num_new_tokens + num_lookahead_tokens, num_lookahead_tokens,\n"
+        "            max_model_len,\n"
+        "        )\n",
+        "allocate_slots counts the drafter's lookahead twice: every table is longer than its "
+        "tokens need, and the blocks it holds in excess are missing to admissions.",
+        # ADMISSION-STOP sees it too, when an admission it refused would have fit.
+        {"ALLOC-EXACT", "ADMISSION-STOP"},
+        configs=spec_decode,
+    ),
+    mutant(
+        "padding-over-budget-runs-unpadded",
+        "scheduler.py",
+        "            if padded < 0:\n                break\n",
+        "            if padded < 0:\n                padded = 0\n",
+        "A one-token admission whose 1 + K padded tokens do not fit the budget left runs "
+        "unpadded, where vLLM holds it for a later step.",
+        {"GREEDY-BUDGET"},
+        configs=padded_tight_budget,
     ),
 )

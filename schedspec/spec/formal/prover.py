@@ -8,6 +8,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import cache
 
+from schedspec.spec.formal.determined import (
+    DETERMINED_ID,
+    check_determined,
+    determined_for_all_n,
+)
 from schedspec.spec.formal.monolithic import check_step
 from schedspec.spec.formal.parametric import (
     GLUES,
@@ -17,13 +22,15 @@ from schedspec.spec.formal.parametric import (
     prefix_sum_update_lemma,
     slot_lemma,
 )
+from schedspec.spec.formal.profile import STRENGTHENINGS
 from schedspec.spec.formal.progress import PROGRESS_ID, check_progress, progress_lemmas
 from schedspec.spec.formal.properties import ORDER_ID, PROVED_IDS
 from schedspec.spec.formal.solving import Outcome, Verdict
 from schedspec.spec.formal.variants import FAITHFUL, Variant
 
-ALL_IDS: tuple[str, ...] = (*PROVED_IDS, PROGRESS_ID, ORDER_ID)
+ALL_IDS: tuple[str, ...] = (*PROVED_IDS, PROGRESS_ID, ORDER_ID, DETERMINED_ID)
 ALL_N = "all"
+
 # The claims whose glue sums over the slots rest on the prefix-sum lemma.
 SUMMED_IDS = frozenset({"BUDGET", "CONSERVATION", "SEQS"})
 
@@ -60,17 +67,31 @@ class ProveSettings:
     block_size: int = 2  # of the monolithic queries (the parametric ones keep it symbolic)
     only: tuple[str, ...] = ALL_IDS
     variant: Variant = FAITHFUL
+    # DETERMINED only: strengthenings left out of the profile (each a broken variant).
+    dropped: tuple[str, ...] = ()
+    # DETERMINED's cross-checks: two engines over N slots grow fast (N = 1: 0.2 s,
+    # N = 2: 20 s on an idle machine and minutes under load, N = 3: over 10 minutes).
+    determined_max_n: int = 1
 
     def __post_init__(self) -> None:
         if self.max_n < 0:
             raise ValueError(f"max_n: must be >= 0, got {self.max_n}")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {self.timeout_s}")
+        if self.determined_max_n < 0:
+            raise ValueError(f"determined_max_n: must be >= 0, got {self.determined_max_n}")
         if self.block_size < 1:
             raise ValueError(f"block_size: must be >= 1, got {self.block_size}")
         unknown = sorted(set(self.only) - set(ALL_IDS))
         if unknown:
             raise ValueError(f"only: unknown invariant {unknown[0]!r}; one of {', '.join(ALL_IDS)}")
+        strange = sorted(set(self.dropped) - set(STRENGTHENINGS))
+        if strange:
+            raise ValueError(
+                f"dropped: unknown strengthening {strange[0]!r}; one of {', '.join(STRENGTHENINGS)}"
+            )
+        if self.dropped and DETERMINED_ID not in self.only:
+            raise ValueError(f"dropped: only {DETERMINED_ID} reads it; add it to only")
 
 
 @cache
@@ -82,6 +103,8 @@ def prove_for_all_n(invariant_id: str, settings: ProveSettings) -> ProofRow:
     t, v = settings.timeout_s, settings.variant
     if invariant_id == PROGRESS_ID:
         return ProofRow(invariant_id, ALL_N, tuple(progress_lemmas(t)))
+    if invariant_id == DETERMINED_ID:
+        return ProofRow(invariant_id, ALL_N, tuple(determined_for_all_n(t, settings.dropped)))
     outcomes: list[Outcome] = []
     if invariant_id in SLOT_LEMMA_IDS:
         outcomes.append(slot_lemma(invariant_id, t, v))
@@ -94,6 +117,11 @@ def prove_for_all_n(invariant_id: str, settings: ProveSettings) -> ProofRow:
 
 
 def cross_check(invariant_id: str, n: int, settings: ProveSettings) -> ProofRow:
+    if invariant_id == DETERMINED_ID:
+        outcomes = check_determined(
+            n, settings.block_size, settings.timeout_s, settings.dropped, settings.variant
+        )
+        return ProofRow(invariant_id, str(n), tuple(outcomes))
     if invariant_id == PROGRESS_ID:
         outcome = check_progress(n, settings.block_size, settings.timeout_s)
     else:
@@ -136,7 +164,8 @@ def make_row(invariant_id: str, n: str, settings: ProveSettings) -> ProofRow:
 
 def _row_ns(invariant_id: str, settings: ProveSettings) -> list[str]:
     ns = [] if invariant_id == ORDER_ID else [ALL_N]
-    return ns + [str(n) for n in range(1, settings.max_n + 1)]
+    max_n = settings.determined_max_n if invariant_id == DETERMINED_ID else settings.max_n
+    return ns + [str(n) for n in range(1, max_n + 1)]
 
 
 def _rows(
@@ -172,6 +201,15 @@ def disagreements(rows: Sequence[ProofRow]) -> list[str]:
         mine = [r for r in rows if r.invariant == invariant_id]
         general = [r for r in mine if r.n == ALL_N]
         proved = bool(general) and general[0].verdict == "proved"
-        if proved and any(r.verdict == "counterexample" for r in mine if r.n != ALL_N):
+        if proved and any(_contradicts(r) for r in mine if r.n != ALL_N):
             found.append(invariant_id)
     return found
+
+
+def _contradicts(row: ProofRow) -> bool:
+    """A cross-check that refutes what the proof for all N claims. DETERMINED's proof
+    for all N is about the profile alone (its last query, two decisions agree); its
+    other query, that the step passes the profile, fails on a broken step by design."""
+    if row.invariant == DETERMINED_ID:
+        return row.outcomes[-1].verdict == "counterexample"
+    return row.verdict == "counterexample"

@@ -7,6 +7,7 @@ The ids are the ones docs/SPEC.md, failure messages and traces use.
 """
 
 from schedspec.spec.invariants import (  # noqa: F401  (importing registers the checks)
+    allocation_invariants,
     door_invariants,
     liveness_invariants,
     pipeline_invariants,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedspec.spec.block_hash import BlockHash
+from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import (
     AbortTransition,
@@ -136,7 +137,8 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     "budget left, room below max_model_len), a running request's demand counting its "
     "in-flight output positions and drafts; with chunked prefill off an admission gets its "
     "whole capped prompt or is not admitted; with pad_spec_decode an admission of exactly "
-    "one token is padded to 1 + K as vLLM pads it. (Under priority, a step whose victim was "
+    "one token is padded to 1 + K as vLLM pads it, and not made when 1 + K exceeds the budget "
+    "left. (Under priority, a step whose victim was "
     "already scheduled refunds its budget after later requests were sized: they may get "
     "less, never more.)",
 )
@@ -153,6 +155,21 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
             continue
         if rid in admitted:
             padded = padded_admission(t, pre, before[rid], budget, cap)
+            if padded < 0:
+                # vLLM holds the admission rather than run it unpadded (found by DETERMINED).
+                out.append(
+                    Violation(
+                        "GREEDY-BUDGET",
+                        f"admitted although its padded {1 + config.num_speculative_tokens} "
+                        "tokens do not fit the budget left (vLLM holds it)",
+                        rid,
+                        None,
+                        0,
+                        num,
+                    )
+                )
+                budget -= num
+                continue
             expected = padded if padded > 0 else _capped(pre.num_tokens - before[rid], cap)
             if config.enable_chunked_prefill:
                 expected = min(expected, budget)
@@ -297,6 +314,19 @@ def cached_prefix(kv: KVState, own: Sequence[BlockHash], max_blocks: int) -> lis
     return hits
 
 
+def admission_blocks_needed(
+    config: SchedulerConfig, num_tokens: int, hit_tokens: int, num_new: int, evictable: int
+) -> int:
+    """The free blocks an admission takes in vLLM's check (allocate_slots with
+    full_sequence_must_fit): enough for its whole known sequence or this step's slots,
+    whichever is more, less its prefix hit, plus the hit blocks it takes out of the free
+    queue (evictable: cached, held by nobody)."""
+    full = min(num_tokens, config.max_model_len)
+    slots = min(hit_tokens + num_new + config.lookahead_tokens, config.max_model_len)
+    bs = config.block_size
+    return max(_cdiv(max(full, slots), bs) - hit_tokens // bs, 0) + evictable
+
+
 @invariant(
     "ADMISSION-STOP",
     "schedule",
@@ -331,9 +361,7 @@ def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
     num_new = min(demand, budget_left)
     evictable = sum(1 for b in hits if t.post.kv.ref_counts[b] == 0)
     spare = config.watermark_blocks if t.post.running else 0
-    full = min(head.num_tokens, config.max_model_len)
-    slots = min(hit_tokens + num_new + config.lookahead_tokens, config.max_model_len)
-    needed = max(_cdiv(max(full, slots), bs) - len(hits), 0) + evictable
+    needed = admission_blocks_needed(config, head.num_tokens, hit_tokens, num_new, evictable)
     if needed + spare > len(t.post.kv.free_block_ids):
         return []
     return [
