@@ -141,15 +141,17 @@ class SGLangScheduler:
                 self._abort(req)
 
     def _abort(self, req: SGLangReq) -> None:
-        if req is self.chunked_req:
-            self.pending_chunked_abort = req
         if req in self.waiting:
             self.waiting.remove(req)
             self._finish(req, RequestStatus.FINISHED_ABORTED)
             return
+        # Every running request finishes when its next result lands (or, the chunked
+        # one, at the next schedule): the abort is pending until then.
+        req.request.abort_pending = True
+        if req is self.chunked_req:
+            self.pending_chunked_abort = req
         if any(req is r for r in self._in_flight_batch_reqs()):
             req.to_finish = True
-            req.request.abort_pending = True
 
     def _in_flight_batch_reqs(self) -> list[SGLangReq]:
         """collect_inflight_reqs: the running batch and the last batch formed."""
