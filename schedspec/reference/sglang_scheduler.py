@@ -240,7 +240,7 @@ class SGLangScheduler:
         self.running_batch = running
         if new_batch is not None:
             return new_batch
-        if running.is_empty():
+        if running.is_empty() or running.is_prefill_only:
             return None
         decode = self._update_running_batch(running, retracted)
         return decode if decode is not None and not decode.is_empty() else None
@@ -363,6 +363,7 @@ class SGLangScheduler:
             return running
         self.kv.alloc_for_decode(running.reqs)
         new_batch.mode = "mixed"
+        new_batch.is_prefill_only = False
         new_batch.decoding_reqs = list(running.reqs)
         new_batch.reqs = new_batch.reqs + running.reqs
         return Batch([], "decode", batch_is_full=running.batch_is_full)
