@@ -75,6 +75,17 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         LEAK,
         family="sglang",
     ),
+    mutant(
+        "sg-evict-oldest-node",
+        "radix_tree.py",
+        "        heap = self._leaf_heap()\n        while heap and self.pool.available_tokens()",
+        "        heap = [(float(n.id), n.id, n) for _, _, n in self._leaf_heap()]\n"
+        "        heapq.heapify(heap)\n        while heap and self.pool.available_tokens()",
+        "Eviction takes the oldest leaf by creation, not the least recently used: a prefix "
+        "hit again and again is evicted before one never reused.",
+        {"SG-EVICT-ORDER"},
+        family="sglang",
+    ),
     # ------------------------------------------------------------ hangs
     mutant(
         "sg-decode-waits-for-memory",

@@ -334,3 +334,51 @@ def check_retract(t: ScheduleTransition) -> list[Violation]:
             )
         )
     return out
+
+
+def _evictable_order(state: State) -> list[int]:
+    """The evictable blocks (free, with a hash) in free_block_ids' order."""
+    hashes = state.kv.block_hashes
+    return [b for b in state.kv.free_block_ids if hashes[b] is not None]
+
+
+@invariant(
+    "SG-EVICT-ORDER",
+    "schedule",
+    "sglang",
+    "The radix cache's eviction order: free_block_ids lists the allocator's free slots (no "
+    "hash) before the evictable ones, and a step that matches no prefix (nothing waiting, "
+    "nothing chunked) evicts the first blocks of that evictable order, least recently "
+    "used leaf first.",
+)
+def check_evict_order(t: ScheduleTransition) -> list[Violation]:
+    out: list[Violation] = []
+    for state in (t.pre, t.post):
+        free = state.kv.free_block_ids
+        hashes = state.kv.block_hashes
+        first_cached = next((i for i, b in enumerate(free) if hashes[b] is not None), len(free))
+        stray = [b for b in free[first_cached:] if hashes[b] is None]
+        if stray:
+            out.append(
+                Violation("SG-EVICT-ORDER", "a free slot without a hash after evictable ones")
+            )
+            return out
+    policy = t.pre.sglang
+    if policy is None:
+        return _missing_policy_state("SG-EVICT-ORDER", t)
+    if t.pre.waiting or policy.chunked_request_id is not None:
+        return out
+    before = t.pre.kv.block_hashes
+    after = t.post.kv.block_hashes
+    evicted = {b for b, h in enumerate(before) if h is not None and after[b] != h}
+    order = _evictable_order(t.pre)
+    if evicted and set(order[: len(evicted)]) != evicted:
+        out.append(
+            Violation(
+                "SG-EVICT-ORDER",
+                "evicted blocks are not the first of the eviction order",
+                expected=tuple(order[: len(evicted)]),
+                actual=tuple(sorted(evicted)),
+            )
+        )
+    return out
