@@ -145,7 +145,8 @@ class TestProfiles:
 
     def test_the_probe_config_takes_the_family(self) -> None:
         assert probe_config("vllm") is PROBE_CONFIG
-        assert probe_config("sglang") == replace(PROBE_CONFIG, family="sglang")
+        sglang = probe_config("sglang")
+        assert sglang.family == "sglang" and sglang.max_model_len == 8
 
 
 class TestRunFamily:
@@ -220,7 +221,7 @@ class TestCommands:
     @pytest.mark.parametrize(
         "args",
         [
-            ["check", "--engine", "reference", "--profile", "sglang"],
+            ["check", "--engine", "gpu", "--profile", "sglang"],
             ["diff", "--left", "reference", "--right", "gpu", "--profile", "sglang"],
         ],
     )
@@ -231,3 +232,11 @@ class TestCommands:
         assert result.exit_code == 2, result.output
         assert "Invalid value for '--profile'" in result.output
         assert "follows family 'vllm', not 'sglang'" in result.output
+
+    def test_the_reference_runs_in_sglang_family_under_its_profile(self) -> None:
+        result = CliRunner().invoke(
+            main, ["check", "--engine", "reference", "--profile", "sglang", "--examples", "20"]
+        )
+        assert result.exit_code == 0, result.output
+        assert "checking reference against profile sglang" in result.output
+        assert "SG-ADMISSION" in result.output and "GREEDY-BUDGET" not in result.output
