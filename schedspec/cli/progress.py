@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from schedspec.properties.parallel import CampaignTally
     from schedspec.properties.state_machine import SuiteRecorder
     from schedspec.simulate.runs import ProgressCallback
 
@@ -73,6 +74,27 @@ def suite_progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecor
                 now,
                 f"{recorder.examples} examples, {recorder.stats.steps} steps",
             )
+
+        yield advance
+
+
+@contextmanager
+def campaign_progress(
+    examples: int, seconds: float | None, forced: bool, tty: bool | None = None
+) -> Iterator[Callable[[CampaignTally], None] | None]:
+    """Examples, steps and failures over every worker, for a parallel run's on_progress:
+    the bar measures examples, or with a time budget (`seconds`) the time spent."""
+    total = examples if seconds is None else max(1, round(seconds))
+    with progress(total, "checking", forced, tty) as show:
+        if show is None:
+            yield None
+            return
+        started = time.perf_counter()
+
+        def advance(tally: CampaignTally) -> None:
+            done = tally.examples if seconds is None else round(time.perf_counter() - started)
+            found = f", {tally.findings} failures" if tally.findings else ""
+            show(done, "checking", f"{tally.examples} examples, {tally.steps} steps{found}")
 
         yield advance
 
