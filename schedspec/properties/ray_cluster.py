@@ -21,6 +21,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,11 +68,12 @@ def ray_cluster(address: str | None, cpus: int | None = None) -> Iterator[RayClu
         raise RayClusterError("Ray is already initialized in this process")
     temp_dir = None if address is not None else tempfile.mkdtemp(prefix="schedspec-ray-")
     try:
-        if address is None:
-            assert temp_dir is not None
-            _start_local(cpus or os.cpu_count() or 1, temp_dir)
-        else:
-            _join(address)
+        with _signal_handlers_kept():
+            if address is None:
+                assert temp_dir is not None
+                _start_local(cpus or os.cpu_count() or 1, temp_dir)
+            else:
+                _join(address)
         try:
             offered = int(ray.cluster_resources().get("CPU", 1))
             yield RayCluster(address, max(1, offered))
@@ -144,6 +146,30 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+# The signals whose handlers this process keeps through ray.init: Ray's core installs
+# its own for SIGTERM in the driver (it logs and exits 1), which would end a run without
+# its report; the command line's (interrupts.py) turn them into an interrupt.
+KEPT_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+@contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """The Python handlers of KEPT_SIGNALS installed again after the body (Python still
+    believes them installed when native code has replaced them, so set them anew)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {signum: signal.getsignal(signum) for signum in KEPT_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 @contextmanager
