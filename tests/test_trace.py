@@ -15,7 +15,13 @@ from schedspec.properties.checked_engine import InvariantViolationError, replay
 from schedspec.properties.events import Abort, AddRequest, Drain, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
-from schedspec.properties.trace import ModelParams, Trace, TraceError, trace_from_json
+from schedspec.properties.trace import (
+    VERSION,
+    ModelParams,
+    Trace,
+    TraceError,
+    trace_from_json,
+)
 from schedspec.spec import SchedulerConfig, SchedulerOutput
 from tests.sched_helpers import make_config
 
@@ -121,10 +127,16 @@ def test_round_trip_in_memory() -> None:
 
 def test_a_version_1_trace_replays_as_a_synchronous_one() -> None:
     """Every trace written before the pipeline existed still loads and replays: its
-    config gets async_scheduling and pad_spec_decode off."""
+    config gets async_scheduling and pad_spec_decode off (and is of vLLM's family)."""
     document = _trace().to_json()
     document["version"] = 1
-    for name in ("async_scheduling", "pad_spec_decode"):
+    for name in (
+        "async_scheduling",
+        "pad_spec_decode",
+        "family",
+        "schedule_conservativeness",
+        "enable_mixed_chunk",
+    ):
         del document["config"][name]
     loaded = trace_from_json(document)
     assert not loaded.config.async_scheduling and not loaded.config.pad_spec_decode
@@ -136,7 +148,7 @@ def test_the_repositorys_version_1_traces_still_load() -> None:
     paths = sorted((REPO / "docs" / "findings").glob("*.json"))
     assert paths
     for path in paths:
-        assert json.loads(path.read_text())["version"] in (1, 2)
+        assert json.loads(path.read_text())["version"] in (1, 2, 3)
         Trace.load(path)
 
 
@@ -152,7 +164,7 @@ def test_an_async_trace_round_trips_and_replays() -> None:
     config = dataclasses.replace(_trace().config, async_scheduling=True)
     trace = dataclasses.replace(_trace(), config=config)
     document = trace.to_json()
-    assert document["version"] == 2 and document["config"]["async_scheduling"] is True
+    assert document["version"] == VERSION and document["config"]["async_scheduling"] is True
     assert trace_from_json(document) == trace
     replay(trace, reference_engine, "vllm-v1")
 

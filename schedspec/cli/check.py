@@ -24,7 +24,14 @@ from schedspec.cli.campaign_run import (
     with_database,
 )
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe, require_for
+from schedspec.cli.loading import (
+    load_configs,
+    load_engine,
+    pick_family,
+    pick_profile,
+    probe,
+    require_for,
+)
 from schedspec.cli.options import (
     as_profile,
     backend_options,
@@ -142,8 +149,9 @@ def run_check(options: CheckOptions) -> int:
 
 def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> None:
     """The run, filling in the report as it goes."""
+    family = pick_family([options.engine], options.profile)
     try:
-        claimed = probe(factory, "--engine")
+        claimed = probe(factory, "--engine", family)
     except click.UsageError:
         raise
     except (Exception, EngineHalt) as err:

@@ -24,7 +24,14 @@ from schedspec.cli.campaign_run import (
 )
 from schedspec.cli.diff_report import diff_failure_report
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import load_configs, load_engine, pick_profile, probe, require_for
+from schedspec.cli.loading import (
+    load_configs,
+    load_engine,
+    pick_family,
+    pick_profile,
+    probe,
+    require_for,
+)
 from schedspec.cli.options import as_profile, backend_options, pair_options, run_options
 from schedspec.cli.progress import suite_progress
 from schedspec.cli.reports import RunReport
@@ -51,6 +58,7 @@ from schedspec.properties.suite import SuiteResult
 from schedspec.properties.watchdog import (
     Watchdog,
 )
+from schedspec.spec import Family
 from schedspec.spec.invariants import Profile
 
 Pair = tuple[EngineFactory, EngineFactory]
@@ -89,9 +97,11 @@ def load_pair(left: str, right: str) -> Pair:
     return load_engine(left, "--left"), load_engine(right, "--right")
 
 
-def probe_pair(pair: Pair) -> list[frozenset[Profile]]:
-    """The profiles each engine claims (loading.probe, with its side's flag)."""
-    return [probe(factory, flag) for factory, (_, flag) in zip(pair, SIDE_FLAGS, strict=True)]
+def probe_pair(pair: Pair, family: Family) -> list[frozenset[Profile]]:
+    """The profiles each engine claims in the family (loading.probe, with its side's flag)."""
+    return [
+        probe(factory, flag, family) for factory, (_, flag) in zip(pair, SIDE_FLAGS, strict=True)
+    ]
 
 
 def pair_profile(claimed: list[frozenset[Profile]], requested: Profile | None) -> Profile:
@@ -116,8 +126,9 @@ def run_diff_command(options: DiffCommandOptions) -> int:
 
 def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
     """The run, filling in the report as it goes."""
+    family = pick_family([options.left, options.right], options.profile)
     try:
-        claimed = probe_pair(pair)
+        claimed = probe_pair(pair, family)
     except click.UsageError:
         raise
     except (Exception, EngineHalt) as err:

@@ -56,7 +56,7 @@ def run_diff_replay(
     with Watchdog(step_timeout) as watchdog:
         guarded_pair = (guarded(pair[0], watchdog), guarded(pair[1], watchdog))
         try:
-            claimed = probe_pair(guarded_pair)
+            claimed = probe_pair(guarded_pair, trace.config.family)
         except click.UsageError:
             raise
         except (Exception, EngineHalt) as err:

@@ -20,12 +20,13 @@ from schedspec.properties.engines import (
     default_configs,
     load_config_strategy,
     load_engine_factory,
+    run_family,
 )
 from schedspec.properties.profiles import (
-    PROBE_CONFIG,
     ProfileError,
     choose_profile,
     claimed_profiles,
+    probe_config,
 )
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
     from schedspec.properties.adapter import EngineAdapter, EngineFactory
     from schedspec.properties.trace import Trace
-    from schedspec.spec import SchedulerConfig
+    from schedspec.spec import Family, SchedulerConfig
     from schedspec.spec.invariants import Profile
 
 
@@ -57,6 +58,17 @@ class ChosenConfigs(NamedTuple):
     def described(self) -> str:
         """What a run's first line adds about them: nothing for the suite's own."""
         return "" if self.name is None else f", configs from {self.name}"
+
+
+def pick_family(engines: Sequence[str], requested: Profile | None) -> Family:
+    """The policy family the engines run in (properties/engines.run_family), or a
+    usage error on --profile."""
+    try:
+        return run_family(engines, requested)
+    except ProfileError as err:
+        if err.field == "profile":
+            raise click.BadParameter(str(err), param_hint="'--profile'") from None
+        raise click.UsageError(str(err)) from None
 
 
 def load_configs(name: str | None, engines: Sequence[str]) -> ChosenConfigs:
@@ -88,9 +100,10 @@ def build_engine(
         raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
 
 
-def probe(factory: EngineFactory, flag: str) -> frozenset[Profile]:
-    """The profiles the factory's engine claims, built at PROBE_CONFIG (as build_engine)."""
-    return build_engine(factory, PROBE_CONFIG, flag)[1]
+def probe(factory: EngineFactory, flag: str, family: Family) -> frozenset[Profile]:
+    """The profiles the factory's engine claims, built at PROBE_CONFIG in the family
+    (as build_engine)."""
+    return build_engine(factory, probe_config(family), flag)[1]
 
 
 def pick_profile(

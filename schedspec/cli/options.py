@@ -33,9 +33,14 @@ ENGINE_HELP = (
     f"The engine: {ENGINE_FORMS} naming a factory (SchedulerConfig -> EngineAdapter; "
     "a class works; the working directory is on the import path)."
 )
-PROFILE_HELP = "Invariants to check [default: vllm-v1 if the engine claims it, else safety]."
+PROFILE_HELP = (
+    "Invariants to check: safety (any engine), or safety plus one family's exact decisions "
+    "(vllm-v1, sglang; also picks the family the engine runs in) [default: the family "
+    "profile the engine claims, else safety]."
+)
 PAIR_PROFILE_HELP = (
-    "Invariants to check on both engines [default: vllm-v1 if both claim it, else safety]."
+    "Invariants to check on both engines (see check --help) [default: the family profile "
+    "both claim, else safety]."
 )
 
 

@@ -21,7 +21,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from schedspec.cli.loading import load_configs, pick_profile, probe
+from schedspec.cli.loading import load_configs, pick_family, pick_profile, probe
 from schedspec.cli.reports import EXIT_CODES, Outcome
 from schedspec.cli.suite_run import choose_seed, is_long
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
@@ -51,7 +51,8 @@ def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
     num_configs = options.examples or default_configs
     ticks = options.max_steps or default_ticks
     # Chosen as check chooses it: what the gpu engine claims.
-    profile = pick_profile([probe(factory, "--engine")], options.profile)
+    family = pick_family([options.engine], options.profile)
+    profile = pick_profile([probe(factory, "--engine", family)], options.profile)
     device = os.environ.get(DEVICE_ENV) or str(default_device())
     if device == "cpu":
         # A tick's tensors are small: intra-op threads cost more in hand-offs than they win.

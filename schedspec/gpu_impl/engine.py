@@ -33,6 +33,7 @@ from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
 from schedspec.spec import PLACEHOLDER_TOKEN_ID, RequestError, SchedulerConfig
+from schedspec.spec.config import require_family
 
 
 def default_device() -> torch.device:
@@ -87,6 +88,7 @@ class BatchedScheduler:
         request names a slot past them: every [B, S] op of a step then costs what the
         highest slot in use needs, not the capacity (a swarm whose instances hold a few
         requests in 24 slots runs its steps on about half the columns)."""
+        require_family(config, "gpu_impl", ("vllm",))
         self.config = config
         self.device = torch.device(device) if device is not None else default_device()
         self.capacity = slots

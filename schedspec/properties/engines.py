@@ -15,14 +15,16 @@ plugin and every command's --help read ENGINE_FORMS.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from schedspec.properties.dependencies import TORCH, VLLM, OptionalDependency, require
 from schedspec.properties.engine_boundary import through_the_door
-from schedspec.spec import shown
+from schedspec.properties.profiles import ProfileError
+from schedspec.spec import FAMILIES, Family, shown
+from schedspec.spec.invariants import Profile, family_of
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -39,6 +41,8 @@ class NamedEngine:
     # strategy, or a function of no arguments returning one); None: the suite's own.
     configs: str | None = None
     needs: tuple[OptionalDependency, ...] = ()
+    # The policy families it implements (SchedulerConfig.family), the default first.
+    families: tuple[Family, ...] = ("vllm",)
 
 
 ENGINES: dict[str, NamedEngine] = {
@@ -159,9 +163,38 @@ def load_config_strategy(name: str) -> SearchStrategy[SchedulerConfig]:
     return strategy
 
 
+def run_family(names: Sequence[str], requested: Profile | None = None) -> Family:
+    """The policy family engines `names` run in together: the one a requested family
+    profile pins down, else the first registered engine's default family if every
+    engine implements it, else the first family they all implement. An engine given
+    as module:factory may follow any family (building it in one it does not follow is
+    its own refusal). ProfileError when a registered engine does not implement the
+    family asked for (field "profile"), or the engines share none (field "engines")."""
+    wanted = family_of(requested) if requested is not None else None
+    candidates: list[Family] = [wanted] if wanted is not None else list(FAMILIES)
+    preferred: Family | None = None
+    for name in names:
+        engine = named_engine(name)
+        if engine is None:
+            continue
+        if wanted is not None and wanted not in engine.families:
+            raise ProfileError(
+                "profile",
+                f"engine {name!r} follows family {' or '.join(map(repr, engine.families))}, "
+                f"not {wanted!r}: profile {requested!r} cannot be checked on it",
+            )
+        candidates = [f for f in candidates if f in engine.families]
+        preferred = preferred or engine.families[0]
+    if not candidates:
+        listed = ", ".join(map(repr, names))
+        raise ProfileError("engines", f"{listed} follow no policy family in common")
+    return preferred if preferred in candidates else candidates[0]
+
+
 def default_configs(names: tuple[str, ...]) -> str | None:
     """The config strategy to run engines `names` on together when --configs is not
-    given: the one their registered entries name (None: the suite's own).
+    given: the one their registered entries name (None: the suite's own, for the
+    family of the profile checked: strategies.family_configs).
 
     Engines with different defaults cannot share one without a choice: ValueError.
     """

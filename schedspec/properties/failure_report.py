@@ -90,7 +90,7 @@ def _indent(err: BaseException) -> list[str]:
 
 
 def format_config(config: SchedulerConfig, model: ModelParams) -> list[str]:
-    fields = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items())
+    fields = " ".join(f"{k}={v}" for k, v in config.own_fields().items())
     params = " ".join(f"{k}={v}" for k, v in dataclasses.asdict(model).items())
     return [f"config: {fields}", f"model: {params}"]
 

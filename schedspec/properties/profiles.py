@@ -9,10 +9,11 @@ or "profiles" (what the adapter declares).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from schedspec.spec import SchedulerConfig, SpecInputError, shown
-from schedspec.spec.invariants import PROFILES, Profile
+from schedspec.spec import Family, SchedulerConfig, SpecInputError, shown
+from schedspec.spec.invariants import FAMILY_PROFILES, PROFILES, Profile
 
 if TYPE_CHECKING:
     from schedspec.properties.adapter import EngineFactory
@@ -44,17 +45,31 @@ def claimed_profiles(engine: object) -> frozenset[Profile]:
             f"the adapter {type(engine).__qualname__} claims {shown(profiles)}: "
             f"expected a non-empty set of {', '.join(map(repr, PROFILES))}",
         )
+    families = sorted(profiles & set(FAMILY_PROFILES.values()))
+    if len(families) > 1:
+        # One step cannot make two families' exact decisions: they disagree.
+        raise ProfileError(
+            "profiles",
+            f"the adapter {type(engine).__qualname__} claims {families}: an engine follows "
+            "at most one family's policy (claim the one of the config it was built with)",
+        )
     return frozenset(profiles)
 
 
-def probe_profiles(factory: EngineFactory) -> frozenset[Profile]:
-    """The profiles the engine a factory builds claims; raises what building it raises."""
-    return claimed_profiles(factory(PROBE_CONFIG))
+def probe_config(family: Family) -> SchedulerConfig:
+    """PROBE_CONFIG in the given policy family."""
+    return PROBE_CONFIG if family == PROBE_CONFIG.family else replace(PROBE_CONFIG, family=family)
+
+
+def probe_profiles(factory: EngineFactory, family: Family = "vllm") -> frozenset[Profile]:
+    """The profiles the engine a factory builds for `family` claims; raises what
+    building it raises (an engine that does not follow that family refuses the config)."""
+    return claimed_profiles(factory(probe_config(family)))
 
 
 def default_profile(claimed: frozenset[Profile]) -> Profile:
-    """vLLM V1's exact decisions when the engine claims them, else safety."""
-    return "vllm-v1" if "vllm-v1" in claimed else "safety"
+    """The exact decisions of the family the engine claims, else safety."""
+    return next((p for p in FAMILY_PROFILES.values() if p in claimed), "safety")
 
 
 def choose_profile(
@@ -62,8 +77,8 @@ def choose_profile(
     requested: Profile | None,
     sides: Sequence[str] = ("",),
 ) -> Profile:
-    """The profile asked for, which every engine must claim, or by default vllm-v1
-    when all claim it, else safety. `sides` names the engines in a refusal
+    """The profile asked for, which every engine must claim, or by default the family
+    profile all of them claim, else safety. `sides` names the engines in a refusal
     ("left", "right" for a pair; one unnamed engine by default)."""
     if requested is None:
         return default_profile(frozenset.intersection(*claimed))

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from schedspec.properties.suite import SuiteResult, SuiteSettings
     from schedspec.spec.invariants import Profile
 
-PROFILE_CHOICES = ("safety", "vllm-v1")  # schedspec.spec.invariants.PROFILES, not imported here
+# schedspec.spec.invariants.PROFILES, not imported here
+PROFILE_CHOICES = ("safety", "vllm-v1", "sglang")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,7 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--schedspec-profile",
         choices=PROFILE_CHOICES,
         default=None,
-        help="Invariants to check [default: vllm-v1 if the engine claims it, else safety].",
+        help="Invariants to check (vllm-v1 and sglang also pick the engine's policy family) "
+        "[default: the family profile the engine claims, else safety].",
     )
     group.addoption(
         "--schedspec-examples",
@@ -92,12 +94,15 @@ class SuiteOptions:
         return replace(chosen, seed=self.seed)
 
 
-def resolve_profile(factory: EngineFactory, requested: Profile | None) -> Profile:
+def resolve_profile(factory: EngineFactory, name: str, requested: Profile | None) -> Profile:
     """The profile to check; ProfileError (a ValueError) if the engine does not claim
-    the one asked for, or declares none."""
+    the one asked for, or declares none; ValueError if it does not follow the family
+    the profile asks for."""
+    from schedspec.properties.engines import run_family
     from schedspec.properties.profiles import choose_profile, probe_profiles
 
-    return choose_profile([probe_profiles(factory)], requested)
+    family = run_family([name], requested)
+    return choose_profile([probe_profiles(factory, family)], requested)
 
 
 def run_and_report(
@@ -167,7 +172,7 @@ def pytest_collection_modifyitems(
 
     try:
         factory = load_engine_factory(engine)
-        profile = resolve_profile(factory, SuiteOptions.of(config).profile)
+        profile = resolve_profile(factory, engine, SuiteOptions.of(config).profile)
     except ValueError as err:
         # ProfileError's field: "profile" is the option's fault, "profiles" the adapter's.
         flag = (
@@ -216,7 +221,7 @@ class SuiteRunner:
             examples=examples if examples is not None else self.options.examples,
             seed=seed if seed is not None else self.options.seed,
         )
-        chosen = resolve_profile(factory, profile if profile is not None else options.profile)
+        chosen = resolve_profile(factory, name, profile if profile is not None else options.profile)
         result, report = run_and_report(factory, name, chosen, options, self.trace_dir)
         if report is not None:
             pytest.fail(report, pytrace=False)

@@ -31,12 +31,12 @@ from schedspec.properties.strategies import (
     action_pairs,
     build_add_request,
     checked_configs,
-    configs,
+    family_configs,
     request_draws,
 )
 from schedspec.properties.trace import ModelParams, Trace
 from schedspec.spec import RequestState, SchedulerConfig
-from schedspec.spec.invariants import Profile
+from schedspec.spec.invariants import Profile, family_of
 
 MAX_LIVE_REQUESTS = 32
 # Every example starts with a few arrivals, so that no engine is stepped idle
@@ -93,7 +93,9 @@ def make_target_machine(
 ) -> type[RuleBasedStateMachine]:
     """The same machine for any target: one engine, or two in lockstep (differential.py)."""
     chosen_configs: st.SearchStrategy[SchedulerConfig] = (
-        checked_configs(config_strategy) if config_strategy is not None else configs()
+        checked_configs(config_strategy)
+        if config_strategy is not None
+        else family_configs(family_of(target.profile) or "vllm")
     )
     record = recorder if recorder is not None else SuiteRecorder()
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.events import AddRequest
-from schedspec.spec import SchedulerConfig, shown
+from schedspec.spec import Family, SchedulerConfig, shown
 from schedspec.spec.config import POLICIES
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
@@ -37,6 +37,11 @@ _MAX_NUM_SEQS_DRAWS = st.integers(1, 8)
 _NUM_SPEC_DRAWS = st.sampled_from([0, 1, 2, 4])
 _WATERMARK_DRAWS = st.sampled_from([0.0, 0.0, 0.1, 0.3])
 _POLICY_DRAWS = st.sampled_from(POLICIES)
+# SGLang: page_size 1 is its default; larger pages are where its retraction leaks
+# lived. Conservativeness below 1 admits more than the running requests may need
+# later, which is how retraction is reached.
+_PAGE_SIZE_DRAWS = st.sampled_from([1, 1, 2, 4])
+_CONSERVATIVENESS_DRAWS = st.sampled_from([1.0, 0.3, 0.1])
 _LOOKAHEAD_DRAWS = st.sampled_from([None, 0])
 
 
@@ -103,6 +108,40 @@ def configs(
         async_scheduling=pipelined,
         pad_spec_decode=pad,
     )
+
+
+@st.composite
+def sglang_configs(
+    draw: st.DrawFn, max_model_len_cap: int = 96, async_scheduling: bool | None = None
+) -> SchedulerConfig:
+    """Small configs of family "sglang" (SGLang's knobs drawn, vLLM's at their
+    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed."""
+    page_size = draw(_PAGE_SIZE_DRAWS)
+    max_model_len = draw(_integers(2, max_model_len_cap))
+    min_pages = -(-max_model_len // page_size)
+    num_pages = draw(_num_blocks_draws(min_pages))
+    max_running = draw(_MAX_NUM_SEQS_DRAWS)
+    chunked = draw(st.booleans())
+    low = max_running if chunked else max(max_running, max_model_len)
+    chunk_size = draw(_integers(low, max(low, 2 * max_model_len)))
+    return SchedulerConfig(
+        family="sglang",
+        block_size=page_size,
+        num_blocks=num_pages,
+        max_num_batched_tokens=chunk_size,
+        max_num_seqs=max_running,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=draw(st.booleans()),
+        schedule_conservativeness=draw(_CONSERVATIVENESS_DRAWS),
+        enable_mixed_chunk=chunked and draw(st.booleans()),
+        async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
+    )
+
+
+def family_configs(family: Family) -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's own configs for a policy family."""
+    return sglang_configs() if family == "sglang" else configs()
 
 
 class ConfigStrategyError(Exception):

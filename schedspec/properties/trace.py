@@ -27,11 +27,19 @@ FORMAT = "schedspec-trace"
 # Version 2 added the pipeline: a config may set async_scheduling and pad_spec_decode,
 # and under async_scheduling a step event is one engine step of the batch queue
 # (pipeline.BatchQueue), whose decisions shape the output that lands in it. A version 1
-# trace is a synchronous one and replays unchanged.
-VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
-# Config fields a version 1 trace cannot carry (they did not exist).
-_FIELDS_SINCE_VERSION_2 = ("async_scheduling", "pad_spec_decode")
+# trace is a synchronous one and replays unchanged. Version 3 added the policy family
+# (family, schedule_conservativeness, enable_mixed_chunk); older traces are vLLM's.
+VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
+# Config fields an older trace cannot carry (they did not exist), by the version
+# that added them.
+_FIELD_SINCE_VERSION: dict[str, int] = {
+    "async_scheduling": 2,
+    "pad_spec_decode": 2,
+    "family": 3,
+    "schedule_conservativeness": 3,
+    "enable_mixed_chunk": 3,
+}
 
 # The names commands give the traces they write (in --trace-dir, the current
 # directory by default), through trace_file_name: stem-seed.json, or for prove
@@ -237,10 +245,9 @@ def trace_from_json(document: Any) -> Trace:
     if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
         raise TraceError("version", f"must be one of {SUPPORTED_VERSIONS}, got {shown(version)}")
     raw_config = _field(document, "config", "trace", lambda v: isinstance(v, dict), "an object")
-    if version == 1:
-        for name in _FIELDS_SINCE_VERSION_2:
-            if name in raw_config:
-                raise TraceError(f"config.{name}", "not a field of version 1 traces")
+    for name, since in _FIELD_SINCE_VERSION.items():
+        if name in raw_config and version < since:
+            raise TraceError(f"config.{name}", f"not a field of version {version} traces")
     known = {f.name for f in dataclasses.fields(SchedulerConfig)}
     unknown_fields = sorted(set(raw_config) - known)
     if unknown_fields:

@@ -45,12 +45,14 @@ from schedspec.spec import (
     State,
     validate_new_request,
 )
+from schedspec.spec.config import require_family
 from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
+        require_family(config, "the reference scheduler", ("vllm",))
         self.config = config
         self.kv_cache_manager = KVCacheManager(config)
         self.requests: dict[str, Request] = {}  # every unfinished request

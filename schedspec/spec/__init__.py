@@ -4,7 +4,7 @@ Depends on nothing else in schedspec; every other part depends on it.
 """
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes, hash_block_tokens
-from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.config import FAMILIES, Family, SchedulerConfig
 from schedspec.spec.errors import (
     ConfigError,
     OutputError,
@@ -26,13 +26,16 @@ from schedspec.spec.request import (
     RequestStatus,
     validate_new_request,
 )
-from schedspec.spec.state import KVState, RequestState, State
+from schedspec.spec.state import BatchKind, KVState, RequestState, SGLangState, State
 
 __all__ = [
+    "FAMILIES",
     "PLACEHOLDER_TOKEN_ID",
+    "BatchKind",
     "BlockHash",
     "CachedRequestData",
     "ConfigError",
+    "Family",
     "KVState",
     "ModelRunnerOutput",
     "NewRequestData",
@@ -42,6 +45,7 @@ __all__ = [
     "RequestOutput",
     "RequestState",
     "RequestStatus",
+    "SGLangState",
     "SchedulerConfig",
     "SchedulerOutput",
     "SpecInputError",

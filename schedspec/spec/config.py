@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -9,6 +10,16 @@ from schedspec.spec.errors import ConfigError, shown
 
 Policy = Literal["fcfs", "priority"]
 POLICIES: tuple[Policy, ...] = ("fcfs", "priority")
+
+# Whose scheduling policy an engine follows (docs/SPEC.md, "Two families"). The
+# shared fields keep one meaning in both; each family has knobs of its own, which
+# must keep their defaults under the other family.
+Family = Literal["vllm", "sglang"]
+FAMILIES: tuple[Family, ...] = ("vllm", "sglang")
+
+# SGLang's initial new_token_ratio is 0.7 * schedule_conservativeness, capped at 1:
+# above 1 / 0.7 every value means the same. 100 leaves room for any real setting.
+MAX_SCHEDULE_CONSERVATIVENESS = 100.0
 
 # Upper bounds, for memory. An engine holds each KV block as a record of its own (the
 # reference: a Python object of about 110 bytes; a million take a second to build),
@@ -41,6 +52,15 @@ def _require_int(
 class SchedulerConfig:
     """What a scheduler instance is allowed to do; vLLM's knobs, vLLM's names.
 
+    Under family "sglang" the shared fields are SGLang's server arguments:
+    block_size = page_size, num_blocks = max_total_num_tokens / page_size,
+    max_num_batched_tokens = chunked_prefill_size (a prefill batch's budget; a
+    decode batch has one token per running request), max_num_seqs =
+    max_running_requests, max_model_len = the context length,
+    enable_prefix_caching = the radix cache, enable_chunked_prefill = chunked
+    prefill on. SGLang's max_prefill_tokens (16384 by default) is not a field:
+    the spec assumes it is never the tighter bound.
+
     Every field is checked in __post_init__: a bad value raises ConfigError
     (a ValueError) naming the field and the bound it broke.
     """
@@ -67,6 +87,14 @@ class SchedulerConfig:
     # compute is scheduled as 1 + num_speculative_tokens tokens, its drafts
     # placeholders (PLACEHOLDER_TOKEN_ID), so batches keep a uniform shape.
     pad_spec_decode: bool = False
+    # Whose policy decides each step; the fields below are SGLang's own knobs.
+    family: Family = "vllm"
+    # SGLang: scales the new_token_ratio that admission reserves for the running
+    # requests' future outputs (lower admits more, and retracts more).
+    schedule_conservativeness: float = 1.0
+    # SGLang: running requests decode inside a prefill batch instead of waiting
+    # for a decode-only batch.
+    enable_mixed_chunk: bool = False
 
     def __post_init__(self) -> None:
         _require_int("block_size", self.block_size, 1)
@@ -88,6 +116,7 @@ class SchedulerConfig:
             "enable_prefix_caching",
             "async_scheduling",
             "pad_spec_decode",
+            "enable_mixed_chunk",
         ):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(flag, f"must be a bool, got {shown(getattr(self, flag))}")
@@ -97,6 +126,18 @@ class SchedulerConfig:
             raise ConfigError("watermark", f"must be a float, got {shown(self.watermark)}")
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError("watermark", f"must be in [0, 1), got {self.watermark}")
+        if self.family not in FAMILIES:
+            raise ConfigError("family", f"must be one of {FAMILIES}, got {shown(self.family)}")
+        conservativeness = self.schedule_conservativeness
+        if isinstance(conservativeness, bool) or not isinstance(conservativeness, int | float):
+            raise ConfigError(
+                "schedule_conservativeness", f"must be a float, got {shown(conservativeness)}"
+            )
+        if not 0.0 < conservativeness <= MAX_SCHEDULE_CONSERVATIVENESS:
+            raise ConfigError(
+                "schedule_conservativeness",
+                f"must be in (0, {MAX_SCHEDULE_CONSERVATIVENESS:g}], got {conservativeness}",
+            )
         if self.num_lookahead_tokens is None:
             object.__setattr__(self, "num_lookahead_tokens", self.num_speculative_tokens)
         else:
@@ -108,6 +149,18 @@ class SchedulerConfig:
                 _WHY_DRAFTS,
             )
         self._check_cross_field_bounds()
+        self._check_family_knobs()
+
+    def _check_family_knobs(self) -> None:
+        # A knob of the other family would be silently ignored by the engine: refused.
+        others = _SGLANG_ONLY if self.family == "vllm" else _VLLM_ONLY
+        for name, default in others:
+            if getattr(self, name) != default:
+                raise ConfigError(
+                    name,
+                    f"is not a knob of family {self.family!r}: must keep its default "
+                    f"{default!r}, got {shown(getattr(self, name))}",
+                )
 
     def _check_cross_field_bounds(self) -> None:
         # vLLM refuses these at start-up; each one, if allowed, lets a
@@ -152,6 +205,17 @@ class SchedulerConfig:
                 f"got {self.long_prefill_token_threshold}",
             )
 
+    def own_fields(self) -> dict[str, object]:
+        """The fields that mean something in this config's family, for people to read:
+        the other family's knobs (at their defaults) left out, and the family named
+        only when it is not vLLM's (every config before families existed was)."""
+        others = {name for name, _ in (_SGLANG_ONLY if self.family == "vllm" else _VLLM_ONLY)}
+        if self.family == "vllm":
+            others.add("family")
+        return {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in others
+        }
+
     @property
     def lookahead_tokens(self) -> int:
         """num_lookahead_tokens resolved to an int (None means num_speculative_tokens)."""
@@ -162,3 +226,29 @@ class SchedulerConfig:
     def watermark_blocks(self) -> int:
         """Spare blocks an admission must leave while something runs."""
         return int(self.watermark * self.num_blocks)
+
+
+def require_family(config: SchedulerConfig, engine: str, families: tuple[Family, ...]) -> None:
+    """Refuse, naming the field, a config of a policy family the engine does not follow:
+    built anyway, it would make the other family's decisions under this one's name."""
+    if config.family not in families:
+        followed = " or ".join(map(repr, families))
+        raise ConfigError(
+            "family", f"{engine} follows family {followed}, not {shown(config.family)}"
+        )
+
+
+# Each family's own knobs and their defaults, which the other family must keep.
+# num_lookahead_tokens is compared resolved (None means num_speculative_tokens).
+_VLLM_ONLY: tuple[tuple[str, object], ...] = (
+    ("watermark", 0.0),
+    ("long_prefill_token_threshold", 0),
+    ("policy", "fcfs"),
+    ("num_speculative_tokens", 0),
+    ("num_lookahead_tokens", 0),
+    ("pad_spec_decode", False),
+)
+_SGLANG_ONLY: tuple[tuple[str, object], ...] = (
+    ("schedule_conservativeness", 1.0),
+    ("enable_mixed_chunk", False),
+)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
@@ -113,6 +114,38 @@ class KVState:
     prefix_cache: tuple[tuple[BlockHash, tuple[int, ...]], ...]
 
 
+# The kind of batch an SGLang step ran: prompts only (extend), one token for each
+# running request (decode), both (mixed: enable_mixed_chunk), or nothing (idle).
+BatchKind = Literal["extend", "decode", "mixed", "idle"]
+
+
+@dataclass(frozen=True)
+class SGLangState:
+    """What SGLang's policy keeps beyond the requests and the pool (docs/SPEC.md,
+    "Two families"); the `sglang` profile's invariants read it.
+
+    In the abstract KV state a token slot (a page, when page_size > 1) is a block;
+    the radix tree's slots are cached blocks, with the chain hash of the prefix up to
+    and including them; a slot locked by live requests is held by each of them; an
+    evictable slot (in the tree, unlocked) is a free block that keeps its hash; and
+    free_block_ids lists the allocator's free slots in the order it hands them out,
+    then the evictable ones in the order the radix cache evicts them. A request
+    between the chunks of its prefill (SGLang's chunked_req) is RUNNING; a
+    retracted one is PREEMPTED, in waiting, with its outputs kept.
+    """
+
+    # The fraction of each running request's remaining max_new_tokens that
+    # admission reserves for it; decays each decode step, jumps after a retraction.
+    new_token_ratio: float
+    # The admission latch: set when an admission failed for lack of KV; no request
+    # is admitted again until one leaves the running batch.
+    batch_is_full: bool
+    # The request between chunks of its prefill (at most one), or None.
+    chunked_request_id: str | None
+    # The kind of the batch the last step ran (None before the first step).
+    last_batch_kind: BatchKind | None
+
+
 @dataclass(frozen=True)
 class State:
     config: SchedulerConfig
@@ -120,3 +153,5 @@ class State:
     waiting: tuple[str, ...]  # queue order, head first
     running: tuple[str, ...]  # running order
     kv: KVState
+    # The SGLang family's own policy state; None for an engine of another family.
+    sglang: SGLangState | None = None

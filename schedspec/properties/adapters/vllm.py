@@ -151,6 +151,7 @@ from schedspec.spec import (
     extend_block_hashes,
     validate_new_request,
 )
+from schedspec.spec.config import require_family
 from schedspec.spec.invariants import Profile
 
 INSTALL_STEP = "scripts/install_vllm.sh VENV_DIR"
@@ -660,6 +661,7 @@ class VllmEngine:
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
+        require_family(config, "vLLM's scheduler", ("vllm",))
         self.config = config
         self._v = _load_vllm()
         self.scheduler: Any = build_scheduler(config, num_blocks)

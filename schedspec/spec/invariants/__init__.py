@@ -2,7 +2,8 @@
 
 Each predicate returns the list of violations it finds (empty when it holds).
 Profiles: `safety` holds for any correct engine; `vllm-v1` adds vLLM V1's exact
-decisions. The ids are the ones docs/SPEC.md, failure messages and traces use.
+decisions and `sglang` SGLang's (an engine claims at most one family profile).
+The ids are the ones docs/SPEC.md, failure messages and traces use.
 """
 
 from schedspec.spec.invariants import (  # noqa: F401  (importing registers the checks)
@@ -20,11 +21,13 @@ from schedspec.spec.invariants.policy_invariants import expected_free_queue
 from schedspec.spec.invariants.registry import (
     CATALOGUE,
     CHECKS,
+    FAMILY_PROFILES,
     PROFILES,
     InvariantInfo,
     Kind,
     Profile,
     Violation,
+    family_of,
     ids_for,
     in_profile,
 )
@@ -42,6 +45,7 @@ from schedspec.spec.invariants.update_invariants import expected_kept
 __all__ = [
     "CATALOGUE",
     "CHECKS",
+    "FAMILY_PROFILES",
     "PROFILES",
     "AbortTransition",
     "AddTransition",
@@ -57,6 +61,7 @@ __all__ = [
     "drain_step_bound",
     "expected_free_queue",
     "expected_kept",
+    "family_of",
     "ids_for",
     "in_profile",
 ]

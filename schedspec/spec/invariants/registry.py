@@ -10,8 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-Profile = Literal["safety", "vllm-v1"]
-PROFILES: tuple[Profile, ...] = ("safety", "vllm-v1")
+from schedspec.spec.config import Family
+
+# safety: the engine-neutral core, which every engine keeps. Each family profile is
+# safety plus one policy family's exact decisions; an engine claims at most one.
+Profile = Literal["safety", "vllm-v1", "sglang"]
+PROFILES: tuple[Profile, ...] = ("safety", "vllm-v1", "sglang")
+FAMILY_PROFILES: dict[Family, Profile] = {"vllm": "vllm-v1", "sglang": "sglang"}
 
 # When an invariant is checked: on any state, on add_request, on a schedule()
 # transition, on an update_from_output() transition, on an abort, or once the
@@ -70,8 +75,13 @@ def invariant(id: str, kind: Kind, profile: Profile, statement: str) -> Callable
 
 
 def in_profile(info: InvariantInfo, profile: Profile) -> bool:
-    """vllm-v1 is safety plus vLLM's exact decisions."""
-    return info.profile == "safety" or profile == "vllm-v1"
+    """A family profile is safety plus that family's exact decisions."""
+    return info.profile == "safety" or info.profile == profile
+
+
+def family_of(profile: Profile) -> Family | None:
+    """The policy family a profile pins down, or None for safety (any family)."""
+    return next((f for f, p in FAMILY_PROFILES.items() if p == profile), None)
 
 
 def ids_for(kind: Kind, profile: Profile) -> list[str]:
