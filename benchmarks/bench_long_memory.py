@@ -121,7 +121,10 @@ def main() -> None:
     peak = 0.0
     worker_peak = 0.0
     columns = f"{'seconds':>8} {'examples':>9} {'RSS MB':>8}"
-    print(columns + (f" {'worker max':>10} {'worker min':>10} {'workers':>7}" if sampled_workers else ""))
+    print(
+        columns
+        + (f" {'worker max':>10} {'worker min':>10} {'workers':>7}" if sampled_workers else "")
+    )
     while process.poll() is None:
         resident = rss_mb(process.pid)
         if resident is not None:

@@ -4,6 +4,7 @@ example database shared by a run's workers, and the flags that ask for them."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -71,9 +72,19 @@ def _campaign_of(factory: object, chunks: Iterable[Chunk], runner: object, **kwa
 class TestDurations:
     def test_durations_read_with_units(self) -> None:
         assert [parse_duration(t) for t in ("90", "90s", "5m", "2h", "1h30m", "1d")] == [
-            90, 90, 300, 7200, 5400, 86400
+            90,
+            90,
+            300,
+            7200,
+            5400,
+            86400,
         ]
-        assert [format_duration(s) for s in (90, 300, 5400, 0.5)] == ["1m30s", "5m", "1h30m", "0.5s"]
+        assert [format_duration(s) for s in (90, 300, 5400, 0.5)] == [
+            "1m30s",
+            "5m",
+            "1h30m",
+            "0.5s",
+        ]
 
     @pytest.mark.parametrize("text", ["", "soon", "5x", "-5m", "5 m"])
     def test_a_duration_that_does_not_read_is_refused_naming_the_forms(self, text: str) -> None:
@@ -128,7 +139,9 @@ class TestCampaignMerge:
     def test_a_campaign_keeps_every_distinct_failure_once(self, tmp_path: Path) -> None:
         # Chunks 0 and 2 run the same seed: their shrunk traces are the same finding.
         chunks = [Chunk(0, 1, 20), Chunk(1, 5, 20), Chunk(2, 1, 20)]
-        campaign = _campaign_of(wrong_total, chunks, InProcess(), keep_going=True, trace_dir=tmp_path)
+        campaign = _campaign_of(
+            wrong_total, chunks, InProcess(), keep_going=True, trace_dir=tmp_path
+        )
         labels = [(f.label, f.seed) for f in campaign.findings]
         assert labels == [("BUDGET", 1), ("BUDGET", 5)]
         first, second = campaign.findings
@@ -177,7 +190,7 @@ class TestProgress:
         campaign = _campaign_of(reference_engine, chunks, ForkedWorkers(2), on_progress=on_progress)
         assert campaign.result.passed
         assert seen and seen[-1] == (campaign.result.examples, campaign.result.stats.steps)
-        assert all(b >= a for (a, _), (b, _) in zip(seen, seen[1:], strict=False))
+        assert all(b >= a for (a, _), (b, _) in itertools.pairwise(seen))
 
     def test_a_report_after_its_chunk_finished_is_not_counted_twice(self) -> None:
         tally = CampaignTally()
@@ -234,16 +247,26 @@ class TestCorners:
 class TestExampleDatabase:
     def test_a_failure_found_once_is_tried_first_next_time(self, tmp_path: Path) -> None:
         source = LocalDirectory(tmp_path / "db", "check:wrong_total:vllm-v1:suite-configs")
-        first = run_suite(wrong_total, "vllm-v1", SuiteSettings(examples=50, seed=1, database=source.open()))
+        first = run_suite(
+            wrong_total, "vllm-v1", SuiteSettings(examples=50, seed=1, database=source.open())
+        )
         assert first.first_failure_example is not None and first.first_failure_example > 1
-        again = run_suite(wrong_total, "vllm-v1", SuiteSettings(examples=50, seed=99, database=source.open()))
+        again = run_suite(
+            wrong_total, "vllm-v1", SuiteSettings(examples=50, seed=99, database=source.open())
+        )
         assert again.first_failure_example == 1  # the saved failure, replayed first
 
     def test_namespaces_keep_engines_apart(self, tmp_path: Path) -> None:
         path = tmp_path / "db"
-        run_suite(wrong_total, "vllm-v1", SuiteSettings(examples=50, seed=1, database=LocalDirectory(path, "a").open()))
+        run_suite(
+            wrong_total,
+            "vllm-v1",
+            SuiteSettings(examples=50, seed=1, database=LocalDirectory(path, "a").open()),
+        )
         other = LocalDirectory(path, "b").open()
-        again = run_suite(wrong_total, "vllm-v1", SuiteSettings(examples=50, seed=1, database=other))
+        again = run_suite(
+            wrong_total, "vllm-v1", SuiteSettings(examples=50, seed=1, database=other)
+        )
         assert again.first_failure_example not in (None, 1)
 
     def test_check_shares_the_database_across_its_workers(self, tmp_path: Path) -> None:
@@ -261,7 +284,9 @@ class TestCommandLine:
     def test_a_campaign_on_local_processes_reports_what_it_covered(self, tmp_path: Path) -> None:
         json_path = tmp_path / "report.json"
         args = ["check", "--workers", "2", "--duration", "3s", "--seed", "1"]
-        outcome = CliRunner().invoke(main, [*args, "--trace-dir", str(tmp_path), "--json", str(json_path)])
+        outcome = CliRunner().invoke(
+            main, [*args, "--trace-dir", str(tmp_path), "--json", str(json_path)]
+        )
         assert outcome.exit_code == 0, outcome.output
         assert "examples for 3s of up to 40 actions" in outcome.output
         assert "on 2 local processes:" in outcome.output
@@ -298,6 +323,8 @@ class TestCommandLine:
 
     def test_swarm_mode_refuses_the_campaign_flags(self) -> None:
         for flag in (["--ray"], ["--duration", "5m"], ["--example-db", "db"]):
-            outcome = CliRunner().invoke(main, ["check", "--engine", "gpu", "--instances", "8", *flag])
+            outcome = CliRunner().invoke(
+                main, ["check", "--engine", "gpu", "--instances", "8", *flag]
+            )
             assert outcome.exit_code == 2
             assert f"{flag[0]}: not used in swarm mode" in outcome.output

@@ -61,13 +61,13 @@ def database_source(options: SuiteRunOptions, recipe: NamedEngines) -> LocalDire
     """--example-db as this machine opens it, under the run's namespace (example_db.py)."""
     if options.example_db is None:
         return None
-    namespace = campaign_namespace(
-        recipe.command, recipe.engines, recipe.profile, recipe.configs
-    )
+    namespace = campaign_namespace(recipe.command, recipe.engines, recipe.profile, recipe.configs)
     return LocalDirectory(options.example_db, namespace)
 
 
-def with_database(chosen: SuiteSettings, options: SuiteRunOptions, recipe: NamedEngines) -> SuiteSettings:
+def with_database(
+    chosen: SuiteSettings, options: SuiteRunOptions, recipe: NamedEngines
+) -> SuiteSettings:
     """A one-process run's settings, with --example-db opened when given."""
     source = database_source(options, recipe)
     return chosen if source is None else replace(chosen, database=source.open())
@@ -79,21 +79,18 @@ def run_parallel(
     """The run on the backend the options name; `local` is the recipe's target built
     here (replaying the first failure)."""
     assert chosen.seed is not None
-    deadline = None if options.duration is None else time.time() + options.duration
-    settings = replace(chosen, deadline=deadline)
     local_db = database_source(options, recipe)
     if options.ray is None:
         workers = options.workers or 1
         backend = f"{workers} local process" + ("es" if workers != 1 else "")
-        chunks = _plan(options, settings, workers)
         runner = ForkedWorkers(workers)
-        return _run(options, recipe, local, settings, chunks, runner, local_db, backend, workers)
+        return _run(options, recipe, local, chosen, runner, local_db, backend, workers)
     from schedspec.properties.ray_cluster import RayClusterError, ray_cluster
 
     address = None if options.ray == "local" else options.ray
     try:
         with ray_cluster(address, options.workers) as cluster:
-            return _run_on_ray(options, recipe, local, settings, cluster, local_db)
+            return _run_on_ray(options, recipe, local, chosen, cluster, local_db)
     except RayClusterError as err:
         if address is None:
             raise  # a local cluster that does not start is no usage error
@@ -117,8 +114,7 @@ def _run_on_ray(
     served: DatabaseSource | None = None
     if local_db is not None:
         served = serve_directory(local_db.path, local_db.namespace)
-    chunks = _plan(options, settings, workers)
-    return _run(options, recipe, local, settings, chunks, RayWorkers(workers), served, backend, workers)
+    return _run(options, recipe, local, settings, RayWorkers(workers), served, backend, workers)
 
 
 def _plan(options: SuiteRunOptions, settings: SuiteSettings, workers: int) -> Iterable[Chunk]:
@@ -132,13 +128,17 @@ def _run(
     options: SuiteRunOptions,
     recipe: NamedEngines,
     local: Target,
-    settings: SuiteSettings,
-    chunks: Iterable[Chunk],
+    chosen: SuiteSettings,
     runner: ChunkRunner,
     database: DatabaseSource | None,
     backend: str,
     workers: int,
 ) -> ParallelRun:
+    # The time budget starts once the backend is up (a local Ray cluster takes seconds
+    # to start), so a short campaign is not spent before its first chunk.
+    deadline = None if options.duration is None else time.time() + options.duration
+    settings = replace(chosen, deadline=deadline)
+    chunks = _plan(options, settings, workers)
     with campaign_progress(settings.examples, options.duration, options.progress) as on_progress:
         campaign = run_campaign(
             recipe,
@@ -207,4 +207,3 @@ def campaign_report(run: ParallelRun, options: SuiteRunOptions) -> dict[str, obj
             for f in campaign.findings
         ],
     }
-

@@ -167,9 +167,7 @@ def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> 
         f"{examples_phrase(options, chosen)} of up to {chosen.rules_per_example} actions"
         + configs.described()
     )
-    recipe = NamedEngines(
-        "check", (options.engine,), profile, configs.name, options.step_timeout
-    )
+    recipe = NamedEngines("check", (options.engine,), profile, configs.name, options.step_timeout)
     parallel = None
     if runs_in_parallel(options):
         # Chunks of examples over workers (seed, seed + 1, ...): campaign_run.py.

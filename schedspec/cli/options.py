@@ -7,11 +7,10 @@ module stays light (no Hypothesis, torch, z3 or matplotlib): main.py's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
-
-import re
 
 import click
 from click.core import ParameterSource

@@ -74,6 +74,8 @@ class LocalDirectory:
         return NamespacedDatabase(DirectoryBasedExampleDatabase(self.path), self.namespace)
 
 
-def campaign_namespace(command: str, engines: Iterable[str], profile: str, configs: str | None) -> str:
+def campaign_namespace(
+    command: str, engines: Iterable[str], profile: str, configs: str | None
+) -> str:
     """The namespace of a run's examples: what it checks, on which configs."""
     return ":".join([command, *engines, profile, configs or "suite-configs"])

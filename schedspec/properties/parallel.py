@@ -285,9 +285,9 @@ def _add_counts(result: SuiteResult, outcome: ChunkOutcome) -> None:
         stats.corners[corner] = stats.corners.get(corner, 0) + steps
     stats.steps += outcome.steps
     stats.events += outcome.events
-    if outcome.failed and outcome.first_failure_example is not None:
-        if result.first_failure_example is None:
-            result.first_failure_example = result.examples + outcome.first_failure_example
+    first = outcome.first_failure_example
+    if outcome.failed and first is not None and result.first_failure_example is None:
+        result.first_failure_example = result.examples + first
     result.examples += outcome.examples
 
 
@@ -329,4 +329,3 @@ def _rebuild_failure(result: SuiteResult, trace: Trace, local: Target) -> None:
         )
         mark_engine_call(unrepeated, "a replay of its failing trace")
         result.other_error = unrepeated
-

@@ -43,7 +43,6 @@ POLL_SECONDS = 0.5
 # ------------------------------------------------------------------------ the runner
 
 
-@ray.remote(num_cpus=0)
 class ProgressInbox:
     """The latest progress each running chunk reported, kept until the driver takes it."""
 
@@ -58,7 +57,6 @@ class ProgressInbox:
         return latest
 
 
-@ray.remote(max_retries=0, retry_exceptions=False)
 def _run_chunk(work: Callable[[Any], Any], chunk: Any, position: int, inbox: Any) -> Any:
     """A chunk in a Ray worker: its progress to the inbox, its result (or the traceback
     of what it raised) back to the driver."""
@@ -72,6 +70,12 @@ def _run_chunk(work: Callable[[Any], Any], chunk: Any, position: int, inbox: Any
             return work(chunk)
     except BaseException:
         return WorkerCrashed(chunk, traceback.format_exc())
+
+
+# Their Ray forms (ray.remote wraps them; the plain ones stay typed). The inbox takes no
+# CPU: it must never wait for a worker's slot.
+_remote_inbox: Any = ray.remote(num_cpus=0)(ProgressInbox)
+_remote_chunk: Any = ray.remote(max_retries=0, retry_exceptions=False)(_run_chunk)
 
 
 class RayWorkers:
@@ -88,7 +92,7 @@ class RayWorkers:
         chunks: Iterable[C],
         on_progress: OnProgress[C] | None = None,
     ) -> Iterator[T | WorkerLost[C] | WorkerCrashed[C]]:
-        inbox = ProgressInbox.remote()
+        inbox = _remote_inbox.remote()
         shipped = ray.put(work)  # pickled once, not once per chunk
         source = iter(chunks)
         exhausted = False
@@ -103,7 +107,7 @@ class RayWorkers:
                     if chunk is None:
                         exhausted = True
                         break
-                    running[_run_chunk.remote(shipped, chunk, started, inbox)] = (started, chunk)
+                    running[_remote_chunk.remote(shipped, chunk, started, inbox)] = (started, chunk)
                     started += 1
                 if next_out in done:
                     yield done.pop(next_out)
@@ -134,7 +138,9 @@ def _result(task: Any, chunk: C) -> Any:
         return WorkerLost(chunk, None, f"was lost to Ray ({type(err).__name__}: {first_line})")
 
 
-def _pass_progress(inbox: Any, running: dict[Any, tuple[int, C]], on_progress: OnProgress[C]) -> None:
+def _pass_progress(
+    inbox: Any, running: dict[Any, tuple[int, C]], on_progress: OnProgress[C]
+) -> None:
     """Hand the progress of chunks still running to on_progress (a report that arrives
     after its chunk's result is dropped: the result has the final counts)."""
     chunks = dict(running.values())
@@ -146,7 +152,6 @@ def _pass_progress(inbox: Any, running: dict[Any, tuple[int, C]], on_progress: O
 # --------------------------------------------------------------- the example database
 
 
-@ray.remote(num_cpus=0)
 class ExampleStore:
     """A directory-backed example database, served from the driver's node."""
 
@@ -164,6 +169,9 @@ class ExampleStore:
 
     def move(self, src: bytes, dest: bytes, value: bytes) -> None:
         self.database.move(src, dest, value)
+
+
+_remote_store: Any = ray.remote(num_cpus=0)(ExampleStore)
 
 
 class StoreDatabase(ExampleDatabase):
@@ -211,5 +219,5 @@ def serve_directory(path: Path, namespace: str) -> ServedDirectory:
     """Start an ExampleStore for `path` on the driver's node (ray_cluster must be open)."""
     here = ray.get_runtime_context().get_node_id()
     placement = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
-    store = ExampleStore.options(scheduling_strategy=placement).remote(str(path.resolve()))
+    store = _remote_store.options(scheduling_strategy=placement).remote(str(path.resolve()))
     return ServedDirectory(store, namespace)

@@ -71,7 +71,6 @@ class WorkerCrashed(Generic[C]):
     traceback: str
 
 
-ChunkResult = T | WorkerLost[C] | WorkerCrashed[C]
 # (the chunk, what its work last reported) -> None; called in the driver
 OnProgress = Callable[[C, object], None]
 
@@ -207,9 +206,9 @@ def _collect(
         handles += [slot.receiver, slot.process.sentinel]
     for ready in wait(handles):
         position = by_handle[ready]
-        slot = running.get(position)
-        if slot is None:
+        if position not in running:
             continue  # its pipe and its sentinel were both ready
+        slot = running[position]
         result = _receive(slot, on_progress)
         if result is _PENDING:
             continue
