@@ -10,8 +10,8 @@ first chunk and then stay flat. Linux only (/proc). The numbers are for reading.
 
 With --ray (a local Ray cluster, the ray extra) or --workers N, the chunks run in
 workers: each row then also has the largest and the smallest RSS among the worker
-processes alive at that moment (Ray's: the `ray::` processes that ran chunks, which Ray
-reuses from chunk to chunk; forked ones: a fresh process per chunk), and the driver's.
+processes running chunks at that moment (Ray's, which Ray reuses from chunk to chunk;
+forked ones: a fresh process per chunk), beside the driver's.
 
     .venv/bin/python benchmarks/bench_long_memory.py                    # 20000 examples
     .venv/bin/python benchmarks/bench_long_memory.py --examples 5000    # a prefix
@@ -63,16 +63,20 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+# The process title of a Ray worker while it runs a chunk (ray_workers._run_chunk); its
+# agents, actors (the progress inbox) and idle workers have others.
+RAY_CHUNK_TITLE = "ray::_run_chunk"
+
+
 def workers_of(pid: int, on_ray: bool) -> list[int]:
-    """The worker processes of the run: Ray's task workers (named ray::, not its
-    agents and idle ones), or the forked ones."""
+    """The worker processes of the run running chunks: Ray's, or the forked ones."""
     found = []
     for child in descendants(pid):
         try:
             name = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].decode()
         except OSError:
             continue
-        if not on_ray or (name.startswith("ray::") and "Agent" not in name and "IDLE" not in name):
+        if not on_ray or name.startswith(RAY_CHUNK_TITLE):
             found.append(child)
     return found
 

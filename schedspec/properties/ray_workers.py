@@ -30,6 +30,7 @@ from schedspec.properties.workers import (
     OnProgress,
     WorkerCrashed,
     WorkerLost,
+    in_chunk_order,
     progress_sink,
 )
 
@@ -94,33 +95,21 @@ class RayWorkers:
     ) -> Iterator[T | WorkerLost[C] | WorkerCrashed[C]]:
         inbox = _remote_inbox.remote()
         shipped = ray.put(work)  # pickled once, not once per chunk
-        source = iter(chunks)
-        exhausted = False
-        started = 0
         running: dict[Any, tuple[int, C]] = {}  # task -> (position, chunk)
-        done: dict[int, T | WorkerLost[C] | WorkerCrashed[C]] = {}
-        next_out = 0
+
+        def start(position: int, chunk: C) -> None:
+            running[_remote_chunk.remote(shipped, chunk, position, inbox)] = (position, chunk)
+
+        def collect(done: dict[int, T | WorkerLost[C] | WorkerCrashed[C]]) -> None:
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_SECONDS)
+            for task in ready:
+                position, chunk = running.pop(task)
+                done[position] = _result(task, chunk)
+            if on_progress is not None:
+                _pass_progress(inbox, running, on_progress)
+
         try:
-            while True:
-                while not exhausted and len(running) < self.workers:
-                    chunk = next(source, None)
-                    if chunk is None:
-                        exhausted = True
-                        break
-                    running[_remote_chunk.remote(shipped, chunk, started, inbox)] = (started, chunk)
-                    started += 1
-                if next_out in done:
-                    yield done.pop(next_out)
-                    next_out += 1
-                    continue
-                if not running:
-                    return
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_SECONDS)
-                for task in ready:
-                    position, chunk = running.pop(task)
-                    done[position] = _result(task, chunk)
-                if on_progress is not None:
-                    _pass_progress(inbox, running, on_progress)
+            yield from in_chunk_order(chunks, self.workers, start, running.__len__, collect)
         finally:
             for task in running:
                 ray.cancel(task, force=True)

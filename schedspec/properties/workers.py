@@ -140,33 +140,55 @@ class ForkedWorkers:
     ) -> Iterator[T | WorkerLost[C] | WorkerCrashed[C]]:
         context = multiprocessing.get_context("fork")
         parent = os.getpid()
-        source = iter(chunks)
-        exhausted = False
-        started = 0  # chunks started so far: the next one's position
-        running: dict[int, _Running[C]] = {}
-        done: dict[int, T | WorkerLost[C] | WorkerCrashed[C]] = {}
-        next_out = 0
+        running: dict[int, _Running[C]] = {}  # position -> its worker
+
+        def start(position: int, chunk: C) -> None:
+            running[position] = _start(context, work, chunk, parent)
+
+        def collect(done: dict[int, T | WorkerLost[C] | WorkerCrashed[C]]) -> None:
+            _collect(running, done, on_progress)
+
         try:
-            while True:
-                while not exhausted and len(running) < self.processes:
-                    chunk = next(source, _END)
-                    if chunk is _END:
-                        exhausted = True
-                        break
-                    running[started] = _start(context, work, chunk, parent)  # type: ignore[arg-type]
-                    started += 1
-                if next_out in done:
-                    yield done.pop(next_out)
-                    next_out += 1
-                elif running:
-                    _collect(running, done, on_progress)
-                else:
-                    return
+            yield from in_chunk_order(chunks, self.processes, start, running.__len__, collect)
         finally:
             _stop(running)
 
 
+R = TypeVar("R")
 _END = object()
+
+
+def in_chunk_order(
+    chunks: Iterable[C],
+    slots: int,
+    start: Callable[[int, C], None],
+    running: Callable[[], int],
+    collect: Callable[[dict[int, R]], None],
+) -> Iterator[R]:
+    """The loop every runner shares: start(position, chunk) while fewer than `slots` run
+    (chunks are pulled only then, so an open-ended series is planned as it runs), and
+    yield the results that collect(done) files under their positions, in chunk order;
+    collect waits until at least one running chunk has an outcome (or a while)."""
+    source = iter(chunks)
+    exhausted = False
+    started = 0  # chunks started so far: the next one's position
+    done: dict[int, R] = {}
+    next_out = 0
+    while True:
+        while not exhausted and running() < slots:
+            chunk = next(source, _END)
+            if chunk is _END:
+                exhausted = True
+                break
+            start(started, chunk)  # type: ignore[arg-type]
+            started += 1
+        if next_out in done:
+            yield done.pop(next_out)
+            next_out += 1
+        elif running():
+            collect(done)
+        else:
+            return
 
 
 @dataclass
