@@ -17,6 +17,7 @@ forked ones: a fresh process per chunk), beside the driver's.
     .venv/bin/python benchmarks/bench_long_memory.py --examples 5000    # a prefix
     .venv/bin/python benchmarks/bench_long_memory.py --configs MODULE:STRATEGY   # other configs
     .venv/bin/python benchmarks/bench_long_memory.py --ray --workers 2  # on a local Ray
+    .venv/bin/python benchmarks/bench_long_memory.py --ray --workers 2 --duration 7d  # a campaign
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def main() -> None:
         help="check's --configs (module:strategy)",
     )
     parser.add_argument("--workers", type=int, default=None, help="check's --workers")
+    parser.add_argument(
+        "--duration",
+        default=None,
+        help="check's --duration: a campaign (chunks of 200), capped by --examples",
+    )
     parser.add_argument("--ray", action="store_true", help="on a local Ray cluster (--ray)")
     args = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
@@ -106,6 +112,8 @@ def main() -> None:
         command += ["--workers", str(args.workers)]
     if args.ray:
         command += ["--ray"]
+    if args.duration is not None:
+        command += ["--duration", args.duration]
     sampled_workers = args.ray or (args.workers or 1) > 1
     print("$", " ".join(command[1:]), flush=True)
     started = time.monotonic()
