@@ -5,8 +5,15 @@ Each point is a campaign of `schedspec check` on the reference (the suite's own
 configs, seed 1) for a fixed wall time (--seconds), run through the same code as the
 command line (parallel.run_campaign over timed_chunks, NamedEngines as the work): its
 rate is the steps checked by the chunks over the wall time, counting the chunks' start
-and their partial last chunk. Scaling efficiency is rate(n) / (n * rate(1)) on the same
-backend; "ray / local" divides the two backends' rates at the same n.
+and their partial last chunk. Scaling efficiency ("scaling") is rate(n) / (n * rate(1))
+on the same backend; "ray/local" divides the two backends' rates at the same n.
+
+Wall-clock scaling needs idle cores: on a machine other work shares, the columns that
+still hold are the CPU ones: the CPU seconds the workers spent (forked: this process's
+reaped children; Ray: its worker processes, read from /proc), the steps checked per
+worker CPU second (what a step costs on each backend, and whether it grows with n; on
+Ray the progress actor's CPU counts as the workers'), the
+driver's own CPU seconds (merging, progress, Ray's client), and the load average.
 
 The Ray cluster is started once (its start time is printed apart) and its workers warmed
 up (one example per worker: Ray starts a worker process, which imports schedspec, on
@@ -25,8 +32,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from schedspec.properties.chunk_work import NamedEngines
 from schedspec.properties.harness import SingleEngine
@@ -45,25 +54,80 @@ class Point:
     workers: int
     steps: int
     examples: int
-    seconds: float
+    seconds: float  # wall time
+    worker_cpu: float  # CPU seconds the worker processes spent
+    driver_cpu: float  # CPU seconds this process spent
+    load: float  # the 1-minute load average at the end
 
     @property
     def rate(self) -> float:
         return self.steps / self.seconds
 
+    @property
+    def cpu_rate(self) -> float:
+        """Steps per CPU second of the workers: what the work costs, whatever else the
+        machine runs meanwhile."""
+        return self.steps / self.worker_cpu if self.worker_cpu else 0.0
+
+
+def ray_worker_cpu() -> dict[int, float]:
+    """CPU seconds so far of each Ray worker process on this machine (`ray::` titles but
+    its agents), from /proc: they are the raylet's children, not this process's."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if title.startswith("ray::") and "Agent" not in title:
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
 
 def measure(backend: str, runner: ChunkRunner, workers: int, seconds: float) -> Point:
-    """A campaign of `seconds` on the runner: its steps and examples over its wall time."""
+    """A campaign of `seconds` on the runner: its steps and examples over its wall time,
+    and the CPU time its workers and the driver spent."""
     deadline = time.time() + seconds
     settings = SuiteSettings(examples=1, seed=SEED, deadline=deadline)
     local = SingleEngine(reference_engine, RECIPE.profile)
     chunks = timed_chunks(SEED, deadline, parts=workers)
+    on_ray = backend == "ray"
+    ray_before = ray_worker_cpu() if on_ray else {}
+    forked_before, driver_before = children_cpu(), own_cpu()
     started = time.perf_counter()
     campaign = run_campaign(RECIPE, local, settings, chunks, runner, keep_going=True)
     wall = time.perf_counter() - started
+    if on_ray:
+        after = ray_worker_cpu()
+        worker_cpu = sum(cpu - ray_before.get(pid, 0.0) for pid, cpu in after.items())
+    else:
+        worker_cpu = children_cpu() - forked_before
     result = campaign.result
     assert result.passed, f"the reference failed on {backend}: {campaign.findings}"
-    return Point(backend, workers, result.stats.steps, result.examples, wall)
+    return Point(
+        backend,
+        workers,
+        result.stats.steps,
+        result.examples,
+        wall,
+        worker_cpu,
+        own_cpu() - driver_before,
+        os.getloadavg()[0],
+    )
 
 
 def warm_up(runner: ChunkRunner, workers: int) -> None:
@@ -105,16 +169,20 @@ def main() -> None:
             warm_up(RayWorkers(n), n)
             points.append(measure("ray", RayWorkers(n), n, seconds))
 
-    header = f"{'backend':>7} {'workers':>7} {'examples':>8} {'steps':>8} {'steps/s':>9}"
-    print(f"{header} {'efficiency':>10} {'ray / local':>11}")
+    print(
+        f"{'backend':>7} {'workers':>7} {'examples':>8} {'steps':>8} {'steps/s':>8} "
+        f"{'scaling':>7} {'ray/local':>9} {'worker CPU s':>12} {'steps/CPU s':>11} "
+        f"{'driver CPU s':>12} {'load':>5}"
+    )
     single = {p.backend: p.rate for p in points if p.workers == counts[0]}
     local_rate = {p.workers: p.rate for p in points if p.backend == "local"}
     for point in points:
         efficiency = point.rate / (point.workers / counts[0] * single[point.backend])
-        versus = point.rate / local_rate[point.workers] if point.backend == "ray" else 1.0
+        versus = point.rate / local_rate[point.workers]
         print(
             f"{point.backend:>7} {point.workers:7d} {point.examples:8d} {point.steps:8d} "
-            f"{point.rate:9,.0f} {efficiency:10.0%} {versus:11.2f}"
+            f"{point.rate:8,.0f} {efficiency:7.0%} {versus:9.2f} {point.worker_cpu:12.1f} "
+            f"{point.cpu_rate:11,.0f} {point.driver_cpu:12.2f} {point.load:5.1f}"
         )
 
 
