@@ -222,6 +222,18 @@ class TestProgress:
             advance(CampaignTally(finished_examples=9, finished_steps=90))  # 4 s: a line
         assert capsys.readouterr().err.startswith("checking: 9 examples, 90 steps (")
 
+    def test_a_capped_campaign_measures_its_examples_when_they_run_out_first(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # 600 s or 1000 examples: at 1 s, 500 examples are half the run, not 1/600 of it.
+        monkeypatch.setattr("schedspec.cli.progress.time.perf_counter", lambda: 1.0)
+        with campaign_progress(1000, 600.0, forced=True, tty=False) as advance:
+            assert advance is not None
+            advance(CampaignTally(finished_examples=50, finished_steps=500))  # 5%: quiet
+            assert capsys.readouterr().err == ""
+            advance(CampaignTally(finished_examples=500, finished_steps=5000))
+        assert "checking: 500 examples, 5000 steps (" in capsys.readouterr().err
+
 
 class TestCorners:
     def test_a_long_prompt_is_prefilled_in_chunks_that_fill_the_budget(self) -> None:

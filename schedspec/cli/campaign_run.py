@@ -139,7 +139,9 @@ def _run(
     deadline = None if options.duration is None else time.time() + options.duration
     settings = replace(chosen, deadline=deadline)
     chunks = _plan(options, settings, workers)
-    with campaign_progress(settings.examples, options.duration, options.progress) as on_progress:
+    # A campaign's bar measures its time, or its --examples cap if that runs out first.
+    counted = settings.examples if options.duration is None else options.examples
+    with campaign_progress(counted, options.duration, options.progress) as on_progress:
         campaign = run_campaign(
             recipe,
             local,

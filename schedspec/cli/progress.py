@@ -80,11 +80,15 @@ def suite_progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecor
 
 @contextmanager
 def campaign_progress(
-    examples: int, seconds: float | None, forced: bool, tty: bool | None = None
+    examples: int | None, seconds: float | None, forced: bool, tty: bool | None = None
 ) -> Iterator[Callable[[CampaignTally], None] | None]:
     """Examples, steps and failures over every worker, for a parallel run's on_progress:
-    the bar measures examples, or with a time budget (`seconds`) the time spent."""
-    total = examples if seconds is None else max(1, round(seconds))
+    the bar measures examples, or with a time budget (`seconds`) the time spent, or the
+    examples if they run out first (`examples` caps a campaign)."""
+    if seconds is None and examples is None:
+        raise ValueError("campaign_progress: examples or seconds must be given")
+    total = max(1, round(seconds)) if seconds is not None else examples
+    assert total is not None
     with progress(total, "checking", forced, tty) as show:
         if show is None:
             yield None
@@ -92,7 +96,12 @@ def campaign_progress(
         started = time.perf_counter()
 
         def advance(tally: CampaignTally) -> None:
-            done = tally.examples if seconds is None else round(time.perf_counter() - started)
+            if seconds is None:
+                done = tally.examples
+            else:
+                done = round(time.perf_counter() - started)
+                if examples is not None:  # the share of the cap, in seconds of the bar
+                    done = max(done, min(total, round(tally.examples / examples * total)))
             found = f", {tally.findings} failures" if tally.findings else ""
             show(done, "checking", f"{tally.examples} examples, {tally.steps} steps{found}")
 
