@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +33,7 @@ from schedspec.properties.parallel import (
     run_campaign,
     timed_chunks,
 )
+from schedspec.properties.ray_cluster import RayClusterError, check_reachable
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.properties.suite import Chunk, SuiteSettings, plan_chunks, run_suite
 from schedspec.properties.workers import ForkedWorkers, OnProgress, WorkerCrashed, WorkerLost
@@ -340,3 +342,31 @@ class TestCommandLine:
             )
             assert outcome.exit_code == 2
             assert f"{flag[0]}: not used in swarm mode" in outcome.output
+
+
+class TestRayAddress:
+    """Joining a cluster: an address that does not answer is refused at once, naming it
+    (Ray's own client would retry it for minutes). Needs no Ray."""
+
+    def test_an_address_where_nothing_listens_is_refused(self) -> None:
+        with socket.socket() as probe:  # a port just freed: nothing listens there
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with pytest.raises(RayClusterError, match=f"no Ray cluster answers at 127.0.0.1:{port}"):
+            check_reachable(f"127.0.0.1:{port}", timeout=5)
+        with pytest.raises(RayClusterError, match=f"at ray://127.0.0.1:{port}: "):
+            check_reachable(f"ray://127.0.0.1:{port}", timeout=5)
+
+    def test_an_address_that_answers_passes(self) -> None:
+        with socket.socket() as listening:
+            listening.bind(("127.0.0.1", 0))
+            listening.listen()
+            port = listening.getsockname()[1]
+            check_reachable(f"127.0.0.1:{port}", timeout=5)
+            check_reachable(f"ray://127.0.0.1:{port}", timeout=5)
+        check_reachable("auto")  # Ray finds this machine's cluster itself
+
+    @pytest.mark.parametrize("address", ["head", "head:", "head:port", ":6379"])
+    def test_an_address_of_another_form_is_refused_naming_the_forms(self, address: str) -> None:
+        with pytest.raises(RayClusterError, match="auto, HOST:PORT or ray://HOST:PORT"):
+            check_reachable(address)

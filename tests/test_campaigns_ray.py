@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -194,3 +195,13 @@ def test_a_signal_stops_the_whole_campaign_and_leaves_no_worker(
     assert report["outcome"] == "interrupted"
     campaign = report["campaign"]
     assert isinstance(campaign, dict) and campaign["ray"] == "local"
+
+
+def test_a_cluster_address_that_does_not_answer_is_a_usage_error(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port just freed: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with schedspec("check", "--ray", f"127.0.0.1:{port}", "--trace-dir", str(tmp_path)) as run:
+        code, output = run.finish()
+    assert code == 2, output
+    assert f"Invalid value for '--ray': no Ray cluster answers at 127.0.0.1:{port}" in output

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -118,9 +119,34 @@ def _start_local(cpus: int, temp_dir: str) -> None:
         )
 
 
+# How long joining a cluster waits for its address to answer before it is refused (Ray's
+# own client retries an unreachable address for minutes).
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
+    """RayClusterError unless something accepts a TCP connection at `address` (HOST:PORT or
+    ray://HOST:PORT; `auto`, which Ray resolves from this machine's running cluster, is
+    left to Ray)."""
+    if address == "auto":
+        return
+    where = address.removeprefix("ray://")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        raise RayClusterError(
+            f"the Ray address must be auto, HOST:PORT or ray://HOST:PORT, got {address!r}"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise RayClusterError(f"no Ray cluster answers at {address}: {reason}") from None
+
+
 def _join(address: str) -> None:
     import ray
 
+    check_reachable(address)
     try:
         ray.init(
             address=address,
