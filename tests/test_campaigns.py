@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import socket
+import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +24,7 @@ from click.testing import CliRunner
 from schedspec.cli.main import main
 from schedspec.cli.options import format_duration, parse_duration
 from schedspec.cli.progress import campaign_progress
+from schedspec.properties import ray_reaper
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.properties.chunk_work import BuiltTarget, ChunkProgress
 from schedspec.properties.corners import CORNERS
@@ -370,3 +375,41 @@ class TestRayAddress:
     def test_an_address_of_another_form_is_refused_naming_the_forms(self, address: str) -> None:
         with pytest.raises(RayClusterError, match="auto, HOST:PORT or ray://HOST:PORT"):
             check_reachable(address)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="the reaper reads /proc (Linux)")
+class TestRayReaper:
+    """ray_reaper.sweep: what ends a local cluster's processes once its driver is done or
+    gone. Needs no Ray: plain processes carry the mark."""
+
+    @staticmethod
+    def marked(token: str, code: str) -> subprocess.Popen[bytes]:
+        environment = {**os.environ, ray_reaper.RUN_VARIABLE: token}
+        command = [sys.executable, "-c", code]
+        return subprocess.Popen(command, env=environment, stdout=subprocess.PIPE)
+
+    def test_every_marked_process_ends_even_one_that_ignores_sigterm(self) -> None:
+        token = uuid.uuid4().hex
+        stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        processes = [
+            self.marked(token, "import time; time.sleep(60)"),
+            self.marked(token, stubborn + "print('ready', flush=True); time.sleep(60)"),
+        ]
+        spared = self.marked(token, "import time; time.sleep(60)")
+        other = self.marked(uuid.uuid4().hex, "import time; time.sleep(60)")
+        try:
+            assert processes[1].stdout is not None
+            assert processes[1].stdout.readline() == b"ready\n"  # its handler is set
+            deadline = time.monotonic() + 30
+            while len(ray_reaper.marked_processes(token)) < 3 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            found = ray_reaper.sweep(token, frozenset({spared.pid}))
+            assert sorted(found) == sorted(p.pid for p in processes)
+            assert [p.wait(10) for p in processes] == [-signal.SIGTERM, -signal.SIGKILL]
+            assert spared.poll() is None and other.poll() is None
+        finally:
+            for process in (spared, other, *processes):
+                process.kill()
+                process.wait()
+                if process.stdout is not None:
+                    process.stdout.close()

@@ -205,3 +205,19 @@ def test_a_cluster_address_that_does_not_answer_is_a_usage_error(tmp_path: Path)
         code, output = run.finish()
     assert code == 2, output
     assert f"Invalid value for '--ray': no Ray cluster answers at 127.0.0.1:{port}" in output
+
+
+def test_a_killed_driver_leaves_no_process_of_its_cluster(tmp_path: Path) -> None:
+    # SIGKILL: nothing in the driver runs. Ray ends its head processes and workers; the
+    # reaper (ray_reaper.py) ends the rest, and removes the cluster's directory.
+    args = ["check", "--ray", "--workers", "2", "--duration", "5m", "--seed", "1"]
+    with schedspec(*args, "--trace-dir", str(tmp_path)) as run:
+        run.wait_for_workers(2)
+        (raylet,) = [c for c in run.processes().values() if "raylet" in c.split()[0]]
+        (session,) = [a for a in raylet.split() if a.startswith("--session_dir=")]
+        temp_dir = Path(session.removeprefix("--session_dir=")).parent
+        assert temp_dir.name.startswith("schedspec-ray-") and temp_dir.is_dir()
+        run.process.send_signal(signal.SIGKILL)
+        code, _ = run.finish()
+    assert code == -signal.SIGKILL
+    assert not temp_dir.exists()

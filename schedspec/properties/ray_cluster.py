@@ -15,18 +15,23 @@ installed; a local cluster's workers get this process's import path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+from schedspec.properties import ray_reaper
 from schedspec.properties.dependencies import RAY, require
 
 # A local cluster's object store (Ray's least is 75 MiB): results are a chunk's counts
@@ -67,30 +72,62 @@ def ray_cluster(address: str | None, cpus: int | None = None) -> Iterator[RayClu
 
     if ray.is_initialized():
         raise RayClusterError("Ray is already initialized in this process")
-    temp_dir = None if address is not None else tempfile.mkdtemp(prefix="schedspec-ray-")
-    try:
+    if address is not None:
         with _signal_handlers_kept():
-            if address is None:
-                assert temp_dir is not None
-                _start_local(cpus or os.cpu_count() or 1, temp_dir)
-            else:
-                _join(address)
+            _join(address)
         try:
-            offered = int(ray.cluster_resources().get("CPU", 1))
-            yield RayCluster(address, max(1, offered))
+            yield RayCluster(address, max(1, int(ray.cluster_resources().get("CPU", 1))))
         finally:
             ray.shutdown()
+        return
+    temp_dir = tempfile.mkdtemp(prefix="schedspec-ray-")
+    try:
+        with _reaper(temp_dir) as marker:
+            with _signal_handlers_kept():
+                _start_local(cpus or os.cpu_count() or 1, temp_dir, marker)
+            try:
+                yield RayCluster(None, max(1, int(ray.cluster_resources().get("CPU", 1))))
+            finally:
+                ray.shutdown()
     finally:
-        if temp_dir is not None:
-            shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _start_local(cpus: int, temp_dir: str) -> None:
+# How long the driver waits for the reaper to sweep after a shutdown (seconds): its
+# grace period and a few scans of /proc.
+REAPER_WAIT_SECONDS = 15.0
+
+
+@contextmanager
+def _reaper(temp_dir: str) -> Iterator[dict[str, str]]:
+    """The reaper (ray_reaper.py) of a local cluster for the duration: yields the
+    environment that marks the cluster's processes; on exit, once the cluster is shut
+    down, it ends whatever of them is left. Nothing on a system without /proc."""
+    if not Path("/proc").is_dir():
+        yield {}
+        return
+    token = uuid.uuid4().hex
+    reaper = subprocess.Popen(
+        [sys.executable, ray_reaper.__file__, token, temp_dir, str(os.getpid())],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # out of reach of the terminal's Ctrl-C
+    )
+    assert reaper.stdin is not None
+    try:
+        yield {ray_reaper.RUN_VARIABLE: token}
+    finally:
+        reaper.stdin.close()  # it sweeps now (or when this process is gone)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # past that, it goes on alone
+            reaper.wait(REAPER_WAIT_SECONDS)
+
+
+def _start_local(cpus: int, temp_dir: str, marker: dict[str, str]) -> None:
     import ray
 
     import_path = os.pathsep.join(p for p in sys.path if p)
     environment = {
         **LOOPBACK_ONLY,
+        **marker,  # every process the cluster starts is the reaper's to end
         "RAY_ROTATION_MAX_BYTES": str(LOCAL_LOG_BYTES),
         "RAY_ROTATION_BACKUP_COUNT": str(LOCAL_LOG_BACKUPS),
         # The workers import schedspec and the engines as this process does.
