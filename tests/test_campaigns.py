@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -388,7 +389,9 @@ class TestRayReaper:
         command = [sys.executable, "-c", code]
         return subprocess.Popen(command, env=environment, stdout=subprocess.PIPE)
 
-    def test_every_marked_process_ends_even_one_that_ignores_sigterm(self) -> None:
+    def test_every_marked_process_ends_even_one_that_ignores_sigterm(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         token = uuid.uuid4().hex
         stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         processes = [
@@ -407,6 +410,17 @@ class TestRayReaper:
             assert sorted(found) == sorted(p.pid for p in processes)
             assert [p.wait(10) for p in processes] == [-signal.SIGTERM, -signal.SIGKILL]
             assert spared.poll() is None and other.poll() is None
+
+            # One that appears a second into sweeping (as an agent a dying raylet starts).
+            def start_late() -> None:
+                processes.append(self.marked(token, "import time; time.sleep(60)"))
+
+            timer = threading.Timer(1.0, start_late)
+            monkeypatch.setattr(ray_reaper, "QUIET_SECONDS", 5.0)
+            timer.start()
+            ray_reaper.sweep_until_quiet(token, frozenset({spared.pid}))
+            timer.join()
+            assert len(processes) == 3 and processes[2].wait(10) == -signal.SIGTERM
         finally:
             for process in (spared, other, *processes):
                 process.kill()

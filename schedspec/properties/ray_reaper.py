@@ -29,6 +29,11 @@ RUN_VARIABLE = "SCHEDSPEC_RAY_RUN"
 # How long the processes get to end on SIGTERM before SIGKILL (seconds).
 GRACE_SECONDS = 2.0
 POLL_SECONDS = 0.1
+# The reaper sweeps again until no marked process has been seen for QUIET_SECONDS (a
+# raylet that is dying may still start an agent: seen on a loaded machine), for at most
+# SWEEP_SECONDS.
+QUIET_SECONDS = 2.0
+SWEEP_SECONDS = 30.0
 
 
 def marked_processes(token: str, spared: frozenset[int] = frozenset()) -> list[int]:
@@ -68,6 +73,19 @@ def sweep(token: str, spared: frozenset[int] = frozenset()) -> list[int]:
     return found
 
 
+def sweep_until_quiet(token: str, spared: frozenset[int] = frozenset()) -> None:
+    """sweep() again and again until none of the marked processes has been seen for
+    QUIET_SECONDS, or SWEEP_SECONDS have passed."""
+    deadline = time.monotonic() + SWEEP_SECONDS
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        if sweep(token, spared):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= QUIET_SECONDS:
+            return
+        time.sleep(POLL_SECONDS)
+
+
 def main(argv: list[str]) -> int:
     """argv: the token, the cluster's temporary directory, the driver's pid (spared: it
     set the token in its own environment to start the cluster)."""
@@ -76,7 +94,7 @@ def main(argv: list[str]) -> int:
     # stray one must not end the reaper before it has done its work.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.stdin.buffer.read()  # until the driver closes the pipe, or is gone
-    sweep(token, frozenset({int(driver)}))
+    sweep_until_quiet(token, frozenset({int(driver)}))
     shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
 
