@@ -82,9 +82,11 @@ def ray_cluster(address: str | None, cpus: int | None = None) -> Iterator[RayClu
         return
     temp_dir = tempfile.mkdtemp(prefix="schedspec-ray-")
     try:
-        with _reaper(temp_dir) as marker:
+        # The mark stays in this process's environment while the cluster lives: whatever
+        # Ray starts from here later (not only during ray.init) is the reaper's too.
+        with _reaper(temp_dir) as marker, _environment(marker):
             with _signal_handlers_kept():
-                _start_local(cpus or os.cpu_count() or 1, temp_dir, marker)
+                _start_local(cpus or os.cpu_count() or 1, temp_dir)
             try:
                 yield RayCluster(None, max(1, int(ray.cluster_resources().get("CPU", 1))))
             finally:
@@ -121,13 +123,12 @@ def _reaper(temp_dir: str) -> Iterator[dict[str, str]]:
             reaper.wait(REAPER_WAIT_SECONDS)
 
 
-def _start_local(cpus: int, temp_dir: str, marker: dict[str, str]) -> None:
+def _start_local(cpus: int, temp_dir: str) -> None:
     import ray
 
     import_path = os.pathsep.join(p for p in sys.path if p)
     environment = {
         **LOOPBACK_ONLY,
-        **marker,  # every process the cluster starts is the reaper's to end
         "RAY_ROTATION_MAX_BYTES": str(LOCAL_LOG_BYTES),
         "RAY_ROTATION_BACKUP_COUNT": str(LOCAL_LOG_BACKUPS),
         # The workers import schedspec and the engines as this process does.
