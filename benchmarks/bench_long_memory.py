@@ -1,4 +1,4 @@
-"""Memory of a long campaign: `schedspec check --long` on one worker, its resident set sampled.
+"""Memory of a long campaign: `schedspec check --long`, the resident set of each process sampled.
 
 Runs the command as a user does (a fresh interpreter, `python -m schedspec check --long
 --examples N --seed S --progress`), reads its VmRSS from /proc every --every seconds and
@@ -8,9 +8,16 @@ keeps a record of every example a run tried (about 0.23 MB per long example); th
 runs the examples in chunks (suite.MAX_CHUNK_EXAMPLES), so the RSS should rise over the
 first chunk and then stay flat. Linux only (/proc). The numbers are for reading.
 
+With --ray (a local Ray cluster, the ray extra) or --workers N, the chunks run in
+workers: each row then also has the largest and the smallest RSS among the worker
+processes running chunks at that moment (Ray's, which Ray reuses from chunk to chunk;
+forked ones: a fresh process per chunk), beside the driver's.
+
     .venv/bin/python benchmarks/bench_long_memory.py                    # 20000 examples
     .venv/bin/python benchmarks/bench_long_memory.py --examples 5000    # a prefix
     .venv/bin/python benchmarks/bench_long_memory.py --configs MODULE:STRATEGY   # other configs
+    .venv/bin/python benchmarks/bench_long_memory.py --ray --workers 2  # on a local Ray
+    .venv/bin/python benchmarks/bench_long_memory.py --ray --workers 2 --duration 7d  # a campaign
 """
 
 from __future__ import annotations
@@ -37,6 +44,44 @@ def rss_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    waiting = [pid]
+    while waiting:
+        parent = waiting.pop()
+        for child in children.get(parent, []):
+            found.append(child)
+            waiting.append(child)
+    return found
+
+
+# The process title of a Ray worker while it runs a chunk (ray_workers._run_chunk); its
+# agents, actors (the progress inbox) and idle workers have others.
+RAY_CHUNK_TITLE = "ray::_run_chunk"
+
+
+def workers_of(pid: int, on_ray: bool) -> list[int]:
+    """The worker processes of the run running chunks: Ray's, or the forked ones."""
+    found = []
+    for child in descendants(pid):
+        try:
+            name = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        if not on_ray or name.startswith(RAY_CHUNK_TITLE):
+            found.append(child)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=20_000)
@@ -47,6 +92,13 @@ def main() -> None:
         default=None,
         help="check's --configs (module:strategy)",
     )
+    parser.add_argument("--workers", type=int, default=None, help="check's --workers")
+    parser.add_argument(
+        "--duration",
+        default=None,
+        help="check's --duration: a campaign (chunks of 200), capped by --examples",
+    )
+    parser.add_argument("--ray", action="store_true", help="on a local Ray cluster (--ray)")
     args = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     environment = {**os.environ, "PYTHONPATH": str(repo)}
@@ -56,6 +108,13 @@ def main() -> None:
     ]  # fmt: skip
     if args.configs is not None:
         command += ["--configs", args.configs]
+    if args.workers is not None:
+        command += ["--workers", str(args.workers)]
+    if args.ray:
+        command += ["--ray"]
+    if args.duration is not None:
+        command += ["--duration", args.duration]
+    sampled_workers = args.ray or (args.workers or 1) > 1
     print("$", " ".join(command[1:]), flush=True)
     started = time.monotonic()
     process = subprocess.Popen(
@@ -72,12 +131,23 @@ def main() -> None:
 
     threading.Thread(target=follow_progress, daemon=True).start()
     peak = 0.0
-    print(f"{'seconds':>8} {'examples':>9} {'RSS MB':>8}")
+    worker_peak = 0.0
+    columns = f"{'seconds':>8} {'examples':>9} {'RSS MB':>8}"
+    print(
+        columns
+        + (f" {'worker max':>10} {'worker min':>10} {'workers':>7}" if sampled_workers else "")
+    )
     while process.poll() is None:
         resident = rss_mb(process.pid)
         if resident is not None:
             peak = max(peak, resident)
-            print(f"{time.monotonic() - started:8.0f} {examples[0]:9d} {resident:8.1f}", flush=True)
+            row = f"{time.monotonic() - started:8.0f} {examples[0]:9d} {resident:8.1f}"
+            if sampled_workers:
+                sizes = [m for m in map(rss_mb, workers_of(process.pid, args.ray)) if m]
+                worker_peak = max([worker_peak, *sizes])
+                low, high = (min(sizes), max(sizes)) if sizes else (0.0, 0.0)
+                row += f" {high:10.1f} {low:10.1f} {len(sizes):7d}"
+            print(row, flush=True)
         time.sleep(args.every)
     assert process.stdout is not None
     verdict = process.stdout.read().strip().splitlines()[-2:]
@@ -85,6 +155,8 @@ def main() -> None:
     # The kernel's own high-water mark of the child (ru_maxrss is in KB on Linux).
     high_water = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS {high_water:.1f} MB (the highest sample: {peak:.1f} MB); wall {wall:.0f} s")
+    if sampled_workers:
+        print(f"the largest worker sample: {worker_peak:.1f} MB")
     print(f"exit {process.returncode}:", *verdict, sep="\n  ")
 
 

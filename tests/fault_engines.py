@@ -298,3 +298,27 @@ class Slow(ReferenceEngine):
 
 def slow(config: SchedulerConfig) -> Slow:
     return Slow(config)
+
+
+# The file whose absence makes kills_its_process_once kill: the first schedule() called
+# anywhere in the run creates it and kills its own process; every later call is correct.
+KILL_ONCE_ENV = "SCHEDSPEC_TEST_KILL_ONCE"
+
+
+class KillsItsProcessOnce(ReferenceEngine):
+    """The reference, except that the first schedule() of a whole run (across
+    processes: a marker file named by $SCHEDSPEC_TEST_KILL_ONCE) SIGKILLs its own
+    process: the worker running that chunk is lost, and only that chunk."""
+
+    def schedule(self) -> SchedulerOutput:
+        try:
+            with open(os.environ[KILL_ONCE_ENV], "x"):
+                pass
+        except FileExistsError:
+            return super().schedule()
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable: SIGKILL ends the process")
+
+
+def kills_its_process_once(config: SchedulerConfig) -> KillsItsProcessOnce:
+    return KillsItsProcessOnce(config)

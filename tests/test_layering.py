@@ -135,3 +135,30 @@ def test_run_and_check_start_without_torch_z3_or_matplotlib() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def top_level_imports(path: Path) -> list[str]:
+    """The absolute imports a file runs when it is imported (outside any function)."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+    return found
+
+
+def test_ray_is_imported_only_once_a_local_cluster_can_keep_it_on_loopback() -> None:
+    """Ray fixes the node's address when it is first imported (ray_cluster.py): only the
+    two Ray modules import it, ray_cluster.py inside its functions, and ray_workers.py
+    (which imports Ray at its top) is itself imported only inside functions."""
+    every_module = sorted(ROOT.rglob("*.py"))
+    importing_ray = [
+        shown(path) for path in every_module if any(n.split(".")[0] == "ray" for n in imports(path))
+    ]
+    assert importing_ray == ["properties/ray_cluster.py", "properties/ray_workers.py"]
+    assert "ray" not in top_level_imports(ROOT / "properties" / "ray_cluster.py")
+    workers_module = "schedspec.properties.ray_workers"
+    at_top = [shown(p) for p in every_module if workers_module in top_level_imports(p)]
+    assert at_top == []
+    assert any(workers_module in imports(p) for p in every_module)  # the test sees imports

@@ -15,10 +15,26 @@ from typing import Any
 
 import click
 
+from schedspec.cli.campaign_run import (
+    campaign_report,
+    echo_campaign,
+    examples_phrase,
+    run_parallel,
+    runs_in_parallel,
+    with_database,
+)
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import load_configs, load_engine, pick_family, pick_profile, probe
+from schedspec.cli.loading import (
+    load_configs,
+    load_engine,
+    pick_family,
+    pick_profile,
+    probe,
+    require_for,
+)
 from schedspec.cli.options import (
     as_profile,
+    backend_options,
     engine_option,
     profile_option,
     refuse_flags,
@@ -40,10 +56,11 @@ from schedspec.cli.suite_run import (
     suite_settings,
 )
 from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.chunk_work import NamedEngines
+from schedspec.properties.dependencies import RAY
 from schedspec.properties.engine_boundary import guarded
 from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.failure_report import failure_report
-from schedspec.properties.parallel import run_suite_parallel
 from schedspec.properties.suite import run_suite
 from schedspec.properties.watchdog import Watchdog
 
@@ -51,25 +68,25 @@ from schedspec.properties.watchdog import Watchdog
 @dataclass(frozen=True, kw_only=True)
 class CheckOptions(SuiteRunOptions):
     engine: str
-    workers: int = 1  # processes; more than one splits the examples over seeds
     instances: int = 1  # more than one: swarm mode (gpu engine), swarm.py
 
 
 # What swarm mode does not do: it writes no CI reports, runs in one process, and
 # its device checks have no step timeout (they are not engine calls).
-NOT_IN_SWARM_MODE = ["--workers", "--junit", "--json", "--step-timeout"]
+NOT_IN_SWARM_MODE = [
+    "--workers",
+    "--ray",
+    "--duration",
+    "--example-db",
+    "--junit",
+    "--json",
+    "--step-timeout",
+]
 
 
 @click.command()
 @engine_option
 @profile_option
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Processes: the examples are split over seeds seed, seed + 1, ... (one per core).",
-)
 @click.option(
     "--instances",
     type=click.IntRange(min=1),
@@ -81,6 +98,7 @@ NOT_IN_SWARM_MODE = ["--workers", "--junit", "--json", "--step-timeout"]
     "--long]; a finding is replayed on both engines, shrunk and written as a trace.",
 )
 @run_options
+@backend_options
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -103,6 +121,8 @@ def check(
     if options.instances > 1:
         why = f"not used in swarm mode (--instances {options.instances})"
         refuse_flags(ctx, NOT_IN_SWARM_MODE, why)
+    if options.ray is not None:
+        require_for("--ray", RAY)
     raise SystemExit(run_check(options))
 
 
@@ -144,18 +164,25 @@ def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> 
     chosen = suite_settings(options, seed)
     click.echo(
         f"checking {options.engine} against profile {profile}: "
-        f"{chosen.examples} examples of up to {chosen.rules_per_example} actions"
+        f"{examples_phrase(options, chosen)} of up to {chosen.rules_per_example} actions"
         + configs.described()
     )
-    if options.workers > 1:
-        # The examples in chunks over worker processes (seed, seed + 1, ...); no progress bar.
-        result = run_suite_parallel(
-            factory, profile, chosen, options.workers, configs.strategy, options.trace_dir
-        )
+    recipe = NamedEngines("check", (options.engine,), profile, configs.name, options.step_timeout)
+    parallel = None
+    if runs_in_parallel(options):
+        # Chunks of examples over workers (seed, seed + 1, ...): campaign_run.py.
+        parallel = run_parallel(options, recipe, recipe.target([factory]), chosen)
+        result = parallel.campaign.result
+        report.campaign = campaign_report(parallel, options)
     else:
         with suite_progress(chosen.examples, options.progress) as on_example:
             result = run_suite(
-                factory, profile, chosen, configs.strategy, options.trace_dir, on_example
+                factory,
+                profile,
+                with_database(chosen, options, recipe),
+                configs.strategy,
+                options.trace_dir,
+                on_example,
             )
     refuse_bad_config_strategy(result)
     replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
@@ -166,6 +193,8 @@ def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> 
             click.echo(line)
     echo_trace_problem(result)
     failing = echo_checks(result, profile)
+    if parallel is not None:
+        echo_campaign(parallel, options)
     if report.outcome is Outcome.PASSED:
         click.echo(f"PASSED: every invariant of profile {profile} held")
     else:

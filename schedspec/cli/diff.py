@@ -14,10 +14,25 @@ from typing import Any
 
 import click
 
+from schedspec.cli.campaign_run import (
+    campaign_report,
+    echo_campaign,
+    examples_phrase,
+    run_parallel,
+    runs_in_parallel,
+    with_database,
+)
 from schedspec.cli.diff_report import diff_failure_report
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import load_configs, load_engine, pick_family, pick_profile, probe
-from schedspec.cli.options import as_profile, pair_options, run_options
+from schedspec.cli.loading import (
+    load_configs,
+    load_engine,
+    pick_family,
+    pick_profile,
+    probe,
+    require_for,
+)
+from schedspec.cli.options import as_profile, backend_options, pair_options, run_options
 from schedspec.cli.progress import suite_progress
 from schedspec.cli.reports import RunReport
 from schedspec.cli.suite_run import (
@@ -34,6 +49,8 @@ from schedspec.cli.suite_run import (
     suite_settings,
 )
 from schedspec.properties.adapter import EngineFactory
+from schedspec.properties.chunk_work import NamedEngines
+from schedspec.properties.dependencies import RAY
 from schedspec.properties.differential import DiffOptions, run_diff
 from schedspec.properties.engine_boundary import guarded
 from schedspec.properties.engine_errors import EngineHalt
@@ -58,6 +75,7 @@ class DiffCommandOptions(SuiteRunOptions):
 @click.command()
 @pair_options
 @run_options
+@backend_options
 def diff(profile: str | None, no_shrink: bool, json_path: Path | None, **run: Any) -> None:
     """Drive two engines in lockstep through random workloads and report the first step
     where they disagree.
@@ -69,6 +87,8 @@ def diff(profile: str | None, no_shrink: bool, json_path: Path | None, **run: An
     options = DiffCommandOptions(
         profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
     )
+    if options.ray is not None:
+        require_for("--ray", RAY)
     raise SystemExit(run_diff_command(options))
 
 
@@ -121,14 +141,35 @@ def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
     chosen = suite_settings(options, seed)
     click.echo(
         f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
-        f"{profile}: {chosen.examples} examples of up to {chosen.rules_per_example} actions"
-        + configs.described()
+        f"{profile}: {examples_phrase(options, chosen)} of up to "
+        f"{chosen.rules_per_example} actions" + configs.described()
     )
     diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)
-    with suite_progress(chosen.examples, options.progress) as on_example:
-        result = run_diff(
-            *pair, profile, chosen, configs.strategy, diff_options, options.trace_dir, on_example
-        )
+    recipe = NamedEngines(
+        "diff",
+        (options.left, options.right),
+        profile,
+        configs.name,
+        options.step_timeout,
+        options.compare_block_ids,
+    )
+    parallel = None
+    if runs_in_parallel(options):
+        # Chunks of examples over workers (seed, seed + 1, ...): campaign_run.py.
+        parallel = run_parallel(options, recipe, recipe.target(pair), chosen)
+        result = parallel.campaign.result
+        report.campaign = campaign_report(parallel, options)
+    else:
+        with suite_progress(chosen.examples, options.progress) as on_example:
+            result = run_diff(
+                *pair,
+                profile,
+                with_database(chosen, options, recipe),
+                configs.strategy,
+                diff_options,
+                options.trace_dir,
+                on_example,
+            )
     refuse_bad_config_strategy(result)
     replay = _replay_command(result.trace_path, options, profile)
     record_result(report, result, replay)
@@ -145,6 +186,8 @@ def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
         profile,
         "checks per engine (both engines were checked the same until the failure):",
     )
+    if parallel is not None:
+        echo_campaign(parallel, options)
     click.echo(_verdict(report, result, failing, seed))
 
 

@@ -32,9 +32,18 @@ class TerminationInterrupt(KeyboardInterrupt):
         self.signum = signum
 
 
+# The first termination signal received while terminations_interrupt() is active. Native
+# code that checks for signals while it blocks (Ray's ray.wait) may turn the handler's
+# TerminationInterrupt into a plain KeyboardInterrupt; the signal behind it is kept here.
+_received: list[int] = []
+
+
 def interrupt_signal(err: KeyboardInterrupt) -> int:
-    """The signal behind an interrupt: SIGINT for a plain KeyboardInterrupt."""
-    return err.signum if isinstance(err, TerminationInterrupt) else int(signal.SIGINT)
+    """The signal behind an interrupt: a plain KeyboardInterrupt is SIGINT's unless a
+    termination signal was received (and turned into it on the way)."""
+    if isinstance(err, TerminationInterrupt):
+        return err.signum
+    return _received[0] if _received else int(signal.SIGINT)
 
 
 def interrupt_exit_code(err: KeyboardInterrupt) -> int:
@@ -46,6 +55,8 @@ def interrupt_name(err: KeyboardInterrupt) -> str:
 
 
 def _raise_termination(signum: int, frame: FrameType | None) -> None:
+    if not _received:
+        _received.append(signum)
     raise TerminationInterrupt(signum)
 
 
@@ -57,8 +68,10 @@ def terminations_interrupt() -> Iterator[None]:
         yield
         return
     saved = {signum: signal.signal(signum, _raise_termination) for signum in TERMINATIONS}
+    _received.clear()
     try:
         yield
     finally:
+        _received.clear()
         for signum, handler in saved.items():
             signal.signal(signum, handler)

@@ -7,6 +7,7 @@ module stays light (no Hypothesis, torch, z3 or matplotlib): main.py's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -151,6 +152,90 @@ run_options = stack(
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
         help="Write a JSON summary here (outcome, counts, violations, trace path).",
+    ),
+)
+
+# The longest --duration accepted: a week. A campaign past that is no longer one run.
+MAX_DURATION_SECONDS = 7 * 86_400.0
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_UNIT_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as 90, 90s, 5m, 2h, 1h30m or 1d; ValueError naming the
+    form or the bound (more than 0, at most a week)."""
+    compact = text.strip().lower()
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(
+            f"must be a number of seconds or a duration with units s, m, h, d "
+            f"(90, 90s, 5m, 2h, 1h30m), got {text!r}"
+        )
+    seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+    if not 0 < seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(f"must be more than 0 s and at most 7d, got {text!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as parse_duration reads it, largest units first (5m, 1h30m, 45.5s)."""
+    rest = round(seconds, 1)
+    text = ""
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        count, rest = divmod(rest, size)
+        if count:
+            text += f"{int(count)}{unit}"
+    if rest or not text:
+        text += f"{rest:g}s"
+    return text
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+# Where the chunks of a `check` or `diff` run: local processes, or Ray; for a count of
+# examples, or for a time (a campaign).
+backend_options = stack(
+    click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Workers: the examples are split into chunks over seeds seed, seed + 1, ... "
+        "[default: 1 local process; with --ray, the cluster's CPUs].",
+    ),
+    click.option(
+        "--ray",
+        is_flag=False,
+        flag_value="local",
+        default=None,
+        metavar="[ADDRESS]",
+        help="Run the chunks as Ray tasks: on the cluster at ADDRESS (auto, HOST:PORT, "
+        "ray://HOST:PORT), or, with no ADDRESS, on a local cluster started for the run "
+        "(loopback only). Needs the ray extra: pip install 'schedspec[ray]'.",
+    ),
+    click.option(
+        "--duration",
+        default=None,
+        callback=_duration,
+        metavar="DURATION",
+        help="A campaign: search for this long (90s, 5m, 2h, 1h30m; at most 7d) in chunks "
+        "of 200 examples, keeping every distinct failure's trace; --examples, if given, "
+        "caps it.",
+    ),
+    click.option(
+        "--example-db",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        metavar="DIR",
+        help="Hypothesis' example database: failing examples are saved here and tried "
+        "first by the next run given it (shared by every worker; a run then depends on "
+        "more than its seed).",
     ),
 )
 

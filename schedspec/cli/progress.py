@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from schedspec.properties.parallel import CampaignTally
     from schedspec.properties.state_machine import SuiteRecorder
     from schedspec.simulate.runs import ProgressCallback
 
@@ -73,6 +74,36 @@ def suite_progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecor
                 now,
                 f"{recorder.examples} examples, {recorder.stats.steps} steps",
             )
+
+        yield advance
+
+
+@contextmanager
+def campaign_progress(
+    examples: int | None, seconds: float | None, forced: bool, tty: bool | None = None
+) -> Iterator[Callable[[CampaignTally], None] | None]:
+    """Examples, steps and failures over every worker, for a parallel run's on_progress:
+    the bar measures examples, or with a time budget (`seconds`) the time spent, or the
+    examples if they run out first (`examples` caps a campaign)."""
+    if seconds is None and examples is None:
+        raise ValueError("campaign_progress: examples or seconds must be given")
+    total = max(1, round(seconds)) if seconds is not None else examples
+    assert total is not None
+    with progress(total, "checking", forced, tty) as show:
+        if show is None:
+            yield None
+            return
+        started = time.perf_counter()
+
+        def advance(tally: CampaignTally) -> None:
+            if seconds is None:
+                done = tally.examples
+            else:
+                done = round(time.perf_counter() - started)
+                if examples is not None:  # the share of the cap, in seconds of the bar
+                    done = max(done, min(total, round(tally.examples / examples * total)))
+            found = f", {tally.findings} failures" if tally.findings else ""
+            show(done, "checking", f"{tally.examples} examples, {tally.steps} steps{found}")
 
         yield advance
 

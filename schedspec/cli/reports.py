@@ -35,8 +35,8 @@ from schedspec.spec.invariants import InvariantInfo, Profile
 
 FORMAT = "schedspec-report"
 # Version 2 added the outcomes usage-error, harness-error and interrupted, and the
-# fields usage_error, harness_error and interrupted.
-VERSION = 2
+# fields usage_error, harness_error and interrupted; version 3 added campaign.
+VERSION = 3
 
 
 @dataclass
@@ -62,6 +62,9 @@ class RunReport:
     replay_command: str | None = None
     options: dict[str, object] = field(default_factory=dict)
     first_failure_example: int | None = None  # which example the search first failed in
+    # A run on several workers or for a time (cli/campaign_run.py): where it ran, what it
+    # covered, every distinct failure it kept; None for a run in one process.
+    campaign: dict[str, object] | None = None
 
     @property
     def outcome(self) -> Outcome:
@@ -152,6 +155,7 @@ def summary(report: RunReport) -> dict[str, Any]:
             else {"path": str(report.trace_path), "events": report.trace_events}
         ),
         "replay_command": report.replay_command,
+        "campaign": jsonable(report.campaign) if report.campaign is not None else None,
     }
 
 

@@ -47,6 +47,11 @@ class SuiteRunOptions:
     junit: Path | None = None
     json: Path | None = None
     configs: str | None = None  # module:strategy; None: the engines' default, or the suite's
+    # Where and how long (options.backend_options, campaign_run.py).
+    workers: int | None = None  # None: 1 local process, or the Ray cluster's CPUs
+    ray: str | None = None  # a Ray cluster's address, "local" for one started here
+    duration: float | None = None  # seconds: a campaign with a time budget
+    example_db: Path | None = None  # Hypothesis' example database
 
 
 def is_long(long_flag: bool) -> bool:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.properties.corners import corners_of
 from schedspec.properties.engine_boundary import guarded
 from schedspec.properties.engine_contract import malformed_output, malformed_state
 from schedspec.properties.engine_errors import EngineContractError, engine_call_of
@@ -61,6 +62,8 @@ class CheckStats:
     kind_runs: dict[tuple[Kind, Profile], int] = field(default_factory=dict)
     steps: int = 0
     events: int = 0
+    # Steps that reached each named corner (corners.CORNERS), for a campaign's summary.
+    corners: dict[str, int] = field(default_factory=dict)
 
     @property
     def checks(self) -> dict[str, int]:
@@ -263,6 +266,9 @@ class CheckedEngine:
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         if not found:
+            corners = self.stats.corners
+            for corner in corners_of(self.config, pre, output, mid):
+                corners[corner] = corners.get(corner, 0) + 1
             self._finished_since_schedule.clear()
             # A request whose pending abort ends inside schedule() (SGLang's chunked
             # request) finished after this schedule began: the next one reports it.

@@ -2,8 +2,8 @@
 
 `pip install -e .` gives schedspec's core: the reference, the harness, the Z3
 proofs and the simulator. torch (the gpu engine, swarm mode, `run --execute`),
-vLLM (its scheduler under the suite) and CrossHair (the contract check) come
-separately. Asking for one of them where it is missing raises
+vLLM (its scheduler under the suite), Ray (campaigns on a cluster, --ray) and CrossHair
+(the contract check) come separately. Asking for one of them where it is missing raises
 MissingDependencyError, whose message says what brings it, before anything is
 imported: the commands report it as a usage error instead of a traceback.
 """
@@ -36,6 +36,11 @@ VLLM = OptionalDependency(
     "vllm",
     "vLLM",
     "install vLLM's scheduler into this venv with scripts/install_vllm.sh VENV",
+)
+RAY = OptionalDependency(
+    "ray",
+    "Ray",
+    "install the ray extra (pip install -e '.[ray]', or pip install 'schedspec[ray]')",
 )
 CROSSHAIR = OptionalDependency(
     "crosshair",

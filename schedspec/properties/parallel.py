@@ -1,42 +1,69 @@
-"""run_suite over several processes: the examples in chunks, one Hypothesis run each.
+"""The suite over many workers: the examples in chunks, one Hypothesis run each, run by a
+workers.ChunkRunner (forked local processes, or ray_workers.RayWorkers on a Ray cluster).
 
-Hypothesis itself is single-threaded, and the checked engine is pure Python, so the
-way to use a multi-core CI machine is more processes. The examples are split into
-chunks (suite.plan_chunks: at least one per worker, never more chunks than examples,
-chunk i on seed + i) and run by a workers.ChunkRunner, forked processes by default.
-The first failing chunk in chunk order is reported (so a run is the same for a seed
-whatever the timing); the chunks after it are stopped. Its trace is replayed here to
-rebuild the error (exceptions need not cross the process boundary, traces do): a
-violation, an engine error, a hang (StepTimeoutError, as in one process), an engine
-that ended its worker, or an error of the harness's own.
+Hypothesis itself is single-threaded, and the checked engine is pure Python, so the way
+to use more cores, or more machines, is more processes. A run is planned as chunks on
+distinct seeds (chunk i on seed + i): a count of examples (suite.plan_chunks: at least
+one chunk per worker), or, for a campaign with a time budget, chunks of
+CAMPAIGN_CHUNK_EXAMPLES planned as workers free up until the deadline (timed_chunks).
+Each worker runs ChunkWork (chunk_work.py) and hands back plain data; the driver merges
+the counts and, for the first failing chunk in chunk order (so a run is the same for a
+seed whatever the timing), replays its shrunk trace here to rebuild the error
+(exceptions need not cross the process boundary, traces do): a violation, a
+divergence, an engine error, a hang (StepTimeoutError, as in one process), an engine
+that ended its worker, or an error of the harness's own. That failure is the run's, as
+in one process: its trace, report and exit code.
+
+A count run stops at that failure (the chunks after it are stopped). A campaign
+(keep_going) runs on: each later failure, already shrunk by its worker, is kept as a
+Finding with its trace, once per failure label and shrunk trace. A lost worker loses
+only its chunk.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import random
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from hypothesis import strategies as st
 
 from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.checked_engine import CheckStats, InvariantViolationError, replay
+from schedspec.properties.checked_engine import CheckStats
+from schedspec.properties.chunk_work import (
+    BuiltTarget,
+    ChunkOutcome,
+    ChunkProgress,
+    ChunkWork,
+    TargetRecipe,
+)
 from schedspec.properties.engine_errors import EngineHalt, mark_engine_call
+from schedspec.properties.example_db import DatabaseSource
+from schedspec.properties.harness import SingleEngine, Target, replay_target
 from schedspec.properties.strategies import ConfigStrategyError
 from schedspec.properties.suite import (
     Chunk,
     SuiteResult,
     SuiteSettings,
     plan_chunks,
-    run_suite,
+    record_failure,
     save_trace,
 )
-from schedspec.properties.trace import FAILURE_TRACE_STEM, Trace, trace_file_name, trace_from_json
+from schedspec.properties.trace import Trace, trace_file_name, trace_from_json
 from schedspec.properties.workers import ChunkRunner, ForkedWorkers, WorkerCrashed, WorkerLost
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
+
+# Examples per chunk of a campaign with a time budget: small enough that a lost worker
+# loses little and progress moves, large enough that a chunk's start (a process, a
+# Hypothesis run) is a small part of its time.
+CAMPAIGN_CHUNK_EXAMPLES = 200
+
+ChunkResult = ChunkOutcome | WorkerLost[Chunk] | WorkerCrashed[Chunk]
 
 
 class WorkerLostError(EngineHalt):
@@ -58,20 +85,131 @@ class WorkerCrashedError(Exception):
 
 
 @dataclass(frozen=True)
-class ChunkOutcome:
-    """What a worker sends back: plain data only."""
+class Finding:
+    """One distinct failure of a campaign: what failed, the chunk that found it, and
+    its trace (none for a lost or crashed worker)."""
 
-    kind_runs: dict[Any, int]
-    steps: int
-    events: int
-    examples: int
-    failed: bool
-    first_failure_example: int | None
-    trace: dict[str, Any] | None
-    config_strategy_error: str | None  # the --configs strategy failed: no trace to replay
-    # A KeyboardInterrupt ended the chunk: workers ignore Ctrl-C, so the engine raised
-    # it; reported as the same interrupt would be in one process.
-    interrupted: bool
+    label: str
+    seed: int  # the seed of the chunk that found it
+    events: int | None  # events in its shrunk trace
+    trace_path: Path | None
+    trace_error: str | None = None  # why its trace could not be written
+
+
+@dataclass
+class CampaignResult:
+    """A parallel run: the merged result (its failure the first in chunk order, as in
+    one process) and every distinct failure found."""
+
+    result: SuiteResult
+    findings: list[Finding] = field(default_factory=list)
+    chunks: int = 0  # chunks that handed back a result (or were lost)
+    lost: int = 0  # chunks whose worker was lost or crashed
+    # (label, shrunk trace) of every failure kept, to keep each once
+    seen: set[tuple[str, str]] = field(default_factory=set, repr=False)
+
+
+@dataclass
+class CampaignTally:
+    """Progress over every chunk: the finished ones' counts plus what each running
+    chunk last reported."""
+
+    finished_examples: int = 0
+    finished_steps: int = 0
+    running: dict[int, ChunkProgress] = field(default_factory=dict)
+    findings: int = 0
+
+    @property
+    def examples(self) -> int:
+        return self.finished_examples + sum(p.examples for p in self.running.values())
+
+    @property
+    def steps(self) -> int:
+        return self.finished_steps + sum(p.steps for p in self.running.values())
+
+    def reported(self, chunk: Chunk, progress: object) -> None:
+        if isinstance(progress, ChunkProgress):
+            self.running[chunk.index] = progress
+
+    def finished(self, chunk: Chunk, examples: int, steps: int) -> None:
+        self.running.pop(chunk.index, None)
+        self.finished_examples += examples
+        self.finished_steps += steps
+
+
+def timed_chunks(
+    seed: int, deadline: float, examples: int | None = None, parts: int = 1
+) -> Iterator[Chunk]:
+    """A campaign's chunks, chunk i on seed + i, each of at most CAMPAIGN_CHUNK_EXAMPLES,
+    until the deadline (time.time()) or, when `examples` is given, until they add up to
+    it (plan_chunks over `parts` workers), whichever comes first. Lazy: a runner pulls
+    the next one when a worker frees up."""
+    planned: Iterable[Chunk] = (
+        plan_chunks(examples, seed, parts, CAMPAIGN_CHUNK_EXAMPLES)
+        if examples is not None
+        else (Chunk(i, seed + i, CAMPAIGN_CHUNK_EXAMPLES) for i in itertools.count())
+    )
+    for chunk in planned:
+        if time.time() >= deadline:
+            return
+        yield chunk
+
+
+def run_campaign(
+    recipe: TargetRecipe,
+    local: Target,
+    suite_settings: SuiteSettings,
+    chunks: Iterable[Chunk],
+    runner: ChunkRunner,
+    *,
+    keep_going: bool = False,
+    database: DatabaseSource | None = None,
+    trace_dir: Path | None = None,
+    on_progress: Callable[[CampaignTally], None] | None = None,
+) -> CampaignResult:
+    """Run the chunks on the runner (the work: ChunkWork over the recipe) and merge what
+    comes back; `local` is the same target built here, to replay the first failure on.
+    suite_settings.seed must be set (it names the run and its trace). An interrupt stops
+    the workers and keeps what finished."""
+    assert suite_settings.seed is not None, "a campaign's seed is chosen by its caller"
+    work = ChunkWork(recipe, suite_settings, database)
+    started = time.perf_counter()
+    campaign = CampaignResult(SuiteResult(local.profile, suite_settings.seed, 0, CheckStats(), 0.0))
+    tally = CampaignTally()
+
+    def progress(chunk: Chunk, payload: object) -> None:
+        tally.reported(chunk, payload)
+        if on_progress is not None:
+            on_progress(tally)
+
+    results = runner.map_chunks(work, chunks, progress)
+    try:
+        for outcome in results:
+            stop = _merge(campaign, outcome, local, recipe, trace_dir, keep_going)
+            examples = outcome.examples if isinstance(outcome, ChunkOutcome) else 0
+            steps = outcome.steps if isinstance(outcome, ChunkOutcome) else 0
+            tally.finished(outcome.chunk, examples, steps)
+            tally.findings = len(campaign.findings)
+            if on_progress is not None:
+                on_progress(tally)
+            if stop:
+                break
+    except KeyboardInterrupt as err:
+        campaign.result.interrupted = err
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()  # stops the workers still running
+    result = campaign.result
+    result.seconds = time.perf_counter() - started
+    if result.trace is not None and trace_dir is not None:
+        save_trace(result, trace_dir / trace_file_name(recipe.trace_stem, result.seed))
+        if campaign.findings:
+            first = campaign.findings[0]
+            campaign.findings[0] = replace(
+                first, trace_path=result.trace_path, trace_error=result.trace_error
+            )
+    return campaign
 
 
 def run_suite_parallel(
@@ -87,92 +225,104 @@ def run_suite_parallel(
     the same result type. An interrupt stops the workers and keeps what finished."""
     seed = suite_settings.seed if suite_settings.seed is not None else random.randrange(2**32)
     chunks = plan_chunks(suite_settings.examples, seed, parts=workers)
-    chosen = replace(suite_settings, seed=seed)
-
-    def work(chunk: Chunk) -> ChunkOutcome:
-        share = replace(chosen, examples=chunk.examples, seed=chunk.seed)
-        return _outcome(run_suite(factory, profile, share, config_strategy))
-
-    started = time.perf_counter()
-    result = SuiteResult(profile, seed, 0, CheckStats(), 0.0)
+    target = SingleEngine(factory, profile)
     chosen_runner = runner if runner is not None else ForkedWorkers(min(workers, len(chunks)))
-    results = chosen_runner.map_chunks(work, chunks)
-    try:
-        for chunk, outcome in zip(chunks, results, strict=False):
-            if _merge(result, chunk, outcome, factory, profile):
-                break
-    except KeyboardInterrupt as err:
-        result.interrupted = err
-    finally:
-        close = getattr(results, "close", None)
-        if close is not None:
-            close()  # stops the workers still running
-    result.seconds = time.perf_counter() - started
-    if result.trace is not None and trace_dir is not None:
-        save_trace(result, trace_dir / trace_file_name(FAILURE_TRACE_STEM, seed))
-    return result
-
-
-def _outcome(result: SuiteResult) -> ChunkOutcome:
-    config_error = result.other_error
-    return ChunkOutcome(
-        dict(result.stats.kind_runs),
-        result.stats.steps,
-        result.stats.events,
-        result.examples,
-        not result.passed,
-        result.first_failure_example,
-        result.trace.to_json() if result.trace is not None else None,
-        str(config_error) if isinstance(config_error, ConfigStrategyError) else None,
-        result.interrupted is not None,
+    campaign = run_campaign(
+        BuiltTarget(target, config_strategy),
+        target,
+        replace(suite_settings, seed=seed),
+        chunks,
+        chosen_runner,
+        trace_dir=trace_dir,
     )
+    return campaign.result
 
 
 def _merge(
-    result: SuiteResult,
-    chunk: Chunk,
-    outcome: ChunkOutcome | WorkerLost[Chunk] | WorkerCrashed[Chunk],
-    factory: EngineFactory,
-    profile: Profile,
+    campaign: CampaignResult,
+    outcome: ChunkResult,
+    local: Target,
+    recipe: TargetRecipe,
+    trace_dir: Path | None,
+    keep_going: bool,
 ) -> bool:
-    """Add a chunk's outcome to the result; True if it failed (the run stops there)."""
-    if isinstance(outcome, WorkerLost):
-        result.other_error = WorkerLostError(outcome)
-        return True
-    if isinstance(outcome, WorkerCrashed):
-        result.other_error = WorkerCrashedError(
-            f"the harness raised in the worker of seed {chunk.seed}:\n{outcome.traceback}"
-        )
-        return True
-    stats = result.stats
-    for key, runs in outcome.kind_runs.items():
-        stats.kind_runs[key] = stats.kind_runs.get(key, 0) + runs
-    stats.steps += outcome.steps
-    stats.events += outcome.events
-    if outcome.failed and outcome.first_failure_example is not None:
-        result.first_failure_example = result.examples + outcome.first_failure_example
-    result.examples += outcome.examples
+    """Add a chunk's outcome to the campaign; True when the run stops there."""
+    result = campaign.result
+    campaign.chunks += 1
+    if isinstance(outcome, WorkerLost | WorkerCrashed):
+        campaign.lost += 1
+        error = _worker_error(outcome)
+        label = "worker lost" if isinstance(outcome, WorkerLost) else "harness error in a worker"
+        if not campaign.findings:
+            result.other_error = error
+        campaign.findings.append(Finding(label, outcome.chunk.seed, None, None))
+        return not keep_going
+    _add_counts(result, outcome)
     if outcome.config_strategy_error is not None:
         result.other_error = ConfigStrategyError(outcome.config_strategy_error)
         return True
     if outcome.interrupted:
         result.interrupted = KeyboardInterrupt()
-    if outcome.failed and outcome.trace is not None:
-        _rebuild_failure(result, trace_from_json(outcome.trace), factory, profile)
-    return outcome.failed
+    if outcome.failed and outcome.label is not None and outcome.trace is not None:
+        trace = trace_from_json(outcome.trace)
+        key = (outcome.label, json.dumps(outcome.trace, sort_keys=True))
+        if key not in campaign.seen:
+            campaign.seen.add(key)
+            if not campaign.findings:
+                _rebuild_failure(result, trace, local)
+                found = Finding(outcome.label, outcome.chunk.seed, len(trace.events), None)
+            else:
+                found = _kept(outcome.label, outcome.chunk, trace, recipe, trace_dir)
+            campaign.findings.append(found)
+    return outcome.interrupted or (outcome.failed and not keep_going)
 
 
-def _rebuild_failure(
-    result: SuiteResult, trace: Trace, factory: EngineFactory, profile: Profile
-) -> None:
+def _add_counts(result: SuiteResult, outcome: ChunkOutcome) -> None:
+    stats = result.stats
+    for key, runs in outcome.kind_runs.items():
+        stats.kind_runs[key] = stats.kind_runs.get(key, 0) + runs
+    for corner, steps in outcome.corners.items():
+        stats.corners[corner] = stats.corners.get(corner, 0) + steps
+    stats.steps += outcome.steps
+    stats.events += outcome.events
+    first = outcome.first_failure_example
+    if outcome.failed and first is not None and result.first_failure_example is None:
+        result.first_failure_example = result.examples + first
+    result.examples += outcome.examples
+
+
+def _worker_error(outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]) -> BaseException:
+    if isinstance(outcome, WorkerLost):
+        return WorkerLostError(outcome)
+    return WorkerCrashedError(
+        f"the harness raised in the worker of seed {outcome.chunk.seed}:\n{outcome.traceback}"
+    )
+
+
+def _kept(
+    label: str, chunk: Chunk, trace: Trace, recipe: TargetRecipe, trace_dir: Path | None
+) -> Finding:
+    """A later failure of a campaign, its trace written under its chunk's seed (the
+    first failure's trace has the run's seed, which no later chunk has)."""
+    if trace_dir is None:
+        return Finding(label, chunk.seed, len(trace.events), None)
+    path = trace_dir / trace_file_name(recipe.trace_stem, chunk.seed)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        trace.save(path)
+    except OSError as err:
+        problem = f"could not write the trace {path}: {err.strerror or err}"
+        return Finding(label, chunk.seed, len(trace.events), None, problem)
+    return Finding(label, chunk.seed, len(trace.events), path)
+
+
+def _rebuild_failure(result: SuiteResult, trace: Trace, local: Target) -> None:
     """Replay the worker's minimal trace here, so the result carries a real error."""
     result.trace = trace
     try:
-        replay(trace, factory, profile)
-    except InvariantViolationError as err:
-        result.error = err
+        replay_target(local, trace)
     except (Exception, EngineHalt) as err:
-        result.other_error = err
+        record_failure(result, err)
     else:
         unrepeated = RuntimeError(
             f"the failing trace passed on replay (is the engine deterministic?): {trace.note}"

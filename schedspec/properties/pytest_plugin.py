@@ -10,6 +10,11 @@ enough. Two ways in:
       def test_my_engine_meets_the_spec(schedspec_suite):
           schedspec_suite(make_engine)
 
+- fuzz_target(ENGINE) is the suite's state machine as a test of its own, one that
+  HypoFuzz can fuzz (`hypothesis fuzz -- tests/test_fuzz.py`, docs/CAMPAIGNS.md):
+
+      TestMyEngine = fuzz_target("my_adapter:make_engine")
+
 A failure shows the violations, the shrunk counterexample step by step
 and the path of its trace file.
 """
@@ -17,6 +22,7 @@ and the path of its trace file.
 from __future__ import annotations
 
 import os
+import unittest
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,3 +242,57 @@ def schedspec_suite(request: pytest.FixtureRequest, tmp_path: Path) -> SuiteRunn
     overrides them; a failure's trace goes to the test's tmp_path.
     """
     return SuiteRunner(SuiteOptions.of(request.config), tmp_path)
+
+
+# ------------------------------------------------------- the test HypoFuzz runs
+
+
+def fuzz_target(
+    engine: str,
+    profile: Profile | None = None,
+    *,
+    configs: str | None = None,
+    settings: SuiteSettings | None = None,
+) -> type[unittest.TestCase]:
+    """The suite's state machine on `engine` as a unittest TestCase: assign it to a
+    Test* name in a test module, and pytest runs it as one test, which HypoFuzz
+    (`hypothesis fuzz -- THAT_MODULE`) can fuzz open-ended, coverage-guided.
+
+    `engine` is a name as --schedspec-engine takes it, `profile` as
+    --schedspec-profile (default: the family profile the engine claims, else safety),
+    `configs` a module:strategy [default: the engine's own, else the suite's];
+    `settings` give the examples and actions per example of a pytest run [default:
+    SuiteSettings.quick(), the long profile with SCHEDSPEC_LONG=1] (HypoFuzz runs
+    examples until it is stopped). The database is left to Hypothesis' default:
+    HypoFuzz fuzzes only tests that use it. Engine calls have no step time limit here.
+    """
+    import hypothesis
+    from hypothesis import HealthCheck
+
+    from schedspec.properties.engines import (
+        default_configs,
+        load_config_strategy,
+        load_engine_factory,
+    )
+    from schedspec.properties.harness import SingleEngine
+    from schedspec.properties.state_machine import make_target_machine, rules_for
+    from schedspec.properties.suite import ALL_PHASES, NO_SHRINK
+
+    factory = load_engine_factory(engine)
+    chosen_profile = resolve_profile(factory, engine, profile)
+    configs_name = configs if configs is not None else default_configs((engine,))
+    strategy = load_config_strategy(configs_name) if configs_name is not None else None
+    chosen = settings if settings is not None else SuiteOptions(None, None, None).settings()
+    machine = make_target_machine(SingleEngine(factory, chosen_profile), strategy)
+    # Hypothesis names the test after the machine, HypoFuzz its dashboard's entry.
+    machine.__name__ = machine.__qualname__ = f"Schedspec[{engine}:{chosen_profile}]"
+    case: type[unittest.TestCase] = machine.TestCase
+    case.settings = hypothesis.settings(  # type: ignore[attr-defined]
+        max_examples=chosen.examples,
+        stateful_step_count=rules_for(chosen.rules_per_example),
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        # The suite's phases: no explain phase (its tracing slows shrinking many times).
+        phases=ALL_PHASES if chosen.shrink else NO_SHRINK,
+    )
+    return case

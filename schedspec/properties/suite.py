@@ -5,7 +5,8 @@ seed + 1, ...): Hypothesis keeps a record of every example a run tried, so one r
 20,000 long examples would hold gigabytes; a series holds one chunk's worth at a time.
 The first failure ends the series. An interrupt (Ctrl-C, or SIGTERM as the command line
 raises it) ends it too, keeping the failure found so far: its trace, unshrunk, is
-written like any other.
+written like any other. So does a time budget (SuiteSettings.deadline, a campaign's
+--duration): no example starts after it, though a failure found before it is still shrunk.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import hypothesis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
@@ -85,6 +87,11 @@ class SuiteSettings:
     rules_per_example: int = 40
     seed: int | None = None  # None: a fresh random seed, reported in the result
     shrink: bool = True  # off: report the first failure found, unshrunk (faster)
+    # Where Hypothesis keeps the failing examples it found, and tries them first on the
+    # next run (example_db.py); None: nowhere, so a seed alone decides a run.
+    database: ExampleDatabase | None = None
+    # Wall-clock time (time.time()) after which no example starts; None: no budget.
+    deadline: float | None = None
 
     @staticmethod
     def quick() -> SuiteSettings:
@@ -113,6 +120,7 @@ class SuiteResult:
     # Set when Ctrl-C (or a signal the caller turns into KeyboardInterrupt) stopped the
     # run: the failure found by then, if any, is kept unshrunk.
     interrupted: KeyboardInterrupt | None = field(default=None, repr=False)
+    budget_spent: bool = False  # the deadline stopped the run before its examples ran out
     trace_error: str | None = None  # why the trace could not be written, if it could not
 
     @property
@@ -156,6 +164,8 @@ def run_target(
     seed = chosen.seed if chosen.seed is not None else random.randrange(2**32)
     recorder = SuiteRecorder()
     machine = make_target_machine(target, config_strategy, recorder)
+    if chosen.deadline is not None:
+        on_example = _stopping_at(chosen.deadline, on_example)
     if on_example is not None:
         _report_each_example(machine, recorder, on_example)
     started = time.perf_counter()
@@ -192,7 +202,7 @@ def _run_chunk(
         max_examples=chunk.examples,
         stateful_step_count=rules_for(chosen.rules_per_example),
         deadline=None,
-        database=None,
+        database=chosen.database,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
         # report_multiple_bugs stays on: turning it off also cut shrinking short
@@ -203,17 +213,20 @@ def _run_chunk(
     try:
         with rarer_collections():
             run_state_machine_as_test(machine, settings=run_settings)
+    except TimeBudgetSpent:
+        result.budget_spent = True
+        return True
     except Unsatisfiable as err:  # every example was rejected while drawing its config
-        _record(result, ConfigStrategyError(f"no example could draw a config: {err}"))
+        record_failure(result, ConfigStrategyError(f"no example could draw a config: {err}"))
         return True
     except (Exception, EngineHalt) as err:  # engine crashes and hangs are failures too
-        _record(result, _first_finding(err) or err)
+        record_failure(result, _first_finding(err) or err)
         result.trace = recorder.last_failure
         return True
     except KeyboardInterrupt as err:
         result.interrupted = err
         if recorder.last_error is not None:  # the failure found so far, unshrunk
-            _record(result, recorder.last_error)
+            record_failure(result, recorder.last_error)
             result.trace = recorder.last_failure
         return True
     return False
@@ -250,7 +263,7 @@ def rarer_collections() -> Iterator[None]:
         gc.set_threshold(*saved)
 
 
-def _record(result: SuiteResult, failure: BaseException) -> None:
+def record_failure(result: SuiteResult, failure: BaseException) -> None:
     """File a failure under its kind, replacing whatever was recorded before."""
     result.error = result.divergence = result.other_error = None
     if isinstance(failure, InvariantViolationError):
@@ -270,7 +283,7 @@ def _minimize(result: SuiteResult, target: Target) -> None:
     try:
         replay_target(target, smaller)
     except (Exception, EngineHalt) as err:
-        _record(result, err)
+        record_failure(result, err)
         note = failure_note(err)
         result.trace = Trace(smaller.config, smaller.events, smaller.model, note=note)
 
@@ -285,6 +298,26 @@ def _first_finding(err: BaseException) -> InvariantViolationError | DivergenceEr
             if found is not None:
                 return found
     return None
+
+
+class TimeBudgetSpent(BaseException):
+    """Raised between examples once the deadline has passed: a BaseException, so that
+    Hypothesis stops at once and takes it for no failure of the test."""
+
+
+def _stopping_at(
+    deadline: float, then: Callable[[SuiteRecorder], None] | None
+) -> Callable[[SuiteRecorder], None]:
+    """An on_example callback that ends the run once `deadline` has passed, unless a
+    failure is being shrunk (its shrinking runs to the end), after calling `then`."""
+
+    def on_example(recorder: SuiteRecorder) -> None:
+        if then is not None:
+            then(recorder)
+        if recorder.last_failure is None and time.time() >= deadline:
+            raise TimeBudgetSpent
+
+    return on_example
 
 
 def _report_each_example(

@@ -1,0 +1,211 @@
+"""`check` and `diff` on several workers: local processes or a Ray cluster, for a count of
+examples or for a time (a campaign, --duration).
+
+The run is planned and merged by properties/parallel.py whatever the backend: chunks of
+examples on seeds seed, seed + 1, ..., the first failure in chunk order replayed here
+into the same trace, report and exit code as a run in one process. A campaign goes on
+past failures and keeps each distinct one's trace; it ends at its deadline, or on
+Ctrl-C or SIGTERM, which stop every worker (the report is still written). Afterwards it
+says what it covered: the chunks, examples and steps, and the named corners
+(properties/corners.py) its steps reached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import click
+
+from schedspec.cli.options import format_duration
+from schedspec.cli.progress import campaign_progress
+from schedspec.cli.suite_run import SuiteRunOptions
+from schedspec.properties.chunk_work import NamedEngines
+from schedspec.properties.corners import CORNERS
+from schedspec.properties.example_db import DatabaseSource, LocalDirectory, campaign_namespace
+from schedspec.properties.failure_report import plural
+from schedspec.properties.harness import Target
+from schedspec.properties.parallel import CampaignResult, run_campaign, timed_chunks
+from schedspec.properties.suite import Chunk, SuiteSettings, plan_chunks
+from schedspec.properties.workers import ChunkRunner, ForkedWorkers
+
+if TYPE_CHECKING:
+    from schedspec.properties.ray_cluster import RayCluster
+
+
+@dataclass(frozen=True)
+class ParallelRun:
+    """A finished parallel run and where it ran."""
+
+    campaign: CampaignResult
+    backend: str  # "2 local processes", "a local Ray cluster (2 CPUs), 2 workers", ...
+    workers: int
+
+
+def runs_in_parallel(options: SuiteRunOptions) -> bool:
+    """More than one worker, Ray, or a time budget: the run goes through parallel.py."""
+    return (options.workers or 1) > 1 or options.ray is not None or options.duration is not None
+
+
+def examples_phrase(options: SuiteRunOptions, chosen: SuiteSettings) -> str:
+    """How much the run searches, for its first line: a count, or a time."""
+    if options.duration is None:
+        return f"{chosen.examples} examples"
+    cap = f" (at most {options.examples})" if options.examples is not None else ""
+    return f"examples for {format_duration(options.duration)}{cap}"
+
+
+def database_source(options: SuiteRunOptions, recipe: NamedEngines) -> LocalDirectory | None:
+    """--example-db as this machine opens it, under the run's namespace (example_db.py)."""
+    if options.example_db is None:
+        return None
+    namespace = campaign_namespace(recipe.command, recipe.engines, recipe.profile, recipe.configs)
+    return LocalDirectory(options.example_db, namespace)
+
+
+def with_database(
+    chosen: SuiteSettings, options: SuiteRunOptions, recipe: NamedEngines
+) -> SuiteSettings:
+    """A one-process run's settings, with --example-db opened when given."""
+    source = database_source(options, recipe)
+    return chosen if source is None else replace(chosen, database=source.open())
+
+
+def run_parallel(
+    options: SuiteRunOptions, recipe: NamedEngines, local: Target, chosen: SuiteSettings
+) -> ParallelRun:
+    """The run on the backend the options name; `local` is the recipe's target built
+    here (replaying the first failure)."""
+    assert chosen.seed is not None
+    local_db = database_source(options, recipe)
+    if options.ray is None:
+        workers = options.workers or 1
+        backend = f"{workers} local process" + ("es" if workers != 1 else "")
+        runner = ForkedWorkers(workers)
+        return _run(options, recipe, local, chosen, runner, local_db, backend, workers)
+    from schedspec.properties.ray_cluster import RayClusterError, ray_cluster
+
+    address = None if options.ray == "local" else options.ray
+    try:
+        with ray_cluster(address, options.workers) as cluster:
+            return _run_on_ray(options, recipe, local, chosen, cluster, local_db)
+    except RayClusterError as err:
+        if address is None:
+            raise  # a local cluster that does not start is no usage error
+        raise click.BadParameter(str(err), param_hint="'--ray'") from None
+
+
+def _run_on_ray(
+    options: SuiteRunOptions,
+    recipe: NamedEngines,
+    local: Target,
+    settings: SuiteSettings,
+    cluster: RayCluster,
+    local_db: LocalDirectory | None,
+) -> ParallelRun:
+    # Only now: importing Ray's runner before the cluster is up would fix its address.
+    from schedspec.properties.ray_workers import RayWorkers, serve_directory
+
+    workers = options.workers or cluster.cpus
+    backend = f"{cluster.describe()}, {plural(workers, 'worker')}"
+    click.echo(f"on {backend}")
+    served: DatabaseSource | None = None
+    if local_db is not None:
+        served = serve_directory(local_db.path, local_db.namespace)
+    return _run(options, recipe, local, settings, RayWorkers(workers), served, backend, workers)
+
+
+def _plan(options: SuiteRunOptions, settings: SuiteSettings, workers: int) -> Iterable[Chunk]:
+    assert settings.seed is not None
+    if settings.deadline is None:
+        return plan_chunks(settings.examples, settings.seed, parts=workers)
+    return timed_chunks(settings.seed, settings.deadline, options.examples, workers)
+
+
+def _run(
+    options: SuiteRunOptions,
+    recipe: NamedEngines,
+    local: Target,
+    chosen: SuiteSettings,
+    runner: ChunkRunner,
+    database: DatabaseSource | None,
+    backend: str,
+    workers: int,
+) -> ParallelRun:
+    # The time budget starts once the backend is up (a local Ray cluster takes seconds
+    # to start), so a short campaign is not spent before its first chunk.
+    deadline = None if options.duration is None else time.time() + options.duration
+    settings = replace(chosen, deadline=deadline)
+    chunks = _plan(options, settings, workers)
+    # A campaign's bar measures its time, or its --examples cap if that runs out first.
+    counted = settings.examples if options.duration is None else options.examples
+    with campaign_progress(counted, options.duration, options.progress) as on_progress:
+        campaign = run_campaign(
+            recipe,
+            local,
+            settings,
+            chunks,
+            runner,
+            keep_going=options.duration is not None,
+            database=database,
+            trace_dir=options.trace_dir,
+            on_progress=on_progress,
+        )
+    return ParallelRun(campaign, backend, workers)
+
+
+def echo_campaign(run: ParallelRun, options: SuiteRunOptions) -> None:
+    """What a parallel run covered and, for a campaign, each distinct failure it kept."""
+    campaign = run.campaign
+    result = campaign.result
+    rate = result.stats.steps / result.seconds if result.seconds else 0.0
+    lost = f", {campaign.lost} lost" if campaign.lost else ""
+    click.echo(
+        f"on {run.backend}: {plural(campaign.chunks, 'chunk')}{lost}, "
+        f"{result.examples} examples, {result.stats.steps} steps in {result.seconds:.1f} s "
+        f"({rate:,.0f} steps/s)"
+    )
+    reached, never = _corners(result.stats.corners)
+    click.echo(f"corners reached (steps): {reached or 'none'}")
+    if never:
+        click.echo(f"corners never reached: {', '.join(never)}")
+    if options.duration is not None and campaign.findings:
+        click.echo(f"failures kept: {len(campaign.findings)} distinct")
+        for finding in campaign.findings:
+            where = (
+                f"{finding.trace_path} ({plural(finding.events or 0, 'event')})"
+                if finding.trace_path is not None
+                else finding.trace_error or "no trace"
+            )
+            click.echo(f"  {finding.label} (chunk seed {finding.seed}): {where}")
+
+
+def _corners(counts: dict[str, int]) -> tuple[str, list[str]]:
+    reached = "  ".join(f"{name} {counts[name]}" for name in CORNERS if counts.get(name))
+    never = [name for name in CORNERS if not counts.get(name)]
+    return reached, never
+
+
+def campaign_report(run: ParallelRun, options: SuiteRunOptions) -> dict[str, object]:
+    """The JSON report's `campaign` section."""
+    campaign = run.campaign
+    return {
+        "backend": run.backend,
+        "ray": options.ray,
+        "workers": run.workers,
+        "duration": options.duration,
+        "chunks": campaign.chunks,
+        "lost_chunks": campaign.lost,
+        "corners": {name: campaign.result.stats.corners.get(name, 0) for name in CORNERS},
+        "findings": [
+            {
+                "label": f.label,
+                "seed": f.seed,
+                "events": f.events,
+                "trace": None if f.trace_path is None else str(f.trace_path),
+            }
+            for f in campaign.findings
+        ],
+    }
