@@ -143,7 +143,10 @@ def test_trace_workload(tmp_path: Path) -> None:
         (["--prompt-len", "uniform:5:2"], "prompt_len: expected fixed:N"),
         (["--rate", "0"], "rate: must be > 0"),
         (["--workload", "long-prompt", "--rate", "3"], "--rate shape(s) only the mixed workload"),
-        (["--engine", "nosuch"], "engine: expected 'reference', 'gpu', 'vllm', or module:factory"),
+        (
+            ["--engine", "nosuch"],
+            "engine: expected 'reference', 'gpu', 'vllm', 'sglang', or module:factory",
+        ),
         # --compare runs its own presets: a flag that also picks configs would be ignored.
         (
             ["--compare", "--experiment", "chunked-prefill"],
