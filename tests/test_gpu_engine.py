@@ -16,7 +16,7 @@ from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
 from schedspec.properties.adapters.gpu import GpuEngine, HashCollisionError
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.properties.reference_adapter import ReferenceEngine
 from schedspec.spec import ModelRunnerOutput, Request, RequestError, SchedulerConfig
 from tests.gpu_helpers import busy_swarm
 
@@ -64,7 +64,7 @@ class TestBlockPool:
         # The worked example above, step for step beside the reference.
         engines: list[GpuEngine | ReferenceEngine] = [
             GpuEngine(CACHED, device="cpu"),
-            reference_engine(CACHED),
+            ReferenceEngine(CACHED),
         ]
         for engine in engines:
             engine.add_request(Request("a", (1, 2, 3, 4, 5), max_tokens=4))

@@ -54,7 +54,12 @@ class NamedEngine:
 ENGINES: dict[str, NamedEngine] = {
     engine.name: engine
     for engine in (
-        NamedEngine("reference", "schedspec.properties.reference_adapter:reference_engine"),
+        # Both policy families: vLLM V1's by default, SGLang's with family "sglang".
+        NamedEngine(
+            "reference",
+            "schedspec.properties.reference_adapter:reference_engine",
+            families=("vllm", "sglang"),
+        ),
         # gpu_impl with B = 1, on the suite's own configs (async scheduling and
         # spec-decode padding included).
         NamedEngine("gpu", "schedspec.properties.adapters.gpu:gpu_engine", needs=(TORCH,)),

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from schedspec.spec import Family, SchedulerConfig, SpecInputError, shown
+from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN
 from schedspec.spec.invariants import FAMILY_PROFILES, PROFILES, Profile
 
 if TYPE_CHECKING:
@@ -22,6 +23,14 @@ if TYPE_CHECKING:
 # the profiles it claims before any checking starts.
 PROBE_CONFIG = SchedulerConfig(
     block_size=1, num_blocks=2, max_num_batched_tokens=2, max_num_seqs=1, max_model_len=2
+)
+# The same in family "sglang", whose door needs a longer context to admit anything.
+_SGLANG_PROBE_CONFIG = replace(
+    PROBE_CONFIG,
+    family="sglang",
+    num_blocks=MIN_SGLANG_MAX_MODEL_LEN,
+    max_num_batched_tokens=MIN_SGLANG_MAX_MODEL_LEN,
+    max_model_len=MIN_SGLANG_MAX_MODEL_LEN,
 )
 
 
@@ -57,8 +66,8 @@ def claimed_profiles(engine: object) -> frozenset[Profile]:
 
 
 def probe_config(family: Family) -> SchedulerConfig:
-    """PROBE_CONFIG in the given policy family."""
-    return PROBE_CONFIG if family == PROBE_CONFIG.family else replace(PROBE_CONFIG, family=family)
+    """The smallest config of the given policy family (PROBE_CONFIG for vLLM's)."""
+    return _SGLANG_PROBE_CONFIG if family == "sglang" else PROBE_CONFIG
 
 
 def probe_profiles(factory: EngineFactory, family: Family = "vllm") -> frozenset[Profile]:

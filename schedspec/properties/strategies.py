@@ -16,7 +16,8 @@ from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.events import AddRequest
 from schedspec.spec import Family, SchedulerConfig, shown
-from schedspec.spec.config import POLICIES
+from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN, POLICIES
+from schedspec.spec.request import max_prompt_tokens
 
 BLOCK_SIZES = (1, 2, 3, 4, 8, 16, 32)
 # Few distinct token ids, and prompts built from shared prefixes, so that the
@@ -117,7 +118,7 @@ def sglang_configs(
     """Small configs of family "sglang" (SGLang's knobs drawn, vLLM's at their
     defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed."""
     page_size = draw(_PAGE_SIZE_DRAWS)
-    max_model_len = draw(_integers(2, max_model_len_cap))
+    max_model_len = draw(_integers(MIN_SGLANG_MAX_MODEL_LEN, max_model_len_cap))
     min_pages = -(-max_model_len // page_size)
     num_pages = draw(_num_blocks_draws(min_pages))
     max_running = draw(_MAX_NUM_SEQS_DRAWS)
@@ -257,7 +258,7 @@ request_draws: st.SearchStrategy[RequestDraw] = st.builds(
 def prompt_length(config: SchedulerConfig, kind: int, anything: int) -> int:
     """Kinds 0-4 are the edges: 1 token, one and two whole blocks, one block less a
     token, max_model_len - 1; kinds 5-9 any length in between."""
-    longest = config.max_model_len - 1
+    longest = max_prompt_tokens(config)
     bs = config.block_size
     edges = (1, min(bs, longest), min(2 * bs, longest), max(1, min(bs - 1, longest)), longest)
     return edges[kind] if kind < len(edges) else 1 + anything % longest

@@ -17,6 +17,9 @@ POLICIES: tuple[Policy, ...] = ("fcfs", "priority")
 Family = Literal["vllm", "sglang"]
 FAMILIES: tuple[Family, ...] = ("vllm", "sglang")
 
+# The shortest context the SGLang family admits a one-token prompt into.
+MIN_SGLANG_MAX_MODEL_LEN = 8
+
 # SGLang's initial new_token_ratio is 0.7 * schedule_conservativeness, capped at 1:
 # above 1 / 0.7 every value means the same. 100 leaves room for any real setting.
 MAX_SCHEDULE_CONSERVATIVENESS = 100.0
@@ -161,6 +164,21 @@ class SchedulerConfig:
                     f"is not a knob of family {self.family!r}: must keep its default "
                     f"{default!r}, got {shown(getattr(self, name))}",
                 )
+        if self.family != "sglang":
+            return
+        # SGLang refuses prompts of max_model_len - 6 tokens or more (request.py,
+        # max_prompt_tokens): below this context length it admits nothing.
+        if self.max_model_len < MIN_SGLANG_MAX_MODEL_LEN:
+            raise ConfigError(
+                "max_model_len",
+                f"must be >= {MIN_SGLANG_MAX_MODEL_LEN} in family 'sglang' (SGLang refuses "
+                f"prompts of max_model_len - 6 tokens or more), got {self.max_model_len}",
+            )
+        # SGLang mixes decodes into a prefill only when it chunks prefills.
+        if self.enable_mixed_chunk and not self.enable_chunked_prefill:
+            raise ConfigError(
+                "enable_mixed_chunk", "needs enable_chunked_prefill (SGLang ignores it without)"
+            )
 
     def _check_cross_field_bounds(self) -> None:
         # vLLM refuses these at start-up; each one, if allowed, lets a

@@ -82,9 +82,12 @@ class Request:
         # output is still delivered (it is right), but must not move the reset
         # counters.
         self.num_stale_output_tokens = 0
-        # Stale output is dropped instead of delivered (vLLM's connector and
-        # reset_prefix_cache paths; never set by the paths this spec models).
+        # Stale output is dropped instead of delivered (SGLang drops a retracted
+        # request's output in flight; vLLM's modelled paths never drop it).
         self.drop_stale_output = False
+        # finish_requests marked it, and it finishes FINISHED_ABORTED when the next
+        # step that runs it lands (SGLang's deferred abort of a running request).
+        self.abort_pending = False
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -151,9 +154,47 @@ def _progress_field(request: Request) -> str | None:
         ("is_prefill_chunk", False),
         ("stop_reason", None),
         ("drop_stale_output", False),
+        ("abort_pending", False),
         ("all_token_ids", list(request.prompt_token_ids)),
     )
     return next((name for name, fresh in fresh_values if getattr(request, name) != fresh), None)
+
+
+# SGLang's door (Scheduler.init_req_max_new_tokens, validate_input_length): its
+# longest request is min(context_len, max_total_num_tokens) - 1 tokens, and it
+# aborts a prompt of that less SGLANG_PROMPT_MARGIN tokens or more.
+SGLANG_PROMPT_MARGIN = 5
+
+
+def max_prompt_tokens(config: SchedulerConfig) -> int:
+    """The longest prompt the family's door admits. vLLM: below max_model_len.
+    SGLang: below max_req_len - 5, max_req_len = min(context length, pool tokens) - 1,
+    and the config guarantees that the pool holds max_model_len tokens."""
+    if config.family == "sglang":
+        return config.max_model_len - 1 - SGLANG_PROMPT_MARGIN - 1
+    return config.max_model_len - 1
+
+
+def sglang_max_new_tokens(config: SchedulerConfig, num_prompt_tokens: int, asked: int) -> int:
+    """SGLang's max_new_tokens for an admitted prompt: the asked count clipped so the
+    request fits the context (max_req_len - prompt - 1) and an empty pool (pool
+    tokens - the prompt's pages - one page - 1). It may be 0; SGLang then still
+    samples one token, which finishes the request."""
+    page = config.block_size
+    max_req_len = config.max_model_len - 1
+    pool_tokens = config.num_blocks * page
+    paged_prompt = -(-num_prompt_tokens // page) * page
+    return max(
+        0, min(asked, max_req_len - num_prompt_tokens - 1, pool_tokens - paged_prompt - page - 1)
+    )
+
+
+def admitted_max_tokens(config: SchedulerConfig, request: Request) -> int:
+    """The max_tokens an accepted request runs with: what it asked for (vLLM), or
+    SGLang's clipped max_new_tokens, at least 1 (one token is always sampled)."""
+    if config.family == "sglang":
+        return max(1, sglang_max_new_tokens(config, request.num_prompt_tokens, request.max_tokens))
+    return request.max_tokens
 
 
 def validate_new_request(request: Request, config: SchedulerConfig) -> None:
@@ -178,11 +219,17 @@ def validate_new_request(request: Request, config: SchedulerConfig) -> None:
         )
     if request.num_prompt_tokens == 0:
         raise RequestError("prompt_token_ids", f"{where}: the prompt must not be empty")
-    if request.num_prompt_tokens >= config.max_model_len:
+    longest = max_prompt_tokens(config)
+    if request.num_prompt_tokens > longest:
+        bound = (
+            f"be at most {longest} tokens (SGLang refuses prompts of max_model_len - 6 "
+            "tokens or more)"
+            if config.family == "sglang"
+            else f"be shorter than max_model_len ({config.max_model_len})"
+        )
         raise RequestError(
             "prompt_token_ids",
-            f"{where}: prompt of {request.num_prompt_tokens} tokens must be shorter than "
-            f"max_model_len ({config.max_model_len})",
+            f"{where}: prompt of {request.num_prompt_tokens} tokens must {bound}",
         )
     check_token_ids("prompt_token_ids", request.prompt_token_ids)
     if isinstance(request.max_tokens, bool) or not isinstance(request.max_tokens, int):

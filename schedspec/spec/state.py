@@ -35,6 +35,9 @@ class RequestState:
     num_output_placeholders: int = 0  # output positions of in-flight sampling steps
     num_stale_output_tokens: int = 0  # in-flight tokens of steps before a preemption
     drop_stale_output: bool = False  # stale output dropped, not delivered
+    # Aborted by finish_requests, finishing when the next step that runs it lands
+    # (an engine that defers aborts of running requests: SGLang).
+    abort_pending: bool = False
     # The last step scheduled for it stopped short of its known tokens and
     # in-flight outputs, so it samples nothing (and drafts for it are dropped).
     is_prefill_chunk: bool = False
@@ -73,7 +76,7 @@ class RequestState:
         """A snapshot of a spec Request (mutable lists copied into tuples).
 
         Snapshots are taken twice a checked step for every live request, and a
-        frozen dataclass's __init__ sets each of its 18 fields through
+        frozen dataclass's __init__ sets each of its 19 fields through
         object.__setattr__. Filling the new instance's __dict__ in one update
         builds the very same object (same fields, equality, hash, replace())
         at a fraction of the cost.
@@ -97,6 +100,7 @@ class RequestState:
             num_output_placeholders=request.num_output_placeholders,
             num_stale_output_tokens=request.num_stale_output_tokens,
             drop_stale_output=request.drop_stale_output,
+            abort_pending=request.abort_pending,
             is_prefill_chunk=request.is_prefill_chunk,
         )
         return state
