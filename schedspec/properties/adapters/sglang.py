@@ -59,7 +59,7 @@ import weakref
 from array import array
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -127,6 +127,13 @@ def spec_id(rid: str) -> str:
 # ------------------------------------------------------------------ the config
 
 
+def max_running_requests(config: SchedulerConfig) -> int:
+    """The most running requests SGLang allows with this pool: it caps
+    max_running_requests at half the pool's tokens (KVCacheConfigurator.
+    resolve_max_num_reqs), whatever was asked."""
+    return config.num_blocks * config.block_size // 2
+
+
 def refusal(config: SchedulerConfig) -> ConfigError | None:
     """Why the adapter cannot run this config as the spec states it (the field at fault
     and the reason), or None if it can."""
@@ -134,14 +141,27 @@ def refusal(config: SchedulerConfig) -> ConfigError | None:
         return ConfigError(
             "max_model_len", f"above {MAX_CONTEXT_LENGTH}, the tiny model's position limit"
         )
+    cap = max_running_requests(config)
+    if config.max_num_seqs > cap:
+        return ConfigError(
+            "max_num_seqs",
+            f"SGLang caps max_running_requests at half the pool's tokens, {cap} here: "
+            f"got {config.max_num_seqs}",
+        )
     return None
+
+
+def _within_sglangs_caps(config: SchedulerConfig) -> SchedulerConfig:
+    """The config with max_num_seqs lowered to what SGLang allows its pool."""
+    return replace(config, max_num_seqs=min(config.max_num_seqs, max_running_requests(config)))
 
 
 def sglang_default_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
     """`--engine sglang`'s default configs: the suite's SGLang-family configs (page sizes
     1, 2 and 4, chunked prefill on and off, radix cache on and off, conservativeness
-    1, 0.3 and 0.1, mixed chunk on and off, plain and overlap loops)."""
-    return sglang_configs(max_model_len_cap).filter(lambda c: refusal(c) is None)
+    1, 0.3 and 0.1, mixed chunk on and off, plain and overlap loops), max_num_seqs
+    within SGLang's cap."""
+    return sglang_configs(max_model_len_cap).map(_within_sglangs_caps)
 
 
 def server_args(v: Sglang, config: SchedulerConfig) -> Any:
@@ -614,7 +634,16 @@ class SGLangEngine:
             num_output_placeholders=counters.placeholders,
             num_stale_output_tokens=counters.stale,
             drop_stale_output=counters.drop_stale,
+            abort_pending=self._abort_pending(req),
             is_prefill_chunk=counters.prefill_chunk,
+        )
+
+    def _abort_pending(self, req: Any) -> bool:
+        """abort_request marked it (to_finish, or the chunked request's deferred abort)
+        and it finishes when the next step that runs it lands."""
+        s = self.scheduler
+        return isinstance(req.to_finish, self._v.FINISH_ABORT) or (
+            s._pending_chunked_abort_req is req
         )
 
     def _kv_state(self, requests: Mapping[str, RequestState]) -> KVState:

@@ -84,6 +84,15 @@ class _Unusable:
         raise RuntimeError("torchvision is stubbed for SGLang's scheduler on CPU")
 
 
+def _stub_attribute(name: str) -> type[_Unusable]:
+    """A stubbed torchvision module's attribute: _Unusable, except the dunder names
+    Python and tools look up on every module (__file__, __spec__...), which it lacks,
+    as a module without them does."""
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(name)
+    return _Unusable
+
+
 class _TorchvisionStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Answers `import torchvision[.anything]` with an empty package."""
 
@@ -97,7 +106,7 @@ class _TorchvisionStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = types.ModuleType(spec.name)
         module.__path__ = []
-        module.__getattr__ = lambda name: _Unusable  # type: ignore[method-assign]
+        module.__getattr__ = _stub_attribute  # type: ignore[method-assign]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -254,13 +263,15 @@ def _run_parallel_runtime_once(bootstrap: Any) -> None:
 
 
 # SGLang's loggers warn about every tiny config (a pool smaller than the context
-# length) and log every retraction; configure_logging would otherwise reset them.
+# length), log every retraction, and log each prompt its door refuses as an error
+# (the adapter raises that refusal as RequestError with SGLang's message, which the
+# harness judges); configure_logging would otherwise reset them.
 QUIETED_LOGGERS = ("sglang",)
 SGLANG_LOGGING_VARIABLES = ("SGLANG_LOGGING_CONFIG_PATH", "SGLANG_LOG_LEVEL")
 
 
 def quiet_sglang_logging() -> None:
-    """Keep only errors from SGLang's loggers, and drop the warnings its modules give at
+    """Keep only critical records from SGLang's loggers, and drop the warnings its modules give at
     import time about CUDA-only kernels this CPU path never runs (AWQ, GGUF, Triton),
     unless the user configured SGLang's logging (a SGLANG_LOGGING_VARIABLES variable
     set) or gave the logger a level."""
@@ -270,7 +281,7 @@ def quiet_sglang_logging() -> None:
     for name in QUIETED_LOGGERS:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
-            logger.setLevel(logging.ERROR)
+            logger.setLevel(logging.CRITICAL)
 
 
 def sglang_available() -> bool:
