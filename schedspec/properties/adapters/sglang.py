@@ -495,9 +495,17 @@ class SGLangEngine:
         """process_batch_result on the launched batch, the harness's token in each row."""
         batch = launched.batch
         tokens = []
+        pool = self.scheduler.req_to_token_pool.req_to_token
         for req in batch.reqs:
             emitted = sampled.get(spec_id(req.rid), ())
             tokens.append(emitted[-1] if emitted else _UNREAD_TOKEN)
+            if emitted and not req.finished() and not req.is_retracted:
+                # SGLang appends the token and may finish the request and put its slots
+                # into the radix cache in this one call, with no look in between: the
+                # content of the block the token completes is recorded now.
+                allocated = req.kv.kv_allocated_len
+                row = pool[req.kv.req_pool_idx, :allocated].tolist() if allocated else []
+                self._contents.observe(req.rid, [*_tokens(req), emitted[-1]], row)
         before = {req.rid: len(req.output_ids) for req in batch.reqs}
         launched.result.next_token_ids = self._v.torch.tensor(tokens, dtype=self._v.torch.int64)
         self.scheduler.process_batch_result(batch, launched.result)
