@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
-from schedspec.reference import Scheduler
+from schedspec.reference import Scheduler, SGLangScheduler
 from schedspec.spec import (
     BlockHash,
     KVState,
@@ -30,10 +30,12 @@ from schedspec.spec import (
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
+    FAMILY_PROFILES,
     AbortTransition,
     AddTransition,
     ChainHashes,
     DrainResult,
+    Profile,
     ScheduleTransition,
     UpdateTransition,
     Violation,
@@ -114,10 +116,19 @@ def check(invariant_id: str, subject: object) -> list[Violation]:
     return found
 
 
+def _family_profile(subject: object) -> Profile:
+    """The family profile of the config a state or transition was taken under."""
+    state = subject if isinstance(subject, State) else getattr(subject, "pre", None)
+    if state is None:
+        state = getattr(subject, "initial")  # noqa: B009  (a DrainResult)
+    assert isinstance(state, State)
+    return FAMILY_PROFILES[state.config.family]
+
+
 def assert_holds(case: Case) -> None:
     assert check(case.invariant, case.good) == []
     kind = CATALOGUE[case.invariant].kind
-    for other in ids_for(kind, "vllm-v1"):
+    for other in ids_for(kind, _family_profile(case.good)):
         assert CHECKS[other](case.good) == [], f"good case of {case.invariant} breaks {other}"
 
 
@@ -161,7 +172,11 @@ class Driver:
 
     def __init__(self, **config: Any) -> None:
         self.config: SchedulerConfig = make_config(**config)
-        self.scheduler = Scheduler(self.config)
+        self.scheduler: Scheduler | SGLangScheduler = (
+            SGLangScheduler(self.config)
+            if self.config.family == "sglang"
+            else Scheduler(self.config)
+        )
         self.hashes = ChainHashes(self.config.block_size)
         self.kv_content = KVContentOracle(self.hashes)
         self.finished: set[str] = set()
@@ -200,6 +215,7 @@ class Driver:
             pre, output, post, self.hashes, frozenset(self.finished), dict(self.kv_content.written)
         )
         self.finished.clear()
+        self.finished.update(r for r in pre.requests if r not in post.requests)
         self.kv_content.on_schedule(pre, output, post)
         return transition
 
@@ -252,7 +268,7 @@ class Driver:
         pre = self.state
         self.scheduler.finish_requests(request_ids)
         post = self.state
-        self.finished.update(r for r in request_ids if r in pre.requests)
+        self.finished.update(r for r in request_ids if r in pre.requests and r not in post.requests)
         return AbortTransition(pre, request_ids, post)
 
     def drain(self) -> DrainResult:

@@ -290,7 +290,35 @@ ABORT_OBSERVED: list[ObservedRow] = [
     (None, {}, (), None, (58, 6, 0), 0.7, False),
 ]
 
+# a's 37-token prompt leaves no room in 44 slots for a page more: SGLang clips its
+# max_new_tokens to 0. Its extend batch then becomes a running batch that does not
+# decode (prefill only) while its result is in flight: the next step idles.
+PREFILL_ONLY_CONFIG = replace(
+    BASE,
+    block_size=4,
+    num_blocks=11,
+    max_num_batched_tokens=78,
+    max_model_len=44,
+    schedule_conservativeness=0.3,
+    enable_chunked_prefill=False,
+    async_scheduling=True,
+)
+PREFILL_ONLY_EVENTS: dict[int, list[Event]] = {
+    0: [("add", "a", prompt(1, 37), 10), ("add", "b", prompt(2, 11), 9)]
+}
+PREFILL_ONLY_OBSERVED: list[ObservedRow] = [
+    ("extend", {"a": 37}, ("b",), None, (4, 0, 0), 0.21, True),
+    (None, {}, ("b",), None, (8, 36, 0), 0.21, True),
+    ("extend", {"b": 11}, (), None, (32, 0, 0), 0.21, False),
+    ("decode", {"b": 1}, (), None, (32, 0, 8), 0.209699, False),
+    ("decode", {"b": 1}, (), None, (28, 0, 8), 0.209398, False),
+    ("decode", {"b": 1}, (), None, (28, 0, 8), 0.209097, False),
+    ("decode", {"b": 1}, (), None, (28, 0, 8), 0.208796, False),
+    ("decode", {"b": 1}, (), None, (28, 0, 8), 0.208495, False),
+]
+
 SCENARIOS = {
+    "prefill_only": (PREFILL_ONLY_CONFIG, PREFILL_ONLY_EVENTS, PREFILL_ONLY_OBSERVED),
     "admission": (ADMISSION_CONFIG, ADMISSION_EVENTS, ADMISSION_OBSERVED),
     "latch": (LATCH_CONFIG, LATCH_EVENTS, LATCH_OBSERVED),
     "retract": (RETRACT_CONFIG, RETRACT_EVENTS, RETRACT_OBSERVED),
@@ -392,6 +420,14 @@ class TestWhatTheExamplesShow:
         assert a.status is RequestStatus.FINISHED_ABORTED and a.num_output_tokens == 0
         assert b.status is RequestStatus.FINISHED_ABORTED and b.num_output_tokens == 3
         assert "a" in driver.outputs[2].finished_req_ids
+
+    def test_a_prefill_only_running_batch_does_not_decode(self) -> None:
+        driver, rows = run("prefill_only")
+        assert driver.requests["a"].max_tokens == 1  # SGLang's 0, at least one token
+        # Step 1: a's result is in flight and a samples nothing more: no decode, the
+        # latch stays closed; b waits until a's slots are cached and evictable.
+        assert rows[1].batch is None and rows[1].latch
+        assert rows[2].scheduled == {"b": 11}
 
 
 class TestTheDoor:

@@ -264,6 +264,9 @@ class CheckedEngine:
         self.state = mid
         if not found:
             self._finished_since_schedule.clear()
+            # A request whose pending abort ends inside schedule() (SGLang's chunked
+            # request) finished after this schedule began: the next one reports it.
+            self._finished_since_schedule.update(r for r in pre.requests if r not in mid.requests)
             self._kv_content.on_schedule(pre, output, mid)
         return ScheduledStep.of(output, mid), found
 

@@ -123,7 +123,7 @@ def sglang_configs(
     num_pages = draw(_num_blocks_draws(min_pages))
     max_running = draw(_MAX_NUM_SEQS_DRAWS)
     chunked = draw(st.booleans())
-    low = max_running if chunked else max(max_running, max_model_len)
+    low = max(max_running, page_size) if chunked else max(max_running, max_model_len)
     chunk_size = draw(_integers(low, max(low, 2 * max_model_len)))
     return SchedulerConfig(
         family="sglang",

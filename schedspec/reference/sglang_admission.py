@@ -16,38 +16,37 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
-from schedspec.reference.sglang_kv import RETRACT_DECODE_STEPS, SGLangKV
+from schedspec.reference.sglang_kv import SGLangKV
 from schedspec.reference.sglang_req import SGLangReq
-
-# SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
-# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS and SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION.
-INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
-NEW_TOKEN_RATIO_DECAY_STEPS = 600
-CLIP_MAX_NEW_TOKENS = 4096
+from schedspec.spec.sglang_arithmetic import (
+    CLIP_MAX_NEW_TOKENS,
+    decayed,
+    ratio_after_retract,
+    ratio_schedule,
+    running_reservation,
+)
 
 
 class NewTokenRatio:
-    """SGLang's NewTokenRatioTracker."""
+    """SGLang's NewTokenRatioTracker (the arithmetic: spec.sglang_arithmetic)."""
 
     def __init__(self, schedule_conservativeness: float) -> None:
-        self.init = min(INIT_NEW_TOKEN_RATIO * schedule_conservativeness, 1.0)
-        self.min = min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
-        self.decay = (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
-        self.current = self.init
+        self.schedule = ratio_schedule(schedule_conservativeness)
+        self.current = self.schedule.init
 
     def decay_step(self) -> None:
-        self.current = max(self.current - self.decay, self.min)
+        self.current = decayed(self.current, self.schedule)
 
     def reset(self) -> None:
-        self.current = self.init
+        self.current = self.schedule.init
 
     @staticmethod
     def after_retract(survivors: Sequence[SGLangReq]) -> float:
-        """What the survivors have decoded plus 20 more steps each, over their budgets."""
-        decoded = sum(r.num_outputs for r in survivors)
-        budgets = sum(r.max_new_tokens for r in survivors)
-        return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(survivors)) / (budgets + 1))
+        return ratio_after_retract(
+            sum(r.num_outputs for r in survivors),
+            sum(r.max_new_tokens for r in survivors),
+            len(survivors),
+        )
 
 
 class AddResult(enum.Enum):
@@ -81,7 +80,7 @@ class PrefillAdder:
         self.current_offset: float = num_mixed_decode_tokens
         self.total_offset += sum(
             [
-                min(r.max_new_tokens - r.num_outputs, CLIP_MAX_NEW_TOKENS) * new_token_ratio
+                running_reservation(r.max_new_tokens - r.num_outputs, new_token_ratio)
                 for r in running
             ]
         )

@@ -27,6 +27,9 @@ class Batch:
         self.chunked_req: SGLangReq | None = None
         # A mixed batch: the running requests that decode one token in it.
         self.decoding_reqs: list[SGLangReq] = []
+        # An extend batch of requests that sample nothing more (max_new_tokens 0): as a
+        # running batch it does not decode. A merge keeps it only if both batches are.
+        self.is_prefill_only = mode == "extend" and all(r.max_new_tokens == 0 for r in self.reqs)
 
     @property
     def is_extend(self) -> bool:
@@ -47,3 +50,4 @@ class Batch:
     def merge(self, other: Batch) -> None:
         """merge_batch: the other batch's requests join at the end."""
         self.reqs = self.reqs + other.reqs
+        self.is_prefill_only = self.is_prefill_only and other.is_prefill_only

@@ -17,10 +17,7 @@ from schedspec.reference.radix_tree import RadixTree
 from schedspec.reference.sglang_req import SGLangReq
 from schedspec.reference.sizing import cdiv
 from schedspec.reference.slot_pool import SlotPool
-
-# SGLANG_RETRACT_DECODE_STEPS: after retracting a request SGLang evicts the tree
-# until the pool holds this many tokens per request left in the batch.
-RETRACT_DECODE_STEPS = 20
+from schedspec.spec.sglang_arithmetic import RETRACT_DECODE_STEPS
 
 
 class SGLangKV:
@@ -174,5 +171,6 @@ class SGLangKV:
         """release_req: free everything without caching it (the space is needed now),
         evict for the requests left to decode a while, and forget the KV."""
         self.release(req, checkpoint=False)
+        # After a retraction SGLang evicts until the survivors can decode a while.
         self.tree.evict_to(num_left * RETRACT_DECODE_STEPS)
         req.reset_for_retract()

@@ -141,15 +141,17 @@ class SGLangScheduler:
                 self._abort(req)
 
     def _abort(self, req: SGLangReq) -> None:
-        if req is self.chunked_req:
-            self.pending_chunked_abort = req
         if req in self.waiting:
             self.waiting.remove(req)
             self._finish(req, RequestStatus.FINISHED_ABORTED)
             return
+        # Every running request finishes when its next result lands (or, the chunked
+        # one, at the next schedule): the abort is pending until then.
+        req.request.abort_pending = True
+        if req is self.chunked_req:
+            self.pending_chunked_abort = req
         if any(req is r for r in self._in_flight_batch_reqs()):
             req.to_finish = True
-            req.request.abort_pending = True
 
     def _in_flight_batch_reqs(self) -> list[SGLangReq]:
         """collect_inflight_reqs: the running batch and the last batch formed."""
@@ -238,7 +240,7 @@ class SGLangScheduler:
         self.running_batch = running
         if new_batch is not None:
             return new_batch
-        if running.is_empty():
+        if running.is_empty() or running.is_prefill_only:
             return None
         decode = self._update_running_batch(running, retracted)
         return decode if decode is not None and not decode.is_empty() else None
@@ -361,6 +363,7 @@ class SGLangScheduler:
             return running
         self.kv.alloc_for_decode(running.reqs)
         new_batch.mode = "mixed"
+        new_batch.is_prefill_only = False
         new_batch.decoding_reqs = list(running.reqs)
         new_batch.reqs = new_batch.reqs + running.reqs
         return Batch([], "decode", batch_is_full=running.batch_is_full)

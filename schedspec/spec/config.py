@@ -174,6 +174,14 @@ class SchedulerConfig:
                 f"must be >= {MIN_SGLANG_MAX_MODEL_LEN} in family 'sglang' (SGLang refuses "
                 f"prompts of max_model_len - 6 tokens or more), got {self.max_model_len}",
             )
+        # SGLang cuts a chunk to whole pages: a chunk budget under one page admits nothing.
+        if self.enable_chunked_prefill and self.max_num_batched_tokens < self.block_size:
+            raise ConfigError(
+                "max_num_batched_tokens",
+                f"must be >= block_size ({self.block_size}) with chunked prefill in family "
+                f"'sglang' (SGLang cuts chunks to whole pages: a smaller chunk admits nothing, "
+                f"and nothing ever runs), got {self.max_num_batched_tokens}",
+            )
         # SGLang mixes decodes into a prefill only when it chunks prefills.
         if self.enable_mixed_chunk and not self.enable_chunked_prefill:
             raise ConfigError(

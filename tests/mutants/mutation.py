@@ -31,8 +31,8 @@ from schedspec.properties.checked_engine import InvariantViolationError, replay
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
 from schedspec.properties.trace import Trace
-from schedspec.spec import SchedulerConfig
-from schedspec.spec.invariants import Profile
+from schedspec.spec import Family, SchedulerConfig
+from schedspec.spec.invariants import FAMILY_PROFILES, Profile
 
 REFERENCE_DIR = Path(schedspec.reference.__file__).parent
 REFERENCE_PACKAGE = "schedspec.reference"
@@ -84,6 +84,8 @@ class Mutant:
     # Non-empty: a known gap (why the suite cannot catch it today); the test
     # expects it to survive (xfail) and the report lists it.
     gap: str = ""
+    # The policy family the mutated scheduler implements (its profile is that family's).
+    family: Family = "vllm"
 
 
 def mutant(
@@ -97,10 +99,13 @@ def mutant(
     configs: Callable[[], st.SearchStrategy[SchedulerConfig]] | None = None,
     examples: int | None = None,
     gap: str = "",
+    family: Family = "vllm",
 ) -> Mutant:
     """A Mutant from one edit (old -> new), plus any further (old, new) edits of the same file."""
     edits = (Edit(old, new), *(Edit(o, n) for o, n in more_edits))
-    return Mutant(id, file, edits, description, frozenset(caught_by), configs, examples, gap)
+    return Mutant(
+        id, file, edits, description, frozenset(caught_by), configs, examples, gap, family
+    )
 
 
 def mutated_source(mutant: Mutant) -> str:
@@ -155,11 +160,16 @@ def build_mutant_package(mutant: Mutant, root: Path) -> ModuleType:
         sys.path.remove(str(parent))
 
 
-def engine_factory(package: ModuleType) -> EngineFactory:
-    """An EngineFactory for a (mutated) reference package: its Scheduler, claiming both
-    profiles, as schedspec.properties.reference_adapter does for the real one."""
-    scheduler = cast(type, package.Scheduler)
-    engine = type("MutantEngine", (scheduler,), {"profiles": MUTANT_PROFILES})
+def engine_factory(package: ModuleType, family: Family = "vllm") -> EngineFactory:
+    """An EngineFactory for a (mutated) reference package: its scheduler of the family,
+    claiming safety and the family's profile, as schedspec.properties.reference_adapter
+    does for the real one."""
+    if family == "sglang":
+        scheduler = cast(type, package.SGLangScheduler)
+        profiles: frozenset[Profile] = frozenset({"safety", "sglang"})
+    else:
+        scheduler, profiles = cast(type, package.Scheduler), MUTANT_PROFILES
+    engine = type("MutantEngine", (scheduler,), {"profiles": profiles})
     return cast(Callable[[SchedulerConfig], EngineAdapter], engine)
 
 
@@ -208,13 +218,14 @@ def run_mutant(
     mutant: Mutant,
     root: Path,
     settings: SuiteSettings | None = None,
-    profile: Profile = "vllm-v1",
+    profile: Profile | None = None,
     runs: int = 1,
 ) -> MutantOutcome:
     """Build the mutant under root and run the suite against it, up to `runs` times
     (seeds seed, seed + 1, ...) until it is caught; replay the counterexample on the
     real reference, which must pass it."""
-    factory = engine_factory(build_mutant_package(mutant, root))
+    factory = engine_factory(build_mutant_package(mutant, root), mutant.family)
+    profile = profile or FAMILY_PROFILES[mutant.family]
     chosen = settings or suite_settings(mutant)
     seed = chosen.seed if chosen.seed is not None else SUITE_SEED
     seconds = 0.0

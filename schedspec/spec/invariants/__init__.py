@@ -12,9 +12,11 @@ from schedspec.spec.invariants import (  # noqa: F401  (importing registers the 
     pipeline_invariants,
     policy_invariants,
     schedule_invariants,
+    sglang_invariants,
     state_fast_path,
     state_invariants,
     update_invariants,
+    vllm_split_invariants,
 )
 from schedspec.spec.invariants.liveness_invariants import drain_step_bound
 from schedspec.spec.invariants.policy_invariants import expected_free_queue

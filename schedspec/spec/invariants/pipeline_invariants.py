@@ -29,7 +29,8 @@ from schedspec.spec.state import RequestState, State
     "request's confirmed computed tokens (computed - in flight) stop short of its last "
     "known token; a prefill chunk has no output in flight; without async scheduling there "
     "are no placeholders, stale output or placeholder drafts (with it a request's drafts are "
-    "all placeholders or none); stale output is never dropped.",
+    "all placeholders or none); stale output is marked to be dropped only while some is in "
+    "flight (vllm-v1's STALE-KEPT: never).",
 )
 def check_pipeline(state: State) -> list[Violation]:
     async_scheduling = state.config.async_scheduling
@@ -57,8 +58,8 @@ def _pipeline_violations(
         problems.append(f"placeholders {placeholders} or stale {stale} over in flight {in_flight}")
     if not async_scheduling and (placeholders or stale):
         problems.append("placeholders or stale output without async scheduling")
-    if request.drop_stale_output:
-        problems.append("stale output marked to be dropped (no modelled path drops it)")
+    if request.drop_stale_output and not stale:
+        problems.append("marked to drop stale output with none in flight")
     drafts = request.spec_token_ids
     if PLACEHOLDER_TOKEN_ID in drafts and (
         not async_scheduling or any(d != PLACEHOLDER_TOKEN_ID for d in drafts)

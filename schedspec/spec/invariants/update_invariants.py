@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
 from schedspec.spec.outputs import RequestOutput
@@ -33,8 +35,11 @@ def expected_kept(request: RequestState, sampled: tuple[int, ...], max_model_len
     "safety",
     "Sampled tokens are appended in order up to the first stop (EOS, stop token, max_tokens, "
     "max_model_len); a request stops exactly then, tokens past the stop are dropped, and it "
-    "never emits more than max_tokens tokens; what the engine reports per request (kept "
-    "tokens, finish status: STOPPED for EOS or a stop token, else LENGTH_CAPPED) says so.",
+    "never emits more than max_tokens tokens; stale output marked to be dropped changes "
+    "nothing; a request with an abort pending stops at the "
+    "end of the step that lands (ABORTED, or what a stop in it says); what the engine reports "
+    "per request (kept tokens, finish status: STOPPED for EOS or a stop token, else "
+    "LENGTH_CAPPED) says so.",
 )
 def check_stop(t: UpdateTransition) -> list[Violation]:
     max_model_len = t.post.config.max_model_len
@@ -48,9 +53,16 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
             elif post.output_token_ids != pre.output_token_ids:
                 out.append(Violation("STOP", "outputs changed without sampling", rid))
             continue
-        kept = expected_kept(pre, sampled, max_model_len)
+        if t.is_stale(pre) and pre.drop_stale_output:
+            # Output of a step from before a preemption, which this engine drops.
+            if post is None or post.output_token_ids != pre.output_token_ids:
+                out.append(Violation("STOP", "stale output marked to be dropped was kept", rid))
+            continue
+        natural = expected_kept(pre, sampled, max_model_len)
+        # A pending abort ends the request with this step's tokens at the latest.
+        kept = min(natural, len(sampled)) if pre.abort_pending else natural
         if t.request_outputs is not None:
-            out.extend(_check_reported(t.request_outputs.get(rid), pre, sampled, kept))
+            out.extend(_check_reported(t.request_outputs.get(rid), pre, sampled, natural))
         if kept <= len(sampled):
             if post is not None:
                 out.append(
@@ -83,6 +95,9 @@ def _check_reported(
     stopped = kept <= len(sampled)
     expected_tokens = sampled[:kept] if stopped else sampled
     expected_status: RequestStatus | None = None
+    if pre.abort_pending:
+        # Deferred abort: reported aborted, though a stop in the same step may say why.
+        expected_status = RequestStatus.FINISHED_ABORTED
     if stopped:
         last = sampled[kept - 1]
         is_stop_token = last == pre.eos_token_id or last in pre.stop_token_ids
@@ -103,7 +118,9 @@ def _check_reported(
                 tuple(reported.new_token_ids),
             )
         )
-    if reported.finish_status is not expected_status:
+    if reported.finish_status is not expected_status and not (
+        pre.abort_pending and reported.finish_status is RequestStatus.FINISHED_ABORTED
+    ):
         out.append(
             Violation(
                 "STOP", "reported finish status", rid, None, expected_status, reported.finish_status
@@ -194,20 +211,31 @@ def _check_reported_computed(t: UpdateTransition) -> list[Violation]:
     "ABORT",
     "abort",
     "safety",
-    "finish_requests removes every live request it names, wherever it was, and changes "
-    "nothing else; unknown and finished ids are ignored.",
+    "finish_requests removes every waiting request it names at once; a running one it names "
+    "is removed at once or, by an engine that defers aborts, kept RUNNING and marked "
+    "abort_pending (it finishes when the next step that runs it lands); nothing else changes, "
+    "and unknown and finished ids are ignored.",
 )
 def check_abort(t: AbortTransition) -> list[Violation]:
     named = set(t.request_ids)
     out: list[Violation] = []
+    deferred: set[str] = set()
     for rid, pre in t.pre.requests.items():
         post = t.post.requests.get(rid)
-        if rid in named:
-            if post is not None:
-                out.append(Violation("ABORT", "still live after abort", rid))
-        elif post != pre:
-            out.append(Violation("ABORT", "a request not aborted changed", rid))
-    kept_running = tuple(r for r in t.pre.running if r not in named)
+        if rid not in named:
+            if post != pre:
+                out.append(Violation("ABORT", "a request not aborted changed", rid))
+        elif post is None:
+            continue
+        elif rid in t.pre.waiting:
+            out.append(Violation("ABORT", "a waiting request is still live after abort", rid))
+        elif post != replace(pre, abort_pending=True):
+            out.append(
+                Violation("ABORT", "still live after abort, and not only marked abort_pending", rid)
+            )
+        else:
+            deferred.add(rid)
+    kept_running = tuple(r for r in t.pre.running if r not in named or r in deferred)
     kept_waiting = tuple(r for r in t.pre.waiting if r not in named)
     if t.post.running != kept_running or t.post.waiting != kept_waiting:
         out.append(

@@ -1,0 +1,336 @@
+"""The `sglang` profile: SGLang 0.5.23's exact decisions, as named invariants.
+
+They read the abstract state's SGLang part (State.sglang: new_token_ratio, the
+admission latch, the chunked request, the kind of batch the step ran) beside the
+requests and the pool, under the mapping of docs/SPEC.md, "Two families". The
+arithmetic is spec.sglang_arithmetic's, which the reference's SGLang family uses too.
+What these do not pin down exactly (the radix cache's LRU order among evictable
+leaves) the worked examples and the lockstep diff do (docs/SPEC.md says which).
+"""
+
+from __future__ import annotations
+
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.transitions import ScheduleTransition
+from schedspec.spec.outputs import SchedulerOutput
+from schedspec.spec.request import RequestStatus, sglang_max_new_tokens
+from schedspec.spec.sglang_arithmetic import (
+    CLIP_MAX_NEW_TOKENS,
+    decayed,
+    ratio_after_retract,
+    ratio_schedule,
+    running_reservation,
+)
+from schedspec.spec.state import RequestState, SGLangState, State
+
+# Float sums in another order than the engine's may differ in the last bits.
+_TOLERANCE = 1e-9
+
+
+def _sglang(state: State) -> SGLangState | None:
+    return state.sglang
+
+
+def _admitted(output: SchedulerOutput) -> list[str]:
+    """Requests this step took from the waiting queue, in batch order."""
+    resumed = {c.request_id for c in output.scheduled_cached_reqs if c.resumed}
+    new = {n.request_id for n in output.scheduled_new_reqs}
+    return [rid for rid in output.num_scheduled_tokens if rid in new or rid in resumed]
+
+
+def _missing_policy_state(name: str, t: ScheduleTransition | State) -> list[Violation]:
+    return [Violation(name, "the engine reports no SGLang policy state (State.sglang)")]
+
+
+@invariant(
+    "SG-PREFILL-FIRST",
+    "schedule",
+    "sglang",
+    "Prefill first: a step runs one kind of batch. An extend batch holds only the chunked "
+    "request's next chunk and admissions; a decode batch (one token per running request, "
+    "nothing admitted) runs only when no request is chunked; a mixed batch (an extend plus "
+    "the running requests' decodes) only with enable_mixed_chunk; an idle step schedules "
+    "nothing.",
+)
+def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
+    pre, post = t.pre.sglang, t.post.sglang
+    if pre is None or post is None:
+        return _missing_policy_state("SG-PREFILL-FIRST", t)
+    scheduled = t.output.num_scheduled_tokens
+    admitted = set(_admitted(t.output))
+    kind = post.last_batch_kind
+    chunked = pre.chunked_request_id
+    continuing = chunked if chunked is not None and chunked in t.post.requests else None
+    problems: list[str] = []
+    if (kind == "idle") != (not scheduled):
+        problems.append(f"a {kind} step scheduled {dict(scheduled)}")
+    if kind == "decode":
+        if admitted or any(n != 1 for n in scheduled.values()):
+            problems.append("a decode step admitted or scheduled more than one token")
+        if continuing is not None and continuing in t.post.running:
+            problems.append(f"a decode step while {continuing!r} is chunked")
+    elif kind == "extend":
+        others = [r for r in scheduled if r not in admitted and r != continuing]
+        if others:
+            problems.append(f"an extend step decoded {others}")
+    elif kind == "mixed" and not t.post.config.enable_mixed_chunk:
+        problems.append("a mixed step without enable_mixed_chunk")
+    return [Violation("SG-PREFILL-FIRST", p) for p in problems]
+
+
+@invariant(
+    "SG-ONE-CHUNKED",
+    "state",
+    "sglang",
+    "At most one request is between the chunks of its prefill: the chunked request "
+    "(State.sglang.chunked_request_id), RUNNING and last in the running order; no other "
+    "running request's last step was a prefill chunk.",
+)
+def check_one_chunked(state: State) -> list[Violation]:
+    policy = state.sglang
+    if policy is None:
+        return _missing_policy_state("SG-ONE-CHUNKED", state)
+    chunked = policy.chunked_request_id
+    out: list[Violation] = []
+    for rid in state.running:
+        request = state.requests.get(rid)
+        mid_prefill = request is not None and request.is_prefill_chunk
+        if mid_prefill and rid != chunked:
+            out.append(Violation("SG-ONE-CHUNKED", "mid-prefill but not the chunked request", rid))
+    if chunked is not None and (not state.running or state.running[-1] != chunked):
+        out.append(
+            Violation("SG-ONE-CHUNKED", "the chunked request is not last in running", chunked)
+        )
+    return out
+
+
+@invariant(
+    "SG-RATIO",
+    "schedule",
+    "sglang",
+    "new_token_ratio: unchanged by an extend or mixed step; a decode step lowers it by "
+    "(init - min) / 600 down to min (init = min(0.7 * schedule_conservativeness, 1), min = "
+    "0.14 * init); a step that retracts sets it to min(1, (survivors' outputs + 20 per "
+    "survivor) / (their max_new_tokens + 1)); an idle step keeps it or resets it to init.",
+)
+def check_ratio(t: ScheduleTransition) -> list[Violation]:
+    pre, post = t.pre.sglang, t.post.sglang
+    if pre is None or post is None:
+        return _missing_policy_state("SG-RATIO", t)
+    schedule = ratio_schedule(t.post.config.schedule_conservativeness)
+    kind = post.last_batch_kind
+    allowed: list[float]
+    if t.output.preempted_req_ids:
+        survivors = [t.post.requests[r] for r in t.output.num_scheduled_tokens]
+        allowed = [
+            ratio_after_retract(
+                sum(len(r.output_token_ids) for r in survivors),
+                sum(r.max_tokens for r in survivors),
+                len(survivors),
+            )
+        ]
+    elif kind == "decode":
+        allowed = [decayed(pre.new_token_ratio, schedule)]
+    elif kind == "idle":
+        allowed = [pre.new_token_ratio, schedule.init]
+    else:
+        allowed = [pre.new_token_ratio]
+    if any(abs(post.new_token_ratio - a) <= _TOLERANCE for a in allowed):
+        return []
+    expected = allowed[0] if len(allowed) == 1 else tuple(allowed)
+    return [
+        Violation(
+            "SG-RATIO",
+            f"new_token_ratio after a {kind} step",
+            expected=expected,
+            actual=post.new_token_ratio,
+        )
+    ]
+
+
+@invariant(
+    "SG-LATCH",
+    "schedule",
+    "sglang",
+    "The admission latch: after a decode step that left it closed (batch_is_full), the next "
+    "step admits nothing unless a request finished or was aborted since, or the running "
+    "requests are none.",
+)
+def check_latch(t: ScheduleTransition) -> list[Violation]:
+    pre = t.pre.sglang
+    if pre is None:
+        return _missing_policy_state("SG-LATCH", t)
+    closed = pre.batch_is_full and pre.last_batch_kind == "decode"
+    if not closed or t.finished_since_last_schedule or not t.pre.running:
+        return []
+    admitted = _admitted(t.output)
+    if not admitted:
+        return []
+    return [Violation("SG-LATCH", f"admitted {admitted} while the latch was closed")]
+
+
+@invariant(
+    "SG-ADMISSION",
+    "schedule",
+    "sglang",
+    "Admission takes waiting requests from the head of the queue, in order, and each only "
+    "if its whole future fits: extend + max_new_tokens (at most 4096) + a page < the free "
+    "and evictable slots (plus the chunked request's, which the step may free) less what "
+    "the step reserved before it: each running request's remaining max_new_tokens times "
+    "new_token_ratio, the chunked request's chunk and each earlier admission's page-ceiled "
+    "extend + a page + max_new_tokens (a chunked admission reserves no max_new_tokens).",
+)
+def check_admission(t: ScheduleTransition) -> list[Violation]:
+    pre = t.pre.sglang
+    if pre is None:
+        return _missing_policy_state("SG-ADMISSION", t)
+    admitted = _admitted(t.output)
+    if not admitted:
+        return []
+    if tuple(admitted) != t.pre.waiting[: len(admitted)]:
+        return [
+            Violation(
+                "SG-ADMISSION",
+                "admissions are not the head of the waiting queue in order",
+                expected=t.pre.waiting[: len(admitted)],
+                actual=tuple(admitted),
+            )
+        ]
+    config = t.pre.config
+    page = config.block_size
+    reserved = _reserved_before_admissions(t, pre)
+    available = _available_upper_bound(t.pre, pre.chunked_request_id)
+    out: list[Violation] = []
+    for rid in admitted:
+        request = t.pre.requests[rid]
+        before = t.computed_before.get(rid, 0)
+        max_new = _max_new_tokens(config, request)
+        remaining = min(max(max_new - len(request.output_token_ids), 0), CLIP_MAX_NEW_TOKENS)
+        future = request.num_tokens - before + remaining + page
+        if not future < available - reserved + _TOLERANCE:
+            out.append(
+                Violation(
+                    "SG-ADMISSION",
+                    "admitted although its future did not fit",
+                    rid,
+                    None,
+                    f"< {available - reserved}",
+                    future,
+                )
+            )
+        chunked_now = t.post.sglang is not None and t.post.sglang.chunked_request_id == rid
+        scheduled = t.output.num_scheduled_tokens[rid]
+        reserved += _ceil(scheduled, page) + page
+        if not chunked_now:
+            reserved += min(max_new, CLIP_MAX_NEW_TOKENS)
+    return out
+
+
+def _ceil(tokens: int, page: int) -> int:
+    return -(-tokens // page) * page
+
+
+def _max_new_tokens(config: object, request: RequestState) -> int:
+    """SGLang's max_new_tokens for the request: its max_tokens, except where SGLang
+    clipped it to 0 (the state shows at least 1)."""
+    from schedspec.spec.config import SchedulerConfig
+
+    assert isinstance(config, SchedulerConfig)
+    if sglang_max_new_tokens(config, len(request.prompt_token_ids), request.max_tokens) == 0:
+        return 0
+    return request.max_tokens
+
+
+def _available_upper_bound(state: State, chunked: str | None) -> int:
+    """Free and evictable slots, plus every slot of the chunked request (a pending abort
+    frees them, and caching its chunk frees those duplicating the tree)."""
+    page = state.config.block_size
+    blocks = len(state.kv.free_block_ids)
+    request = state.requests.get(chunked) if chunked is not None else None
+    if request is not None:
+        blocks += len(request.block_ids)
+    return blocks * page
+
+
+def _reserved_before_admissions(t: ScheduleTransition, pre: SGLangState) -> float:
+    """What the step reserves before its first admission: the running requests'
+    futures at new_token_ratio (those whose output in flight finishes them are out of
+    the running batch), the mixed step's decodes and the chunked request's chunk."""
+    config = t.pre.config
+    page = config.block_size
+    chunked = pre.chunked_request_id
+    reserved: float = 0.0
+    decoding = 0
+    for rid in t.pre.running:
+        request = t.pre.requests[rid]
+        if rid == chunked or request.status is not RequestStatus.RUNNING:
+            continue
+        outputs = len(request.output_token_ids)
+        if outputs + request.num_output_placeholders >= request.max_tokens:
+            continue
+        decoding += 1
+        reserved += running_reservation(request.max_tokens - outputs, pre.new_token_ratio)
+    if t.post.sglang is not None and t.post.sglang.last_batch_kind == "mixed":
+        reserved += decoding
+    if chunked is not None and chunked in t.output.num_scheduled_tokens:
+        request = t.pre.requests[chunked]
+        chunk = t.output.num_scheduled_tokens[chunked]
+        reserved += _ceil(chunk, page) + page
+        if t.post.sglang is not None and t.post.sglang.chunked_request_id != chunked:
+            reserved += min(_max_new_tokens(config, request), CLIP_MAX_NEW_TOKENS)
+    return reserved
+
+
+@invariant(
+    "SG-RETRACT",
+    "schedule",
+    "sglang",
+    "Retraction (a decode that does not fit): the victims are the decoding requests with "
+    "the fewest outputs, ties broken by the longest prompt, then by the later place in the "
+    "running order; they join the back of the waiting queue, the last-ranked first; the "
+    "survivors keep running, ranked most outputs first.",
+)
+def check_retract(t: ScheduleTransition) -> list[Violation]:
+    victims = t.output.preempted_req_ids
+    if not victims:
+        return []
+    survivors = list(t.output.num_scheduled_tokens)
+    batch = [r for r in t.pre.running if r in victims or r in survivors]
+
+    def key(rid: str) -> tuple[int, int]:
+        request = t.pre.requests[rid]
+        return (len(request.output_token_ids), -len(request.prompt_token_ids))
+
+    ranked = sorted(batch, key=key, reverse=True)
+    kept, retracted = ranked[: len(survivors)], ranked[len(survivors) :]
+    out: list[Violation] = []
+    if set(kept) != set(survivors) or set(retracted) != set(victims):
+        out.append(
+            Violation(
+                "SG-RETRACT",
+                "the wrong victims",
+                expected=tuple(sorted(retracted)),
+                actual=tuple(sorted(victims)),
+            )
+        )
+        return out
+    expected_waiting = (*t.pre.waiting, *reversed(retracted))
+    if t.post.waiting != expected_waiting:
+        out.append(
+            Violation(
+                "SG-RETRACT",
+                "victims not at the back of the queue, last-ranked first",
+                expected=expected_waiting,
+                actual=t.post.waiting,
+            )
+        )
+    if tuple(t.post.running[: len(kept)]) != tuple(kept):
+        out.append(
+            Violation(
+                "SG-RETRACT",
+                "survivors not ranked most outputs first",
+                expected=tuple(kept),
+                actual=t.post.running[: len(kept)],
+            )
+        )
+    return out

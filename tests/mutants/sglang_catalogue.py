@@ -1,0 +1,145 @@
+"""Seeded bugs of the reference's SGLang family: the leak, hang, crash and starvation
+classes of SGLang's tracker (issue 17, item 5), each a small mistake in
+schedspec/reference/sglang_*.py that the CI profile of `sglang` must catch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import strategies as st
+
+from schedspec.properties.strategies import sglang_configs
+from schedspec.spec import SchedulerConfig
+from tests.mutants.mutation import CRASH, Mutant, mutant
+
+LEAK = {"CONSERVATION", "NO-LEAK", "EXCLUSIVE", CRASH}
+
+
+def overlap_configs() -> st.SearchStrategy[SchedulerConfig]:
+    """SGLang's overlap scheduler (async_scheduling), where several leaks lived."""
+    return sglang_configs(async_scheduling=True)
+
+
+def _small_chunks(config: SchedulerConfig) -> SchedulerConfig:
+    budget = max(config.block_size, config.max_num_seqs)
+    return dataclasses.replace(config, enable_chunked_prefill=True, max_num_batched_tokens=budget)
+
+
+def small_chunks() -> st.SearchStrategy[SchedulerConfig]:
+    """Chunked prefill with chunks of a page or a seat's worth: long prompts stay the
+    chunked request for many steps, so aborts often find one."""
+    return sglang_configs().map(_small_chunks)
+
+
+SGLANG_MUTANTS: tuple[Mutant, ...] = (
+    # ------------------------------------------------------------ leaks
+    mutant(
+        "sg-retract-leaks-slots",
+        "sglang_kv.py",
+        "        self.release(req, checkpoint=False)\n        # After a retraction",
+        "        req.row = None\n        self.rows_in_use -= 1\n        # After a retraction",
+        "Retraction forgets the victim's row without freeing its slots (SGLang #4913, #4914).",
+        LEAK,
+        family="sglang",
+    ),
+    mutant(
+        "sg-retract-keeps-lock",
+        "sglang_kv.py",
+        "        self.release(req, checkpoint=False)\n        # After a retraction",
+        "        req.lock = None\n        self.release(req, checkpoint=False)\n"
+        "        # After a retraction",
+        "Retraction frees the victim's slots but not its radix-tree lock: its cached prefix "
+        "stays protected forever (SGLang #9982 / #9989).",
+        LEAK,
+        family="sglang",
+    ),
+    mutant(
+        "sg-chunked-abort-leaks",
+        "sglang_scheduler.py",
+        "        req.to_finish = False\n        self.kv.release(req, checkpoint=False)\n",
+        "        req.to_finish = False\n",
+        "An aborted chunked request is dropped without releasing its slots (SGLang #15840 / "
+        "#16067).",
+        LEAK,
+        configs=small_chunks,
+        family="sglang",
+    ),
+    mutant(
+        "sg-free-group-lost",
+        "slot_pool.py",
+        "        if pending:\n            self._release(pending)\n",
+        "",
+        "Slots freed while a result is processed (a free group) never reach the free list "
+        "(SGLang #6731).",
+        LEAK,
+        family="sglang",
+    ),
+    # ------------------------------------------------------------ hangs
+    mutant(
+        "sg-decode-waits-for-memory",
+        "sglang_scheduler.py",
+        "            if finishing:\n                # The result in flight",
+        "            if True:\n                # The result in flight",
+        "A decode that does not fit waits for memory instead of retracting: nothing frees "
+        "it, and the engine idles forever (SGLang #22518).",
+        {"NO-EMPTY-STEP", "DRAIN"},
+        family="sglang",
+    ),
+    # ------------------------------------------------------------ overlap crash class
+    mutant(
+        "sg-retracted-output-applied",
+        "sglang_scheduler.py",
+        "        if req.finished or req.is_retracted:\n            return\n"
+        "        self._commit_token(req, tokens, outputs)\n",
+        "        if req.finished:\n            return\n"
+        "        self._commit_token(req, tokens, outputs)\n",
+        "Overlap: a retracted request's decode in flight is applied to it after the reset "
+        "(the class of SGLang #19881's retraction crashes).",
+        {"STOP", "PIPELINE", "QUEUES", "DELIVERY", "UPDATE-PIPELINE", CRASH, *LEAK},
+        configs=overlap_configs,
+        family="sglang",
+    ),
+    # ------------------------------------------------------------ starvation
+    mutant(
+        "sg-retract-most-outputs",
+        "sglang_scheduler.py",
+        "            key=lambda i: (reqs[i].num_outputs, -reqs[i].request.num_prompt_tokens),\n"
+        "            reverse=True,\n",
+        "            key=lambda i: (reqs[i].num_outputs, -reqs[i].request.num_prompt_tokens),\n",
+        "Retraction takes the request with the most outputs: the longest request is "
+        "retracted again and again and never finishes (SGLang #32549).",
+        {"SG-RETRACT", "DRAIN"},
+        family="sglang",
+    ),
+    mutant(
+        "sg-retract-to-front",
+        "sglang_scheduler.py",
+        "        self.waiting.extend(retracted)\n",
+        "        self.waiting[:0] = retracted\n",
+        "Retracted requests jump the waiting queue (vLLM's rule, not SGLang's): requests "
+        "that waited starve behind them.",
+        {"SG-RETRACT"},
+        family="sglang",
+    ),
+    mutant(
+        "sg-admission-ignores-running",
+        "sglang_admission.py",
+        "        self.total_offset += sum(\n",
+        "        self.total_offset -= 0 * sum(\n",
+        "Admission does not reserve the running requests' futures: it overcommits the pool "
+        "and retracts what it admitted.",
+        {"SG-ADMISSION"},
+        family="sglang",
+    ),
+    mutant(
+        "sg-ratio-never-decays",
+        "sglang_admission.py",
+        "        self.current = decayed(self.current, self.schedule)\n",
+        "        pass\n",
+        "new_token_ratio never decays: admission keeps reserving as if every running "
+        "request will use its whole budget, starving the queue.",
+        {"SG-RATIO"},
+        family="sglang",
+    ),
+)

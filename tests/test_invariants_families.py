@@ -1,0 +1,362 @@
+"""The invariants of the engine-neutral split and of the `sglang` profile are not vacuous:
+each fires on a corrupted real transition of the reference (vLLM's family or SGLang's),
+and holds on what it was corrupted from. The restated safety invariants also hold on
+what SGLang does and vLLM does not (a deferred abort, dropped stale output, a block
+swapped for the tree's copy), and still fire when that goes wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Any
+
+import pytest
+
+from schedspec.spec import SGLangState, State
+from schedspec.spec.invariants import (
+    CATALOGUE,
+    AbortTransition,
+    ScheduleTransition,
+    UpdateTransition,
+)
+from tests.invariant_builders import (
+    Case,
+    CaseBuilder,
+    CaseRegistry,
+    Driver,
+    assert_caught,
+    assert_holds,
+    with_kv,
+    with_request,
+)
+
+cases = CaseRegistry()
+
+# The worked examples' configs (tests/test_sglang_reference.py), token slots as blocks.
+RETRACT = {
+    "family": "sglang",
+    "block_size": 1,
+    "num_blocks": 24,
+    "max_num_batched_tokens": 24,
+    "max_num_seqs": 4,
+    "max_model_len": 24,
+    "schedule_conservativeness": 0.1,
+}
+CHUNKED = {
+    "family": "sglang",
+    "block_size": 1,
+    "num_blocks": 64,
+    "max_num_batched_tokens": 8,
+    "max_num_seqs": 4,
+    "max_model_len": 64,
+    "enable_prefix_caching": True,
+}
+
+
+def with_policy(state: State, **changes: Any) -> State:
+    assert state.sglang is not None
+    return dataclasses.replace(state, sglang=dataclasses.replace(state.sglang, **changes))
+
+
+def sglang_retraction() -> tuple[Driver, ScheduleTransition]:
+    """a (prompt 6), b (prompt 4), c (prompt 5), 12 tokens each, in 24 slots: after 9
+    steps a and b hold 8 outputs each and their decode no longer fits; the tenth
+    schedule retracts a (tie on outputs, longer prompt) behind the waiting c."""
+    driver = Driver(**RETRACT)
+    driver.add("a", 6, max_tokens=12)
+    driver.add("b", 4, max_tokens=12)
+    driver.add("c", 5, max_tokens=12)
+    driver.steps(9)
+    t = driver.schedule()
+    assert t.output.preempted_req_ids == {"a"} and t.post.waiting == ("c", "a")
+    return driver, t
+
+
+def sglang_decode() -> ScheduleTransition:
+    driver = Driver(**RETRACT)
+    driver.add("a", 6, max_tokens=12)
+    driver.step()
+    t = driver.schedule()
+    assert t.post.sglang is not None and t.post.sglang.last_batch_kind == "decode"
+    return t
+
+
+def sglang_chunk() -> Driver:
+    """a (20 tokens) after its first chunk of 8: the chunked request."""
+    driver = Driver(**CHUNKED)
+    driver.add("a", 20, max_tokens=2)
+    driver.step()
+    assert driver.state.sglang is not None and driver.state.sglang.chunked_request_id == "a"
+    return driver
+
+
+def sglang_latch_admission() -> ScheduleTransition:
+    """The LATCH example: b and c wait behind a's reservation with the latch closed; the
+    step after a finishes admits both."""
+    driver = Driver(
+        family="sglang",
+        block_size=1,
+        num_blocks=40,
+        max_num_batched_tokens=32,
+        max_num_seqs=4,
+        max_model_len=40,
+    )
+    driver.add("a", 10, max_tokens=20)
+    driver.step()
+    driver.add("b", 10, max_tokens=20)
+    driver.steps(2)
+    driver.add("c", 4, max_tokens=2)
+    driver.steps(17)
+    t = driver.schedule()
+    assert t.pre.sglang is not None and t.pre.sglang.batch_is_full
+    assert dict(t.output.num_scheduled_tokens) == {"b": 10, "c": 4}
+    assert t.finished_since_last_schedule == {"a"}
+    return t
+
+
+# ------------------------------------------------------------ vLLM's side of the split
+
+
+@cases("ABORT-AT-ONCE")
+def case_vllm_defers_an_abort() -> Case:
+    driver = Driver()
+    driver.add("A", 8)
+    driver.step()
+    good = driver.abort("A")
+    deferred = with_request(good.pre, "A", abort_pending=True)
+    bad = AbortTransition(good.pre, ("A",), deferred)
+    return Case("ABORT-AT-ONCE", good, bad, "still live (abort deferred)", "A")
+
+
+@cases("STALE-KEPT")
+def case_vllm_drops_stale_output() -> Case:
+    driver = Driver()
+    driver.add("A", 8)
+    driver.step()
+    good = driver.state
+    bad = with_request(good, "A", drop_stale_output=True, num_stale_output_tokens=1)
+    return Case("STALE-KEPT", good, bad, "stale output marked to be dropped", "A")
+
+
+@cases("TABLE-GROWS")
+def case_vllm_moves_a_held_block() -> Case:
+    driver = Driver(max_model_len=64)
+    driver.add("A", 8)
+    driver.step()
+    good = driver.schedule()
+    a = good.post.requests["A"]
+    spare = good.post.kv.free_block_ids[0]
+    bad = dataclasses.replace(
+        good, post=with_request(good.post, "A", block_ids=(spare, *a.block_ids[1:]))
+    )
+    return Case("TABLE-GROWS", good, bad, "a block the request held changed place", "A")
+
+
+# ------------------------------------------------------------ safety, SGLang's way
+
+
+@cases("ABORT")
+def case_sglang_deferred_abort_changes_more() -> Case:
+    driver = Driver(**RETRACT)
+    driver.add("a", 6, max_tokens=12)
+    driver.step()
+    good = driver.abort("a")
+    assert good.post.requests["a"].abort_pending and good.post.running == ("a",)
+    changed = with_request(good.post, "a", num_computed_tokens=0)
+    bad = dataclasses.replace(good, post=changed)
+    return Case("ABORT", good, bad, "not only marked abort_pending", "a")
+
+
+@cases("NO-EMPTY-STEP")
+def case_sglang_idle_without_a_pending_abort() -> Case:
+    # The chunked a, aborted, leaves inside the next schedule(), which runs nothing.
+    driver = sglang_chunk()
+    driver.abort("a")
+    good = driver.schedule()
+    assert not good.output.num_scheduled_tokens and "a" not in good.post.requests
+    bad = dataclasses.replace(good, pre=with_request(good.pre, "a", abort_pending=False))
+    return Case("NO-EMPTY-STEP", good, bad, "nothing scheduled with 1 unfinished requests")
+
+
+@cases("FINISH-REPORTED")
+def case_sglang_chunked_abort_reported_next() -> Case:
+    driver = sglang_chunk()
+    driver.abort("a")
+    driver.schedule()
+    good = driver.schedule()
+    assert good.output.finished_req_ids == {"a"}
+    bad = dataclasses.replace(good, finished_since_last_schedule=frozenset())
+    return Case("FINISH-REPORTED", good, bad, "wrong finished_req_ids")
+
+
+def overlap_retraction_landing() -> UpdateTransition:
+    """RETRACT under overlap: the step that retracts a is scheduled while a's previous
+    decode is in flight; that decode then lands, and its token is dropped."""
+    driver = Driver(**RETRACT, async_scheduling=True)
+    driver.add("a", 6, max_tokens=12)
+    driver.add("b", 4, max_tokens=12)
+    driver.add("c", 5, max_tokens=12)
+    in_flight: deque[ScheduleTransition] = deque()
+    for _ in range(10):
+        t = driver.schedule()
+        in_flight.append(t)
+        if len(in_flight) > 1:
+            landed = driver.update(in_flight.popleft())
+    assert t.output.preempted_req_ids == {"a"}
+    assert landed.pre.requests["a"].drop_stale_output
+    return landed
+
+
+@cases("STOP")
+def case_sglang_keeps_output_it_drops() -> Case:
+    good = overlap_retraction_landing()
+    a = good.pre.requests["a"]
+    sampled = tuple(good.model_output.sampled_token_ids["a"])
+    kept = with_request(good.post, "a", output_token_ids=a.output_token_ids + sampled)
+    bad = dataclasses.replace(good, post=kept)
+    return Case("STOP", good, bad, "stale output marked to be dropped was kept", "a")
+
+
+@cases("PIPELINE")
+def case_sglang_drop_mark_without_stale_output() -> Case:
+    good = overlap_retraction_landing().pre
+    bad = with_request(good, "a", num_stale_output_tokens=0, num_in_flight_tokens=0)
+    return Case("PIPELINE", good, bad, "marked to drop stale output with none in flight", "a")
+
+
+# ------------------------------------------------------------ the sglang profile
+
+
+@cases("SG-PREFILL-FIRST")
+def case_an_extend_step_that_decodes() -> Case:
+    good = sglang_decode()
+    bad = dataclasses.replace(good, post=with_policy(good.post, last_batch_kind="extend"))
+    return Case("SG-PREFILL-FIRST", good, bad, "an extend step decoded ['a']")
+
+
+@cases("SG-PREFILL-FIRST")
+def case_a_decode_while_a_request_is_chunked() -> Case:
+    good = sglang_decode()
+    pre = with_policy(good.pre, chunked_request_id="a")
+    bad = dataclasses.replace(good, pre=pre)
+    return Case("SG-PREFILL-FIRST", good, bad, "a decode step while 'a' is chunked")
+
+
+@cases("SG-ONE-CHUNKED")
+def case_a_second_request_mid_prefill() -> Case:
+    good = sglang_chunk().state
+    bad = with_policy(good, chunked_request_id=None)
+    return Case("SG-ONE-CHUNKED", good, bad, "mid-prefill but not the chunked request", "a")
+
+
+@cases("SG-RATIO")
+def case_a_decode_that_does_not_decay_the_ratio() -> Case:
+    good = sglang_decode()
+    assert good.pre.sglang is not None
+    bad = dataclasses.replace(
+        good, post=with_policy(good.post, new_token_ratio=good.pre.sglang.new_token_ratio)
+    )
+    return Case("SG-RATIO", good, bad, "new_token_ratio after a decode step")
+
+
+@cases("SG-RATIO")
+def case_a_retraction_without_the_jump() -> Case:
+    _, good = sglang_retraction()
+    bad = dataclasses.replace(good, post=with_policy(good.post, new_token_ratio=0.07))
+    # b survives with 8 outputs of 12: (8 + 20) / 13 > 1.
+    return Case("SG-RATIO", good, bad, "after a decode step", expected=1.0, actual=0.07)
+
+
+def sglang_admission_after_finishes() -> ScheduleTransition:
+    """The ADMISSION example: r0 and r2 finish in the decode that closed the latch; the
+    next step admits r3 beside the still running r1."""
+    driver = Driver(
+        family="sglang",
+        block_size=1,
+        num_blocks=68,
+        max_num_batched_tokens=64,
+        max_num_seqs=4,
+        max_model_len=68,
+        schedule_conservativeness=0.1,
+        enable_prefix_caching=True,
+    )
+    for i, (prompt, max_tokens) in enumerate([(10, 3), (20, 25), (8, 3), (15, 25), (12, 25)]):
+        driver.add(f"r{i}", prompt, max_tokens=max_tokens)
+    driver.steps(4)
+    t = driver.schedule()
+    assert t.pre.sglang is not None and t.pre.sglang.batch_is_full
+    assert t.pre.running == ("r1",) and t.finished_since_last_schedule == {"r0", "r2"}
+    assert dict(t.output.num_scheduled_tokens) == {"r3": 15}
+    return t
+
+
+@cases("SG-LATCH")
+def case_admitting_through_a_closed_latch() -> Case:
+    good = sglang_admission_after_finishes()
+    bad = dataclasses.replace(good, finished_since_last_schedule=frozenset())
+    return Case("SG-LATCH", good, bad, "admitted ['r3'] while the latch was closed")
+
+
+@cases("SG-ADMISSION")
+def case_admitting_a_future_that_does_not_fit() -> Case:
+    good = sglang_latch_admission()
+    # With 20 free slots b's future (10 + 20 + 1) cannot fit.
+    fewer = with_kv(good.pre, free_block_ids=good.pre.kv.free_block_ids[:20])
+    bad = dataclasses.replace(good, pre=fewer)
+    return Case("SG-ADMISSION", good, bad, "its future did not fit", "b")
+
+
+@cases("SG-ADMISSION")
+def case_admitting_out_of_queue_order() -> Case:
+    good = sglang_latch_admission()
+    bad = dataclasses.replace(good, pre=dataclasses.replace(good.pre, waiting=("c", "b")))
+    return Case("SG-ADMISSION", good, bad, "not the head of the waiting queue in order")
+
+
+@cases("SG-RETRACT")
+def case_the_victim_at_the_front() -> Case:
+    _, good = sglang_retraction()
+    bad = dataclasses.replace(good, post=dataclasses.replace(good.post, waiting=("a", "c")))
+    return Case(
+        "SG-RETRACT", good, bad, "victims not at the back of the queue", expected=("c", "a")
+    )
+
+
+@cases("SG-RETRACT")
+def case_the_shorter_prompt_retracted() -> Case:
+    _, good = sglang_retraction()
+    # Had a's prompt been the shorter, b would have been the victim.
+    pre = with_request(good.pre, "a", prompt_token_ids=good.pre.requests["a"].prompt_token_ids[:3])
+    bad = dataclasses.replace(good, pre=pre)
+    return Case("SG-RETRACT", good, bad, "the wrong victims", expected=("b",), actual=("a",))
+
+
+@pytest.mark.parametrize("build", cases.params())
+def test_the_invariant_holds_on_the_real_run(build: CaseBuilder) -> None:
+    assert_holds(build())
+
+
+@pytest.mark.parametrize("build", cases.params(bad=True))
+def test_the_invariant_fires_on_the_corruption(build: CaseBuilder) -> None:
+    assert_caught(build())
+
+
+def test_the_profiles_of_the_split() -> None:
+    assert {CATALOGUE[i].profile for i in ("ABORT-AT-ONCE", "STALE-KEPT", "TABLE-GROWS")} == {
+        "vllm-v1"
+    }
+    sglang = {i for i, info in CATALOGUE.items() if info.profile == "sglang"}
+    assert sglang == {
+        "SG-PREFILL-FIRST",
+        "SG-ONE-CHUNKED",
+        "SG-RATIO",
+        "SG-LATCH",
+        "SG-ADMISSION",
+        "SG-RETRACT",
+    }
+    assert sglang <= cases.ids()
+
+
+def test_sglang_state_is_what_the_profile_reads() -> None:
+    assert isinstance(sglang_chunk().state.sglang, SGLangState)
