@@ -40,6 +40,13 @@ def table_blocks(row: Sequence[int], page_size: int) -> tuple[int, ...]:
     return tuple(slot_block(row[i], page_size) for i in range(0, len(row), page_size))
 
 
+def _ints(values: Any) -> list[int]:
+    """A tensor's or a sequence's values as ints (a tensor in one call, not per item)."""
+    if hasattr(values, "tolist"):
+        return [int(v) for v in values.tolist()]
+    return [int(v) for v in values]
+
+
 @dataclass
 class SlotContents:
     """Where tables held each slot, and what each block holds: the chain hash of its
@@ -50,20 +57,30 @@ class SlotContents:
     _content: dict[int, BlockHash] = field(default_factory=dict)  # block -> hash
     # Per live request (SGLang rid): the chain hashes of its own full blocks so far.
     _own: dict[str, list[BlockHash]] = field(default_factory=dict)
+    # Per live request: its row and how many of its full blocks were recorded when last
+    # observed; a row that only grew since is recorded from where it left off.
+    _seen: dict[str, tuple[list[int], int]] = field(default_factory=dict)
 
     def observe(self, rid: str, tokens: Sequence[int], row: Sequence[int]) -> None:
         """Record a live request's table: its slots' positions, its full blocks' content."""
         own = extend_block_hashes(self._own.setdefault(rid, []), tokens, self.page_size)
-        for position, slot in enumerate(row):
-            self._position[slot] = position
-        for index, block in enumerate(table_blocks(row, self.page_size)[: len(own)]):
-            self._content[block] = own[index]
+        row = list(row)
+        seen_row, seen_blocks = self._seen.get(rid, ([], 0))
+        if row[: len(seen_row)] != seen_row:  # retracted and given new slots: all anew
+            seen_row, seen_blocks = [], 0
+        for position in range(len(seen_row), len(row)):
+            self._position[row[position]] = position
+        blocks = table_blocks(row, self.page_size)[: len(own)]
+        for index in range(seen_blocks, len(blocks)):
+            self._content[blocks[index]] = own[index]
+        self._seen[rid] = (row, len(blocks))
 
     def forget(self, live: Iterable[str]) -> None:
         """Drop the per-request hashes of requests no longer live."""
         keep = set(live)
         for rid in [r for r in self._own if r not in keep]:
             del self._own[rid]
+            self._seen.pop(rid, None)
 
     def position_of(self, slot: int) -> int | None:
         return self._position.get(slot)
@@ -91,9 +108,9 @@ class TreeWalk:
     def of(tree_core: Any, unlocked_only: bool) -> TreeWalk:
         walked = tree_core.walk_for_kv_canary(unlocked_only, False)
         return TreeWalk(
-            tuple(int(s) for s in walked.slot_indices),
-            tuple(int(p) for p in walked.positions),
-            tuple(int(s) for s in walked.prev_slot_indices),
+            tuple(_ints(walked.slot_indices)),
+            tuple(_ints(walked.positions)),
+            tuple(_ints(walked.prev_slot_indices)),
         )
 
     def blocks(self, page_size: int) -> tuple[int, ...]:
