@@ -86,7 +86,7 @@ COMPARE_PRESETS = (
 EXPERIMENT_PRESETS = ("no-chunking", "chunked-512")
 
 # SGLang's family: its base, and vLLM's presets on it ("sglang-" + the preset's name).
-SGLANG = "sglang"
+SGLANG: Family = "sglang"
 SGLANG_PAGE_SIZE = 1  # SGLang's default page_size
 # The presets whose changes are knobs of vLLM's family only.
 VLLM_ONLY_PRESETS = ("spec-decode",)
