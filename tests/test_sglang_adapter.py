@@ -16,7 +16,14 @@ from tests.sglang_required import require_sglang
 require_sglang("the SGLang adapter tests")
 
 from schedspec.properties.adapters import sglang as adapter  # noqa: E402
-from schedspec.properties.adapters.sglang import SGLangEngine, sglang_default_configs  # noqa: E402
+from schedspec.properties.adapters.sglang import (  # noqa: E402
+    SGLangEngine,
+    generate_request,
+    server_args,
+    sglang_default_configs,
+    start_scheduler,
+)
+from schedspec.properties.adapters.sglang_runtime import VOCAB_SIZE, load_sglang  # noqa: E402
 from schedspec.properties.reference_adapter import reference_engine  # noqa: E402
 from schedspec.properties.suite import SuiteSettings, run_suite  # noqa: E402
 from schedspec.spec import (  # noqa: E402
@@ -173,6 +180,31 @@ def test_the_overlap_loop_skips_a_request_its_queued_result_finishes() -> None:
             )
     assert scheduled == [{"a": 5}, {"a": 1}, {"a": 1}, {}]
     assert engine.snapshot().requests == {}
+
+
+def test_s1_a_chunk_budget_below_the_page_size_admits_nothing_ever() -> None:
+    """docs/FINDINGS.md S1. SGLang takes chunked_prefill_size 2 with pages of 4, then
+    cuts every chunk to whole pages, 0 tokens, and schedules nothing while a 10-token
+    request waits and all 64 slots are free. The spec refuses the config instead."""
+    chunk_fits = replace(
+        BASE, block_size=4, num_blocks=16, max_num_batched_tokens=4, max_model_len=32
+    )
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        replace(chunk_fits, max_num_batched_tokens=2)
+    v = load_sglang()
+    args = server_args(v, chunk_fits)
+    args.chunked_prefill_size = 2  # what the spec refuses; SGLang's ServerArgs takes it
+    s = start_scheduler(v, args).scheduler
+    params = v.SamplingParams(max_new_tokens=2, temperature=0.0)
+    params.normalize(None)
+    params.verify(VOCAB_SIZE)
+    s.handle_generate_request(generate_request(v, "a", list(range(10, 20)), params))
+    for _ in range(5):
+        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        s.running_batch, s.last_batch = plan.running_batch, plan.batch_to_run
+        assert plan.batch_to_run is None
+        assert len(s.waiting_queue) == 1
+        assert s.token_to_kv_pool_allocator.available_size() == 64
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])

@@ -192,6 +192,24 @@ def server_args(v: Sglang, config: SchedulerConfig) -> Any:
     )
 
 
+def generate_request(v: Sglang, rid: str, prompt: Sequence[int], params: Any) -> Any:
+    """What SGLang's tokenizer manager sends the scheduler for a tokenized prompt."""
+    return v.TokenizedGenerateReqInput(
+        rid=rid,
+        input_text=None,
+        input_ids=array("q", prompt),
+        input_embeds=None,
+        mm_inputs=None,
+        token_type_ids=None,
+        sampling_params=params,
+        return_logprob=False,
+        logprob_start_len=-1,
+        top_logprobs_num=0,
+        token_ids_logprob=None,
+        stream=False,
+    )
+
+
 @dataclass(frozen=True)
 class _Built:
     scheduler: Any
@@ -203,7 +221,15 @@ def build_scheduler(v: Sglang, config: SchedulerConfig) -> _Built:
     refused = refusal(config)
     if refused is not None:
         raise refused
-    args = server_args(v, config)
+    built = start_scheduler(v, server_args(v, config))
+    _check_translation(built.scheduler, config)
+    return built
+
+
+def start_scheduler(v: Sglang, args: Any) -> _Built:
+    """SGLang's Scheduler for its ServerArgs `args`, with the socket that stands in for
+    the tokenizer manager (build_scheduler's, for a config; tests give SGLang arguments
+    no config expresses)."""
     ports = v.PortArgs.init_new(args)
     # Bound before the scheduler connects (sglang_runtime, 4).
     outputs = v.zmq.Context.instance().socket(v.zmq.PULL)
@@ -213,9 +239,7 @@ def build_scheduler(v: Sglang, config: SchedulerConfig) -> _Built:
         world_rank=v.spawn_world_rank(args, tp_rank=0, pp_rank=0), dp_rank=None, gpu_id=0
     )
     v.publish(args, role="scheduler", ranks=ranks)
-    scheduler = v.Scheduler(args, ports)
-    _check_translation(scheduler, config)
-    return _Built(scheduler, outputs)
+    return _Built(v.Scheduler(args, ports), outputs)
 
 
 def _check_translation(scheduler: Any, config: SchedulerConfig) -> None:
@@ -340,22 +364,7 @@ class SGLangEngine:
         params.verify(VOCAB_SIZE)
         s = self.scheduler
         queued = len(s.waiting_queue)
-        s.handle_generate_request(
-            v.TokenizedGenerateReqInput(
-                rid=rid,
-                input_text=None,
-                input_ids=array("q", request.prompt_token_ids),
-                input_embeds=None,
-                mm_inputs=None,
-                token_type_ids=None,
-                sampling_params=params,
-                return_logprob=False,
-                logprob_start_len=-1,
-                top_logprobs_num=0,
-                token_ids_logprob=None,
-                stream=False,
-            )
-        )
+        s.handle_generate_request(generate_request(v, rid, request.prompt_token_ids, params))
         self._drain_outputs()
         added = [r for r in s.waiting_queue[queued:] if r.rid == rid]
         if len(added) != 1 or len(s.waiting_queue) != queued + 1:
