@@ -207,6 +207,25 @@ def test_s1_a_chunk_budget_below_the_page_size_admits_nothing_ever() -> None:
         assert s.token_to_kv_pool_allocator.available_size() == 64
 
 
+def test_s2_sglang_aborts_every_rid_the_aborted_one_starts() -> None:
+    """docs/FINDINGS.md S2: SGLang's abort of rid "r1" takes "r10" with it; the adapter's
+    rids ("<arrival>#<id>") are prefix-free, so aborting r1 leaves r10 alone."""
+    v = load_sglang()
+    s = start_scheduler(v, server_args(v, BASE)).scheduler
+    params = v.SamplingParams(max_new_tokens=2, temperature=0.0)
+    params.normalize(None)
+    params.verify(VOCAB_SIZE)
+    for rid in ("r1", "r10", "r2"):
+        s.handle_generate_request(generate_request(v, rid, [5, 6, 7], params))
+    s.abort_request(v.AbortReq(rid="r1"))
+    assert [req.rid for req in s.waiting_queue] == ["r2"]
+    engine = SGLangEngine(BASE)
+    for rid in ("r1", "r10", "r2"):
+        engine.add_request(Request(rid, [5, 6, 7], 2))
+    engine.finish_requests(["r1"])
+    assert engine.snapshot().waiting == ("r10", "r2")
+
+
 @pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
 def test_suite_passes_on_the_default_configs(overlap: bool) -> None:
     """Safety and the sglang profile hold on SGLang in each loop."""
