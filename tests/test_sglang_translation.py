@@ -157,7 +157,9 @@ def test_the_probe_families_are_every_loop_cache_page_and_mixed_combination() ->
 def test_missing_sglang_names_the_install_script(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sglang_runtime, "_loaded", None)
     monkeypatch.setattr(sglang_runtime, "_stub_torchvision_if_broken", lambda: None)
-    monkeypatch.setitem(sys.modules, "sglang", None)  # `import sglang...` fails here
+    # `import sglang...` fails here, also where SGLang's modules were imported already.
+    for name in ["sglang", *(m for m in sys.modules if m.startswith("sglang."))]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(sglang_runtime.SglangMissingError, match=r"scripts/install_sglang\.sh"):
         sglang_runtime.load_sglang()
     assert not sglang_runtime.sglang_available()
