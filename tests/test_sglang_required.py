@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests import sglang_required
 from tests.sglang_required import SGLANG_VENV_VARIABLE, require_sglang
 
 
@@ -17,7 +16,7 @@ from tests.sglang_required import SGLANG_VENV_VARIABLE, require_sglang
 def sglang_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        sglang_required.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *args: None if name == "sglang" else real(name, *args),
     )
