@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,14 +97,6 @@ class _Allocator:
     release_pages: object | None = None
 
 
-class _Ids:
-    def __init__(self, ids: list[int]) -> None:
-        self.ids = ids
-
-    def tolist(self) -> list[int]:
-        return self.ids
-
-
 class TestBlocks:
     def test_slot_zero_and_page_zero_are_sglangs_padding(self) -> None:
         assert [slot_block(s, 1) for s in (1, 2, 9)] == [0, 1, 8]
@@ -115,9 +108,10 @@ class TestBlocks:
         assert table_blocks([8, 9, 10, 11, 20, 21], 4) == (1, 4)
 
     def test_the_free_queue_is_free_pages_then_held_back_pages_then_evictable(self) -> None:
-        allocator = _Allocator(_Ids([3, 4]), _Ids([7]))
+        # SGLang's allocator keeps its free pages in int64 tensors.
+        allocator = _Allocator(torch.tensor([3, 4]), torch.tensor([7]))
         assert free_block_order(allocator, (0, 5)) == (2, 3, 6, 0, 5)
-        assert free_block_order(_Allocator(_Ids([2])), ()) == (1,)
+        assert free_block_order(_Allocator(torch.tensor([2])), ()) == (1,)
 
 
 class TestPipeline:

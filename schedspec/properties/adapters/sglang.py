@@ -336,6 +336,7 @@ class SGLangEngine:
         self._finished: set[str] = set()
         self._running_order: tuple[str, ...] = ()
         self._last_kind: BatchKind | None = None
+        self._state: State | None = None  # the last snapshot, while nothing changed
         if config.async_scheduling:
             # What event_loop_overlap sets up before its first iteration: the queue of
             # launched batches whose results are not processed yet (SGLang reads it to
@@ -364,6 +365,7 @@ class SGLangEngine:
         params.verify(VOCAB_SIZE)
         s = self.scheduler
         queued = len(s.waiting_queue)
+        self._changing()
         s.handle_generate_request(generate_request(v, rid, request.prompt_token_ids, params))
         self._drain_outputs()
         added = [r for r in s.waiting_queue[queued:] if r.rid == rid]
@@ -387,6 +389,7 @@ class SGLangEngine:
     def schedule(self) -> SchedulerOutput:
         s = self.scheduler
         pre = self.snapshot()
+        self._changing()
         # Requests that vanish inside this call (an aborted chunked request, SGLang's
         # abort of the last request retraction cannot fit) are the next call's to report.
         reported = frozenset(self._finished)
@@ -440,6 +443,7 @@ class SGLangEngine:
         # Before the step leaves the in-flight queue: a request only it still holds (one
         # its result finishes, out of the running batch already) is live until it lands.
         pre = self.snapshot()
+        self._changing()
         launched = self._in_flight.popleft()
         reported: dict[str, RequestOutput] = {}
         s = self.scheduler
@@ -465,6 +469,7 @@ class SGLangEngine:
 
     def finish_requests(self, request_ids: Iterable[str]) -> None:
         pre = self.snapshot()
+        self._changing()
         for request_id in dict.fromkeys(request_ids):
             rid = self._live_rid(request_id)
             if rid is not None:
@@ -548,6 +553,17 @@ class SGLangEngine:
     # ---------------------------------------------------- the refinement mapping
 
     def snapshot(self) -> State:
+        """The refinement mapping of SGLang's state, read once per change: every call
+        that changes SGLang's state (or the steps in flight) drops the one read last."""
+        if self._state is None:
+            self._state = self._read_state()
+        return self._state
+
+    def _changing(self) -> None:
+        """About to change SGLang's state or the steps in flight: the last read is stale."""
+        self._state = None
+
+    def _read_state(self) -> State:
         s = self.scheduler
         page_size = self.config.block_size
         waiting = [req for req in s.waiting_queue if not req.finished()]

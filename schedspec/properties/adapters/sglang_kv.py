@@ -41,9 +41,11 @@ def table_blocks(row: Sequence[int], page_size: int) -> tuple[int, ...]:
 
 
 def _ints(values: Any) -> list[int]:
-    """A tensor's or a sequence's values as ints (a tensor in one call, not per item)."""
+    """A tensor's or a sequence's values as ints (a tensor's in one call, not per item:
+    an integer tensor's tolist() gives ints)."""
     if hasattr(values, "tolist"):
-        return [int(v) for v in values.tolist()]
+        found: list[int] = values.tolist()
+        return found
     return [int(v) for v in values]
 
 
@@ -138,8 +140,8 @@ def free_block_order(allocator: Any, evictable: Sequence[int]) -> tuple[int, ...
     """The spec's free queue: the allocator's free pages in the order it hands them out
     (free_pages front first, then pages held back for sorting, if any; slot ids when
     page_size is 1), then the radix cache's evictable blocks."""
-    pages = [int(p) for p in allocator.free_pages.tolist()]
+    blocks = _ints(allocator.free_pages - 1)
     released = getattr(allocator, "release_pages", None)
     if released is not None:
-        pages += [int(p) for p in released.tolist()]
-    return tuple(p - 1 for p in pages) + tuple(evictable)
+        blocks += _ints(released - 1)
+    return (*blocks, *evictable)
