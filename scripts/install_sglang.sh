@@ -42,142 +42,36 @@
 # PYTHONPATH). schedspec's own runtime dependencies must import in the venv: when they
 # do not, the script installs this checkout into the venv (`pip install -e .`).
 #
+# The steps are scripts/lib/engine_install.sh's, which install_vllm.sh shares.
 # Downloads and time on a fresh machine: see the README's set-up section. Running it again
-# is a probe (~30 s) and nothing else once the install works.
+# is a probe (about a minute) and nothing else once the install works.
 set -Eeuo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=lib/pip_install.sh
 source "$REPO/scripts/lib/pip_install.sh"
+# shellcheck source=lib/engine_install.sh
+source "$REPO/scripts/lib/engine_install.sh"
 
-SGLANG_VERSION=0.5.23
+SCRIPT=install_sglang.sh
+DIST=sglang
+VERSION=0.5.23
 TORCH_VERSION=2.13.0
-TRITON_VERSION=3.9.0
 # SGLang pins these to its CUDA torch 2.14.1; the venv keeps its torch 2.13.0, which
 # SGLang's scheduler runs on (and installs no torchvision or torchaudio).
 OVERRIDDEN=(torch torchvision torchaudio)
 # What `import sglang.srt.managers.scheduler` and building a Scheduler import with
-# sglang 0.5.23 on this CPU path: without any one of them the probe fails.
+# sglang 0.5.23 on this CPU path: without any one of them the probe fails. Triton too:
+# SGLang defines Triton kernels at import time (and never runs them here); it does not
+# name Triton (a CUDA torch brings it), so its pin is EXTRA_PINS'.
 RUNTIME_PACKAGES=(
     numpy packaging psutil pydantic requests pyzmq setproctitle msgspec orjson pybase64
     regex tqdm transformers pillow starlette IPython aiohttp apache-tvm-ffi dill
-    sentencepiece gguf openai partial_json_parser einops uvicorn fastapi loguru
+    sentencepiece gguf openai partial_json_parser einops uvicorn fastapi loguru triton
 )
 NO_DEPS=(sglang compressed-tensors)
-# What pip's resolver says about them until step 5 has trimmed their METADATA.
-PIP_EXPECTED=("^(sglang|compressed-tensors) [0-9.]+ requires " "^ERROR: pip's dependency resolver")
+EXTRA_PINS=(triton==3.9.0)
+PROBE_MODULE=schedspec.properties.adapters.sglang_probe
+PROBE_WHAT="SGLang's Scheduler"
 
-die() {
-    echo "install_sglang.sh: error: $*" >&2
-    exit 1
-}
-
-[[ $# -eq 1 ]] || die "usage: scripts/install_sglang.sh VENV_DIR"
-VENV=$1
-STEP="start"
-trap 'echo "install_sglang.sh: error: step \"$STEP\" failed (see the output above); fix that and rerun: finished steps are kept" >&2' ERR
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-    STEP="create the venv $VENV"
-    command -v python3 >/dev/null || die "python3 not found: it is needed to create $VENV"
-    python3 -m venv "$VENV"
-fi
-PY="$VENV/bin/python"
-
-# "torch" if the venv lacks torch $TORCH_VERSION (any build), else "sglang" if it lacks
-# sglang $SGLANG_VERSION, else nothing.
-missing_version() {
-    "$PY" - "$SGLANG_VERSION" "$TORCH_VERSION" <<'EOF'
-import importlib.metadata as md
-import sys
-
-
-def version(name: str) -> str:
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return "none"
-
-
-if version("torch").split("+")[0] != sys.argv[2]:
-    print("torch")
-elif version("sglang") != sys.argv[1]:
-    print("sglang")
-EOF
-}
-
-in_checkout() {
-    PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$@"
-}
-
-probe() {
-    in_checkout "$PY" -m schedspec.properties.adapters.sglang_probe
-}
-
-trimmed() {
-    local dist
-    for dist in "${NO_DEPS[@]}"; do
-        "$PY" "$REPO/scripts/lib/dist_requirements.py" is-trimmed "$dist" 2>/dev/null || return 1
-    done
-}
-
-if [[ -z $(missing_version) ]] && trimmed && probe >/dev/null 2>&1; then
-    echo "install_sglang.sh: sglang==$SGLANG_VERSION already works in $VENV; nothing to do"
-    exit 0
-fi
-
-if [[ $(missing_version) == torch ]]; then
-    STEP="torch==$TORCH_VERSION (CPU build)"
-    echo "== $STEP"
-    "$REPO/scripts/install_torch_cpu.sh" "$VENV"
-fi
-
-STEP="sglang==$SGLANG_VERSION --no-deps"
-echo "== $STEP"
-pip_install -q --no-deps "sglang==$SGLANG_VERSION"
-
-STEP="constraints from SGLang's Requires-Dist"
-CONSTRAINTS=$(mktemp)
-trap 'rm -f "$CONSTRAINTS"' EXIT
-pip_install -q packaging # what dist_requirements.py parses requirements with
-"$PY" "$REPO/scripts/lib/dist_requirements.py" constraints sglang --overridden "${OVERRIDDEN[@]}" \
-    >"$CONSTRAINTS"
-echo "triton==$TRITON_VERSION" >>"$CONSTRAINTS"
-echo "== constraints: $(wc -l <"$CONSTRAINTS") pins (sglang $SGLANG_VERSION's METADATA, and Triton)"
-COMPRESSED_TENSORS_PIN=$(grep -i '^compressed-tensors' "$CONSTRAINTS" || true)
-[[ -n $COMPRESSED_TENSORS_PIN ]] || die "sglang $SGLANG_VERSION's METADATA pins no compressed-tensors version"
-
-STEP="the scheduler's runtime packages, under SGLang's pins"
-echo "== $STEP"
-pip_install -q -c "$CONSTRAINTS" "${RUNTIME_PACKAGES[@]}" triton
-
-STEP="$COMPRESSED_TENSORS_PIN --no-deps"
-echo "== $STEP"
-pip_install -q --no-deps "$COMPRESSED_TENSORS_PIN"
-
-if ! in_checkout "$PY" -c 'import schedspec.properties.adapters.sglang' 2>/dev/null; then
-    STEP="schedspec's own dependencies (pip install -e $REPO)"
-    echo "== $STEP"
-    pip_install -q -c "$CONSTRAINTS" -e "$REPO"
-fi
-
-STEP="trim the METADATA of ${NO_DEPS[*]} (installed with --no-deps)"
-echo "== $STEP"
-for dist in "${NO_DEPS[@]}"; do
-    "$PY" "$REPO/scripts/lib/dist_requirements.py" trim "$dist" --overridden "${OVERRIDDEN[@]}"
-done
-CONFLICTS=$("$PY" -m pip --disable-pip-version-check check 2>&1 | grep -E "^($(
-    IFS='|'
-    echo "${NO_DEPS[*]}"
-)) " || true)
-[[ -z $CONFLICTS ]] || die "pip check still finds unmet requirements of ${NO_DEPS[*]}:
-$CONFLICTS"
-
-STEP="probe: build and step SGLang's Scheduler per config family, with empty caches"
-echo "== $STEP"
-if ! OUTPUT=$(probe 2>&1); then
-    echo "$OUTPUT" >&2
-    die "sglang $SGLANG_VERSION is installed in $VENV but the probe cannot build or step its Scheduler (above)"
-fi
-echo "$OUTPUT"
-echo "install_sglang.sh: sglang==$SGLANG_VERSION ready in $VENV"
+install_engine "$@"
