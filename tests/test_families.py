@@ -232,3 +232,11 @@ class TestCommands:
         assert result.exit_code == 2, result.output
         assert "Invalid value for '--profile'" in result.output
         assert "follows family 'vllm', not 'sglang'" in result.output
+
+    def test_the_reference_runs_in_sglang_family_under_its_profile(self) -> None:
+        result = CliRunner().invoke(
+            main, ["check", "--engine", "reference", "--profile", "sglang", "--examples", "20"]
+        )
+        assert result.exit_code == 0, result.output
+        assert "checking reference against profile sglang" in result.output
+        assert "SG-ADMISSION" in result.output and "GREEDY-BUDGET" not in result.output

@@ -332,6 +332,56 @@ def case_the_shorter_prompt_retracted() -> Case:
     return Case("SG-RETRACT", good, bad, "the wrong victims", expected=("b",), actual=("a",))
 
 
+def sglang_decode_that_evicts() -> ScheduleTransition:
+    """a and b (10-token prompts) finish and stay cached; c's decode then needs a's
+    branch, the least recently used, and evicts it (nothing waits, nothing is chunked)."""
+    driver = Driver(
+        family="sglang",
+        block_size=1,
+        num_blocks=24,
+        max_num_batched_tokens=24,
+        max_num_seqs=4,
+        max_model_len=24,
+        enable_prefix_caching=True,
+    )
+    driver.add("a", 10, max_tokens=2)
+    driver.add("b", 10, max_tokens=2)
+    driver.steps(4)
+    driver.add("c", 3, max_tokens=10)
+    driver.step()
+    t = driver.schedule()
+    before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
+    evicted = [b for b, h in enumerate(before) if h is not None and after[b] != h]
+    assert not t.pre.waiting and evicted
+    return t
+
+
+@cases("SG-EVICT-ORDER")
+def case_evicting_out_of_order() -> Case:
+    good = sglang_decode_that_evicts()
+    kv = good.pre.kv
+    pool = [b for b in kv.free_block_ids if kv.block_hashes[b] is None]
+    cached = [b for b in kv.free_block_ids if kv.block_hashes[b] is not None]
+    # The same blocks listed most recently used first: what went was not first in line.
+    bad = dataclasses.replace(
+        good, pre=with_kv(good.pre, free_block_ids=(*pool, *reversed(cached)))
+    )
+    return Case("SG-EVICT-ORDER", good, bad, "not the first of the eviction order")
+
+
+@cases("SG-EVICT-ORDER")
+def case_a_pool_slot_after_the_evictable_ones() -> Case:
+    good = sglang_decode_that_evicts()
+    kv = good.post.kv
+    pool = [b for b in kv.free_block_ids if kv.block_hashes[b] is None]
+    cached = [b for b in kv.free_block_ids if kv.block_hashes[b] is not None]
+    assert pool and cached
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, free_block_ids=(*pool[1:], *cached, pool[0]))
+    )
+    return Case("SG-EVICT-ORDER", good, bad, "a free slot without a hash after evictable")
+
+
 @pytest.mark.parametrize("build", cases.params())
 def test_the_invariant_holds_on_the_real_run(build: CaseBuilder) -> None:
     assert_holds(build())
@@ -354,6 +404,7 @@ def test_the_profiles_of_the_split() -> None:
         "SG-LATCH",
         "SG-ADMISSION",
         "SG-RETRACT",
+        "SG-EVICT-ORDER",
     }
     assert sglang <= cases.ids()
 

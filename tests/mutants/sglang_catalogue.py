@@ -16,11 +16,6 @@ from tests.mutants.mutation import CRASH, Mutant, mutant
 LEAK = {"CONSERVATION", "NO-LEAK", "EXCLUSIVE", CRASH}
 
 
-def overlap_configs() -> st.SearchStrategy[SchedulerConfig]:
-    """SGLang's overlap scheduler (async_scheduling), where several leaks lived."""
-    return sglang_configs(async_scheduling=True)
-
-
 def _small_chunks(config: SchedulerConfig) -> SchedulerConfig:
     budget = max(config.block_size, config.max_num_seqs)
     return dataclasses.replace(config, enable_chunked_prefill=True, max_num_batched_tokens=budget)
@@ -32,6 +27,25 @@ def small_chunks() -> st.SearchStrategy[SchedulerConfig]:
     return sglang_configs().map(_small_chunks)
 
 
+def _retracting(config: SchedulerConfig) -> SchedulerConfig:
+    pages = -(-config.max_model_len // config.block_size)
+    return dataclasses.replace(
+        config, num_blocks=pages, enable_prefix_caching=True, schedule_conservativeness=0.1
+    )
+
+
+def retracting() -> st.SearchStrategy[SchedulerConfig]:
+    """One max_model_len request of slots, the radix cache on and admission at its most
+    optimistic (conservativeness 0.1): decodes outgrow the pool and retract often, and
+    victims hold cached prefixes."""
+    return sglang_configs().map(_retracting)
+
+
+def retracting_overlap() -> st.SearchStrategy[SchedulerConfig]:
+    """retracting() under the overlap scheduler: victims often have a decode in flight."""
+    return sglang_configs(async_scheduling=True).map(_retracting)
+
+
 SGLANG_MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ leaks
     mutant(
@@ -41,6 +55,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         "        req.row = None\n        self.rows_in_use -= 1\n        # After a retraction",
         "Retraction forgets the victim's row without freeing its slots (SGLang #4913, #4914).",
         LEAK,
+        configs=retracting,
         family="sglang",
     ),
     mutant(
@@ -52,6 +67,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         "Retraction frees the victim's slots but not its radix-tree lock: its cached prefix "
         "stays protected forever (SGLang #9982 / #9989).",
         LEAK,
+        configs=retracting,
         family="sglang",
     ),
     mutant(
@@ -75,6 +91,17 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         LEAK,
         family="sglang",
     ),
+    mutant(
+        "sg-evict-oldest-node",
+        "radix_tree.py",
+        "        heap = self._leaf_heap()\n        while heap and self.pool.available_tokens()",
+        "        heap = [(float(n.id), n.id, n) for _, _, n in self._leaf_heap()]\n"
+        "        heapq.heapify(heap)\n        while heap and self.pool.available_tokens()",
+        "Eviction takes the oldest leaf by creation, not the least recently used: a prefix "
+        "hit again and again is evicted before one never reused.",
+        {"SG-EVICT-ORDER"},
+        family="sglang",
+    ),
     # ------------------------------------------------------------ hangs
     mutant(
         "sg-decode-waits-for-memory",
@@ -84,6 +111,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         "A decode that does not fit waits for memory instead of retracting: nothing frees "
         "it, and the engine idles forever (SGLang #22518).",
         {"NO-EMPTY-STEP", "DRAIN"},
+        configs=retracting,
         family="sglang",
     ),
     # ------------------------------------------------------------ overlap crash class
@@ -97,7 +125,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         "Overlap: a retracted request's decode in flight is applied to it after the reset "
         "(the class of SGLang #19881's retraction crashes).",
         {"STOP", "PIPELINE", "QUEUES", "DELIVERY", "UPDATE-PIPELINE", CRASH, *LEAK},
-        configs=overlap_configs,
+        configs=retracting_overlap,
         family="sglang",
     ),
     # ------------------------------------------------------------ starvation
@@ -110,6 +138,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         "Retraction takes the request with the most outputs: the longest request is "
         "retracted again and again and never finishes (SGLang #32549).",
         {"SG-RETRACT", "DRAIN"},
+        configs=retracting,
         family="sglang",
     ),
     mutant(
@@ -120,6 +149,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         "Retracted requests jump the waiting queue (vLLM's rule, not SGLang's): requests "
         "that waited starve behind them.",
         {"SG-RETRACT"},
+        configs=retracting,
         family="sglang",
     ),
     mutant(

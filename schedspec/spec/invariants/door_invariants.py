@@ -25,8 +25,9 @@ def door_refuses(t: AddTransition) -> str | None:
     "add",
     "safety",
     "add_request raises ValueError for, and only for, a request the spec refuses (empty "
-    "prompt, prompt of max_model_len tokens or more, max_tokens < 1, bad token ids, a live "
-    "duplicate id), and a refusal changes nothing; an accepted request is WAITING at the "
+    "prompt, prompt of max_model_len tokens or more (family sglang: max_model_len - 6 or "
+    "more), max_tokens < 1, bad token ids, a live duplicate id), and a refusal changes "
+    "nothing; an accepted request is WAITING at the "
     "back of the queue (by key under priority) with nothing computed.",
 )
 def check_door(t: AddTransition) -> list[Violation]:

@@ -10,6 +10,7 @@ leaves) the worked examples and the lockstep diff do (docs/SPEC.md says which).
 
 from __future__ import annotations
 
+from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.outputs import SchedulerOutput
@@ -27,10 +28,6 @@ from schedspec.spec.state import RequestState, SGLangState, State
 _TOLERANCE = 1e-9
 
 
-def _sglang(state: State) -> SGLangState | None:
-    return state.sglang
-
-
 def _admitted(output: SchedulerOutput) -> list[str]:
     """Requests this step took from the waiting queue, in batch order."""
     resumed = {c.request_id for c in output.scheduled_cached_reqs if c.resumed}
@@ -38,7 +35,7 @@ def _admitted(output: SchedulerOutput) -> list[str]:
     return [rid for rid in output.num_scheduled_tokens if rid in new or rid in resumed]
 
 
-def _missing_policy_state(name: str, t: ScheduleTransition | State) -> list[Violation]:
+def _missing_policy_state(name: str) -> list[Violation]:
     return [Violation(name, "the engine reports no SGLang policy state (State.sglang)")]
 
 
@@ -55,7 +52,7 @@ def _missing_policy_state(name: str, t: ScheduleTransition | State) -> list[Viol
 def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
     if pre is None or post is None:
-        return _missing_policy_state("SG-PREFILL-FIRST", t)
+        return _missing_policy_state("SG-PREFILL-FIRST")
     scheduled = t.output.num_scheduled_tokens
     admitted = set(_admitted(t.output))
     kind = post.last_batch_kind
@@ -89,7 +86,7 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
 def check_one_chunked(state: State) -> list[Violation]:
     policy = state.sglang
     if policy is None:
-        return _missing_policy_state("SG-ONE-CHUNKED", state)
+        return _missing_policy_state("SG-ONE-CHUNKED")
     chunked = policy.chunked_request_id
     out: list[Violation] = []
     for rid in state.running:
@@ -116,7 +113,7 @@ def check_one_chunked(state: State) -> list[Violation]:
 def check_ratio(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
     if pre is None or post is None:
-        return _missing_policy_state("SG-RATIO", t)
+        return _missing_policy_state("SG-RATIO")
     schedule = ratio_schedule(t.post.config.schedule_conservativeness)
     kind = post.last_batch_kind
     allowed: list[float]
@@ -159,7 +156,7 @@ def check_ratio(t: ScheduleTransition) -> list[Violation]:
 def check_latch(t: ScheduleTransition) -> list[Violation]:
     pre = t.pre.sglang
     if pre is None:
-        return _missing_policy_state("SG-LATCH", t)
+        return _missing_policy_state("SG-LATCH")
     closed = pre.batch_is_full and pre.last_batch_kind == "decode"
     if not closed or t.finished_since_last_schedule or not t.pre.running:
         return []
@@ -183,7 +180,7 @@ def check_latch(t: ScheduleTransition) -> list[Violation]:
 def check_admission(t: ScheduleTransition) -> list[Violation]:
     pre = t.pre.sglang
     if pre is None:
-        return _missing_policy_state("SG-ADMISSION", t)
+        return _missing_policy_state("SG-ADMISSION")
     admitted = _admitted(t.output)
     if not admitted:
         return []
@@ -230,12 +227,9 @@ def _ceil(tokens: int, page: int) -> int:
     return -(-tokens // page) * page
 
 
-def _max_new_tokens(config: object, request: RequestState) -> int:
+def _max_new_tokens(config: SchedulerConfig, request: RequestState) -> int:
     """SGLang's max_new_tokens for the request: its max_tokens, except where SGLang
     clipped it to 0 (the state shows at least 1)."""
-    from schedspec.spec.config import SchedulerConfig
-
-    assert isinstance(config, SchedulerConfig)
     if sglang_max_new_tokens(config, len(request.prompt_token_ids), request.max_tokens) == 0:
         return 0
     return request.max_tokens
@@ -331,6 +325,56 @@ def check_retract(t: ScheduleTransition) -> list[Violation]:
                 "survivors not ranked most outputs first",
                 expected=tuple(kept),
                 actual=t.post.running[: len(kept)],
+            )
+        )
+    return out
+
+
+def _evictable_order(state: State) -> list[int]:
+    """The evictable blocks (free, with a hash) in free_block_ids' order."""
+    hashes = state.kv.block_hashes
+    return [b for b in state.kv.free_block_ids if hashes[b] is not None]
+
+
+@invariant(
+    "SG-EVICT-ORDER",
+    "schedule",
+    "sglang",
+    "The radix cache's eviction order: free_block_ids lists the allocator's free slots (no "
+    "hash) before the evictable ones, and a step that matches no prefix (nothing waiting, "
+    "nothing chunked) and retracts nothing evicts the first blocks of that evictable order, "
+    "least recently used leaf first.",
+)
+def check_evict_order(t: ScheduleTransition) -> list[Violation]:
+    out: list[Violation] = []
+    for state in (t.pre, t.post):
+        free = state.kv.free_block_ids
+        hashes = state.kv.block_hashes
+        first_cached = next((i for i, b in enumerate(free) if hashes[b] is not None), len(free))
+        stray = [b for b in free[first_cached:] if hashes[b] is None]
+        if stray:
+            out.append(
+                Violation("SG-EVICT-ORDER", "a free slot without a hash after evictable ones")
+            )
+            return out
+    policy = t.pre.sglang
+    if policy is None:
+        return _missing_policy_state("SG-EVICT-ORDER")
+    # A match refreshes recency, and a retraction unlocks its victim's prefix (then
+    # evicts), both before the step evicts: the pre state's order no longer applies.
+    if t.pre.waiting or policy.chunked_request_id is not None or t.output.preempted_req_ids:
+        return out
+    before = t.pre.kv.block_hashes
+    after = t.post.kv.block_hashes
+    evicted = {b for b, h in enumerate(before) if h is not None and after[b] != h}
+    order = _evictable_order(t.pre)
+    if evicted and set(order[: len(evicted)]) != evicted:
+        out.append(
+            Violation(
+                "SG-EVICT-ORDER",
+                "evicted blocks are not the first of the eviction order",
+                expected=tuple(order[: len(evicted)]),
+                actual=tuple(sorted(evicted)),
             )
         )
     return out
