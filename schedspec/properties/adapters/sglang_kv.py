@@ -116,8 +116,10 @@ class TreeWalk:
         )
 
     def blocks(self, page_size: int) -> tuple[int, ...]:
-        """The blocks these slots fill, each once, in walk order."""
-        return tuple(dict.fromkeys(slot_block(s, page_size) for s in self.slots))
+        """The blocks these slots fill, each once, by block id: the walk's own order
+        follows the Rust tree core's maps of children, which is not the eviction order
+        and differs from one run to the next."""
+        return tuple(sorted({slot_block(s, page_size) for s in self.slots}))
 
     def check(self, contents: SlotContents) -> None:
         """Refuse a tree whose chain of slots disagrees with where tables held them."""
@@ -139,7 +141,9 @@ class TreeWalk:
 def free_block_order(allocator: Any, evictable: Sequence[int]) -> tuple[int, ...]:
     """The spec's free queue: the allocator's free pages in the order it hands them out
     (free_pages front first, then pages held back for sorting, if any; slot ids when
-    page_size is 1), then the radix cache's evictable blocks."""
+    page_size is 1), then the radix cache's evictable blocks (by block id: SGLang's Rust
+    tree core does not expose its least-recently-used order; README, "SGLang under the
+    spec")."""
     blocks = _ints(allocator.free_pages - 1)
     released = getattr(allocator, "release_pages", None)
     if released is not None:
