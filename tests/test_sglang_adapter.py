@@ -8,6 +8,7 @@ that reason, where SGLang is not installed, except in CI's SGLang venv
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +25,11 @@ from schedspec.properties.adapters.sglang import (  # noqa: E402
     start_scheduler,
 )
 from schedspec.properties.adapters.sglang_runtime import VOCAB_SIZE, load_sglang  # noqa: E402
+from schedspec.properties.checked_engine import InvariantViolationError, replay  # noqa: E402
+from schedspec.properties.differential import DiffOptions, diff_trace  # noqa: E402
 from schedspec.properties.reference_adapter import reference_engine  # noqa: E402
 from schedspec.properties.suite import SuiteSettings, run_suite  # noqa: E402
+from schedspec.properties.trace import Trace  # noqa: E402
 from schedspec.spec import (  # noqa: E402
     ConfigError,
     ModelRunnerOutput,
@@ -40,6 +44,7 @@ from tests.sglang_engine_rows import EngineDriver  # noqa: E402
 from tests.sglang_helpers import as_row, prompt  # noqa: E402
 from tests.test_sglang_reference import SCENARIOS  # noqa: E402
 
+FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
 BASE = SchedulerConfig(
     family="sglang",
     block_size=1,
@@ -224,6 +229,24 @@ def test_s2_sglang_aborts_every_rid_the_aborted_one_starts() -> None:
         engine.add_request(Request(rid, [5, 6, 7], 2))
     engine.finish_requests(["r1"])
     assert engine.snapshot().waiting == ("r10", "r2")
+
+
+def test_g2_the_eviction_order_sglang_hides_parts_block_ids_not_counts() -> None:
+    """docs/FINDINGS.md G2, found by `check --engine sglang --seed 1`: r0's slots are
+    cached, then r2's decodes evict some of them. SGLang evicts in its LRU order, which
+    its Rust tree does not expose; the adapter lists the evictable tail by block id. Both
+    engines hold safety and agree on every count; with block ids they part on the free
+    queue, and SG-EVICT-ORDER, which reads the order, fails on SGLang's side only."""
+    trace = Trace.load(FINDINGS / "sglang-evict-order-not-observable.json")
+    replay(trace, SGLangEngine, "safety")
+    replay(trace, reference_engine, "sglang")
+    assert diff_trace(trace, reference_engine, SGLangEngine, "safety").passed
+    by_ids = diff_trace(
+        trace, reference_engine, SGLangEngine, "safety", DiffOptions(compare_block_ids=True)
+    )
+    assert by_ids.divergence is not None and by_ids.divergence.field == "free_block_ids"
+    with pytest.raises(InvariantViolationError, match="SG-EVICT-ORDER"):
+        replay(trace, SGLangEngine, "sglang")
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["plain", "overlap"])
