@@ -32,6 +32,7 @@
 # the README's `pip install -e '.[test]'` they do; otherwise the script installs this
 # checkout into the venv (`pip install -e .`, which brings them).
 #
+# The steps are scripts/lib/engine_install.sh's, which install_sglang.sh shares.
 # Downloads and time on a fresh machine: see the README's set-up section. Running it again
 # is a probe (~20-30 s) and nothing else once the install works.
 set -Eeuo pipefail
@@ -39,8 +40,12 @@ set -Eeuo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=lib/pip_install.sh
 source "$REPO/scripts/lib/pip_install.sh"
+# shellcheck source=lib/engine_install.sh
+source "$REPO/scripts/lib/engine_install.sh"
 
-VLLM_VERSION=0.33.0
+SCRIPT=install_vllm.sh
+DIST=vllm
+VERSION=0.33.0
 TORCH_VERSION=2.13.0
 # vLLM pins these to its CUDA torch 2.14.0; the venv keeps its torch 2.13.0, which vLLM's
 # scheduler runs on (and installs no torchvision or torchaudio).
@@ -54,119 +59,8 @@ RUNTIME_PACKAGES=(
     prometheus_client fastapi partial_json_parser llguidance apache-tvm-ffi einops
 )
 NO_DEPS=(vllm xgrammar)
-# What pip's resolver says about them until step 5 has trimmed their METADATA.
-PIP_EXPECTED=("^(vllm|xgrammar) [0-9.]+ requires " "^ERROR: pip's dependency resolver")
+EXTRA_PINS=()
+PROBE_MODULE=schedspec.properties.adapters.vllm_probe
+PROBE_WHAT="a VllmEngine"
 
-die() {
-    echo "install_vllm.sh: error: $*" >&2
-    exit 1
-}
-
-[[ $# -eq 1 ]] || die "usage: scripts/install_vllm.sh VENV_DIR"
-VENV=$1
-STEP="start"
-trap 'echo "install_vllm.sh: error: step \"$STEP\" failed (see the output above); fix that and rerun: finished steps are kept" >&2' ERR
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-    STEP="create the venv $VENV"
-    command -v python3 >/dev/null || die "python3 not found: it is needed to create $VENV"
-    python3 -m venv "$VENV"
-fi
-PY="$VENV/bin/python"
-
-# "torch" if the venv lacks torch $TORCH_VERSION (any build), else "vllm" if it lacks vllm
-# $VLLM_VERSION, else nothing.
-missing_version() {
-    "$PY" - "$VLLM_VERSION" "$TORCH_VERSION" <<'EOF'
-import importlib.metadata as md
-import sys
-
-
-def version(name: str) -> str:
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return "none"
-
-
-if version("torch").split("+")[0] != sys.argv[2]:
-    print("torch")
-elif version("vllm") != sys.argv[1]:
-    print("vllm")
-EOF
-}
-
-in_checkout() {
-    PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$@"
-}
-
-probe() {
-    in_checkout "$PY" -m schedspec.properties.adapters.vllm_probe
-}
-
-trimmed() {
-    local dist
-    for dist in "${NO_DEPS[@]}"; do
-        "$PY" "$REPO/scripts/lib/dist_requirements.py" is-trimmed "$dist" 2>/dev/null || return 1
-    done
-}
-
-if [[ -z $(missing_version) ]] && trimmed && probe >/dev/null 2>&1; then
-    echo "install_vllm.sh: vllm==$VLLM_VERSION already works in $VENV; nothing to do"
-    exit 0
-fi
-
-if [[ $(missing_version) == torch ]]; then
-    STEP="torch==$TORCH_VERSION (CPU build)"
-    echo "== $STEP"
-    "$REPO/scripts/install_torch_cpu.sh" "$VENV"
-fi
-
-STEP="vllm==$VLLM_VERSION --no-deps"
-echo "== $STEP"
-pip_install -q --no-deps "vllm==$VLLM_VERSION"
-
-STEP="constraints from vLLM's Requires-Dist"
-CONSTRAINTS=$(mktemp)
-trap 'rm -f "$CONSTRAINTS"' EXIT
-pip_install -q packaging # what dist_requirements.py parses requirements with
-"$PY" "$REPO/scripts/lib/dist_requirements.py" constraints vllm --overridden "${OVERRIDDEN[@]}" \
-    >"$CONSTRAINTS"
-echo "== constraints: $(wc -l <"$CONSTRAINTS") pins from vllm $VLLM_VERSION's METADATA"
-XGRAMMAR_PIN=$(grep -i '^xgrammar' "$CONSTRAINTS" || true)
-[[ -n $XGRAMMAR_PIN ]] || die "vllm $VLLM_VERSION's METADATA pins no xgrammar version"
-
-STEP="the scheduler's runtime packages, under vLLM's pins"
-echo "== $STEP"
-pip_install -q -c "$CONSTRAINTS" "${RUNTIME_PACKAGES[@]}"
-
-STEP="$XGRAMMAR_PIN --no-deps"
-echo "== $STEP"
-pip_install -q --no-deps "$XGRAMMAR_PIN"
-
-if ! in_checkout "$PY" -c 'import schedspec.properties.adapters.vllm' 2>/dev/null; then
-    STEP="schedspec's own dependencies (pip install -e $REPO)"
-    echo "== $STEP"
-    pip_install -q -e "$REPO"
-fi
-
-STEP="trim the METADATA of ${NO_DEPS[*]} (installed with --no-deps)"
-echo "== $STEP"
-for dist in "${NO_DEPS[@]}"; do
-    "$PY" "$REPO/scripts/lib/dist_requirements.py" trim "$dist" --overridden "${OVERRIDDEN[@]}"
-done
-CONFLICTS=$("$PY" -m pip --disable-pip-version-check check 2>&1 | grep -E "^($(
-    IFS='|'
-    echo "${NO_DEPS[*]}"
-)) " || true)
-[[ -z $CONFLICTS ]] || die "pip check still finds unmet requirements of ${NO_DEPS[*]}:
-$CONFLICTS"
-
-STEP="probe: build and step a VllmEngine per config family, with empty caches"
-echo "== $STEP"
-if ! OUTPUT=$(probe 2>&1); then
-    echo "$OUTPUT" >&2
-    die "vllm $VLLM_VERSION is installed in $VENV but the probe cannot build or step a VllmEngine (above)"
-fi
-echo "$OUTPUT"
-echo "install_vllm.sh: vllm==$VLLM_VERSION ready in $VENV"
+install_engine "$@"

@@ -223,7 +223,10 @@ class TestUsageErrors:
     @pytest.mark.parametrize(
         ("engine", "message"),
         [
-            ("nope", "expected 'reference', 'gpu', 'vllm', or module:factory, got 'nope'"),
+            (
+                "nope",
+                "expected 'reference', 'gpu', 'vllm', 'sglang', or module:factory, got 'nope'",
+            ),
             ("no_such_module_x:f", "cannot import 'no_such_module_x'"),
             ("tests.broken_engines:NOT_A_FACTORY", "has no callable 'NOT_A_FACTORY'"),
         ],

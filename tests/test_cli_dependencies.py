@@ -17,6 +17,7 @@ FINDING = str(
 )
 GPU_EXTRA = ("needs torch", "pip install -e '.[gpu]'", "scripts/install_torch_cpu.sh VENV")
 VLLM_SCRIPT = ("needs vLLM", "scripts/install_vllm.sh VENV")
+SGLANG_SCRIPT = ("needs SGLang", "scripts/install_sglang.sh VENV", "a venv of its own")
 FORMAL_EXTRA = ("needs CrossHair (crosshair-tool)", "pip install -e '.[formal]'")
 
 
@@ -32,6 +33,9 @@ FORMAL_EXTRA = ("needs CrossHair (crosshair-tool)", "pip install -e '.[formal]'"
         ("vllm", ["check", "--engine", "vllm"], ("engine 'vllm'", *VLLM_SCRIPT)),
         ("vllm", ["diff-replay", FINDING, "--left", "vllm", "--right", "gpu"], VLLM_SCRIPT),
         ("vllm", ["simulate", "--engine", "vllm", "--no-plots"], VLLM_SCRIPT),
+        ("sglang", ["check", "--engine", "sglang"], ("engine 'sglang'", *SGLANG_SCRIPT)),
+        ("sglang", ["diff", "--right", "sglang"], ("engine 'sglang'", *SGLANG_SCRIPT)),
+        ("sglang", ["simulate", "--engine", "sglang", "--no-plots"], SGLANG_SCRIPT),
         ("crosshair", ["prove", "--contracts"], ("--contracts", *FORMAL_EXTRA)),
     ],
 )

@@ -45,8 +45,8 @@ SAFETY: frozenset[Profile] = frozenset({"safety"})
 
 class TestNames:
     def test_the_forms_list_every_registered_name(self) -> None:
-        assert ENGINE_FORMS == "'reference', 'gpu', 'vllm', or module:factory"
-        assert list(ENGINES) == ["reference", "gpu", "vllm"]
+        assert ENGINE_FORMS == "'reference', 'gpu', 'vllm', 'sglang', or module:factory"
+        assert list(ENGINES) == ["reference", "gpu", "vllm", "sglang"]
 
     def test_a_name_or_its_factory_path_is_the_registered_engine(self) -> None:
         vllm = ENGINES["vllm"]
@@ -64,7 +64,11 @@ class TestNames:
     @pytest.mark.parametrize(
         ("name", "message"),
         [
-            ("nope", "engine: expected 'reference', 'gpu', 'vllm', or module:factory, got 'nope'"),
+            (
+                "nope",
+                "engine: expected 'reference', 'gpu', 'vllm', 'sglang', or module:factory, "
+                "got 'nope'",
+            ),
             ("no_such_module_x:f", "engine: cannot import 'no_such_module_x'"),
             ("tests.broken_engines:NOT_A_FACTORY", "has no callable 'NOT_A_FACTORY'"),
         ],

@@ -11,7 +11,7 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
-@pytest.mark.parametrize("script", ["install_torch_cpu.sh", "install_vllm.sh"])
+@pytest.mark.parametrize("script", ["install_torch_cpu.sh", "install_vllm.sh", "install_sglang.sh"])
 @pytest.mark.parametrize("args", [[], ["one-venv", "another"]])
 def test_a_script_wants_exactly_one_venv(script: str, args: list[str], tmp_path: Path) -> None:
     result = subprocess.run(

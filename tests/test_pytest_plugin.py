@@ -121,7 +121,7 @@ def test_an_engine_that_cannot_be_checked_is_a_usage_error(
 def test_the_engine_option_names_the_engines(engines: pytest.Pytester) -> None:
     result = engines.runpytest("--help")
     shown = " ".join(result.stdout.str().split())
-    assert "'reference', 'gpu', 'vllm', or module:factory" in shown
+    assert "'reference', 'gpu', 'vllm', 'sglang', or module:factory" in shown
 
 
 def test_fixture_runs_the_suite_in_a_test_of_ones_own(engines: pytest.Pytester) -> None:

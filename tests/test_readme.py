@@ -154,3 +154,14 @@ def test_ci_runs_the_readmes_test_command_verbatim() -> None:
         ".venv/bin/python -m pytest"
     )
     assert test_command in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+def test_ci_installs_sglang_as_the_readme_says() -> None:
+    """The README's SGLang set-up line, after its venv is made (.ci/run makes and removes
+    .venv-sglang as it does .venv), is a line of .ci/run."""
+    section = README.read_text().split("## SGLang under the spec", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
+    setup = block.splitlines()[0]
+    make_venv = "python3 -m venv .venv-sglang && "
+    assert setup.startswith(make_venv) and "scripts/install_sglang.sh .venv-sglang" in setup
+    assert setup.removeprefix(make_venv) in (REPO / ".ci" / "run").read_text().splitlines()

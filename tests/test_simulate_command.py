@@ -61,6 +61,9 @@ def test_compare_runs_every_preset_on_one_workload(tmp_path: Path) -> None:
         "no-prefix-cache",
         "spec-decode",
         "small-kv",
+        # The reference follows SGLang's family too: its policy beside vLLM's.
+        "sglang",
+        "sglang-small-kv",
     ]
     runs = _summary(tmp_path)["runs"]
     arrivals = {tuple(r["arrival_time"] for r in run["requests"]) for run in runs}
@@ -69,6 +72,7 @@ def test_compare_runs_every_preset_on_one_workload(tmp_path: Path) -> None:
     assert by_name["no-prefix-cache"]["summary"]["prefix_cache_hit_rate"] is None
     assert by_name["chunked"]["summary"]["prefix_cache_hit_rate"] > 0
     assert by_name["no-chunking"]["config"]["enable_chunked_prefill"] is False
+    assert by_name["sglang"]["config"]["family"] == "sglang"
 
 
 def test_json_carries_per_request_metrics_and_is_seeded(tmp_path: Path) -> None:
@@ -143,7 +147,10 @@ def test_trace_workload(tmp_path: Path) -> None:
         (["--prompt-len", "uniform:5:2"], "prompt_len: expected fixed:N"),
         (["--rate", "0"], "rate: must be > 0"),
         (["--workload", "long-prompt", "--rate", "3"], "--rate shape(s) only the mixed workload"),
-        (["--engine", "nosuch"], "engine: expected 'reference', 'gpu', 'vllm', or module:factory"),
+        (
+            ["--engine", "nosuch"],
+            "engine: expected 'reference', 'gpu', 'vllm', 'sglang', or module:factory",
+        ),
         # --compare runs its own presets: a flag that also picks configs would be ignored.
         (
             ["--compare", "--experiment", "chunked-prefill"],

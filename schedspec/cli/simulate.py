@@ -22,10 +22,13 @@ from schedspec.files import OutputPathError, prepare_output_dir, write_atomicall
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.engine_boundary import guarded
 from schedspec.properties.engine_errors import EngineHalt
+from schedspec.properties.engines import named_engine
 from schedspec.properties.failure_report import crash_report
 from schedspec.properties.watchdog import Watchdog
 from schedspec.simulate.configs import (
     COMPARE_PRESETS,
+    CROSS_FAMILY_PRESETS,
+    SGLANG_COMPARE_PRESETS,
     NamedConfig,
     parse_assignments,
     resolve_configs,
@@ -108,18 +111,22 @@ def _trade_off_lines(runs: list[ConfigRun], workload: Workload) -> list[str]:
     "config_specs",
     multiple=True,
     help="NAME[:field=value,...] (repeatable); NAME may be a preset: chunked, no-chunking, "
-    "chunked-512, no-prefix-cache, spec-decode, small-kv.",
+    "chunked-512, no-prefix-cache, spec-decode, small-kv; sglang (SGLang's family on the "
+    "same deployment) or sglang-PRESET.",
 )
 @click.option(
     "--compare",
     is_flag=True,
-    help=f"Compare the presets {', '.join(COMPARE_PRESETS)} on one workload "
+    help=f"Compare the presets {', '.join(COMPARE_PRESETS)} on one workload, and "
+    f"{', '.join(CROSS_FAMILY_PRESETS)} where the engine follows SGLang's family too "
+    f"({', '.join(SGLANG_COMPARE_PRESETS)} where it follows only that) "
     "(not with --config or --experiment, which choose their own configs).",
 )
 @click.option(
     "--experiment",
     type=click.Choice(["chunked-prefill"]),
-    help="The chunked-prefill trade-off: long-prompt workload, no-chunking vs chunked-512.",
+    help="The chunked-prefill trade-off: long-prompt workload, no-chunking vs chunked-512 "
+    "(sglang-no-chunking vs sglang-chunked-512 on an engine of SGLang's family only).",
 )
 @click.option("--set", "common", multiple=True, help="field=value,... for every config.")
 @click.option("--cost", multiple=True, help="Cost-model field=value,... (see docs/SIMULATE.md).")
@@ -195,7 +202,11 @@ def simulate(
         fields: dict[str, object] = {}
         for text in common:
             fields.update(parse_assignments(text, "set"))
-        configs = resolve_configs(config_specs, compare, experiment is not None, fields, cost_model)
+        registered = named_engine(engine)
+        families = registered.families if registered is not None else ("vllm",)
+        configs = resolve_configs(
+            config_specs, compare, experiment is not None, fields, cost_model, families
+        )
         if experiment is not None and workload == "mixed":
             workload = "long-prompt"
         max_model_len = min(c.config.max_model_len for c in configs)

@@ -2,8 +2,9 @@
 
 `pip install -e .` gives schedspec's core: the reference, the harness, the Z3
 proofs and the simulator. torch (the gpu engine, swarm mode, `run --execute`),
-vLLM (its scheduler under the suite), Ray (campaigns on a cluster, --ray) and CrossHair
-(the contract check) come separately. Asking for one of them where it is missing raises
+vLLM and SGLang (their schedulers under the suite; each in a venv of its own), Ray
+(campaigns on a cluster, --ray) and CrossHair (the contract check) come separately.
+Asking for one of them where it is missing raises
 MissingDependencyError, whose message says what brings it, before anything is
 imported: the commands report it as a usage error instead of a traceback.
 """
@@ -41,6 +42,12 @@ RAY = OptionalDependency(
     "ray",
     "Ray",
     "install the ray extra (pip install -e '.[ray]', or pip install 'schedspec[ray]')",
+)
+SGLANG = OptionalDependency(
+    "sglang",
+    "SGLang",
+    "install SGLang's scheduler into a venv of its own (its pins exclude vLLM's) with "
+    "scripts/install_sglang.sh VENV and run schedspec from that venv",
 )
 CROSSHAIR = OptionalDependency(
     "crosshair",

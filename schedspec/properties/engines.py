@@ -1,6 +1,6 @@
 """Engines by name: the registry every command and the pytest plugin resolve --engine through.
 
-A name is one of ENGINES ('reference', 'gpu', 'vllm') or `module:factory`, a
+A name is one of ENGINES ('reference', 'gpu', 'vllm', 'sglang') or `module:factory`, a
 callable taking a SchedulerConfig and returning an EngineAdapter (a class
 works). Each registered engine knows where its factory lives (imported only
 when used, so naming an engine costs nothing until it runs), the configs it
@@ -8,7 +8,7 @@ runs by default, and the optional dependency it needs; a `module:factory` that
 is a registered engine's own factory is that engine. Adding an engine is one
 entry in ENGINES.
 
-Nothing here imports Hypothesis, torch or vLLM at import time: the pytest
+Nothing here imports Hypothesis, torch, vLLM or SGLang at import time: the pytest
 plugin and every command's --help read ENGINE_FORMS.
 """
 
@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from schedspec.properties.dependencies import TORCH, VLLM, OptionalDependency, require
+from schedspec.properties.dependencies import (
+    SGLANG,
+    TORCH,
+    VLLM,
+    OptionalDependency,
+    require,
+)
 from schedspec.properties.engine_boundary import through_the_door
 from schedspec.properties.profiles import ProfileError
 from schedspec.spec import FAMILIES, Family, shown
@@ -67,10 +73,19 @@ ENGINES: dict[str, NamedEngine] = {
             configs="schedspec.properties.adapters.vllm:vllm_default_configs",
             needs=(VLLM,),
         ),
+        # SGLang 0.5.23's Scheduler (plain or overlap loop, as the config says), on the
+        # SGLang family's configs it runs.
+        NamedEngine(
+            "sglang",
+            "schedspec.properties.adapters.sglang:SGLangEngine",
+            configs="schedspec.properties.adapters.sglang:sglang_default_configs",
+            needs=(SGLANG,),
+            families=("sglang",),
+        ),
     )
 }
 
-# For help texts and errors: "'reference', 'gpu', 'vllm', or module:factory".
+# For help texts and errors: "'reference', 'gpu', 'vllm', 'sglang', or module:factory".
 ENGINE_FORMS = ", ".join(f"'{name}'" for name in ENGINES) + ", or module:factory"
 
 

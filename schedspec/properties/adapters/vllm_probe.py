@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import sys
-import tempfile
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from schedspec.properties.adapters import empty_caches as caches
 from schedspec.properties.adapters.vllm import VllmEngine
 from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError
 from schedspec.properties.events import AddRequest, Drain, ProposeDrafts, Step
@@ -122,23 +120,10 @@ def step_family(family: Family) -> int:
     return checked.stats.steps
 
 
-@contextlib.contextmanager
-def empty_caches() -> Iterator[str]:
+def empty_caches() -> contextlib.AbstractContextManager[str]:
     """Each of CACHE_VARIABLES names its own new empty folder (under the folder yielded)
     until the block ends; then the folders go and the variables are as they were."""
-    saved = {name: os.environ.get(name) for name in CACHE_VARIABLES}
-    with tempfile.TemporaryDirectory(prefix="schedspec-vllm-probe-") as root:
-        try:
-            for name in CACHE_VARIABLES:
-                os.environ[name] = os.path.join(root, name.lower())
-                os.mkdir(os.environ[name])
-            yield root
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+    return caches.empty_caches(CACHE_VARIABLES, "schedspec-vllm-probe-")
 
 
 def probe() -> None:

@@ -1,0 +1,293 @@
+"""SGLang's real Scheduler, built in this process on CPU: the couplings to a GPU build undone.
+
+SGLang is imported only here, and only when an engine is built; install it with
+`scripts/install_sglang.sh VENV_DIR` (a venv of its own: its pins exclude vLLM's). What
+is real: `sglang.srt.managers.scheduler.Scheduler`, built by its own __init__ from
+ServerArgs, with its TpModelWorker, ModelRunner, Sampler, token and request pools, radix
+cache, SchedulePolicy and PrefillAdder. What stands in, and why (nothing of SGLang is
+edited; each is an extension point SGLang offers or a module attribute replaced):
+
+1. The model. SGLang's real layers import CUDA kernels on a non-CUDA device, and its
+   CPU engine needs an sgl-kernel CPU build PyPI does not ship. The tiny config names
+   the architecture HarnessModel, registered through SGLang's ModelRegistry (its hook
+   for external models): it writes no KV and returns all-zero logits. The token each
+   request samples is the harness's (FakeModel); the adapter puts it into the batch
+   result before SGLang processes it, so nothing depends on what the sampler picked.
+2. torchvision. `sglang.srt.configs` imports torchvision.transforms at import time (for
+   multimodal configs); PyPI's wheels need a CUDA torch. Where torchvision does not
+   import, a meta-path finder answers `import torchvision...` with empty modules whose
+   every attribute refuses to be used; it is installed after transformers has cached
+   "torchvision is not available", so transformers never reaches for it.
+3. One parallel runtime per process. `bootstrap.init_parallel_runtime` refuses to run
+   twice; every Scheduler built here is one CPU rank with tensor parallelism 1, so the
+   process groups the first build made serve every later one, and later calls return.
+4. Outputs. The scheduler PUSHes what it streams to the tokenizer manager over ZeroMQ;
+   a PULL socket is bound to that endpoint before the scheduler connects (a PUSH that
+   connects first retries every 100 ms) and drained, its messages unread: the adapter
+   reads each request's outcome from SGLang's Req objects.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import types
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+INSTALL_STEP = "scripts/install_sglang.sh VENV_DIR"
+# The tiny model's vocabulary: the harness's token ids (FakeModel's default vocab_size)
+# must be below it, since SGLang checks stop token ids against it.
+VOCAB_SIZE = 32000
+# max_position_embeddings of the tiny model: the largest context length we can ask for.
+MAX_CONTEXT_LENGTH = 1 << 20
+_TINY_MODEL: dict[str, object] = {
+    "architectures": ["HarnessModel"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": VOCAB_SIZE,
+    "max_position_embeddings": MAX_CONTEXT_LENGTH,
+    "torch_dtype": "float32",
+    "rms_norm_eps": 1e-6,
+    # No model EOS: a request's EOS is its own (the spec's eos_token_id), never the
+    # model's, so SGLang stops a request only on the stop tokens the harness gave it.
+    # Stated as null: left out, transformers' LlamaConfig defaults it to 2 (and BOS to
+    # 1), and SGLang would stop every request that samples token 2.
+    "eos_token_id": None,
+    "bos_token_id": None,
+}
+
+
+class SglangMissingError(ImportError):
+    """SGLang is not importable in this environment."""
+
+
+# ------------------------------------------------------------------ torchvision
+
+
+class _Unusable:
+    """Any attribute of the stubbed torchvision: refuses to be built or called."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("torchvision is stubbed for SGLang's scheduler on CPU")
+
+
+def _stub_attribute(name: str) -> type[_Unusable]:
+    """A stubbed torchvision module's attribute: _Unusable, except the dunder names
+    Python and tools look up on every module (__file__, __spec__...), which it lacks,
+    as a module without them does."""
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(name)
+    return _Unusable
+
+
+class _TorchvisionStub(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers `import torchvision[.anything]` with an empty package."""
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "torchvision" or fullname.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = _stub_attribute  # type: ignore[method-assign]
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def _stub_torchvision_if_broken() -> None:
+    """Install the stub unless a working torchvision imports (then SGLang uses it)."""
+    if any(isinstance(finder, _TorchvisionStub) for finder in sys.meta_path):
+        return
+    try:
+        import torchvision  # noqa: F401
+
+        return
+    except Exception:
+        sys.modules.pop("torchvision", None)
+    import transformers.utils.import_utils as import_utils
+
+    # Cached (lru_cache) before the stub exists, so transformers keeps saying "absent".
+    import_utils.is_torchvision_available()
+    sys.meta_path.insert(0, _TorchvisionStub())
+
+
+# ------------------------------------------------------------------ SGLang names
+
+
+@dataclass(frozen=True)
+class Sglang:
+    """The SGLang names the adapter uses (all Any: SGLang ships no type stubs)."""
+
+    Scheduler: Any
+    ServerArgs: Any
+    PortArgs: Any
+    TokenizedGenerateReqInput: Any
+    SamplingParams: Any
+    AbortReq: Any
+    FINISH_ABORT: Any
+    FINISH_LENGTH: Any
+    FINISH_MATCHED_TOKEN: Any
+    ForwardMode: Any
+    publish: Any
+    SpawnRanks: Any
+    spawn_world_rank: Any
+    torch: Any
+    zmq: Any
+    model_dir: str
+
+
+_loaded: Sglang | None = None
+
+
+def load_sglang() -> Sglang:
+    """Import SGLang once, offline and quiet, with the tiny model registered."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    # Read when huggingface_hub is imported: the tiny model is a local folder.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    quiet_sglang_logging()
+    try:
+        _stub_torchvision_if_broken()
+        import torch
+        import zmq
+        from sglang.srt.distributed import bootstrap
+        from sglang.srt.managers.io_struct import AbortReq, TokenizedGenerateReqInput
+        from sglang.srt.managers.schedule_batch import (
+            FINISH_ABORT,
+            FINISH_LENGTH,
+            FINISH_MATCHED_TOKEN,
+        )
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+        from sglang.srt.models.registry import ModelRegistry
+        from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
+        from sglang.srt.sampling.sampling_params import SamplingParams
+        from sglang.srt.server_args import PortArgs, ServerArgs
+    except ImportError as err:
+        raise SglangMissingError(
+            f"the SGLang adapter needs SGLang, which cannot be imported here ({err}); "
+            f"install it into a venv of its own with `{INSTALL_STEP}`"
+        ) from err
+    _run_parallel_runtime_once(bootstrap)
+    ModelRegistry._load_default_models()
+    ModelRegistry.models[_TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
+    root = tempfile.mkdtemp(prefix="schedspec-sglang-")
+    atexit.register(shutil.rmtree, root, True)
+    with open(os.path.join(root, "config.json"), "w") as f:
+        json.dump(_TINY_MODEL, f)
+    _loaded = Sglang(
+        Scheduler=Scheduler,
+        ServerArgs=ServerArgs,
+        PortArgs=PortArgs,
+        TokenizedGenerateReqInput=TokenizedGenerateReqInput,
+        SamplingParams=SamplingParams,
+        AbortReq=AbortReq,
+        FINISH_ABORT=FINISH_ABORT,
+        FINISH_LENGTH=FINISH_LENGTH,
+        FINISH_MATCHED_TOKEN=FINISH_MATCHED_TOKEN,
+        ForwardMode=ForwardMode,
+        publish=publish,
+        SpawnRanks=SpawnRanks,
+        spawn_world_rank=spawn_world_rank,
+        torch=torch,
+        zmq=zmq,
+        model_dir=root,
+    )
+    return _loaded
+
+
+_TINY_MODEL_ARCHITECTURE = "HarnessModel"
+
+
+def _harness_model_class(torch: Any) -> type:
+    """The model class SGLang builds for the tiny config: no KV, zero logits."""
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+
+    class HarnessModel(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self, config: Any, quant_config: Any = None, prefix: str = "") -> None:
+            super().__init__()
+            self.config = config
+            # One parameter, so that SGLang's loader and memory accounting have a model.
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def load_weights(self, weights: Any) -> None:
+            for _ in weights:
+                pass
+
+        @torch.no_grad()  # type: ignore[untyped-decorator]
+        def forward(
+            self, input_ids: Any, positions: Any, forward_batch: Any, *args: Any, **kwargs: Any
+        ) -> Any:
+            logits = torch.zeros((forward_batch.batch_size, self.config.vocab_size))
+            return LogitsProcessorOutput(next_token_logits=logits)
+
+    HarnessModel.__name__ = HarnessModel.__qualname__ = _TINY_MODEL_ARCHITECTURE
+    return HarnessModel
+
+
+def _run_parallel_runtime_once(bootstrap: Any) -> None:
+    """Make bootstrap.init_parallel_runtime return after its first call (see the module
+    docstring, 3)."""
+    original = bootstrap.init_parallel_runtime
+    if getattr(original, "_schedspec_once", False):
+        return
+    done: list[bool] = []
+
+    def init_parallel_runtime_once(**kwargs: Any) -> None:
+        if not done:
+            original(**kwargs)
+            done.append(True)
+
+    init_parallel_runtime_once._schedspec_once = True  # type: ignore[attr-defined]
+    bootstrap.init_parallel_runtime = init_parallel_runtime_once
+
+
+# SGLang's loggers warn about every tiny config (a pool smaller than the context
+# length), log every retraction, and log each prompt its door refuses as an error
+# (the adapter raises that refusal as RequestError with SGLang's message, which the
+# harness judges); configure_logging would otherwise reset them.
+QUIETED_LOGGERS = ("sglang",)
+SGLANG_LOGGING_VARIABLES = ("SGLANG_LOGGING_CONFIG_PATH", "SGLANG_LOG_LEVEL")
+
+
+def quiet_sglang_logging() -> None:
+    """Keep only critical records from SGLang's loggers, and drop the warnings its modules give at
+    import time about CUDA-only kernels this CPU path never runs (AWQ, GGUF, Triton),
+    unless the user configured SGLang's logging (a SGLANG_LOGGING_VARIABLES variable
+    set) or gave the logger a level."""
+    if any(name in os.environ for name in SGLANG_LOGGING_VARIABLES):
+        return
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")
+    for name in QUIETED_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.CRITICAL)
+
+
+def sglang_available() -> bool:
+    """Whether SGLang can be imported (and so an SGLang engine built)."""
+    try:
+        load_sglang()
+    except SglangMissingError:
+        return False
+    return True

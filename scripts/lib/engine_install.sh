@@ -1,0 +1,151 @@
+# Sourced by scripts/install_vllm.sh and scripts/install_sglang.sh: install one engine's
+# scheduler into a venv with --no-deps and only the packages its scheduler imports, held
+# to the engine's own pins, then probe it. The caller sets, then calls `install_engine "$@"`:
+#   SCRIPT            the script's name, for messages (install_vllm.sh)
+#   DIST, VERSION     the engine's distribution and pinned version (vllm, 0.33.0)
+#   TORCH_VERSION     the torch the venv keeps (its CPU build if it has none)
+#   OVERRIDDEN        the engine's pins the venv does not follow (its CUDA torch's)
+#   RUNTIME_PACKAGES  what building and stepping its scheduler imports
+#   NO_DEPS           DIST, then packages installed at DIST's pin with --no-deps
+#   EXTRA_PINS        pins DIST's METADATA does not give (may be empty)
+#   PROBE_MODULE      the probe (python -m), which must pass for the install to be done
+#   PROBE_WHAT        what the probe builds, for messages
+# Steps (each named when it fails; rerun keeps finished ones): a venv that already has
+# DIST==VERSION, torch TORCH_VERSION, trimmed METADATA and passes the probe needs nothing;
+# else torch (scripts/install_torch_cpu.sh), DIST --no-deps, a constraints file from DIST's
+# Requires-Dist (scripts/lib/dist_requirements.py) plus EXTRA_PINS, RUNTIME_PACKAGES under
+# it, the other NO_DEPS at their pins with --no-deps, schedspec itself if its own
+# dependencies do not import, the NO_DEPS' METADATA trimmed of what is left out on purpose
+# (pip check then quiet about them), and the probe.
+# Needs REPO (the checkout) and scripts/lib/pip_install.sh sourced.
+
+die() {
+    echo "$SCRIPT: error: $*" >&2
+    exit 1
+}
+
+# "torch" if the venv lacks torch $TORCH_VERSION (any build), else "$DIST" if it lacks
+# $DIST $VERSION, else nothing.
+missing_version() {
+    "$PY" - "$DIST" "$VERSION" "$TORCH_VERSION" <<'PYTHON'
+import importlib.metadata as md
+import sys
+
+
+def version(name: str) -> str:
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return "none"
+
+
+dist, wanted, torch_wanted = sys.argv[1:]
+if version("torch").split("+")[0] != torch_wanted:
+    print("torch")
+elif version(dist) != wanted:
+    print(dist)
+PYTHON
+}
+
+in_checkout() {
+    PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$@"
+}
+
+probe() {
+    in_checkout "$PY" -m "$PROBE_MODULE"
+}
+
+trimmed() {
+    local dist
+    for dist in "${NO_DEPS[@]}"; do
+        "$PY" "$REPO/scripts/lib/dist_requirements.py" is-trimmed "$dist" 2>/dev/null || return 1
+    done
+}
+
+install_engine() {
+    [[ $# -eq 1 ]] || die "usage: scripts/$SCRIPT VENV_DIR"
+    VENV=$1
+    STEP="start"
+    trap 'echo "$SCRIPT: error: step \"$STEP\" failed (see the output above); fix that and rerun: finished steps are kept" >&2' ERR
+    # What pip's resolver says about NO_DEPS until their METADATA is trimmed.
+    PIP_EXPECTED=("^($(
+        IFS='|'
+        echo "${NO_DEPS[*]}"
+    )) [0-9.]+ requires " "^ERROR: pip's dependency resolver")
+
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        STEP="create the venv $VENV"
+        command -v python3 >/dev/null || die "python3 not found: it is needed to create $VENV"
+        python3 -m venv "$VENV"
+    fi
+    PY="$VENV/bin/python"
+
+    if [[ -z $(missing_version) ]] && trimmed && probe >/dev/null 2>&1; then
+        echo "$SCRIPT: $DIST==$VERSION already works in $VENV; nothing to do"
+        exit 0
+    fi
+
+    if [[ $(missing_version) == torch ]]; then
+        STEP="torch==$TORCH_VERSION (CPU build)"
+        echo "== $STEP"
+        "$REPO/scripts/install_torch_cpu.sh" "$VENV"
+    fi
+
+    STEP="$DIST==$VERSION --no-deps"
+    echo "== $STEP"
+    pip_install -q --no-deps "$DIST==$VERSION"
+
+    STEP="constraints from $DIST's Requires-Dist"
+    CONSTRAINTS=$(mktemp)
+    trap 'rm -f "$CONSTRAINTS"' EXIT
+    pip_install -q packaging # what dist_requirements.py parses requirements with
+    "$PY" "$REPO/scripts/lib/dist_requirements.py" constraints "$DIST" \
+        --overridden "${OVERRIDDEN[@]}" >"$CONSTRAINTS"
+    local pin
+    for pin in "${EXTRA_PINS[@]}"; do
+        echo "$pin" >>"$CONSTRAINTS"
+    done
+    echo "== constraints: $(wc -l <"$CONSTRAINTS") pins ($DIST $VERSION's METADATA${EXTRA_PINS[*]:+, and ${EXTRA_PINS[*]}})"
+
+    STEP="the scheduler's runtime packages, under $DIST's pins"
+    echo "== $STEP"
+    pip_install -q -c "$CONSTRAINTS" "${RUNTIME_PACKAGES[@]}"
+
+    local dist
+    for dist in "${NO_DEPS[@]:1}"; do
+        pin=$(grep -i "^$dist" "$CONSTRAINTS" || true)
+        [[ -n $pin ]] || die "$DIST $VERSION's METADATA pins no $dist version"
+        STEP="$pin --no-deps"
+        echo "== $STEP"
+        pip_install -q --no-deps "$pin"
+    done
+
+    if ! in_checkout "$PY" -c "import $PROBE_MODULE" 2>/dev/null; then
+        STEP="schedspec's own dependencies (pip install -e $REPO)"
+        echo "== $STEP"
+        pip_install -q -c "$CONSTRAINTS" -e "$REPO"
+    fi
+
+    STEP="trim the METADATA of ${NO_DEPS[*]} (installed with --no-deps)"
+    echo "== $STEP"
+    for dist in "${NO_DEPS[@]}"; do
+        "$PY" "$REPO/scripts/lib/dist_requirements.py" trim "$dist" --overridden "${OVERRIDDEN[@]}"
+    done
+    local conflicts
+    conflicts=$("$PY" -m pip --disable-pip-version-check check 2>&1 | grep -E "^($(
+        IFS='|'
+        echo "${NO_DEPS[*]}"
+    )) " || true)
+    [[ -z $conflicts ]] || die "pip check still finds unmet requirements of ${NO_DEPS[*]}:
+$conflicts"
+
+    STEP="probe: build and step $PROBE_WHAT per config family, with empty caches"
+    echo "== $STEP"
+    local output
+    if ! output=$(probe 2>&1); then
+        echo "$output" >&2
+        die "$DIST $VERSION is installed in $VENV but the probe cannot build or step $PROBE_WHAT (above)"
+    fi
+    echo "$output"
+    echo "$SCRIPT: $DIST==$VERSION ready in $VENV"
+}

@@ -1,0 +1,159 @@
+"""The SGLang adapter's pure parts, which need no SGLang: the configs it runs and
+refuses, its request ids, the block ids and free queue it reads from SGLang's pool, the
+in-flight counters it keeps, the probe's families, and the error where SGLang is
+missing. (tests/test_sglang_adapter.py drives SGLang itself.)"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedspec.properties.adapters import sglang_runtime
+from schedspec.properties.adapters.sglang import (
+    max_running_requests,
+    refusal,
+    sglang_default_configs,
+    sglang_rid,
+    spec_id,
+)
+from schedspec.properties.adapters.sglang_kv import free_block_order, slot_block, table_blocks
+from schedspec.properties.adapters.sglang_output import BatchRow, Pipeline
+from schedspec.properties.adapters.sglang_probe import FAMILIES
+from schedspec.spec import SchedulerConfig
+
+
+def sglang_config(**fields: object) -> SchedulerConfig:
+    base: dict[str, object] = {
+        "family": "sglang",
+        "block_size": 1,
+        "num_blocks": 16,
+        "max_num_batched_tokens": 16,
+        "max_num_seqs": 4,
+        "max_model_len": 16,
+    }
+    return SchedulerConfig(**{**base, **fields})  # type: ignore[arg-type]
+
+
+class TestConfigs:
+    def test_max_running_requests_is_half_the_pools_tokens(self) -> None:
+        # 16 slots: SGLang runs at most 8 requests; 6 pages of 4: 12.
+        assert max_running_requests(sglang_config()) == 8
+        assert max_running_requests(sglang_config(block_size=4, num_blocks=6)) == 12
+
+    def test_more_running_requests_than_sglang_allows_is_refused_naming_the_field(self) -> None:
+        refused = refusal(sglang_config(num_blocks=16, max_num_seqs=9))
+        assert refused is not None and refused.field == "max_num_seqs"
+        assert "half the pool's tokens, 8 here: got 9" in str(refused)
+        assert refusal(sglang_config(max_num_seqs=8)) is None
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.data())
+    def test_the_default_configs_are_sglangs_family_within_its_caps(
+        self, data: st.DataObject
+    ) -> None:
+        config = data.draw(sglang_default_configs())
+        assert config.family == "sglang"
+        assert refusal(config) is None
+
+    def test_the_default_configs_reach_both_loops_and_every_knob(self) -> None:
+        seen: set[tuple[object, ...]] = set()
+
+        @settings(max_examples=300, deadline=None, database=None)
+        @given(sglang_default_configs())
+        def collect(config: SchedulerConfig) -> None:
+            seen.add(
+                (
+                    config.async_scheduling,
+                    config.enable_prefix_caching,
+                    config.enable_chunked_prefill,
+                    config.enable_mixed_chunk,
+                )
+            )
+
+        collect()
+        assert {s[0] for s in seen} == {False, True}
+        assert {s[1] for s in seen} == {False, True}
+        assert {s[2] for s in seen} == {False, True}
+        assert {s[3] for s in seen} == {False, True}
+
+
+class TestIds:
+    def test_rids_are_prefix_free_and_translate_back(self) -> None:
+        # SGLang aborts every rid that starts with the aborted one: "1#r" and "10#r"
+        # must not be prefixes of each other, and ids with the separator survive.
+        assert sglang_rid("r", 1) == "1#r"
+        assert not sglang_rid("r", 10).startswith(sglang_rid("r", 1))
+        assert spec_id(sglang_rid("a#b", 3)) == "a#b"
+
+
+@dataclass
+class _Allocator:
+    free_pages: object
+    release_pages: object | None = None
+
+
+class TestBlocks:
+    def test_slot_zero_and_page_zero_are_sglangs_padding(self) -> None:
+        assert [slot_block(s, 1) for s in (1, 2, 9)] == [0, 1, 8]
+        # page_size 4: slots 4-7 are page 1, block 0.
+        assert [slot_block(s, 4) for s in (4, 7, 8, 13)] == [0, 0, 1, 2]
+
+    def test_a_table_has_one_block_per_page_its_slots_touch(self) -> None:
+        assert table_blocks([5, 3, 9], 1) == (4, 2, 8)
+        assert table_blocks([8, 9, 10, 11, 20, 21], 4) == (1, 4)
+
+    def test_the_free_queue_is_free_pages_then_held_back_pages_then_evictable(self) -> None:
+        # SGLang's allocator keeps its free pages in int64 tensors.
+        allocator = _Allocator(torch.tensor([3, 4]), torch.tensor([7]))
+        assert free_block_order(allocator, (0, 5)) == (2, 3, 6, 0, 5)
+        assert free_block_order(_Allocator(torch.tensor([2])), ()) == (1,)
+
+
+class TestPipeline:
+    def test_an_overlap_step_holds_tokens_and_a_placeholder_until_it_lands(self) -> None:
+        pipeline = Pipeline(async_scheduling=True)
+        rows = {"0#a": BatchRow("a", 5, 0, True)}
+        pipeline.on_schedule(rows)
+        held = pipeline.of("0#a")
+        assert (held.tokens, held.placeholders, held.prefill_chunk) == (5, 1, False)
+        pipeline.on_land(rows)
+        assert (pipeline.of("0#a").tokens, pipeline.of("0#a").placeholders) == (0, 0)
+
+    def test_a_retracted_requests_step_in_flight_is_stale_and_dropped(self) -> None:
+        pipeline = Pipeline(async_scheduling=True)
+        rows = {"0#a": BatchRow("a", 1, 7, True)}
+        pipeline.on_schedule(rows)
+        pipeline.on_retract("0#a")
+        held = pipeline.of("0#a")
+        assert (held.stale, held.drop_stale, held.placeholders) == (1, True, 0)
+        pipeline.on_land(rows)
+        held = pipeline.of("0#a")
+        assert (held.tokens, held.stale, held.drop_stale) == (0, 0, False)
+
+    def test_a_chunk_samples_nothing_and_leaves_no_placeholder(self) -> None:
+        pipeline = Pipeline(async_scheduling=True)
+        pipeline.on_schedule({"0#a": BatchRow("a", 8, 0, False)})
+        held = pipeline.of("0#a")
+        assert (held.tokens, held.placeholders, held.prefill_chunk) == (8, 0, True)
+
+
+def test_the_probe_families_are_every_loop_cache_page_and_mixed_combination() -> None:
+    combinations = {(f.overlap, f.radix_cache, f.page_size, f.mixed_chunk) for f in FAMILIES}
+    assert len(FAMILIES) == len(combinations) == 16
+    assert [refusal(f.config()) for f in FAMILIES] == [None] * 16
+
+
+def test_missing_sglang_names_the_install_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sglang_runtime, "_loaded", None)
+    monkeypatch.setattr(sglang_runtime, "_stub_torchvision_if_broken", lambda: None)
+    # `import sglang...` fails here, also where SGLang's modules were imported already.
+    for name in ["sglang", *(m for m in sys.modules if m.startswith("sglang."))]:
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(sglang_runtime.SglangMissingError, match=r"scripts/install_sglang\.sh"):
+        sglang_runtime.load_sglang()
+    assert not sglang_runtime.sglang_available()
