@@ -16,6 +16,7 @@ import pytest
 from schedspec.spec import SGLangState, State
 from schedspec.spec.invariants import (
     CATALOGUE,
+    CHECKS,
     AbortTransition,
     ScheduleTransition,
     UpdateTransition,
@@ -380,6 +381,35 @@ def case_a_pool_slot_after_the_evictable_ones() -> Case:
         good, post=with_kv(good.post, free_block_ids=(*pool[1:], *cached, pool[0]))
     )
     return Case("SG-EVICT-ORDER", good, bad, "a free slot without a hash after evictable")
+
+
+def _order_unobserved(state: State) -> State:
+    assert state.sglang is not None
+    return dataclasses.replace(
+        state, sglang=dataclasses.replace(state.sglang, eviction_order_observed=False)
+    )
+
+
+@cases("SG-EVICT-ORDER")
+def case_evicting_a_block_that_was_not_evictable() -> Case:
+    """Where the engine hides its eviction order (FINDINGS G2) the profile still holds
+    it to evicting only evictable blocks: one left out of the free queue was held."""
+    good = sglang_decode_that_evicts()
+    good = dataclasses.replace(good, pre=_order_unobserved(good.pre))
+    before, after = good.pre.kv.block_hashes, good.post.kv.block_hashes
+    evicted = [b for b, h in enumerate(before) if h is not None and after[b] != h]
+    free = tuple(b for b in good.pre.kv.free_block_ids if b != evicted[0])
+    bad = dataclasses.replace(good, pre=with_kv(good.pre, free_block_ids=free))
+    return Case("SG-EVICT-ORDER", good, bad, "not evictable", actual=(evicted[0],))
+
+
+def test_an_unobserved_eviction_order_is_not_held_to_lru() -> None:
+    """The out-of-order free queue of case_evicting_out_of_order passes once the state
+    says the order is not the cache's (the SGLang adapter's snapshot: FINDINGS G2)."""
+    bad = case_evicting_out_of_order().bad
+    assert bad is not None
+    unobserved = dataclasses.replace(bad, pre=_order_unobserved(bad.pre))
+    assert CHECKS["SG-EVICT-ORDER"](unobserved) == []
 
 
 @pytest.mark.parametrize("build", cases.params())

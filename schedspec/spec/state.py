@@ -148,6 +148,11 @@ class SGLangState:
     chunked_request_id: str | None
     # The kind of the batch the last step ran (None before the first step).
     last_batch_kind: BatchKind | None
+    # Whether free_block_ids' evictable tail is in the cache's real eviction order.
+    # An engine whose cache hides that order (SGLang's Rust radix tree: docs/FINDINGS.md
+    # G2) lists the tail in some other order and says so here; SG-EVICT-ORDER then
+    # holds it only to evicting blocks that were evictable.
+    eviction_order_observed: bool = True
 
 
 @dataclass(frozen=True)

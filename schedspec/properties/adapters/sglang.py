@@ -602,6 +602,9 @@ class SGLangEngine:
                     else None
                 ),
                 last_batch_kind=self._last_kind,
+                # The Rust radix tree exposes no access times (docs/FINDINGS.md G2): the
+                # evictable tail is listed by block id, not in eviction order.
+                eviction_order_observed=False,
             ),
         )
 

@@ -342,8 +342,8 @@ def _evictable_order(state: State) -> list[int]:
     "sglang",
     "The radix cache's eviction order: free_block_ids lists the allocator's free slots (no "
     "hash) before the evictable ones, and a step that matches no prefix (nothing waiting, "
-    "nothing chunked) and retracts nothing evicts the first blocks of that evictable order, "
-    "least recently used leaf first.",
+    "nothing chunked) and retracts nothing evicts only evictable blocks, the first ones of "
+    "that evictable order (least recently used leaf first) where the engine exposes the order.",
 )
 def check_evict_order(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
@@ -368,7 +368,19 @@ def check_evict_order(t: ScheduleTransition) -> list[Violation]:
     after = t.post.kv.block_hashes
     evicted = {b for b, h in enumerate(before) if h is not None and after[b] != h}
     order = _evictable_order(t.pre)
-    if evicted and set(order[: len(evicted)]) != evicted:
+    if not evicted:
+        return out
+    stray_evictions = evicted - set(order)
+    if stray_evictions:
+        out.append(
+            Violation(
+                "SG-EVICT-ORDER",
+                "evicted blocks that were not evictable (held, or without a hash)",
+                expected=tuple(order),
+                actual=tuple(sorted(stray_evictions)),
+            )
+        )
+    elif policy.eviction_order_observed and set(order[: len(evicted)]) != evicted:
         out.append(
             Violation(
                 "SG-EVICT-ORDER",
