@@ -13,7 +13,12 @@ import pytest
 
 from schedspec.spec import Request, RequestState, RequestStatus, State
 from schedspec.spec.invariants import CATALOGUE
-from tests import test_invariants_pipeline, test_invariants_policy, test_invariants_step
+from tests import (
+    test_invariants_completeness,
+    test_invariants_pipeline,
+    test_invariants_policy,
+    test_invariants_step,
+)
 from tests.invariant_builders import (
     Case,
     CaseBuilder,
@@ -324,6 +329,7 @@ def test_every_catalogue_id_has_a_bad_case() -> None:
         | test_invariants_step.cases.ids()
         | test_invariants_policy.cases.ids()
         | test_invariants_pipeline.cases.ids()
+        | test_invariants_completeness.cases.ids()
     )
     missing = sorted(set(CATALOGUE) - covered)
     assert not missing, f"invariants with no bad-state case: {missing}"
@@ -335,6 +341,7 @@ def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
         test_invariants_step.cases,
         test_invariants_policy.cases,
         test_invariants_pipeline.cases,
+        test_invariants_completeness.cases,
     )
     for registry in registries:
         for invariant_id, build in registry.builders:

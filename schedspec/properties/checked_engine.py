@@ -26,6 +26,7 @@ from schedspec.spec.invariants import (
     AbortTransition,
     AddTransition,
     ChainHashes,
+    DraftsTransition,
     DrainResult,
     Kind,
     Profile,
@@ -220,10 +221,12 @@ class CheckedEngine:
             # vLLM's engine core never calls update_draft_token_ids under async
             # scheduling: the model runner fills the placeholder drafts itself.
             return []
-        drafts = {rid: self.model.drafts_for(rid, k) for rid, k in event.num_drafts.items()}
+        drafts = {rid: tuple(self.model.drafts_for(rid, k)) for rid, k in event.num_drafts.items()}
+        pre = self.state
         self.engine.update_draft_token_ids(drafts)
         self.state = self._snapshot()
-        return self._run("state", self.state)
+        transition = DraftsTransition(pre, drafts, self.state)
+        return self._run("drafts", transition) + self._run("state", self.state)
 
     def _step(self, event: Step) -> list[Violation]:
         """One engine step, in the engine core's order (pipeline.BatchQueue): schedule
@@ -285,6 +288,7 @@ class CheckedEngine:
             request_outputs,
             step.arrivals,
             dict(self.model.sampled_at),
+            self._hashes,
         )
         return self._run("update", updated) + self._run("state", post)
 
@@ -300,7 +304,15 @@ class CheckedEngine:
         return self._run("drain", DrainResult(initial, self.state, steps, bound))
 
 
-CATALOGUE_KINDS: tuple[Kind, ...] = ("state", "add", "schedule", "update", "abort", "drain")
+CATALOGUE_KINDS: tuple[Kind, ...] = (
+    "state",
+    "add",
+    "schedule",
+    "update",
+    "drafts",
+    "abort",
+    "drain",
+)
 assert {i.kind for i in CATALOGUE.values()} <= set(CATALOGUE_KINDS)
 
 

@@ -7,7 +7,9 @@ The ids are the ones docs/SPEC.md, failure messages and traces use.
 """
 
 from schedspec.spec.invariants import (  # noqa: F401  (importing registers the checks)
+    completeness_invariants,
     door_invariants,
+    draft_invariants,
     liveness_invariants,
     pipeline_invariants,
     policy_invariants,
@@ -35,6 +37,7 @@ from schedspec.spec.invariants.transitions import (
     AbortTransition,
     AddTransition,
     ChainHashes,
+    DraftsTransition,
     DrainResult,
     ScheduleTransition,
     UpdateTransition,
@@ -50,6 +53,7 @@ __all__ = [
     "AbortTransition",
     "AddTransition",
     "ChainHashes",
+    "DraftsTransition",
     "DrainResult",
     "InvariantInfo",
     "Kind",
