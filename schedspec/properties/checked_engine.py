@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from schedspec.properties import corners
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.engine_boundary import guarded
 from schedspec.properties.engine_contract import malformed_output, malformed_state
@@ -62,6 +63,8 @@ class CheckStats:
     kind_runs: dict[tuple[Kind, Profile], int] = field(default_factory=dict)
     steps: int = 0
     events: int = 0
+    # Named corner (corners.CORNERS) -> times the run reached it.
+    corners: dict[str, int] = field(default_factory=dict)
 
     @property
     def checks(self) -> dict[str, int]:
@@ -226,6 +229,7 @@ class CheckedEngine:
         self.engine.update_draft_token_ids(drafts)
         self.state = self._snapshot()
         transition = DraftsTransition(pre, drafts, self.state)
+        corners.count_drafts(self.stats.corners, transition)
         return self._run("drafts", transition) + self._run("state", self.state)
 
     def _step(self, event: Step) -> list[Violation]:
@@ -266,6 +270,7 @@ class CheckedEngine:
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         if not found:
+            corners.count_schedule(self.stats.corners, scheduled)
             self._finished_since_schedule.clear()
             self._kv_content.on_schedule(pre, output, mid)
         return ScheduledStep.of(output, mid), found
@@ -290,6 +295,7 @@ class CheckedEngine:
             dict(self.model.sampled_at),
             self._hashes,
         )
+        corners.count_update(self.stats.corners, updated)
         return self._run("update", updated) + self._run("state", post)
 
     def _drain(self, event: Drain) -> list[Violation]:

@@ -62,6 +62,7 @@ class ChunkOutcome:
     """What a worker sends back: plain data only."""
 
     kind_runs: dict[Any, int]
+    corners: dict[str, int]
     steps: int
     events: int
     examples: int
@@ -117,6 +118,7 @@ def _outcome(result: SuiteResult) -> ChunkOutcome:
     config_error = result.other_error
     return ChunkOutcome(
         dict(result.stats.kind_runs),
+        dict(result.stats.corners),
         result.stats.steps,
         result.stats.events,
         result.examples,
@@ -147,6 +149,8 @@ def _merge(
     stats = result.stats
     for key, runs in outcome.kind_runs.items():
         stats.kind_runs[key] = stats.kind_runs.get(key, 0) + runs
+    for name, reached in outcome.corners.items():
+        stats.corners[name] = stats.corners.get(name, 0) + reached
     stats.steps += outcome.steps
     stats.events += outcome.events
     if outcome.failed and outcome.first_failure_example is not None:
