@@ -52,15 +52,24 @@ def run_job(job: Job) -> SeedVerdict:
         return check_as_a_user(job.mutant, Path(root), job.seed, SuiteSettings.quick())
 
 
-def kill_grid(mutants: Sequence[Mutant], seeds: Sequence[int], cells: dict[Job, str]) -> str:
-    """One row per mutant (a cell per seed), the kills per seed, and the totals."""
+def kill_grid(
+    mutants: Sequence[Mutant],
+    seeds: Sequence[int],
+    cells: dict[Job, str],
+    caught_by: dict[str, set[str]] | None = None,
+) -> str:
+    """One row per mutant (a cell per seed, then the invariants that caught it on any
+    seed), the kills per seed, and the totals."""
+    caught = caught_by or {}
     width = max(len("mutant"), *(len(m.id) for m in mutants))
-    lines = [f"{'mutant':<{width}}  {' '.join(f'{s:>2}' for s in seeds)}  killed"]
+    lines = [f"{'mutant':<{width}}  {' '.join(f'{s:>2}' for s in seeds)}  killed  caught by"]
     lines.append("-" * len(lines[0]))
     for m in mutants:
         row = [cells[Job(m, s)] for s in seeds]
         kills = sum(c in "KC" for c in row)
-        lines.append(f"{m.id:<{width}}  {' '.join(f'{c:>2}' for c in row)}  {kills}/{len(seeds)}")
+        ids = ",".join(sorted(caught.get(m.id, ())))
+        cells_text = " ".join(f"{c:>2}" for c in row)
+        lines.append(f"{m.id:<{width}}  {cells_text}  {kills}/{len(seeds)}  {ids}".rstrip())
     per_seed = [sum(cells[Job(m, s)] in "KC" for m in mutants) for s in seeds]
     lines.append("-" * len(lines[0]))
     lines.append(f"{'killed per seed':<{width}}  {' '.join(f'{k:>2}' for k in per_seed)}")
@@ -97,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.perf_counter()
     cells: dict[Job, str] = {}
+    caught_by: dict[str, set[str]] = {}
     notes: list[str] = []
     for job, verdict in zip(
         jobs, ForkedWorkers(args.workers).map_chunks(run_job, jobs), strict=True
@@ -106,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{job.mutant.id} seed {job.seed}: the worker failed: {verdict}")
             continue
         cells[job] = verdict.cell
+        caught_by.setdefault(job.mutant.id, set()).update(verdict.invariant_ids)
         if verdict.cell in "FE":
             notes.append(f"{job.mutant.id} seed {job.seed}: {verdict.detail}")
-    print(kill_grid(mutants, seeds, cells))
+    print(kill_grid(mutants, seeds, cells, caught_by))
     for note in notes:
         print(note)
     print(f"wall time: {time.perf_counter() - started:.0f} s")
