@@ -429,7 +429,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "step.scheduled_running):\n",
         "        if not config.pad_spec_decode:\n",
         "An admission is padded although a running request's prefill continues in the step.",
-        {"GREEDY-BUDGET"},
+        {"GREEDY-BUDGET", "ADMISSION-STOP"},
         configs=padded,
         examples=600,
     ),
@@ -501,7 +501,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            watermark = self.watermark_blocks\n",
         "            watermark = 0\n",
         "Admission never charges the watermark, even while other requests run.",
-        {"WATERMARK"},
+        {"WATERMARK", "ADMIT-FITS"},
         configs=with_watermark,
     ),
     # ------------------------------------------------------------- preemption
