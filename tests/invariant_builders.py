@@ -34,6 +34,7 @@ from schedspec.spec.invariants import (
     AbortTransition,
     AddTransition,
     ChainHashes,
+    DraftsTransition,
     DrainResult,
     Profile,
     ScheduleTransition,
@@ -245,7 +246,9 @@ class Driver:
             ScheduledStep.of(output, scheduled.post), pre, model_output, sampled_at
         )
         self.finished.update(r for r in pre.requests if r not in post.requests)
-        return UpdateTransition(pre, output, model_output, post, None, arrivals, sampled_at)
+        return UpdateTransition(
+            pre, output, model_output, post, None, arrivals, sampled_at, self.hashes
+        )
 
     def step(
         self, sampled: Mapping[str, Sequence[int]] | None = None
@@ -261,8 +264,11 @@ class Driver:
         assert last is not None
         return last
 
-    def propose(self, drafts: Mapping[str, Sequence[int]]) -> None:
+    def propose(self, drafts: Mapping[str, Sequence[int]]) -> DraftsTransition:
+        pre = self.state
         self.scheduler.update_draft_token_ids(drafts)
+        proposed = {rid: tuple(d) for rid, d in drafts.items()}
+        return DraftsTransition(pre, proposed, self.state)
 
     def abort(self, *request_ids: str) -> AbortTransition:
         pre = self.state

@@ -407,7 +407,7 @@ def test_an_unobserved_eviction_order_is_not_held_to_lru() -> None:
     """The out-of-order free queue of case_evicting_out_of_order passes once the state
     says the order is not the cache's (the SGLang adapter's snapshot: FINDINGS G2)."""
     bad = case_evicting_out_of_order().bad
-    assert bad is not None
+    assert isinstance(bad, ScheduleTransition)
     unobserved = dataclasses.replace(bad, pre=_order_unobserved(bad.pre))
     assert CHECKS["SG-EVICT-ORDER"](unobserved) == []
 

@@ -15,6 +15,7 @@ from schedspec.spec import Request, RequestState, RequestStatus, State
 from schedspec.spec.invariants import CATALOGUE
 from tests import (
     test_invariants_allocation,
+    test_invariants_completeness,
     test_invariants_families,
     test_invariants_pipeline,
     test_invariants_policy,
@@ -332,6 +333,7 @@ def test_every_catalogue_id_has_a_bad_case() -> None:
         | test_invariants_pipeline.cases.ids()
         | test_invariants_allocation.cases.ids()
         | test_invariants_families.cases.ids()
+        | test_invariants_completeness.cases.ids()
     )
     missing = sorted(set(CATALOGUE) - covered)
     assert not missing, f"invariants with no bad-state case: {missing}"
@@ -345,6 +347,7 @@ def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
         test_invariants_pipeline.cases,
         test_invariants_allocation.cases,
         test_invariants_families.cases,
+        test_invariants_completeness.cases,
     )
     for registry in registries:
         for invariant_id, build in registry.builders:

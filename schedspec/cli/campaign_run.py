@@ -6,8 +6,8 @@ examples on seeds seed, seed + 1, ..., the first failure in chunk order replayed
 into the same trace, report and exit code as a run in one process. A campaign goes on
 past failures and keeps each distinct one's trace; it ends at its deadline, or on
 Ctrl-C or SIGTERM, which stop every worker (the report is still written). Afterwards it
-says what it covered: the chunks, examples and steps, and the named corners
-(properties/corners.py) its steps reached.
+says what it covered: the chunks, examples and steps (the named corners every chunk
+reached are merged into the run's corner table, properties/corners.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from schedspec.cli.options import format_duration
 from schedspec.cli.progress import campaign_progress
 from schedspec.cli.suite_run import SuiteRunOptions
 from schedspec.properties.chunk_work import NamedEngines
-from schedspec.properties.corners import CORNERS
 from schedspec.properties.example_db import DatabaseSource, LocalDirectory, campaign_namespace
 from schedspec.properties.failure_report import plural
 from schedspec.properties.harness import Target
@@ -167,10 +166,6 @@ def echo_campaign(run: ParallelRun, options: SuiteRunOptions) -> None:
         f"{result.examples} examples, {result.stats.steps} steps in {result.seconds:.1f} s "
         f"({rate:,.0f} steps/s)"
     )
-    reached, never = _corners(result.stats.corners)
-    click.echo(f"corners reached (steps): {reached or 'none'}")
-    if never:
-        click.echo(f"corners never reached: {', '.join(never)}")
     if options.duration is not None and campaign.findings:
         click.echo(f"failures kept: {len(campaign.findings)} distinct")
         for finding in campaign.findings:
@@ -180,12 +175,6 @@ def echo_campaign(run: ParallelRun, options: SuiteRunOptions) -> None:
                 else finding.trace_error or "no trace"
             )
             click.echo(f"  {finding.label} (chunk seed {finding.seed}): {where}")
-
-
-def _corners(counts: dict[str, int]) -> tuple[str, list[str]]:
-    reached = "  ".join(f"{name} {counts[name]}" for name in CORNERS if counts.get(name))
-    never = [name for name in CORNERS if not counts.get(name)]
-    return reached, never
 
 
 def campaign_report(run: ParallelRun, options: SuiteRunOptions) -> dict[str, object]:
@@ -198,7 +187,6 @@ def campaign_report(run: ParallelRun, options: SuiteRunOptions) -> dict[str, obj
         "duration": options.duration,
         "chunks": campaign.chunks,
         "lost_chunks": campaign.lost,
-        "corners": {name: campaign.result.stats.corners.get(name, 0) for name in CORNERS},
         "findings": [
             {
                 "label": f.label,

@@ -27,6 +27,7 @@ from schedspec.cli.exit_codes import error_outcome, exit_code_of, outcome_of
 from schedspec.cli.interrupts import interrupt_name
 from schedspec.files import write_atomically
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
+from schedspec.properties.corners import CORNER_NAMES
 from schedspec.properties.differential import failing_side
 from schedspec.properties.divergence import Divergence, show
 from schedspec.properties.failure_report import format_event
@@ -145,6 +146,7 @@ def summary(report: RunReport) -> dict[str, Any]:
             }
             for info in _invariants(report)
         },
+        "corners": {name: stats.corners.get(name, 0) for name in CORNER_NAMES},
         "violations": _violations(report.violation),
         "divergence": _divergence(report.divergence),
         "engine_error": _engine_error(report.engine_error),

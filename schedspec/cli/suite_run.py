@@ -23,6 +23,7 @@ from schedspec.cli.exit_codes import EXIT_CODES, Outcome, error_outcome
 from schedspec.cli.interrupts import interrupt_name
 from schedspec.cli.reports import RunReport, write_reports
 from schedspec.files import OutputPathError, prepare_output_dir, prepare_output_file
+from schedspec.properties.corners import format_corners
 from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.failure_report import crash_report
 from schedspec.properties.strategies import ConfigStrategyError
@@ -141,6 +142,9 @@ def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = Non
     if heading is not None:
         click.echo(heading)
     for line in format_table(result.stats, profile, failing):
+        click.echo(line)
+    click.echo()
+    for line in format_corners(result.stats.corners):
         click.echo(line)
     click.echo(format_totals(result))
     return failing

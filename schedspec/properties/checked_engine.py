@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from schedspec.properties import corners
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
-from schedspec.properties.corners import corners_of
 from schedspec.properties.engine_boundary import guarded
 from schedspec.properties.engine_contract import malformed_output, malformed_state
 from schedspec.properties.engine_errors import EngineContractError, engine_call_of
@@ -27,6 +27,7 @@ from schedspec.spec.invariants import (
     AbortTransition,
     AddTransition,
     ChainHashes,
+    DraftsTransition,
     DrainResult,
     Kind,
     Profile,
@@ -62,7 +63,7 @@ class CheckStats:
     kind_runs: dict[tuple[Kind, Profile], int] = field(default_factory=dict)
     steps: int = 0
     events: int = 0
-    # Steps that reached each named corner (corners.CORNERS), for a campaign's summary.
+    # Named corner (corners.CORNERS) -> times the run reached it.
     corners: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -223,10 +224,13 @@ class CheckedEngine:
             # vLLM's engine core never calls update_draft_token_ids under async
             # scheduling: the model runner fills the placeholder drafts itself.
             return []
-        drafts = {rid: self.model.drafts_for(rid, k) for rid, k in event.num_drafts.items()}
+        drafts = {rid: tuple(self.model.drafts_for(rid, k)) for rid, k in event.num_drafts.items()}
+        pre = self.state
         self.engine.update_draft_token_ids(drafts)
         self.state = self._snapshot()
-        return self._run("state", self.state)
+        transition = DraftsTransition(pre, drafts, self.state)
+        corners.count_drafts(self.stats.corners, transition)
+        return self._run("drafts", transition) + self._run("state", self.state)
 
     def _step(self, event: Step) -> list[Violation]:
         """One engine step, in the engine core's order (pipeline.BatchQueue): schedule
@@ -266,9 +270,7 @@ class CheckedEngine:
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         if not found:
-            corners = self.stats.corners
-            for corner in corners_of(self.config, pre, output, mid):
-                corners[corner] = corners.get(corner, 0) + 1
+            corners.count_schedule(self.stats.corners, scheduled)
             self._finished_since_schedule.clear()
             # A request whose pending abort ends inside schedule() (SGLang's chunked
             # request) finished after this schedule began: the next one reports it.
@@ -294,7 +296,9 @@ class CheckedEngine:
             request_outputs,
             step.arrivals,
             dict(self.model.sampled_at),
+            self._hashes,
         )
+        corners.count_update(self.stats.corners, updated)
         return self._run("update", updated) + self._run("state", post)
 
     def _drain(self, event: Drain) -> list[Violation]:
@@ -309,7 +313,15 @@ class CheckedEngine:
         return self._run("drain", DrainResult(initial, self.state, steps, bound))
 
 
-CATALOGUE_KINDS: tuple[Kind, ...] = ("state", "add", "schedule", "update", "abort", "drain")
+CATALOGUE_KINDS: tuple[Kind, ...] = (
+    "state",
+    "add",
+    "schedule",
+    "update",
+    "drafts",
+    "abort",
+    "drain",
+)
 assert {i.kind for i in CATALOGUE.values()} <= set(CATALOGUE_KINDS)
 
 

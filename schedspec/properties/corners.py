@@ -1,62 +1,198 @@
-"""Named corners of the scheduler: the situations a search must reach to find the bugs
-that hide there, counted on every checked schedule() call.
+"""Named corners: the states and decisions where vLLM's scheduler bugs lived, counted per run.
 
-A campaign prints how many steps reached each corner, so a long run shows what it
-covered, and a corner it never reached says where the search (or a --configs strategy)
-is blind. Each corner is one cheap test on a schedule() transition: the state before,
-the engine's output, and the state after.
+A run that never reaches a corner cannot catch a bug that lives there, whatever its
+invariants say, so `schedspec check` and `schedspec diff` print how often each corner
+was reached (and --json reports it). Each corner is a cheap predicate over a
+transition the harness builds anyway; the counters are plain dict increments, paid
+once per schedule(), update_from_output() or proposal of drafts.
+
+The corners come from docs/SPEC.md and the vLLM bug list of the research notes on
+the V1 scheduler (section 7); each names the bug it guards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 
-from schedspec.spec import SchedulerConfig, SchedulerOutput, State
-
-# name -> what a step in that corner does (README and docs/CAMPAIGNS.md list them).
-CORNERS: dict[str, str] = {
-    "preemption": "preempts a request (its blocks freed for recomputation)",
-    "priority-preemption": "preempts under the priority policy",
-    "resumed": "resumes a request it had preempted",
-    "prefix-cache-hit": "admits a request with a prefix-cache hit",
-    "chunked-prefill": "schedules a prefill chunk that stops short of the prompt",
-    "spec-decode": "schedules speculative (draft) tokens",
-    "token-budget-full": "spends the whole max_num_batched_tokens",
-    "batch-full": "runs max_num_seqs requests",
-    "kv-exhausted": "leaves no free KV block",
-    "admission-held": "leaves a request waiting although budget and seats remain",
-    "pipelined": "schedules a request whose previous step is still in flight (async)",
-}
+from schedspec.spec.invariants import DraftsTransition, ScheduleTransition, UpdateTransition
 
 
-def corners_of(
-    config: SchedulerConfig, pre: State, output: SchedulerOutput, mid: State
-) -> Iterator[str]:
-    """The corners one schedule() transition reaches (names from CORNERS)."""
+@dataclass(frozen=True)
+class Corner:
+    name: str
+    description: str
+
+
+CORNERS: tuple[Corner, ...] = (
+    Corner(
+        "priority-victim-ahead",
+        "a priority preemption whose victim ran ahead of a request served in the step "
+        "(#49097, #23347)",
+    ),
+    Corner("preemption", "a step that preempted"),
+    Corner("kv-exact-fit", "a step that left no block free and preempted nothing"),
+    Corner("budget-exact-fit", "a step that used exactly the whole token budget"),
+    Corner(
+        "admission-exact-fit",
+        "an admission that left exactly the spare blocks (the watermark's, or none)",
+    ),
+    Corner(
+        "resumed-with-outputs",
+        "a preempted request with outputs resumed: its known sequence is longer than its "
+        "prompt (#18115)",
+    ),
+    Corner("prefix-hit", "an admission that hit the prefix cache"),
+    Corner(
+        "hit-on-free-block",
+        "a prefix hit on a free cached block, taken out of the free queue (#33775)",
+    ),
+    Corner("shared-hash", "one hash held by two blocks in the prefix cache"),
+    Corner(
+        "lookahead-at-max-model-len",
+        "a step whose lookahead slots reach past max_model_len (they are capped there)",
+    ),
+    Corner("drafts-scheduled", "a step that verified drafts"),
+    Corner(
+        "stop-inside-drafts",
+        "a stop token among the accepted drafts: the tokens after it are dropped",
+    ),
+    Corner(
+        "drafts-on-prefill",
+        "drafts proposed for a request in its prefill, which must drop them (PR #30618)",
+    ),
+    Corner("padded-admission", "an admission padded to 1 + K for spec decode"),
+    Corner(
+        "preempted-with-output-in-flight",
+        "async: a victim whose step was still in flight (#41190)",
+    ),
+    Corner("stale-output-lands", "async: output scheduled before a preemption lands"),
+    Corner(
+        "max-tokens-in-flight",
+        "async: a request whose step in flight is sure to reach max_tokens (PR #27922)",
+    ),
+)
+CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
+
+
+def _bump(counts: MutableMapping[str, int], name: str) -> None:
+    counts[name] = counts.get(name, 0) + 1
+
+
+def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> None:
+    """The corners a schedule() reached."""
+    pre, post, output = t.pre, t.post, t.output
+    config = post.config
     scheduled = output.num_scheduled_tokens
-    if output.preempted_req_ids:
-        yield "preemption"
+    preempted = output.preempted_req_ids
+    if preempted:
+        _bump(counts, "preemption")
         if config.policy == "priority":
-            yield "priority-preemption"
-    if any(cached.resumed for cached in output.scheduled_cached_reqs):
-        yield "resumed"
-    if any(new.num_computed_tokens > 0 for new in output.scheduled_new_reqs):
-        yield "prefix-cache-hit"
-    requests = mid.requests
-    if any(r in requests and requests[r].is_prefill_chunk for r in scheduled):
-        yield "chunked-prefill"
+            order = {rid: i for i, rid in enumerate(pre.running)}
+            first_victim = min(order.get(r, len(order)) for r in preempted)
+            if any(order.get(r, -1) > first_victim for r in scheduled):
+                _bump(counts, "priority-victim-ahead")
+        if config.async_scheduling and any(
+            pre.requests[r].num_in_flight_tokens for r in preempted if r in pre.requests
+        ):
+            _bump(counts, "preempted-with-output-in-flight")
+    if not scheduled:
+        return
+    free = len(post.kv.free_block_ids)
+    if free == 0 and not preempted:
+        _bump(counts, "kv-exact-fit")
+    if output.total_num_scheduled_tokens == config.max_num_batched_tokens:
+        _bump(counts, "budget-exact-fit")
     if output.scheduled_spec_decode_tokens:
-        yield "spec-decode"
-    full_budget = output.total_num_scheduled_tokens >= config.max_num_batched_tokens
-    if full_budget:
-        yield "token-budget-full"
-    full_batch = len(mid.running) >= config.max_num_seqs
-    if full_batch:
-        yield "batch-full"
-    if not mid.kv.free_block_ids:
-        yield "kv-exhausted"
-    if mid.waiting and not full_budget and not full_batch:
-        yield "admission-held"
-    before = pre.requests
-    if any(r in before and before[r].num_in_flight_tokens for r in scheduled):
-        yield "pipelined"
+        _bump(counts, "drafts-scheduled")
+    lookahead = config.lookahead_tokens
+    if lookahead and any(
+        post.requests[r].num_computed_tokens + lookahead > config.max_model_len
+        for r in scheduled
+        if r in post.requests
+    ):
+        _bump(counts, "lookahead-at-max-model-len")
+    _count_admissions(counts, t, free)
+    if config.enable_prefix_caching and any(len(ids) > 1 for _, ids in post.kv.prefix_cache):
+        _bump(counts, "shared-hash")
+
+
+def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, free: int) -> None:
+    output = t.output
+    new = output.scheduled_new_reqs
+    resumed = [d for d in output.scheduled_cached_reqs if d.resumed]
+    if not new and not resumed:
+        return
+    config = t.post.config
+    spare = config.watermark_blocks if len(t.post.running) > 1 else 0
+    if free == spare:
+        _bump(counts, "admission-exact-fit")
+    if any(t.pre.requests[d.request_id].output_token_ids for d in resumed):
+        _bump(counts, "resumed-with-outputs")
+    spec = output.scheduled_spec_decode_tokens
+    admitted = [d.request_id for d in new] + [d.request_id for d in resumed]
+    if any(r in spec for r in admitted):
+        _bump(counts, "padded-admission")
+    hits = [
+        (rid, computed)
+        for rid, computed in t.computed_before.items()
+        if computed and rid in admitted and rid in t.post.requests
+    ]
+    if hits:
+        _bump(counts, "prefix-hit")
+        pre_free = set(t.pre.kv.free_block_ids)
+        bs = config.block_size
+        if any(
+            b in pre_free
+            for rid, computed in hits
+            for b in t.post.requests[rid].block_ids[: computed // bs]
+        ):
+            _bump(counts, "hit-on-free-block")
+
+
+def count_update(counts: MutableMapping[str, int], t: UpdateTransition) -> None:
+    """The corners an update_from_output() reached."""
+    sampled: Mapping[str, object] = t.model_output.sampled_token_ids
+    pre = t.pre
+    for rid, tokens in t.model_output.sampled_token_ids.items():
+        request = pre.requests.get(rid)
+        if request is None or len(tokens) < 2:
+            continue
+        stops = request.stop_token_ids
+        if any(tok == request.eos_token_id or tok in stops for tok in tokens[:-1]):
+            _bump(counts, "stop-inside-drafts")
+            break
+    if not pre.config.async_scheduling:
+        return
+    if any(
+        r.num_stale_output_tokens for rid in sampled if (r := pre.requests.get(rid)) is not None
+    ):
+        _bump(counts, "stale-output-lands")
+    if any(r.sure_to_reach_max_tokens for r in pre.requests.values()):
+        _bump(counts, "max-tokens-in-flight")
+
+
+def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:
+    """The corners a proposal of drafts reached."""
+    requests = t.pre.requests
+    if any(
+        drafts and (r := requests.get(rid)) is not None and r.is_prefill_chunk
+        for rid, drafts in t.proposed.items()
+    ):
+        _bump(counts, "drafts-on-prefill")
+
+
+def format_corners(counts: Mapping[str, int]) -> list[str]:
+    """One row per named corner: how often the run reached it, and what it is."""
+    width = max(len("corner"), *(len(n) for n in CORNER_NAMES))
+    lines = [f"{'corner':<{width}}  {'reached':>9}  what"]
+    for corner in CORNERS:
+        lines.append(
+            f"{corner.name:<{width}}  {counts.get(corner.name, 0):>9}  {corner.description}"
+        )
+    missed = [n for n in CORNER_NAMES if not counts.get(n)]
+    lines.append(
+        f"corners reached: {len(CORNER_NAMES) - len(missed)}/{len(CORNER_NAMES)}"
+        + (f" (never: {', '.join(missed)})" if missed else "")
+    )
+    return lines

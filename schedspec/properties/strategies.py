@@ -43,7 +43,9 @@ _POLICY_DRAWS = st.sampled_from(POLICIES)
 # later, which is how retraction is reached.
 _PAGE_SIZE_DRAWS = st.sampled_from([1, 1, 2, 4])
 _CONSERVATIVENESS_DRAWS = st.sampled_from([1.0, 0.3, 0.1])
-_LOOKAHEAD_DRAWS = st.sampled_from([None, 0])
+# None: lookahead slots for every draft (vLLM's EAGLE-style proposers), which is
+# where slots are capped at max_model_len; 0: none (n-gram).
+_LOOKAHEAD_DRAWS = st.sampled_from([None, None, 0])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -56,6 +58,16 @@ def _num_blocks_draws(min_blocks: int) -> st.SearchStrategy[int]:
     # The tightest legal cache half the time: preemption, the watermark and
     # head-of-line blocking all live there.
     return st.sampled_from([min_blocks, min_blocks + 1]) | _integers(min_blocks, 4 * min_blocks + 2)
+
+
+@functools.lru_cache(maxsize=4096)
+def _budget_draws(low: int, high: int, chunked: bool) -> st.SearchStrategy[int]:
+    # With chunked prefill, the smallest legal budget half the time: prompts are
+    # split across steps, so drafts meet requests mid-prefill (PR #30618's corner)
+    # and steps use their whole budget in every run (benchmarks/bench_corners.py).
+    if not chunked:
+        return _integers(low, high)
+    return st.just(low) | _integers(low, high)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -81,7 +93,7 @@ def configs(
     max_num_seqs = draw(_MAX_NUM_SEQS_DRAWS)
     chunked = draw(st.booleans())
     low = max_num_seqs if chunked else max(max_num_seqs, max_model_len)
-    budget = draw(_integers(low, max(low, 2 * max_model_len)))
+    budget = draw(_budget_draws(low, max(low, 2 * max_model_len), chunked))
     threshold = draw(_threshold_draws(max_model_len))
     num_spec = draw(_NUM_SPEC_DRAWS)
     # Drawn in this order (shrinking and stored examples depend on it).
@@ -357,6 +369,7 @@ Action = StepAction | ArriveAction | CancelAction | DraftsAction
 # so the least significant digit (then_steps, num_steps) is the most even.
 _THEN = MAX_STEPS_AFTER_EVENT + 1
 NUM_KINDS = 4  # step, add_request, cancel, propose_drafts
+DRAFT_COUNTS = 8  # DraftsAction.count ranges over 0-7
 # How often each kind is picked among those left on: arrivals three times as
 # often as the rest keep requests queueing (benchmarks/bench_suite.py prints the
 # load: about what the earlier four-rule machine ran, 4-5 live requests at a step).
@@ -370,7 +383,7 @@ _LENGTH_KIND_THEN_DRAWS = st.integers(0, REQUEST_DRAW_RANGES[0] * _THEN - 1)
 _REQUEST_REST_DRAWS = tuple(st.integers(0, size - 1) for size in REQUEST_DRAW_RANGES[1:])
 _PICK_DRAWS = st.integers(0, 2**16)
 _CANCEL_PACKED_DRAWS = st.integers(0, 4 * 2 * _THEN - 1)
-_COUNT_THEN_DRAWS = st.integers(0, 8 * _THEN - 1)
+_COUNT_THEN_DRAWS = st.integers(0, DRAFT_COUNTS * _THEN - 1)
 
 
 # Swarm testing (Groce et al., 2012), as Hypothesis does it for rules: each
@@ -416,7 +429,7 @@ def cancel_action(pick: int, packed: int) -> CancelAction:
 
 def drafts_action(packed: int) -> DraftsAction:
     """Kind 3: then_steps and the draft count share `packed`."""
-    then_steps, count = unpack(packed, (_THEN, 8))
+    then_steps, count = unpack(packed, (_THEN, DRAFT_COUNTS))
     return DraftsAction(count, then_steps)
 
 

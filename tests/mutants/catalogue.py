@@ -205,7 +205,132 @@ def padded_under_a_small_cap() -> st.SearchStrategy[SchedulerConfig]:
     )
 
 
+def chunked_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
+    """Tight KV, chunked prefill on, small chunks: a prompt is admitted on a chunk
+    whose blocks fit long before its whole prompt does."""
+    return configs().map(_contended)
+
+
+def cached_small_blocks() -> st.SearchStrategy[SchedulerConfig]:
+    """Prefix caching on with blocks of 1-2 tokens: every step completes blocks."""
+    return configs().map(_small_cached_blocks)
+
+
+def cached_spec_decode() -> st.SearchStrategy[SchedulerConfig]:
+    """Synchronous drafts on long requests, prefix caching, small blocks: accepted
+    drafts fill blocks that only update_from_output can register."""
+    return spec_decode().map(_small_cached_blocks)
+
+
 MUTANTS: tuple[Mutant, ...] = (
+    # ------------------------------------------- issue #19: the other halves
+    mutant(
+        "admit-first-chunk-only",
+        "scheduler.py",
+        "                full_sequence_must_fit=True,\n",
+        "                full_sequence_must_fit=False,\n",
+        "Admission checks only that the first chunk's blocks fit, not the whole known "
+        "sequence: the admit-then-preempt thrash of vLLM #18115 (scheduler_reserve_full_isl "
+        "off).",
+        {"ADMIT-FITS"},
+        configs=chunked_tight_kv,
+    ),
+    mutant(
+        "drafts-kept-on-prefill-chunk",
+        "scheduler.py",
+        "            usable = request.status is RequestStatus.RUNNING and not "
+        "request.is_prefill_chunk\n",
+        "            usable = request.status is RequestStatus.RUNNING\n",
+        "update_draft_token_ids keeps drafts proposed for a request still in its prefill "
+        "(vLLM PR #30618).",
+        {"DRAFT-KEEP"},
+        configs=spec_decode_capped,
+    ),
+    mutant(
+        "drafts-all-dropped",
+        "scheduler.py",
+        "            request.spec_token_ids = list(drafts) if usable else []\n",
+        "            request.spec_token_ids = []\n",
+        "update_draft_token_ids drops every draft: speculative decoding silently never runs.",
+        {"DRAFT-KEEP"},
+        configs=spec_decode,
+    ),
+    mutant(
+        "decode-fast-path-not-cached",
+        "kv_cache_manager.py",
+        "            self.cache_blocks(request, min(total_computed + num_new_tokens, "
+        "request.num_tokens))\n            return []\n",
+        "            return []\n",
+        "allocate_slots' decode fast path (no new block needed) skips cache_blocks, so a "
+        "block completed by a decode is never registered.",
+        {"CACHE-COMPLETE"},
+        configs=cached_small_blocks,
+    ),
+    mutant(
+        "accepted-drafts-not-cached",
+        "scheduler.py",
+        "            self.kv_cache_manager.cache_blocks(request, "
+        "request.num_confirmed_computed_tokens)\n",
+        "            pass\n",
+        "update_from_output does not register the blocks that accepted drafts (or landed "
+        "async output) filled (vLLM's cache_blocks on output).",
+        {"CACHE-COMPLETE-UPDATE"},
+        configs=cached_spec_decode,
+    ),
+    mutant(
+        "prefix-hit-one-block-short",
+        "kv_cache_manager.py",
+        "        for block_hash in islice(self.block_hashes(request), max_hit_blocks):\n",
+        "        short = max(max_hit_blocks - 1, 0)\n"
+        "        for block_hash in islice(self.block_hashes(request), short):\n",
+        "The prefix-cache lookup stops one block short of the longest hit.",
+        {"CACHE-HIT-LONGEST"},
+        configs=cached_small_blocks,
+    ),
+    # ------------------------------------------ vLLM bug classes (research notes, section 7)
+    mutant(
+        "victim-index-not-adjusted",
+        "scheduler.py",
+        "            if victim_index < req_index:\n                req_index -= 1\n",
+        "",
+        "A priority victim ahead of the request being served is removed without moving the "
+        "loop index back, so the running request after it is skipped for the step (#49097).",
+        {"RUNNING-SERVED"},
+        configs=priority_contention,
+        examples=300,
+    ),
+    mutant(
+        "scheduled-victim-stays-scheduled",
+        "scheduler.py",
+        "                step.unschedule(victim)\n",
+        "                pass\n",
+        "A priority victim already scheduled in this step stays scheduled after its "
+        "preemption (#23347).",
+        {"PREEMPT-RESET", "BUDGET", "OUTPUT", CRASH},
+        configs=priority_contention,
+        examples=300,
+    ),
+    mutant(
+        "hit-left-in-free-queue",
+        "block_pool.py",
+        "            if block.ref_cnt == 0:\n                self.free_block_queue.remove(block)\n",
+        "",
+        "A prefix hit on a free cached block takes a reference but leaves the block in the "
+        "free queue, so it can be handed out again while held (the double hand-out of "
+        "#33775).",
+        {"CONSERVATION", "EXCLUSIVE", CRASH},
+        configs=prefix_caching,
+    ),
+    mutant(
+        "model-len-cap-skipped",
+        "stop_checker.py",
+        "        len(request.all_token_ids) >= max_model_len\n"
+        "        or len(request.output_token_ids) >= request.max_tokens\n",
+        "        len(request.output_token_ids) >= request.max_tokens\n",
+        "The stop check skips the max_model_len cap, so a request whose max_tokens reaches "
+        "past it never finishes there (the skipped length cap of #51299).",
+        {"LENGTH", "STOP", "KV-COVER", CRASH},
+    ),
     # ------------------------------------------------------- async scheduling
     mutant(
         "async-max-tokens-overrun",
@@ -316,7 +441,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "step.scheduled_running):\n",
         "        if not config.pad_spec_decode:\n",
         "An admission is padded although a running request's prefill continues in the step.",
-        {"GREEDY-BUDGET"},
+        {"GREEDY-BUDGET", "ADMISSION-STOP"},
         configs=padded,
         examples=600,
     ),
@@ -388,7 +513,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            watermark = self.watermark_blocks\n",
         "            watermark = 0\n",
         "Admission never charges the watermark, even while other requests run.",
-        {"WATERMARK"},
+        {"WATERMARK", "ADMIT-FITS"},
         configs=with_watermark,
     ),
     # ------------------------------------------------------------- preemption

@@ -29,6 +29,7 @@ import schedspec.reference
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.checked_engine import InvariantViolationError, replay
 from schedspec.properties.reference_adapter import reference_engine
+from schedspec.properties.strategies import ConfigStrategyError
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
 from schedspec.properties.trace import Trace
 from schedspec.spec import Family, SchedulerConfig
@@ -263,6 +264,41 @@ def reference_failure(trace: Trace, profile: Profile = "vllm-v1") -> str | None:
     except Exception as err:  # a violation or a crash: either is the suite's fault here
         return f"{type(err).__name__}: {err}"
     return None
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """One mutant under one seed, as `schedspec check` sees it."""
+
+    cell: str  # K violation, C engine crash, . survived, F false alarm, E harness failure
+    invariant_ids: tuple[str, ...]
+    steps: int
+    detail: str
+
+
+def check_as_a_user(
+    mutant: Mutant, root: Path, seed: int, settings: SuiteSettings | None = None
+) -> SeedVerdict:
+    """What `schedspec check --engine MUTANT --seed SEED --no-shrink` finds: the profile
+    the engine claims, the suite's default configs (never the mutant's targeted ones)
+    and the CI profile's sizes unless told otherwise. A counterexample must pass on the
+    real reference, or the kill is the suite's false alarm (F)."""
+    factory = engine_factory(build_mutant_package(mutant, root))
+    chosen = dataclasses.replace(settings or SuiteSettings.quick(), seed=seed, shrink=False)
+    result = run_suite(factory, "vllm-v1", chosen)
+    steps = result.stats.steps
+    if result.passed:
+        return SeedVerdict(".", (), steps, "")
+    if result.trace is not None:
+        false_alarm = reference_failure(result.trace)
+        if false_alarm is not None:
+            return SeedVerdict("F", (), steps, false_alarm)
+    if result.error is not None:
+        return SeedVerdict("K", violation_ids(result.error), steps, str(result.error.violations[0]))
+    err = result.other_error
+    if isinstance(err, ConfigStrategyError | None):
+        return SeedVerdict("E", (), steps, repr(err))
+    return SeedVerdict("C", (CRASH,), steps, f"{type(err).__name__}: {err}".splitlines()[0])
 
 
 def kill_table(outcomes: Iterable[MutantOutcome]) -> str:

@@ -411,7 +411,11 @@ def _with_drafts(drafts: bool, config: SchedulerConfig) -> SchedulerConfig:
         )
     if config.num_speculative_tokens:
         return config
-    return replace(config, num_speculative_tokens=1, pad_spec_decode=True)
+    # A padded admission (1 + K tokens) must fit the budget, as configs() ensures.
+    budget = max(config.max_num_batched_tokens, 2)
+    return replace(
+        config, num_speculative_tokens=1, pad_spec_decode=True, max_num_batched_tokens=budget
+    )
 
 
 def avoid_known_corners(config: SchedulerConfig) -> SchedulerConfig:

@@ -8,7 +8,9 @@ The ids are the ones docs/SPEC.md, failure messages and traces use.
 
 from schedspec.spec.invariants import (  # noqa: F401  (importing registers the checks)
     allocation_invariants,
+    completeness_invariants,
     door_invariants,
+    draft_invariants,
     liveness_invariants,
     pipeline_invariants,
     policy_invariants,
@@ -38,6 +40,7 @@ from schedspec.spec.invariants.transitions import (
     AbortTransition,
     AddTransition,
     ChainHashes,
+    DraftsTransition,
     DrainResult,
     ScheduleTransition,
     UpdateTransition,
@@ -53,6 +56,7 @@ __all__ = [
     "AbortTransition",
     "AddTransition",
     "ChainHashes",
+    "DraftsTransition",
     "DrainResult",
     "InvariantInfo",
     "Kind",

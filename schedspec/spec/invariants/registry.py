@@ -19,9 +19,9 @@ PROFILES: tuple[Profile, ...] = ("safety", "vllm-v1", "sglang")
 FAMILY_PROFILES: dict[Family, Profile] = {"vllm": "vllm-v1", "sglang": "sglang"}
 
 # When an invariant is checked: on any state, on add_request, on a schedule()
-# transition, on an update_from_output() transition, on an abort, or once the
-# drain ends.
-Kind = Literal["state", "add", "schedule", "update", "abort", "drain"]
+# transition, on an update_from_output() transition, on update_draft_token_ids()
+# (the drafter's proposal), on an abort, or once the drain ends.
+Kind = Literal["state", "add", "schedule", "update", "drafts", "abort", "drain"]
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class UpdateTransition:
     # Per request that sampled: the position (token index) of its first sampled
     # token, as the model runner saw it when it ran the step.
     sampled_at: Mapping[str, int] = field(default_factory=dict)
+    # The run's chained hashes of each request's own tokens (None: the caller keeps
+    # none, and the completeness of registrations goes unchecked).
+    hashes: ChainHashes | None = None
 
     def scheduled_for(self, request: RequestState) -> bool:
         """Was this step scheduled for this very request (not for an earlier, aborted
@@ -87,6 +90,16 @@ class AddTransition:
     pre: State
     request: Request
     refusal: Exception | None
+    post: State
+
+
+@dataclass(frozen=True)
+class DraftsTransition:
+    """pre --update_draft_token_ids(proposed)--> post: the drafter's proposal, per
+    request id, as the harness offered it."""
+
+    pre: State
+    proposed: Mapping[str, tuple[int, ...]]
     post: State
 
 

@@ -1,0 +1,141 @@
+"""Named corners: each counter counts what its name says, on real reference transitions, and
+`schedspec check` prints them (and --json reports them)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from schedspec.cli.main import main
+from schedspec.properties.corners import (
+    CORNER_NAMES,
+    count_drafts,
+    count_schedule,
+    count_update,
+    format_corners,
+)
+from tests.invariant_builders import Driver, fcfs_preemption, preemption_step, tokens
+
+
+def test_a_preemption_is_counted_and_an_fcfs_one_has_no_priority_victim() -> None:
+    counts: dict[str, int] = {}
+    count_schedule(counts, fcfs_preemption())
+    assert counts["preemption"] == 1
+    assert "priority-victim-ahead" not in counts
+
+
+def test_a_priority_victim_ahead_of_the_request_served() -> None:
+    # A (priority 1, the least urgent) is admitted first, so it runs ahead of B. Once
+    # the 4 blocks are taken, B's next decode needs a block and takes A's: the victim
+    # ran ahead of the request being served (vLLM #49097's corner).
+    driver = Driver(num_blocks=4, max_model_len=16, policy="priority")
+    driver.add("A", 6, priority=1)
+    driver.step()
+    driver.add("B", 8, priority=0)
+    driver.step()
+    t = driver.schedule()
+    assert t.pre.running == ("A", "B") and t.output.preempted_req_ids == {"A"}
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    assert counts["priority-victim-ahead"] == 1
+
+
+def test_a_victim_behind_the_request_served_is_not_that_corner() -> None:
+    # Running (B, A), A the least urgent: B's block comes from A, behind it.
+    t = preemption_step("priority", (1, 0, 0)).schedule()
+    assert t.pre.running == ("B", "A") and t.output.preempted_req_ids == {"A"}
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    assert counts["preemption"] == 1 and "priority-victim-ahead" not in counts
+
+
+def test_a_step_that_fills_the_cache_without_preempting() -> None:
+    # 8 blocks of 4; A's 20-token and B's 12-token prompts take all 8.
+    driver = Driver(num_blocks=8, max_model_len=32)
+    driver.add("A", 20)
+    driver.add("B", 12)
+    t = driver.schedule()
+    assert not t.post.kv.free_block_ids and not t.output.preempted_req_ids
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    assert counts["kv-exact-fit"] == 1
+    assert counts["admission-exact-fit"] == 1  # no watermark: none spare
+    assert "budget-exact-fit" not in counts  # 32 of 512 tokens
+
+
+def test_a_step_that_uses_the_whole_budget() -> None:
+    driver = Driver(max_num_batched_tokens=16, max_num_seqs=4)
+    driver.add("A", 20)
+    counts: dict[str, int] = {}
+    count_schedule(counts, driver.schedule())
+    assert counts["budget-exact-fit"] == 1
+
+
+def test_a_prefix_hit_on_a_free_block_and_a_shared_hash() -> None:
+    # A (8 tokens: two full blocks) runs one step and finishes; its cached blocks go to
+    # the back of the free queue. B, the same prompt, hits the first block (free, so
+    # taken out of the queue) and never the last token's: it computes the second block
+    # again, and that hash is now held by two blocks.
+    driver = Driver(enable_prefix_caching=True)
+    driver.add("A", prompt=tokens(100, 8), max_tokens=1)
+    counts: dict[str, int] = {}
+    first, _ = driver.step()
+    count_schedule(counts, first)
+    assert "prefix-hit" not in counts and "shared-hash" not in counts
+    driver.add("B", prompt=tokens(100, 8))
+    t = driver.schedule()
+    assert t.output.scheduled_new_reqs[0].num_computed_tokens == 4
+    count_schedule(counts, t)
+    assert counts["prefix-hit"] == counts["hit-on-free-block"] == counts["shared-hash"] == 1
+
+
+def test_a_resumed_request_with_outputs() -> None:
+    driver = preemption_step()
+    preempting = driver.schedule()
+    driver.update(preempting)
+    driver.abort("A", "C")
+    counts: dict[str, int] = {}
+    count_schedule(counts, driver.schedule())
+    assert counts["resumed-with-outputs"] == 1
+
+
+def test_a_stop_inside_accepted_drafts_and_drafts_on_a_prefill() -> None:
+    driver = Driver(num_speculative_tokens=2, max_num_batched_tokens=8, max_num_seqs=4)
+    driver.add("A", 2, eos_token_id=5)
+    driver.add("B", 12)
+    driver.step()
+    counts: dict[str, int] = {}
+    proposal = driver.propose({"A": [5, 6], "B": [21, 22]})
+    count_drafts(counts, proposal)
+    assert counts["drafts-on-prefill"] == 1  # B is mid-prefill
+    scheduled = driver.schedule()
+    count_schedule(counts, scheduled)
+    assert counts["drafts-scheduled"] == 1
+    count_update(counts, driver.update(scheduled, {"A": [5, 6, 7]}))  # EOS, then more
+    assert counts["stop-inside-drafts"] == 1
+
+
+def test_the_table_names_every_corner_and_the_ones_never_reached() -> None:
+    lines = format_corners({"preemption": 3})
+    assert lines[0].split() == ["corner", "reached", "what"]
+    assert [line.split()[0] for line in lines[1:-1]] == list(CORNER_NAMES)
+    assert lines[-1].startswith(f"corners reached: 1/{len(CORNER_NAMES)} (never: ")
+
+
+def test_check_prints_the_corners_and_json_reports_them(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        main, ["check", "--examples", "20", "--seed", "1", "--json", str(report)]
+    )
+    assert result.exit_code == 0, result.output
+    printed = {
+        line.split()[0]: int(line.split()[1])
+        for line in result.stdout.splitlines()
+        if line.split() and line.split()[0] in CORNER_NAMES
+    }
+    assert set(printed) == set(CORNER_NAMES)
+    assert "corners reached: " in result.stdout
+    assert json.loads(report.read_text())["corners"] == printed
+    assert printed["preemption"] > 0

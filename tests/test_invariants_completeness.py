@@ -1,0 +1,247 @@
+"""The invariants that judge the other side of a decision (issue #19, item 1): an admission
+that happened, the registrations that must exist, a prefix hit as long as the cache
+allowed, and the drafter's proposal. Each holds on a real reference transition and fires
+on a corrupted copy of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from schedspec.spec.invariants import CATALOGUE, DraftsTransition, ScheduleTransition
+from tests.invariant_builders import (
+    Case,
+    CaseBuilder,
+    CaseRegistry,
+    Driver,
+    assert_caught,
+    assert_holds,
+    tokens,
+    with_block_hash,
+    with_kv,
+    with_output,
+    with_request,
+)
+
+cases = CaseRegistry()
+
+# ----------------------------------------------------------------- ADMIT-FITS
+
+
+def chunked_admission() -> ScheduleTransition:
+    """A decodes (2 blocks of 4); B (20 tokens, 5 blocks) is admitted on a 7-token chunk
+    (budget 8): its whole prompt fits the 14 free blocks, its chunk takes 2."""
+    driver = Driver(num_blocks=16, max_model_len=48, max_num_batched_tokens=8, max_num_seqs=4)
+    driver.add("A", 6)
+    driver.step()
+    driver.add("B", 20)
+    t = driver.schedule()
+    assert dict(t.output.num_scheduled_tokens) == {"A": 1, "B": 7}
+    assert len(t.pre.kv.free_block_ids) == 14 and len(t.post.kv.free_block_ids) == 12
+    return t
+
+
+@cases("ADMIT-FITS")
+def case_admitted_on_its_first_chunk_only() -> Case:
+    # Bad: ten fewer blocks free after the step. Then only 2 + B's 2 were free when B
+    # was admitted, and its 5 blocks could not all fit: the admit-then-preempt thrash.
+    good = chunked_admission()
+    free = good.post.kv.free_block_ids
+    bad = dataclasses.replace(good, post=with_kv(good.post, free_block_ids=free[:2]))
+    message = "admitted although its whole known sequence (20 tokens, 0 blocks hit) needs 5"
+    return Case("ADMIT-FITS", good, bad, message, "B", expected=5, actual=4)
+
+
+@cases("ADMIT-FITS")
+def case_resumed_request_counted_without_its_outputs() -> Case:
+    # The known sequence of a resumed request includes its outputs. B (8 prompt + 5
+    # output tokens) was preempted; once A is aborted it resumes into 4 of the 6 free
+    # blocks. Bad: 4 more outputs (17 tokens, 5 blocks) and nothing else free after the
+    # step: only B's own 4 blocks were free, one too few for its whole sequence.
+    driver = Driver(num_blocks=6, max_model_len=24, max_num_seqs=4)
+    driver.add("A", 8)
+    driver.add("B", 8)
+    driver.steps(5)
+    preempting = driver.schedule()
+    assert preempting.output.preempted_req_ids == {"B"}
+    driver.update(preempting)
+    driver.abort("A")
+    good = driver.schedule()
+    resumed = [d.request_id for d in good.output.scheduled_cached_reqs if d.resumed]
+    b = good.post.requests["B"]
+    assert resumed == ["B"] and b.num_tokens == 13 and len(b.block_ids) == 4
+    longer = with_request(good.post, "B", output_token_ids=(*b.output_token_ids, 1, 2, 3, 4))
+    bad = dataclasses.replace(good, post=with_kv(longer, free_block_ids=()))
+    message = "admitted although its whole known sequence (17 tokens, 0 blocks hit) needs 5"
+    return Case("ADMIT-FITS", good, bad, message, "B", expected=5, actual=4)
+
+
+# -------------------------------------------------------------- CACHE-COMPLETE
+
+
+@cases("CACHE-COMPLETE")
+def case_registration_lost_at_schedule() -> Case:
+    # A's 10-token prompt fills blocks 0 and 1; both must be registered once scheduled.
+    driver = Driver(enable_prefix_caching=True)
+    driver.add("A", prompt=tokens(100, 10))
+    good = driver.schedule()
+    block = good.post.requests["A"].block_ids[1]
+    own = good.hashes.of(good.post.requests["A"])[1]
+    assert good.post.kv.block_hashes[block] == own
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
+    )
+    return Case(
+        "CACHE-COMPLETE", good, bad, "full block at index 1 not registered", "A", block, own, None
+    )
+
+
+@cases("CACHE-COMPLETE-UPDATE")
+def case_block_filled_by_accepted_drafts_not_registered() -> Case:
+    # A: 5 prompt tokens, 1 sampled (6 known, block 0 registered). Its 2 drafts are
+    # scheduled and both accepted: 9 known, 8 computed, so block 1 (positions 4-7),
+    # filled by the drafts, must be registered as the output lands.
+    driver = Driver(enable_prefix_caching=True, num_speculative_tokens=2)
+    driver.add("A", prompt=tokens(100, 5))
+    driver.step()
+    driver.propose({"A": [11, 12]})
+    scheduled = driver.schedule()
+    assert scheduled.output.num_scheduled_tokens["A"] == 3
+    good = driver.update(scheduled, {"A": [11, 12, 13]})
+    a = good.post.requests["A"]
+    assert a.num_computed_tokens == 8 and a.num_tokens == 9
+    block = a.block_ids[1]
+    assert good.hashes is not None
+    own = good.hashes.of(a)[1]
+    assert good.pre.kv.block_hashes[block] is None
+    assert good.post.kv.block_hashes[block] == own
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
+    )
+    return Case(
+        "CACHE-COMPLETE-UPDATE",
+        good,
+        bad,
+        "full block at index 1 not registered",
+        "A",
+        block,
+        own,
+        None,
+    )
+
+
+# ---------------------------------------------------------- CACHE-HIT-LONGEST
+
+
+@cases("CACHE-HIT-LONGEST")
+def case_prefix_hit_stops_short() -> Case:
+    # A's 9-token prompt is computed and registered (blocks 0, 1). B has the same
+    # prompt: its hit covers both blocks (never the last token's). Bad: the output
+    # says B hit only one.
+    driver = Driver(enable_prefix_caching=True)
+    driver.add("A", prompt=tokens(100, 9))
+    driver.step()
+    driver.add("B", prompt=tokens(100, 9))
+    good = driver.schedule()
+    (new,) = good.output.scheduled_new_reqs
+    assert new.request_id == "B" and new.num_computed_tokens == 8
+    bad = with_output(good, scheduled_new_reqs=(new._replace(num_computed_tokens=4),))
+    return Case(
+        "CACHE-HIT-LONGEST",
+        good,
+        bad,
+        "prefix hit shorter than the cache allowed",
+        "B",
+        expected=2,
+        actual=1,
+    )
+
+
+# ----------------------------------------------------------------- the drafts
+
+
+def decoding_with_drafts() -> tuple[Driver, DraftsTransition]:
+    """A decodes (its last step sampled), B is mid-prefill (budget 8: 6 of its 12)."""
+    driver = Driver(num_speculative_tokens=2, max_num_batched_tokens=8, max_num_seqs=4)
+    driver.add("A", 2)
+    driver.add("B", 12)
+    driver.step()
+    state = driver.state
+    assert not state.requests["A"].is_prefill_chunk and state.requests["B"].is_prefill_chunk
+    return driver, driver.propose({"A": [11, 12], "B": [21, 22]})
+
+
+@cases("DRAFT-UPDATE")
+def case_proposal_changes_a_counter() -> Case:
+    _, good = decoding_with_drafts()
+    bad = dataclasses.replace(good, post=with_request(good.post, "A", num_computed_tokens=0))
+    return Case("DRAFT-UPDATE", good, bad, "a field other than the drafts changed", "A")
+
+
+@cases("DRAFT-UPDATE")
+def case_drafts_not_the_proposed_ones() -> Case:
+    _, good = decoding_with_drafts()
+    bad = dataclasses.replace(good, post=with_request(good.post, "A", spec_token_ids=(11, 99)))
+    return Case("DRAFT-UPDATE", good, bad, "drafts other than proposed", "A", actual=(11, 99))
+
+
+@cases("DRAFT-KEEP")
+def case_drafts_kept_for_a_prefill_chunk() -> Case:
+    # PR #30618: the drafter ran on B's partial prompt; its drafts must be dropped.
+    _, good = decoding_with_drafts()
+    assert good.post.requests["B"].spec_token_ids == ()
+    bad = dataclasses.replace(good, post=with_request(good.post, "B", spec_token_ids=(21, 22)))
+    return Case(
+        "DRAFT-KEEP",
+        good,
+        bad,
+        "kept for a request in its prefill",
+        "B",
+        expected=(),
+        actual=(21, 22),
+    )
+
+
+@cases("DRAFT-KEEP")
+def case_every_draft_dropped() -> Case:
+    # Speculative decoding that silently never runs: A's drafts dropped.
+    _, good = decoding_with_drafts()
+    assert good.post.requests["A"].spec_token_ids == (11, 12)
+    bad = dataclasses.replace(good, post=with_request(good.post, "A", spec_token_ids=()))
+    return Case(
+        "DRAFT-KEEP",
+        good,
+        bad,
+        "not kept for a running request whose last step sampled",
+        "A",
+        expected=(11, 12),
+        actual=(),
+    )
+
+
+# ------------------------------------------------------------------ the tests
+
+
+@pytest.mark.parametrize("build", cases.params())
+def test_completeness_invariant_holds_on_the_real_transition(build: CaseBuilder) -> None:
+    assert_holds(build())
+
+
+@pytest.mark.parametrize("build", cases.params(bad=True))
+def test_completeness_invariant_fires_on_the_corruption(build: CaseBuilder) -> None:
+    assert_caught(build())
+
+
+def test_every_new_invariant_has_a_case() -> None:
+    new = {
+        "ADMIT-FITS",
+        "CACHE-COMPLETE",
+        "CACHE-COMPLETE-UPDATE",
+        "CACHE-HIT-LONGEST",
+        "DRAFT-UPDATE",
+        "DRAFT-KEEP",
+    }
+    assert cases.ids() == new
+    assert new <= set(CATALOGUE)
