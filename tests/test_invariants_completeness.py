@@ -27,7 +27,7 @@ from tests.invariant_builders import (
 
 cases = CaseRegistry()
 
-# ----------------------------------------------------------------- ADMIT-FITS
+# ------------------------------------------- ADMISSION-FIT (the admission converse)
 
 
 def chunked_admission() -> ScheduleTransition:
@@ -43,23 +43,23 @@ def chunked_admission() -> ScheduleTransition:
     return t
 
 
-@cases("ADMIT-FITS")
+@cases("ADMISSION-FIT")
 def case_admitted_on_its_first_chunk_only() -> Case:
     # Bad: ten fewer blocks free after the step. Then only 2 + B's 2 were free when B
     # was admitted, and its 5 blocks could not all fit: the admit-then-preempt thrash.
     good = chunked_admission()
     free = good.post.kv.free_block_ids
     bad = dataclasses.replace(good, post=with_kv(good.post, free_block_ids=free[:2]))
-    message = "admitted although its whole known sequence (20 tokens, 0 blocks hit) needs 5"
-    return Case("ADMIT-FITS", good, bad, message, "B", expected=5, actual=4)
+    message = "admitted needing 5 blocks"
+    return Case("ADMISSION-FIT", good, bad, message, "B", expected=5, actual=4)
 
 
-@cases("ADMIT-FITS")
+@cases("ADMISSION-FIT")
 def case_resumed_request_counted_without_its_outputs() -> Case:
     # The known sequence of a resumed request includes its outputs. B (8 prompt + 5
     # output tokens) was preempted; once A is aborted it resumes into 4 of the 6 free
-    # blocks. Bad: 4 more outputs (17 tokens, 5 blocks) and nothing else free after the
-    # step: only B's own 4 blocks were free, one too few for its whole sequence.
+    # blocks. Bad: 4 more outputs before and after the step (17 tokens, 5 blocks) and
+    # nothing else free after it: only B's own 4 blocks were free, one too few.
     driver = Driver(num_blocks=6, max_model_len=24, max_num_seqs=4)
     driver.add("A", 8)
     driver.add("B", 8)
@@ -72,10 +72,15 @@ def case_resumed_request_counted_without_its_outputs() -> Case:
     resumed = [d.request_id for d in good.output.scheduled_cached_reqs if d.resumed]
     b = good.post.requests["B"]
     assert resumed == ["B"] and b.num_tokens == 13 and len(b.block_ids) == 4
-    longer = with_request(good.post, "B", output_token_ids=(*b.output_token_ids, 1, 2, 3, 4))
-    bad = dataclasses.replace(good, post=with_kv(longer, free_block_ids=()))
-    message = "admitted although its whole known sequence (17 tokens, 0 blocks hit) needs 5"
-    return Case("ADMIT-FITS", good, bad, message, "B", expected=5, actual=4)
+    outputs = (*b.output_token_ids, 1, 2, 3, 4)
+    longer = with_request(good.post, "B", output_token_ids=outputs)
+    bad = dataclasses.replace(
+        good,
+        pre=with_request(good.pre, "B", output_token_ids=outputs),
+        post=with_kv(longer, free_block_ids=()),
+    )
+    message = "admitted needing 5 blocks"
+    return Case("ADMISSION-FIT", good, bad, message, "B", expected=5, actual=4)
 
 
 # -------------------------------------------------------------- CACHE-COMPLETE
@@ -236,7 +241,7 @@ def test_completeness_invariant_fires_on_the_corruption(build: CaseBuilder) -> N
 
 def test_every_new_invariant_has_a_case() -> None:
     new = {
-        "ADMIT-FITS",
+        "ADMISSION-FIT",
         "CACHE-COMPLETE",
         "CACHE-COMPLETE-UPDATE",
         "CACHE-HIT-LONGEST",

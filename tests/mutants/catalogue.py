@@ -225,17 +225,6 @@ def cached_spec_decode() -> st.SearchStrategy[SchedulerConfig]:
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------- issue #19: the other halves
     mutant(
-        "admit-first-chunk-only",
-        "scheduler.py",
-        "                full_sequence_must_fit=True,\n",
-        "                full_sequence_must_fit=False,\n",
-        "Admission checks only that the first chunk's blocks fit, not the whole known "
-        "sequence: the admit-then-preempt thrash of vLLM #18115 (scheduler_reserve_full_isl "
-        "off).",
-        {"ADMIT-FITS"},
-        configs=chunked_tight_kv,
-    ),
-    mutant(
         "drafts-kept-on-prefill-chunk",
         "scheduler.py",
         "            usable = request.status is RequestStatus.RUNNING and not "
@@ -513,7 +502,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            watermark = self.watermark_blocks\n",
         "            watermark = 0\n",
         "Admission never charges the watermark, even while other requests run.",
-        {"WATERMARK", "ADMIT-FITS"},
+        {"WATERMARK", "ADMISSION-FIT"},
         configs=with_watermark,
     ),
     # ------------------------------------------------------------- preemption

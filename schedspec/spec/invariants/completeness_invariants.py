@@ -1,9 +1,9 @@
 """The other half of decisions the policy invariants judge from one side only.
 
-ADMISSION-STOP judges an admission that did not happen; ADMIT-FITS judges one that
-did. CACHE-CONTENT and CACHE-CONFIRMED judge what is registered in the prefix cache;
+CACHE-CONTENT and CACHE-CONFIRMED judge what is registered in the prefix cache;
 CACHE-COMPLETE and CACHE-COMPLETE-UPDATE judge what must be; CACHE-HIT-LONGEST judges
-that a prefix hit is as long as the cache allowed. All of them are vLLM V1's
+that a prefix hit is as long as the cache allowed. (The converse of ADMISSION-STOP, an
+admission that happened, is ADMISSION-FIT in allocation_invariants.py.) All of them are vLLM V1's
 decisions (an engine may admit more eagerly, or cache less, and still be safe).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedspec.spec.block_hash import BlockHash
-from schedspec.spec.invariants.policy_invariants import _admitted, _cdiv
+from schedspec.spec.invariants.policy_invariants import _admitted
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition, UpdateTransition
 from schedspec.spec.request import RequestStatus
@@ -23,58 +23,6 @@ def _admissions_in_order(t: ScheduleTransition) -> list[str]:
     """The step's admissions, in scheduling order, that are still live after it."""
     admitted = set(_admitted(t))
     return [r for r in t.output.num_scheduled_tokens if r in admitted and r in t.post.requests]
-
-
-@invariant(
-    "ADMIT-FITS",
-    "schedule",
-    "vllm-v1",
-    "An admission (new or resumed, its outputs included) happens only when its whole known "
-    "sequence, up to max_model_len, fits the free blocks at that point of the step, less its "
-    "prefix hits, plus the watermark when something else runs (vLLM's "
-    "scheduler_reserve_full_isl, the fix of the admit-then-preempt thrash #18115).",
-)
-def check_admit_fits(t: ScheduleTransition) -> list[Violation]:
-    """Free blocks at each admission: the free blocks after the step plus those taken by
-    it and every later admission (a schedule() frees nothing once it admits: a step
-    that preempts admits nothing)."""
-    config = t.post.config
-    bs = config.block_size
-    order = _admissions_in_order(t)
-    if not order:
-        return []
-    pre_free = set(t.pre.kv.free_block_ids)
-    claimed: set[int] = set()
-    taken: list[list[int]] = []
-    for rid in order:
-        mine = [b for b in t.post.requests[rid].block_ids if b in pre_free and b not in claimed]
-        claimed.update(mine)
-        taken.append(mine)
-    still_running = [r for r in t.pre.running if r not in t.output.preempted_req_ids]
-    free_after = len(t.post.kv.free_block_ids)
-    out: list[Violation] = []
-    for index, rid in enumerate(order):
-        request = t.post.requests[rid]
-        free_then = free_after + sum(len(blocks) for blocks in taken[index:])
-        num_hit_blocks = t.computed_before.get(rid, 0) // bs
-        hit_blocks = set(request.block_ids[:num_hit_blocks])
-        evictable = sum(1 for b in taken[index] if b in hit_blocks)
-        full = min(request.num_tokens, config.max_model_len)
-        needed = max(_cdiv(full, bs) - num_hit_blocks, 0) + evictable
-        spare = config.watermark_blocks if still_running or index > 0 else 0
-        if needed + spare > free_then:
-            out.append(
-                Violation(
-                    "ADMIT-FITS",
-                    f"admitted although its whole known sequence ({full} tokens, "
-                    f"{num_hit_blocks} blocks hit) needs {needed} blocks + {spare} spare",
-                    rid,
-                    None,
-                    needed + spare,
-                    free_then,
-                )
-            )
-    return out
 
 
 def missing_registrations(
