@@ -62,6 +62,14 @@ trimmed() {
     done
 }
 
+# What `pip check` says about NO_DEPS' own requirements (nothing when all are met).
+engine_conflicts() {
+    "$PY" -m pip --disable-pip-version-check check 2>&1 | grep -E "^($(
+        IFS='|'
+        echo "${NO_DEPS[*]}"
+    )) " || true
+}
+
 install_engine() {
     [[ $# -eq 1 ]] || die "usage: scripts/$SCRIPT VENV_DIR"
     VENV=$1
@@ -132,10 +140,20 @@ install_engine() {
         "$PY" "$REPO/scripts/lib/dist_requirements.py" trim "$dist" --overridden "${OVERRIDDEN[@]}"
     done
     local conflicts
-    conflicts=$("$PY" -m pip --disable-pip-version-check check 2>&1 | grep -E "^($(
-        IFS='|'
-        echo "${NO_DEPS[*]}"
-    )) " || true)
+    conflicts=$(engine_conflicts)
+    if [[ -n $conflicts ]]; then
+        # A package the venv had before (the test extra brings python-dateutil, say) that
+        # DIST pins differently: nothing above asked for it, so pip left it as it was.
+        # Bring each under DIST's pin, then check again.
+        local wanted=()
+        mapfile -t wanted < <(sed -nE 's/^[^ ]+ [^ ]+ has requirement ([^,]+), but you have .*/\1/p' <<<"$conflicts")
+        if [[ ${#wanted[@]} -gt 0 ]]; then
+            STEP="packages already in $VENV, brought under $DIST's pins: ${wanted[*]}"
+            echo "== $STEP"
+            pip_install -q -c "$CONSTRAINTS" "${wanted[@]}"
+            conflicts=$(engine_conflicts)
+        fi
+    fi
     [[ -z $conflicts ]] || die "pip check still finds unmet requirements of ${NO_DEPS[*]}:
 $conflicts"
 
