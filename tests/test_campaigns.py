@@ -381,14 +381,32 @@ class TestRayAddress:
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="the reaper reads /proc (Linux)")
 class TestRayReaper:
-    """ray_reaper.sweep: what ends a local cluster's processes once its driver is done or
-    gone. Needs no Ray: plain processes carry the mark."""
+    """ray_reaper: what ends a local cluster's processes once its driver is done or gone.
+    Needs no Ray: plain processes carry the mark."""
 
     @staticmethod
     def marked(token: str, code: str) -> subprocess.Popen[bytes]:
         environment = {**os.environ, ray_reaper.RUN_VARIABLE: token}
         command = [sys.executable, "-c", code]
         return subprocess.Popen(command, env=environment, stdout=subprocess.PIPE)
+
+    @staticmethod
+    def refreshed_until(cluster: ray_reaper.Cluster, pids: set[int]) -> list[int]:
+        deadline = time.monotonic() + 30
+        found = cluster.refresh()
+        while not pids <= set(found) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            found = cluster.refresh()
+        return found
+
+    @staticmethod
+    def gone(pid: int) -> bool:
+        """Ended: no such process, or a zombie nobody has reaped yet."""
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        return stat[stat.rindex(")") + 2] == "Z"
 
     def test_every_marked_process_ends_even_one_that_ignores_sigterm(
         self, monkeypatch: pytest.MonkeyPatch
@@ -401,13 +419,12 @@ class TestRayReaper:
         ]
         spared = self.marked(token, "import time; time.sleep(60)")
         other = self.marked(uuid.uuid4().hex, "import time; time.sleep(60)")
+        cluster = ray_reaper.Cluster(token, frozenset({spared.pid}))
         try:
             assert processes[1].stdout is not None
             assert processes[1].stdout.readline() == b"ready\n"  # its handler is set
-            deadline = time.monotonic() + 30
-            while len(ray_reaper.marked_processes(token)) < 3 and time.monotonic() < deadline:
-                time.sleep(0.1)
-            found = ray_reaper.sweep(token, frozenset({spared.pid}))
+            self.refreshed_until(cluster, {p.pid for p in processes})
+            found = ray_reaper.sweep(cluster)
             assert sorted(found) == sorted(p.pid for p in processes)
             assert [p.wait(10) for p in processes] == [-signal.SIGTERM, -signal.SIGKILL]
             assert spared.poll() is None and other.poll() is None
@@ -419,12 +436,77 @@ class TestRayReaper:
             timer = threading.Timer(1.0, start_late)
             monkeypatch.setattr(ray_reaper, "QUIET_SECONDS", 5.0)
             timer.start()
-            ray_reaper.sweep_until_quiet(token, frozenset({spared.pid}))
+            ray_reaper.sweep_until_quiet(cluster)
             timer.join()
             assert len(processes) == 3 and processes[2].wait(10) == -signal.SIGTERM
+            assert spared.poll() is None and other.poll() is None
         finally:
             for process in (spared, other, *processes):
                 process.kill()
                 process.wait()
                 if process.stdout is not None:
                     process.stdout.close()
+
+    def test_an_orphan_that_lost_its_mark_is_swept_as_a_remembered_descendant(self) -> None:
+        # As Ray's agents: a marked parent (the raylet) starts a child whose environment, as
+        # /proc shows it, no longer holds the mark (their process title overwrites it), and
+        # dies first (SIGKILL), leaving the child to init.
+        token = uuid.uuid4().hex
+        unmarked = f"{{k: v for k, v in os.environ.items() if k != {ray_reaper.RUN_VARIABLE!r}}}"
+        parent_code = (
+            "import os, subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            f"env={unmarked})\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(60)\n"
+        )
+        parent = self.marked(token, parent_code)
+        cluster = ray_reaper.Cluster(token)
+        child = 0
+        try:
+            assert parent.stdout is not None
+            child = int(parent.stdout.readline())
+            assert not ray_reaper.is_marked(child, token)
+            # What the reaper sees while the cluster runs: the parent marked, the child its
+            # descendant.
+            assert self.refreshed_until(cluster, {parent.pid, child}) == sorted([parent.pid, child])
+            parent.kill()
+            parent.wait()
+            assert ray_reaper.sweep(cluster) == [child]
+            deadline = time.monotonic() + 10
+            while not self.gone(child) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert self.gone(child)
+            # A fresh reaper that never saw the parent could not have found it.
+            assert ray_reaper.Cluster(token).refresh() == []
+        finally:
+            parent.kill()
+            parent.wait()
+            if parent.stdout is not None:
+                parent.stdout.close()
+            if child and not self.gone(child):
+                os.kill(child, signal.SIGKILL)
+
+    def test_the_watch_remembers_the_cluster_until_the_driver_closes_its_pipe(self) -> None:
+        token = uuid.uuid4().hex
+        process = self.marked(token, "import time; time.sleep(60)")
+        cluster = ray_reaper.Cluster(token)
+        read_end, write_end = os.pipe()
+        closer = threading.Timer(2.5, os.close, [write_end])
+        try:
+            closer.start()
+            started = time.monotonic()
+            ray_reaper.watch_until_closed(cluster, read_end)
+            assert time.monotonic() - started >= 2.0  # it waited for the end of file
+            assert process.pid in cluster.remembered  # and looked at /proc meanwhile
+        finally:
+            closer.join()
+            os.close(read_end)
+            process.kill()
+            process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def test_a_stat_line_whose_command_name_holds_parentheses_and_spaces(self) -> None:
+        stat = "4242 (we (ird) name)) S 17 4242 17 0 -1 4194304 " + "0 " * 12 + "98765 31 2"
+        assert ray_reaper.parse_stat(stat) == ray_reaper.ProcessEntry(parent=17, start=98765)
