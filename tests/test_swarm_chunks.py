@@ -9,9 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from schedspec.cli.main import main
 from schedspec.properties.adapters.gpu import DEVICE_ENV
 from schedspec.properties.parallel import WorkerLostError, timed_chunks
 from schedspec.properties.strategies import configs
