@@ -344,7 +344,6 @@ class TestCommandLine:
             assert "pip install -e '.[ray]'" in outcome.output
 
 
-
 class TestRayAddress:
     """Joining a cluster: an address that does not answer is refused at once, naming it
     (Ray's own client would retry it for minutes). Needs no Ray."""

@@ -7,8 +7,9 @@ distinct seeds (chunk i on seed + i): a count of examples (suite.plan_chunks: at
 one chunk per worker), or, for a campaign with a time budget, chunks of
 CAMPAIGN_CHUNK_EXAMPLES planned as workers free up until the deadline (timed_chunks).
 Each worker runs ChunkWork (chunk_work.py) and hands back plain data; the driver merges
-the counts and, for the first failing chunk in chunk order (so a run is the same for a
-seed whatever the timing), replays its shrunk trace here to rebuild the error
+the counts (gather_chunks: the loop over a runner's results, which swarm mode's chunks,
+swarm_chunks.py, share) and, for the first failing chunk in chunk order (so a run is the
+same for a seed whatever the timing), replays its shrunk trace here to rebuild the error
 (exceptions need not cross the process boundary, traces do): a violation, a
 divergence, an engine error, a hang (StepTimeoutError, as in one process), an engine
 that ended its worker, or an error of the harness's own. That failure is the run's, as
@@ -305,9 +306,7 @@ def _merge(
     campaign.chunks += 1
     if isinstance(outcome, WorkerLost | WorkerCrashed):
         campaign.lost += 1
-        if not campaign.findings:
-            result.other_error = worker_error(outcome)
-        campaign.findings.append(lost_finding(outcome))
+        result.other_error = lost_chunk(campaign.findings, outcome) or result.other_error
         return not keep_going
     _add_counts(result, outcome)
     if outcome.config_strategy_error is not None:
@@ -345,10 +344,15 @@ def _add_counts(result: SuiteResult, outcome: ChunkOutcome) -> None:
     result.examples += outcome.examples
 
 
-def lost_finding(outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]) -> Finding:
-    """A chunk whose worker was lost or crashed, as a campaign's finding (no trace)."""
+def lost_chunk(
+    findings: list[Finding], outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]
+) -> BaseException | None:
+    """A chunk whose worker was lost or crashed, added to a campaign's findings (with no
+    trace); its error when it is the campaign's first failure, the run's then."""
+    first = not findings
     label = "worker lost" if isinstance(outcome, WorkerLost) else "harness error in a worker"
-    return Finding(label, outcome.chunk.seed, None, None)
+    findings.append(Finding(label, outcome.chunk.seed, None, None))
+    return worker_error(outcome) if first else None
 
 
 def worker_error(outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]) -> BaseException:

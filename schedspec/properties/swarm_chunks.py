@@ -37,8 +37,7 @@ from schedspec.properties.parallel import (
     Merged,
     gather_chunks,
     kept_finding,
-    lost_finding,
-    worker_error,
+    lost_chunk,
 )
 from schedspec.properties.strategies import configs
 from schedspec.properties.suite import Chunk
@@ -49,7 +48,7 @@ from schedspec.properties.workers import ChunkRunner, WorkerCrashed, WorkerLost,
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 
-# Configs in a chunk at most. A config is a few seconds of work (--instances instances
+# Configs in a chunk at most. A config is seconds of work at most (--instances instances
 # for --max-steps ticks), so a chunk of 4 is short enough that a lost worker loses little
 # and a campaign's deadline is kept, long enough that its start is a small part of it.
 SWARM_CHUNK_CONFIGS = 4
@@ -200,9 +199,7 @@ def run_swarm_campaign(
         campaign.chunks += 1
         if isinstance(outcome, WorkerLost | WorkerCrashed):
             campaign.lost += 1
-            if not campaign.findings:
-                campaign.error = worker_error(outcome)
-            campaign.findings.append(lost_finding(outcome))
+            campaign.error = lost_chunk(campaign.findings, outcome) or campaign.error
             return Merged(not keep_going, len(campaign.findings))
         for result in outcome.results:
             campaign.results.append(result)
