@@ -5,6 +5,10 @@ and the command's flags for it (local processes here; Ray in test_campaigns_ray.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -156,3 +160,47 @@ def test_a_strategy_drawn_in_a_worker_is_the_named_one() -> None:
     # however many the chunk asks for.
     outcome = SwarmWork(SMALL, configs=TIGHT_CONFIGS)(Chunk(0, 5, 2))
     assert [r.run.config for r in outcome.results] == [TIGHT]
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_stops_a_swarm_campaign_on_local_processes_and_leaves_no_worker() -> None:
+    repo = Path(__file__).resolve().parent.parent
+    args = ["check", "--engine", "gpu", "--instances", "64", "--seed", "1"]
+    args += ["--workers", "2", "--duration", "5m"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "schedspec", *args],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(_children(process.pid)) < 2:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.2)
+        workers = _children(process.pid)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: to the whole group
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130, output
+    assert "on 2 local processes: " in output
+    assert output.rstrip().endswith("INTERRUPTED by SIGINT (seed 1)")
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
