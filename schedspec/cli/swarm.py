@@ -109,7 +109,7 @@ def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
     )
     if not parallel:
         strategy = chosen.strategy if chosen.strategy is not None else configs()
-        results = run_configs(strategy, num_configs, seed, swarm, _echo_config(0))
+        results = run_configs(strategy, num_configs, seed, swarm, _echo_config())
         _echo_table(results)
         finding = next((r for r in results if r.finding is not None), None)
         if finding is None:
@@ -120,9 +120,9 @@ def run_swarm_check(options: CheckOptions, factory: EngineFactory) -> int:
     return _campaign_verdict(options, campaign, backend, seed, profile)
 
 
-def _echo_config(offset: int) -> Callable[[SwarmResult], None]:
-    """Each config's line as its result comes in, numbered from offset + 1."""
-    count = [offset]
+def _echo_config() -> Callable[[SwarmResult], None]:
+    """Each config's line as its result comes in (in chunk order), numbered from 1."""
+    count = [0]
 
     def echo(result: SwarmResult) -> None:
         count[0] += 1
@@ -159,7 +159,7 @@ def _run_chunks(
                 backend.runner,
                 keep_going=options.duration is not None,
                 trace_dir=options.trace_dir,
-                on_config=_echo_config(0),
+                on_config=_echo_config(),
                 on_progress=on_progress,
             )
     return campaign, backend.name
