@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,14 +85,19 @@ class Run:
         return self.process.returncode, output
 
 
-@contextmanager
-def schedspec(*args: str, environment: dict[str, str] | None = None) -> Iterator[Run]:
+def schedspec(*args: str, environment: dict[str, str] | None = None) -> AbstractContextManager[Run]:
     """`python -m schedspec ARGS` in a session of its own (as a terminal's job is its own
     process group), every process it starts marked."""
+    return python("-m", "schedspec", *args, environment=environment)
+
+
+@contextmanager
+def python(*args: str, environment: dict[str, str] | None = None) -> Iterator[Run]:
+    """`python ARGS` as `schedspec` runs the command."""
     mark = uuid.uuid4().hex
     env = {**os.environ, **(environment or {}), MARK_VARIABLE: mark}
     process = subprocess.Popen(
-        [sys.executable, "-m", "schedspec", *args],
+        [sys.executable, *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -255,3 +260,27 @@ def test_sigterm_stops_a_swarm_campaign_on_ray_and_leaves_no_worker(tmp_path: Pa
     assert code == 143, output
     assert "on a local Ray cluster (2 CPUs), 2 workers: " in output
     assert output.rstrip().endswith("INTERRUPTED by SIGTERM (seed 3)")
+
+
+# More chunks than a Ray worker process runs: the one worker's process id for each.
+RECYCLED = """
+import os
+from schedspec.properties.ray_cluster import ray_cluster
+with ray_cluster(None, 1):
+    from schedspec.properties.ray_workers import CHUNKS_PER_WORKER_PROCESS, RayWorkers
+    chunks = range(CHUNKS_PER_WORKER_PROCESS + 1)
+    pids = list(RayWorkers(1).map_chunks(lambda chunk: os.getpid(), chunks))
+    print(CHUNKS_PER_WORKER_PROCESS, pids)
+"""
+
+
+def test_a_ray_worker_process_is_replaced_after_its_share_of_chunks() -> None:
+    # (Ray is imported in the script only: this process stays free of it.)
+    with python("-c", RECYCLED) as run:
+        code, output = run.finish()
+    assert code == 0, output
+    limit, listed = output.strip().splitlines()[-1].split(" ", 1)
+    pids = json.loads(listed)
+    assert len(pids) == int(limit) + 1
+    assert len(set(pids[: int(limit)])) == 1  # one process, chunk after chunk
+    assert pids[-1] != pids[0]  # then a fresh one: its memory starts over
