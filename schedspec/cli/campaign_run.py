@@ -28,8 +28,14 @@ from schedspec.properties.chunk_work import NamedEngines
 from schedspec.properties.example_db import DatabaseSource, LocalDirectory, campaign_namespace
 from schedspec.properties.failure_report import plural
 from schedspec.properties.harness import Target
-from schedspec.properties.parallel import CampaignResult, Finding, run_campaign, timed_chunks
-from schedspec.properties.suite import Chunk, SuiteSettings, plan_chunks
+from schedspec.properties.parallel import (
+    CAMPAIGN_CHUNK_EXAMPLES,
+    CampaignResult,
+    Finding,
+    run_campaign,
+    timed_chunks,
+)
+from schedspec.properties.suite import MAX_CHUNK_EXAMPLES, Chunk, SuiteSettings, plan_chunks
 from schedspec.properties.workers import ChunkRunner, ForkedWorkers
 
 
@@ -133,11 +139,20 @@ def run_parallel(
         return _run(options, recipe, local, chosen, backend, database)
 
 
-def _plan(options: SuiteRunOptions, settings: SuiteSettings, workers: int) -> Iterable[Chunk]:
-    assert settings.seed is not None
-    if settings.deadline is None:
-        return plan_chunks(settings.examples, settings.seed, parts=workers)
-    return timed_chunks(settings.seed, settings.deadline, options.examples, workers)
+def planned_chunks(
+    options: SuiteRunOptions,
+    count: int,
+    seed: int,
+    deadline: float | None,
+    workers: int,
+    sizes: tuple[int, int] = (MAX_CHUNK_EXAMPLES, CAMPAIGN_CHUNK_EXAMPLES),
+) -> Iterable[Chunk]:
+    """A parallel run's chunks on seeds seed, seed + 1, ...: `count` examples over the
+    workers in chunks of at most sizes[0] (plan_chunks), or for a campaign (a deadline),
+    chunks of sizes[1] until the deadline, --examples capping them (timed_chunks)."""
+    if deadline is None:
+        return plan_chunks(count, seed, workers, sizes[0])
+    return timed_chunks(seed, deadline, options.examples, workers, sizes[1])
 
 
 def _run(
@@ -149,7 +164,10 @@ def _run(
     database: DatabaseSource | None,
 ) -> ParallelRun:
     settings = replace(chosen, deadline=campaign_deadline(options))
-    chunks = _plan(options, settings, backend.workers)
+    assert settings.seed is not None
+    chunks = planned_chunks(
+        options, settings.examples, settings.seed, settings.deadline, backend.workers
+    )
     # A campaign's bar measures its time, or its --examples cap if that runs out first.
     counted = settings.examples if options.duration is None else options.examples
     with campaign_progress(counted, options.duration, options.progress) as on_progress:

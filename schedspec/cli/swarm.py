@@ -30,6 +30,7 @@ from schedspec.cli.campaign_run import (
     echo_coverage,
     echo_findings,
     open_backend,
+    planned_chunks,
     runs_in_parallel,
 )
 from schedspec.cli.interrupts import interrupt_exit_code, interrupt_name
@@ -44,9 +45,7 @@ from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.adapters.gpu import DEVICE_ENV
 from schedspec.properties.chunk_work import own_modules
 from schedspec.properties.failure_report import plural
-from schedspec.properties.parallel import timed_chunks
 from schedspec.properties.strategies import configs
-from schedspec.properties.suite import Chunk, plan_chunks
 from schedspec.properties.swarm import SwarmResult
 from schedspec.properties.swarm_chunks import (
     SWARM_CHUNK_CONFIGS,
@@ -61,7 +60,7 @@ from schedspec.properties.swarm_chunks import (
 from schedspec.properties.trace import SWARM_TRACE_STEM, trace_file_name
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from schedspec.cli.check import CheckOptions
 
@@ -141,13 +140,8 @@ def _run_chunks(
     and the backend's name."""
     with open_backend(options) as backend:
         deadline = campaign_deadline(options)
-        chunks: Iterable[Chunk]
-        if deadline is None:
-            chunks = plan_chunks(configs, seed, backend.workers, SWARM_CHUNK_CONFIGS)
-        else:
-            chunks = timed_chunks(
-                seed, deadline, options.examples, backend.workers, SWARM_CHUNK_CONFIGS
-            )
+        sizes = (SWARM_CHUNK_CONFIGS, SWARM_CHUNK_CONFIGS)
+        chunks = planned_chunks(options, configs, seed, deadline, backend.workers, sizes)
         work = SwarmWork(swarm, chosen.name, deadline, own_modules())
         # The bar measures configs, or a campaign's time (its --examples cap, if given).
         counted = configs if options.duration is None else options.examples
