@@ -42,9 +42,10 @@ C = TypeVar("C")
 # How long the driver waits for a result before reading progress again (seconds).
 POLL_SECONDS = 0.5
 # Chunks one Ray worker process runs before Ray replaces it with a fresh one. A process
-# reused chunk after chunk keeps what Python's heap grew to (its floor crept from 240 to
-# 301 MB over 20 chunks of 200 long examples, docs/CAMPAIGNS.md); a fresh one starts from
-# its imports again, which costs a few seconds: a small part of 8 chunks' minutes.
+# reused chunk after chunk keeps growing (on 200-example long-profile chunks, from about
+# 120 MB fresh to about 610 MB by its eighth chunk: docs/CAMPAIGNS.md, "Memory per
+# worker"); a fresh one starts from its imports again, which costs a few seconds: a
+# small part of 8 chunks' minutes.
 CHUNKS_PER_WORKER_PROCESS = 8
 
 
