@@ -10,14 +10,19 @@ first chunk and then stay flat. Linux only (/proc). The numbers are for reading.
 
 With --ray (a local Ray cluster, the ray extra) or --workers N, the chunks run in
 workers: each row then also has the largest and the smallest RSS among the worker
-processes running chunks at that moment (Ray's, which Ray reuses from chunk to chunk;
-forked ones: a fresh process per chunk), beside the driver's.
+processes running chunks at that moment (Ray's, which Ray reuses for up to
+ray_workers.CHUNKS_PER_WORKER_PROCESS chunks; forked ones: a fresh process per chunk),
+beside the driver's, and the RSS of each of those workers by process id. At the end it
+prints whether the workers' memory stayed flat: the peak and the floor of the worker
+samples over the first quarter of the samples and over the last quarter, and the ratio
+last/first of each (1.00: flat).
 
     .venv/bin/python benchmarks/bench_long_memory.py                    # 20000 examples
     .venv/bin/python benchmarks/bench_long_memory.py --examples 5000    # a prefix
     .venv/bin/python benchmarks/bench_long_memory.py --configs MODULE:STRATEGY   # other configs
     .venv/bin/python benchmarks/bench_long_memory.py --ray --workers 2  # on a local Ray
     .venv/bin/python benchmarks/bench_long_memory.py --ray --workers 2 --duration 7d  # a campaign
+    .venv/bin/python benchmarks/bench_long_memory.py --quick --examples 2000  # the CI profile
 """
 
 from __future__ import annotations
@@ -82,6 +87,32 @@ def workers_of(pid: int, on_ray: bool) -> list[int]:
     return found
 
 
+def quarters(samples: list[list[float]]) -> tuple[list[float], list[float]]:
+    """The worker RSS samples of the first quarter of the rows and of the last quarter
+    (at least one row each), rows with no worker running left out."""
+    rows = [row for row in samples if row]
+    if not rows:
+        return [], []
+    size = max(1, len(rows) // 4)
+    return [m for row in rows[:size] for m in row], [m for row in rows[-size:] for m in row]
+
+
+def flatness(samples: list[list[float]]) -> list[str]:
+    """Lines saying how the workers' peak and floor moved from the first quarter of the
+    run to the last: the ratio last/first of each."""
+    first, last = quarters(samples)
+    if not first:
+        return ["no worker sampled"]
+    lines = []
+    for name, pick in (("peak", max), ("floor", min)):
+        before, after = pick(first), pick(last)
+        lines.append(
+            f"worker {name}: {before:.1f} MB in the first quarter, {after:.1f} MB in the "
+            f"last; last/first {after / before:.2f}"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=20_000)
@@ -99,13 +130,18 @@ def main() -> None:
         help="check's --duration: a campaign (chunks of 200), capped by --examples",
     )
     parser.add_argument("--ray", action="store_true", help="on a local Ray cluster (--ray)")
+    parser.add_argument(
+        "--quick", action="store_true", help="the CI profile (40 actions an example), not --long"
+    )
     args = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     environment = {**os.environ, "PYTHONPATH": str(repo)}
     command = [
-        sys.executable, "-m", "schedspec", "check", "--long", "--examples", str(args.examples),
+        sys.executable, "-m", "schedspec", "check", "--examples", str(args.examples),
         "--seed", str(args.seed), "--progress", "--trace-dir", "/tmp",
     ]  # fmt: skip
+    if not args.quick:
+        command += ["--long"]
     if args.configs is not None:
         command += ["--configs", args.configs]
     if args.workers is not None:
@@ -132,10 +168,15 @@ def main() -> None:
     threading.Thread(target=follow_progress, daemon=True).start()
     peak = 0.0
     worker_peak = 0.0
+    worker_samples: list[list[float]] = []  # per row, each running worker's RSS
     columns = f"{'seconds':>8} {'examples':>9} {'RSS MB':>8}"
     print(
         columns
-        + (f" {'worker max':>10} {'worker min':>10} {'workers':>7}" if sampled_workers else "")
+        + (
+            f" {'worker max':>10} {'worker min':>10} {'workers':>7}  pid:MB of each"
+            if sampled_workers
+            else ""
+        )
     )
     while process.poll() is None:
         resident = rss_mb(process.pid)
@@ -143,10 +184,13 @@ def main() -> None:
             peak = max(peak, resident)
             row = f"{time.monotonic() - started:8.0f} {examples[0]:9d} {resident:8.1f}"
             if sampled_workers:
-                sizes = [m for m in map(rss_mb, workers_of(process.pid, args.ray)) if m]
-                worker_peak = max([worker_peak, *sizes])
-                low, high = (min(sizes), max(sizes)) if sizes else (0.0, 0.0)
-                row += f" {high:10.1f} {low:10.1f} {len(sizes):7d}"
+                by_pid = {pid: rss_mb(pid) for pid in workers_of(process.pid, args.ray)}
+                sizes = {pid: m for pid, m in by_pid.items() if m}
+                worker_samples.append(list(sizes.values()))
+                worker_peak = max([worker_peak, *sizes.values()])
+                low, high = (min(sizes.values()), max(sizes.values())) if sizes else (0.0, 0.0)
+                row += f" {high:10.1f} {low:10.1f} {len(sizes):7d}  "
+                row += " ".join(f"{pid}:{m:.0f}" for pid, m in sorted(sizes.items()))
             print(row, flush=True)
         time.sleep(args.every)
     assert process.stdout is not None
@@ -157,6 +201,7 @@ def main() -> None:
     print(f"peak RSS {high_water:.1f} MB (the highest sample: {peak:.1f} MB); wall {wall:.0f} s")
     if sampled_workers:
         print(f"the largest worker sample: {worker_peak:.1f} MB")
+        print(*flatness(worker_samples), sep="\n")
     print(f"exit {process.returncode}:", *verdict, sep="\n  ")
 
 

@@ -336,19 +336,12 @@ class TestCommandLine:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setitem(sys.modules, "ray", None)  # find_spec: not installed
-        for command in (["check"], ["diff", "--right", "reference"]):
+        swarm = ["check", "--engine", "gpu", "--instances", "8"]
+        for command in (["check"], ["diff", "--right", "reference"], swarm):
             outcome = CliRunner().invoke(main, [*command, "--ray"])
             assert outcome.exit_code == 2, outcome.output
             assert "--ray needs Ray, which is not installed here" in outcome.output
             assert "pip install -e '.[ray]'" in outcome.output
-
-    def test_swarm_mode_refuses_the_campaign_flags(self) -> None:
-        for flag in (["--ray"], ["--duration", "5m"], ["--example-db", "db"]):
-            outcome = CliRunner().invoke(
-                main, ["check", "--engine", "gpu", "--instances", "8", *flag]
-            )
-            assert outcome.exit_code == 2
-            assert f"{flag[0]}: not used in swarm mode" in outcome.output
 
 
 class TestRayAddress:

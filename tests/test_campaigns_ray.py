@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,14 +85,19 @@ class Run:
         return self.process.returncode, output
 
 
-@contextmanager
-def schedspec(*args: str, environment: dict[str, str] | None = None) -> Iterator[Run]:
+def schedspec(*args: str, environment: dict[str, str] | None = None) -> AbstractContextManager[Run]:
     """`python -m schedspec ARGS` in a session of its own (as a terminal's job is its own
     process group), every process it starts marked."""
+    return python("-m", "schedspec", *args, environment=environment)
+
+
+@contextmanager
+def python(*args: str, environment: dict[str, str] | None = None) -> Iterator[Run]:
+    """`python ARGS` as `schedspec` runs the command."""
     mark = uuid.uuid4().hex
     env = {**os.environ, **(environment or {}), MARK_VARIABLE: mark}
     process = subprocess.Popen(
-        [sys.executable, "-m", "schedspec", *args],
+        [sys.executable, *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -221,3 +226,61 @@ def test_a_killed_driver_leaves_no_process_of_its_cluster(tmp_path: Path) -> Non
         code, _ = run.finish()
     assert code == -signal.SIGKILL
     assert not temp_dir.exists()
+
+
+SWARM = ["check", "--engine", "gpu", "--seed", "3"]
+
+
+def test_a_swarm_on_local_ray_reports_like_a_local_run(tmp_path: Path) -> None:
+    # tests.swarm_planted plants a gpu_impl bug in every process that loads its configs
+    # (the driver and each Ray worker); chunk 0 runs on the run's seed wherever it runs,
+    # so the unshrunk trace of its finding is the same on Ray as on local processes.
+    args = [*SWARM, "--instances", "256", "--examples", "3", "--no-shrink"]
+    args += ["--configs", "tests.swarm_planted:tight_configs", "--workers", "2"]
+    ray_dir, local_dir = tmp_path / "ray", tmp_path / "local"
+    with schedspec(*args, "--ray", "--trace-dir", str(ray_dir)) as run:
+        code, output = run.finish()
+    assert code == 1, output
+    assert "VIOLATION on the device" in output
+    assert "on a local Ray cluster (2 CPUs), 2 workers: 1 chunk, " in output
+    assert output.rstrip().splitlines()[-1].startswith("FAILED: ")
+    with schedspec(*args, "--trace-dir", str(local_dir)) as run:
+        local_code, local_output = run.finish()
+    assert local_code == 1, local_output
+    name = "schedspec-swarm-3.json"
+    assert (ray_dir / name).read_text() == (local_dir / name).read_text()
+
+
+def test_sigterm_stops_a_swarm_campaign_on_ray_and_leaves_no_worker(tmp_path: Path) -> None:
+    args = [*SWARM, "--instances", "64", "--ray", "--workers", "2", "--duration", "5m"]
+    with schedspec(*args, "--trace-dir", str(tmp_path)) as run:
+        run.wait_for_workers(2)
+        run.process.send_signal(signal.SIGTERM)
+        code, output = run.finish()
+    assert code == 143, output
+    assert "on a local Ray cluster (2 CPUs), 2 workers: " in output
+    assert output.rstrip().endswith("INTERRUPTED by SIGTERM (seed 3)")
+
+
+# More chunks than a Ray worker process runs: the one worker's process id for each.
+RECYCLED = """
+import os
+from schedspec.properties.ray_cluster import ray_cluster
+with ray_cluster(None, 1):
+    from schedspec.properties.ray_workers import CHUNKS_PER_WORKER_PROCESS, RayWorkers
+    chunks = range(CHUNKS_PER_WORKER_PROCESS + 1)
+    pids = list(RayWorkers(1).map_chunks(lambda chunk: os.getpid(), chunks))
+    print(CHUNKS_PER_WORKER_PROCESS, pids)
+"""
+
+
+def test_a_ray_worker_process_is_replaced_after_its_share_of_chunks() -> None:
+    # (Ray is imported in the script only: this process stays free of it.)
+    with python("-c", RECYCLED) as run:
+        code, output = run.finish()
+    assert code == 0, output
+    limit, listed = output.strip().splitlines()[-1].split(" ", 1)
+    pids = json.loads(listed)
+    assert len(pids) == int(limit) + 1
+    assert len(set(pids[: int(limit)])) == 1  # one process, chunk after chunk
+    assert pids[-1] != pids[0]  # then a fresh one: its memory starts over

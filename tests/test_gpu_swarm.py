@@ -154,13 +154,18 @@ def test_swarm_defaults_are_4_configs_of_40_ticks_and_the_profile_the_engine_cla
 
 
 @pytest.mark.parametrize(
-    "flags",
-    [["--workers", "2"], ["--junit", "r.xml"], ["--json", "r.json"], ["--step-timeout", "3"]],
+    ("flags", "why"),
+    [
+        (["--junit", "r.xml"], "swarm mode writes no CI reports"),
+        (["--json", "r.json"], "swarm mode writes no CI reports"),
+        (["--step-timeout", "3"], "swarm mode's device checks are no engine calls to time"),
+        (["--example-db", "db"], "swarm mode draws configs only, and keeps its findings as traces"),
+    ],
 )
-def test_flags_swarm_mode_does_not_use_are_refused(flags: list[str]) -> None:
+def test_flags_swarm_mode_does_not_use_are_refused(flags: list[str], why: str) -> None:
     code, output = _swarm_cli("--instances", "4", *flags)
     assert code == 2, output
-    assert f"{flags[0]}: not used in swarm mode (--instances 4)" in output
+    assert f"{flags[0]}: not used in swarm mode (--instances 4): {why}" in output
 
 
 # The same tight config with async scheduling and spec-decode padding: each instance's

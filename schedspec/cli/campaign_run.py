@@ -1,5 +1,7 @@
 """`check` and `diff` on several workers: local processes or a Ray cluster, for a count of
-examples or for a time (a campaign, --duration).
+examples or for a time (a campaign, --duration). Swarm mode (swarm.py) opens its backend
+and reports what it covered through the same functions (open_backend, echo_coverage,
+echo_findings).
 
 The run is planned and merged by properties/parallel.py whatever the backend: chunks of
 examples on seeds seed, seed + 1, ..., the first failure in chunk order replayed here
@@ -13,9 +15,9 @@ reached are merged into the run's corner table, properties/corners.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import click
 
@@ -26,12 +28,15 @@ from schedspec.properties.chunk_work import NamedEngines
 from schedspec.properties.example_db import DatabaseSource, LocalDirectory, campaign_namespace
 from schedspec.properties.failure_report import plural
 from schedspec.properties.harness import Target
-from schedspec.properties.parallel import CampaignResult, run_campaign, timed_chunks
-from schedspec.properties.suite import Chunk, SuiteSettings, plan_chunks
+from schedspec.properties.parallel import (
+    CAMPAIGN_CHUNK_EXAMPLES,
+    CampaignResult,
+    Finding,
+    run_campaign,
+    timed_chunks,
+)
+from schedspec.properties.suite import MAX_CHUNK_EXAMPLES, Chunk, SuiteSettings, plan_chunks
 from schedspec.properties.workers import ChunkRunner, ForkedWorkers
-
-if TYPE_CHECKING:
-    from schedspec.properties.ray_cluster import RayCluster
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,52 @@ def with_database(
     return chosen if source is None else replace(chosen, database=source.open())
 
 
+@dataclass(frozen=True)
+class Backend:
+    """Where a parallel run's chunks go: the runner, open, and how to name it."""
+
+    runner: ChunkRunner
+    name: str  # "2 local processes", "a local Ray cluster (2 CPUs), 2 workers", ...
+    workers: int
+    on_ray: bool
+
+
+@contextmanager
+def open_backend(options: SuiteRunOptions) -> Iterator[Backend]:
+    """The runner the options name (--workers, --ray), open for the duration: forked
+    local processes, or Ray tasks on a cluster (a local one started here, or the one at
+    the address, which is a usage error of --ray if it does not answer). Every parallel
+    run of `check`, `diff` and swarm mode goes through here."""
+    if options.ray is None:
+        workers = options.workers or 1
+        name = f"{workers} local process" + ("es" if workers != 1 else "")
+        yield Backend(ForkedWorkers(workers), name, workers, on_ray=False)
+        return
+    from schedspec.properties.ray_cluster import RayClusterError, ray_cluster
+
+    address = None if options.ray == "local" else options.ray
+    try:
+        with ray_cluster(address, options.workers) as cluster:
+            # Only now: importing Ray's runner before the cluster is up would fix its address.
+            from schedspec.properties.ray_workers import RayWorkers
+
+            workers = options.workers or cluster.cpus
+            name = f"{cluster.describe()}, {plural(workers, 'worker')}"
+            click.echo(f"on {name}")
+            yield Backend(RayWorkers(workers), name, workers, on_ray=True)
+    except RayClusterError as err:
+        if address is None:
+            raise  # a local cluster that does not start is no usage error
+        raise click.BadParameter(str(err), param_hint="'--ray'") from None
+
+
+def campaign_deadline(options: SuiteRunOptions) -> float | None:
+    """The time (time.time()) a --duration campaign ends: taken once the backend is up (a
+    local Ray cluster takes seconds to start), so a short campaign is not spent before
+    its first chunk."""
+    return None if options.duration is None else time.time() + options.duration
+
+
 def run_parallel(
     options: SuiteRunOptions, recipe: NamedEngines, local: Target, chosen: SuiteSettings
 ) -> ParallelRun:
@@ -79,48 +130,29 @@ def run_parallel(
     here (replaying the first failure)."""
     assert chosen.seed is not None
     local_db = database_source(options, recipe)
-    if options.ray is None:
-        workers = options.workers or 1
-        backend = f"{workers} local process" + ("es" if workers != 1 else "")
-        runner = ForkedWorkers(workers)
-        return _run(options, recipe, local, chosen, runner, local_db, backend, workers)
-    from schedspec.properties.ray_cluster import RayClusterError, ray_cluster
+    with open_backend(options) as backend:
+        database: DatabaseSource | None = local_db
+        if backend.on_ray and local_db is not None:
+            from schedspec.properties.ray_workers import serve_directory
 
-    address = None if options.ray == "local" else options.ray
-    try:
-        with ray_cluster(address, options.workers) as cluster:
-            return _run_on_ray(options, recipe, local, chosen, cluster, local_db)
-    except RayClusterError as err:
-        if address is None:
-            raise  # a local cluster that does not start is no usage error
-        raise click.BadParameter(str(err), param_hint="'--ray'") from None
+            database = serve_directory(local_db.path, local_db.namespace)
+        return _run(options, recipe, local, chosen, backend, database)
 
 
-def _run_on_ray(
+def planned_chunks(
     options: SuiteRunOptions,
-    recipe: NamedEngines,
-    local: Target,
-    settings: SuiteSettings,
-    cluster: RayCluster,
-    local_db: LocalDirectory | None,
-) -> ParallelRun:
-    # Only now: importing Ray's runner before the cluster is up would fix its address.
-    from schedspec.properties.ray_workers import RayWorkers, serve_directory
-
-    workers = options.workers or cluster.cpus
-    backend = f"{cluster.describe()}, {plural(workers, 'worker')}"
-    click.echo(f"on {backend}")
-    served: DatabaseSource | None = None
-    if local_db is not None:
-        served = serve_directory(local_db.path, local_db.namespace)
-    return _run(options, recipe, local, settings, RayWorkers(workers), served, backend, workers)
-
-
-def _plan(options: SuiteRunOptions, settings: SuiteSettings, workers: int) -> Iterable[Chunk]:
-    assert settings.seed is not None
-    if settings.deadline is None:
-        return plan_chunks(settings.examples, settings.seed, parts=workers)
-    return timed_chunks(settings.seed, settings.deadline, options.examples, workers)
+    count: int,
+    seed: int,
+    deadline: float | None,
+    workers: int,
+    sizes: tuple[int, int] = (MAX_CHUNK_EXAMPLES, CAMPAIGN_CHUNK_EXAMPLES),
+) -> Iterable[Chunk]:
+    """A parallel run's chunks on seeds seed, seed + 1, ...: `count` examples over the
+    workers in chunks of at most sizes[0] (plan_chunks), or for a campaign (a deadline),
+    chunks of sizes[1] until the deadline, --examples capping them (timed_chunks)."""
+    if deadline is None:
+        return plan_chunks(count, seed, workers, sizes[0])
+    return timed_chunks(seed, deadline, options.examples, workers, sizes[1])
 
 
 def _run(
@@ -128,16 +160,14 @@ def _run(
     recipe: NamedEngines,
     local: Target,
     chosen: SuiteSettings,
-    runner: ChunkRunner,
+    backend: Backend,
     database: DatabaseSource | None,
-    backend: str,
-    workers: int,
 ) -> ParallelRun:
-    # The time budget starts once the backend is up (a local Ray cluster takes seconds
-    # to start), so a short campaign is not spent before its first chunk.
-    deadline = None if options.duration is None else time.time() + options.duration
-    settings = replace(chosen, deadline=deadline)
-    chunks = _plan(options, settings, workers)
+    settings = replace(chosen, deadline=campaign_deadline(options))
+    assert settings.seed is not None
+    chunks = planned_chunks(
+        options, settings.examples, settings.seed, settings.deadline, backend.workers
+    )
     # A campaign's bar measures its time, or its --examples cap if that runs out first.
     counted = settings.examples if options.duration is None else options.examples
     with campaign_progress(counted, options.duration, options.progress) as on_progress:
@@ -146,35 +176,59 @@ def _run(
             local,
             settings,
             chunks,
-            runner,
+            backend.runner,
             keep_going=options.duration is not None,
             database=database,
             trace_dir=options.trace_dir,
             on_progress=on_progress,
         )
-    return ParallelRun(campaign, backend, workers)
+    return ParallelRun(campaign, backend.name, backend.workers)
 
 
 def echo_campaign(run: ParallelRun, options: SuiteRunOptions) -> None:
     """What a parallel run covered and, for a campaign, each distinct failure it kept."""
     campaign = run.campaign
     result = campaign.result
-    rate = result.stats.steps / result.seconds if result.seconds else 0.0
-    lost = f", {campaign.lost} lost" if campaign.lost else ""
+    coverage = Coverage(result.examples, result.stats.steps, result.seconds)
+    echo_coverage(run.backend, campaign.chunks, campaign.lost, coverage)
+    if options.duration is not None:
+        echo_findings(campaign.findings)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a parallel run searched, in its own units (examples and steps for the
+    suite; configs and instance-steps for swarm mode)."""
+
+    examples: int
+    steps: int
+    seconds: float
+    units: tuple[str, str] = ("examples", "steps")
+
+
+def echo_coverage(backend: str, chunks: int, lost: int, coverage: Coverage) -> None:
+    """The closing line of a parallel run: where it ran, its chunks and what they covered."""
+    examples, steps = coverage.units
+    rate = coverage.steps / coverage.seconds if coverage.seconds else 0.0
+    lost_text = f", {lost} lost" if lost else ""
     click.echo(
-        f"on {run.backend}: {plural(campaign.chunks, 'chunk')}{lost}, "
-        f"{result.examples} examples, {result.stats.steps} steps in {result.seconds:.1f} s "
-        f"({rate:,.0f} steps/s)"
+        f"on {backend}: {plural(chunks, 'chunk')}{lost_text}, {coverage.examples} {examples}, "
+        f"{coverage.steps} {steps} in {coverage.seconds:.1f} s ({rate:,.0f} {steps}/s)"
     )
-    if options.duration is not None and campaign.findings:
-        click.echo(f"failures kept: {len(campaign.findings)} distinct")
-        for finding in campaign.findings:
-            where = (
-                f"{finding.trace_path} ({plural(finding.events or 0, 'event')})"
-                if finding.trace_path is not None
-                else finding.trace_error or "no trace"
-            )
-            click.echo(f"  {finding.label} (chunk seed {finding.seed}): {where}")
+
+
+def echo_findings(findings: list[Finding]) -> None:
+    """A campaign's distinct failures, each with its chunk's seed and its trace."""
+    if not findings:
+        return
+    click.echo(f"failures kept: {len(findings)} distinct")
+    for finding in findings:
+        where = (
+            f"{finding.trace_path} ({plural(finding.events or 0, 'event')})"
+            if finding.trace_path is not None
+            else finding.trace_error or "no trace"
+        )
+        click.echo(f"  {finding.label} (chunk seed {finding.seed}): {where}")
 
 
 def campaign_report(run: ParallelRun, options: SuiteRunOptions) -> dict[str, object]:

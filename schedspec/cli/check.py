@@ -71,17 +71,14 @@ class CheckOptions(SuiteRunOptions):
     instances: int = 1  # more than one: swarm mode (gpu engine), swarm.py
 
 
-# What swarm mode does not do: it writes no CI reports, runs in one process, and
-# its device checks have no step timeout (they are not engine calls).
-NOT_IN_SWARM_MODE = [
-    "--workers",
-    "--ray",
-    "--duration",
-    "--example-db",
-    "--junit",
-    "--json",
-    "--step-timeout",
-]
+# The flags swarm mode refuses, each with why: what it has no use for. It runs on
+# --workers, --ray and --duration as the suite does (swarm.py).
+NOT_IN_SWARM_MODE = {
+    "--junit": "swarm mode writes no CI reports",
+    "--json": "swarm mode writes no CI reports",
+    "--step-timeout": "swarm mode's device checks are no engine calls to time",
+    "--example-db": "swarm mode draws configs only, and keeps its findings as traces",
+}
 
 
 @click.command()
@@ -95,7 +92,9 @@ NOT_IN_SWARM_MODE = [
     help="Swarm mode (--engine gpu, needs torch): this many gpu_impl instances stepped at "
     "once on device workloads, device checks after every step; --examples counts configs "
     "[default: 4, 32 with --long], --max-steps ticks per config [default: 40, 100 with "
-    "--long]; a finding is replayed on both engines, shrunk and written as a trace.",
+    "--long]; a finding is replayed on both engines, shrunk and written as a trace. "
+    "--workers, --ray and --duration split the configs into chunks of 4 on CPU workers; "
+    "--junit, --json, --step-timeout and --example-db are not used.",
 )
 @run_options
 @backend_options
@@ -119,8 +118,9 @@ def check(
         engine=engine, profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
     )
     if options.instances > 1:
-        why = f"not used in swarm mode (--instances {options.instances})"
-        refuse_flags(ctx, NOT_IN_SWARM_MODE, why)
+        for flag, reason in NOT_IN_SWARM_MODE.items():
+            why = f"not used in swarm mode (--instances {options.instances}): {reason}"
+            refuse_flags(ctx, [flag], why)
     if options.ray is not None:
         require_for("--ray", RAY)
     raise SystemExit(run_check(options))

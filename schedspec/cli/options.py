@@ -199,8 +199,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(str(err)) from None
 
 
-# Where the chunks of a `check` or `diff` run: local processes, or Ray; for a count of
-# examples, or for a time (a campaign).
+# Where the chunks of a `check` or `diff` run (or of swarm mode's configs) go: local
+# processes, or Ray; for a count of examples, or for a time (a campaign).
 backend_options = stack(
     click.option(
         "--workers",
@@ -225,8 +225,8 @@ backend_options = stack(
         callback=_duration,
         metavar="DURATION",
         help="A campaign: search for this long (90s, 5m, 2h, 1h30m; at most 7d) in chunks "
-        "of 200 examples, keeping every distinct failure's trace; --examples, if given, "
-        "caps it.",
+        "of 200 examples (swarm mode: 4 configs), keeping every distinct failure's trace; "
+        "--examples, if given, caps it.",
     ),
     click.option(
         "--example-db",

@@ -80,11 +80,16 @@ def suite_progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecor
 
 @contextmanager
 def campaign_progress(
-    examples: int | None, seconds: float | None, forced: bool, tty: bool | None = None
+    examples: int | None,
+    seconds: float | None,
+    forced: bool,
+    tty: bool | None = None,
+    units: tuple[str, str] = ("examples", "steps"),
 ) -> Iterator[Callable[[CampaignTally], None] | None]:
     """Examples, steps and failures over every worker, for a parallel run's on_progress:
     the bar measures examples, or with a time budget (`seconds`) the time spent, or the
-    examples if they run out first (`examples` caps a campaign)."""
+    examples if they run out first (`examples` caps a campaign). `units` names what the
+    run counts as examples and steps (swarm mode: configs and instance-steps)."""
     if seconds is None and examples is None:
         raise ValueError("campaign_progress: examples or seconds must be given")
     total = max(1, round(seconds)) if seconds is not None else examples
@@ -103,7 +108,8 @@ def campaign_progress(
                 if examples is not None:  # the share of the cap, in seconds of the bar
                     done = max(done, min(total, round(tally.examples / examples * total)))
             found = f", {tally.findings} failures" if tally.findings else ""
-            show(done, "checking", f"{tally.examples} examples, {tally.steps} steps{found}")
+            counts = f"{tally.examples} {units[0]}, {tally.steps} {units[1]}"
+            show(done, "checking", counts + found)
 
         yield advance
 

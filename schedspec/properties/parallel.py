@@ -7,8 +7,9 @@ distinct seeds (chunk i on seed + i): a count of examples (suite.plan_chunks: at
 one chunk per worker), or, for a campaign with a time budget, chunks of
 CAMPAIGN_CHUNK_EXAMPLES planned as workers free up until the deadline (timed_chunks).
 Each worker runs ChunkWork (chunk_work.py) and hands back plain data; the driver merges
-the counts and, for the first failing chunk in chunk order (so a run is the same for a
-seed whatever the timing), replays its shrunk trace here to rebuild the error
+the counts (gather_chunks: the loop over a runner's results, which swarm mode's chunks,
+swarm_chunks.py, share) and, for the first failing chunk in chunk order (so a run is the
+same for a seed whatever the timing), replays its shrunk trace here to rebuild the error
 (exceptions need not cross the process boundary, traces do): a violation, a
 divergence, an engine error, a hang (StepTimeoutError, as in one process), an engine
 that ended its worker, or an error of the harness's own. That failure is the run's, as
@@ -29,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple, Protocol, TypeVar
 
 from hypothesis import strategies as st
 
@@ -139,16 +141,20 @@ class CampaignTally:
 
 
 def timed_chunks(
-    seed: int, deadline: float, examples: int | None = None, parts: int = 1
+    seed: int,
+    deadline: float,
+    examples: int | None = None,
+    parts: int = 1,
+    size: int = CAMPAIGN_CHUNK_EXAMPLES,
 ) -> Iterator[Chunk]:
-    """A campaign's chunks, chunk i on seed + i, each of at most CAMPAIGN_CHUNK_EXAMPLES,
-    until the deadline (time.time()) or, when `examples` is given, until they add up to
-    it (plan_chunks over `parts` workers), whichever comes first. Lazy: a runner pulls
-    the next one when a worker frees up."""
+    """A campaign's chunks, chunk i on seed + i, each of at most `size` examples, until
+    the deadline (time.time()) or, when `examples` is given, until they add up to it
+    (plan_chunks over `parts` workers), whichever comes first. Lazy: a runner pulls the
+    next one when a worker frees up."""
     planned: Iterable[Chunk] = (
-        plan_chunks(examples, seed, parts, CAMPAIGN_CHUNK_EXAMPLES)
+        plan_chunks(examples, seed, parts, size)
         if examples is not None
-        else (Chunk(i, seed + i, CAMPAIGN_CHUNK_EXAMPLES) for i in itertools.count())
+        else (Chunk(i, seed + i, size) for i in itertools.count())
     )
     for chunk in planned:
         if time.time() >= deadline:
@@ -176,31 +182,14 @@ def run_campaign(
     work = ChunkWork(recipe, suite_settings, database, own_modules())
     started = time.perf_counter()
     campaign = CampaignResult(SuiteResult(local.profile, suite_settings.seed, 0, CheckStats(), 0.0))
-    tally = CampaignTally()
 
-    def progress(chunk: Chunk, payload: object) -> None:
-        tally.reported(chunk, payload)
-        if on_progress is not None:
-            on_progress(tally)
+    def merge(outcome: ChunkResult) -> Merged:
+        stop = _merge(campaign, outcome, local, recipe, trace_dir, keep_going)
+        return Merged(stop, len(campaign.findings))
 
-    results = runner.map_chunks(work, chunks, progress)
-    try:
-        for outcome in results:
-            stop = _merge(campaign, outcome, local, recipe, trace_dir, keep_going)
-            examples = outcome.examples if isinstance(outcome, ChunkOutcome) else 0
-            steps = outcome.steps if isinstance(outcome, ChunkOutcome) else 0
-            tally.finished(outcome.chunk, examples, steps)
-            tally.findings = len(campaign.findings)
-            if on_progress is not None:
-                on_progress(tally)
-            if stop:
-                break
-    except KeyboardInterrupt as err:
-        campaign.result.interrupted = err
-    finally:
-        close = getattr(results, "close", None)
-        if close is not None:
-            close()  # stops the workers still running
+    interrupted = gather_chunks(runner, work, chunks, merge, on_progress)
+    if interrupted is not None:
+        campaign.result.interrupted = interrupted
     result = campaign.result
     result.seconds = time.perf_counter() - started
     if result.trace is not None and trace_dir is not None:
@@ -211,6 +200,71 @@ def run_campaign(
                 first, trace_path=result.trace_path, trace_error=result.trace_error
             )
     return campaign
+
+
+class CountedOutcome(Protocol):
+    """What gather_chunks needs of a chunk's outcome: its chunk and its counts."""
+
+    @property
+    def chunk(self) -> Chunk: ...
+
+    @property
+    def examples(self) -> int: ...
+
+    @property
+    def steps(self) -> int: ...
+
+
+Outcome = TypeVar("Outcome", bound=CountedOutcome)
+
+
+class Merged(NamedTuple):
+    """What merging one chunk's outcome decided: whether the run stops there, and how
+    many distinct failures it has kept so far (for the progress bar)."""
+
+    stop: bool
+    findings: int
+
+
+def gather_chunks(
+    runner: ChunkRunner,
+    work: Callable[[Chunk], Outcome],
+    chunks: Iterable[Chunk],
+    merge: Callable[[Outcome | WorkerLost[Chunk] | WorkerCrashed[Chunk]], Merged],
+    on_progress: Callable[[CampaignTally], None] | None = None,
+) -> KeyboardInterrupt | None:
+    """The loop every parallel run shares (the suite's chunks, swarm mode's): the work on
+    the runner, each outcome merged in chunk order until merge says stop or the chunks run
+    out, progress over every chunk passed on as a CampaignTally. An interrupt stops the
+    workers and is returned (what finished is merged already); the workers still running
+    are stopped however the loop ends."""
+    tally = CampaignTally()
+
+    def progress(chunk: Chunk, payload: object) -> None:
+        tally.reported(chunk, payload)
+        if on_progress is not None:
+            on_progress(tally)
+
+    results = runner.map_chunks(work, chunks, progress)
+    try:
+        for outcome in results:
+            merged = merge(outcome)
+            if isinstance(outcome, WorkerLost | WorkerCrashed):
+                tally.finished(outcome.chunk, 0, 0)
+            else:
+                tally.finished(outcome.chunk, outcome.examples, outcome.steps)
+            tally.findings = merged.findings
+            if on_progress is not None:
+                on_progress(tally)
+            if merged.stop:
+                break
+    except KeyboardInterrupt as err:
+        return err
+    finally:
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()  # stops the workers still running
+    return None
 
 
 def run_suite_parallel(
@@ -252,11 +306,7 @@ def _merge(
     campaign.chunks += 1
     if isinstance(outcome, WorkerLost | WorkerCrashed):
         campaign.lost += 1
-        error = _worker_error(outcome)
-        label = "worker lost" if isinstance(outcome, WorkerLost) else "harness error in a worker"
-        if not campaign.findings:
-            result.other_error = error
-        campaign.findings.append(Finding(label, outcome.chunk.seed, None, None))
+        result.other_error = lost_chunk(campaign.findings, outcome) or result.other_error
         return not keep_going
     _add_counts(result, outcome)
     if outcome.config_strategy_error is not None:
@@ -273,7 +323,9 @@ def _merge(
                 _rebuild_failure(result, trace, local)
                 found = Finding(outcome.label, outcome.chunk.seed, len(trace.events), None)
             else:
-                found = _kept(outcome.label, outcome.chunk, trace, recipe, trace_dir)
+                found = kept_finding(
+                    outcome.label, outcome.chunk, trace, recipe.trace_stem, trace_dir
+                )
             campaign.findings.append(found)
     return outcome.interrupted or (outcome.failed and not keep_going)
 
@@ -292,7 +344,20 @@ def _add_counts(result: SuiteResult, outcome: ChunkOutcome) -> None:
     result.examples += outcome.examples
 
 
-def _worker_error(outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]) -> BaseException:
+def lost_chunk(
+    findings: list[Finding], outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]
+) -> BaseException | None:
+    """A chunk whose worker was lost or crashed, added to a campaign's findings (with no
+    trace); its error when it is the campaign's first failure, the run's then."""
+    first = not findings
+    label = "worker lost" if isinstance(outcome, WorkerLost) else "harness error in a worker"
+    findings.append(Finding(label, outcome.chunk.seed, None, None))
+    return worker_error(outcome) if first else None
+
+
+def worker_error(outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]) -> BaseException:
+    """What a lost or crashed worker is as the run's error: an engine error (the engine
+    ended its worker) or the harness's own, with the worker's traceback."""
     if isinstance(outcome, WorkerLost):
         return WorkerLostError(outcome)
     return WorkerCrashedError(
@@ -300,14 +365,14 @@ def _worker_error(outcome: WorkerLost[Chunk] | WorkerCrashed[Chunk]) -> BaseExce
     )
 
 
-def _kept(
-    label: str, chunk: Chunk, trace: Trace, recipe: TargetRecipe, trace_dir: Path | None
+def kept_finding(
+    label: str, chunk: Chunk, trace: Trace, trace_stem: str, trace_dir: Path | None
 ) -> Finding:
     """A later failure of a campaign, its trace written under its chunk's seed (the
     first failure's trace has the run's seed, which no later chunk has)."""
     if trace_dir is None:
         return Finding(label, chunk.seed, len(trace.events), None)
-    path = trace_dir / trace_file_name(recipe.trace_stem, chunk.seed)
+    path = trace_dir / trace_file_name(trace_stem, chunk.seed)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         trace.save(path)

@@ -6,6 +6,8 @@ results in chunk order, as workers.ForkedWorkers does:
 
 - tasks are never retried by Ray (max_retries=0): a worker that dies (the engine ended
   its process, the OOM killer, a node lost) yields WorkerLost for its chunk alone;
+- a worker process runs at most CHUNKS_PER_WORKER_PROCESS chunks (Ray's max_calls),
+  then Ray starts a fresh one, so its memory stays bounded however long a campaign;
 - progress goes through a small actor (ProgressInbox) the driver reads while it waits;
 - closing the results cancels the tasks still running (force: their processes end).
 
@@ -39,6 +41,12 @@ C = TypeVar("C")
 
 # How long the driver waits for a result before reading progress again (seconds).
 POLL_SECONDS = 0.5
+# Chunks one Ray worker process runs before Ray replaces it with a fresh one. A process
+# reused chunk after chunk keeps growing (on 200-example long-profile chunks, from about
+# 120 MB fresh to about 610 MB by its eighth chunk: docs/CAMPAIGNS.md, "Memory per
+# worker"); a fresh one starts from its imports again, which costs a few seconds: a
+# small part of 8 chunks' minutes.
+CHUNKS_PER_WORKER_PROCESS = 8
 
 
 # ------------------------------------------------------------------------ the runner
@@ -76,7 +84,9 @@ def _run_chunk(work: Callable[[Any], Any], chunk: Any, position: int, inbox: Any
 # Their Ray forms (ray.remote wraps them; the plain ones stay typed). The inbox takes no
 # CPU: it must never wait for a worker's slot.
 _remote_inbox: Any = ray.remote(num_cpus=0)(ProgressInbox)
-_remote_chunk: Any = ray.remote(max_retries=0, retry_exceptions=False)(_run_chunk)
+_remote_chunk: Any = ray.remote(
+    max_retries=0, retry_exceptions=False, max_calls=CHUNKS_PER_WORKER_PROCESS
+)(_run_chunk)
 
 
 class RayWorkers:
