@@ -269,14 +269,15 @@ class CheckedEngine:
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
+        deferred: frozenset[str] = frozenset()
         if not found:
             corners.count_schedule(self.stats.corners, scheduled)
             self._finished_since_schedule.clear()
             # A request whose pending abort ends inside schedule() (SGLang's chunked
             # request) finished after this schedule began: the next one reports it.
             self._finished_since_schedule.update(r for r in pre.requests if r not in mid.requests)
-            self._kv_content.on_schedule(pre, output, mid)
-        return ScheduledStep.of(output, mid), found
+            deferred = self._kv_content.on_schedule(pre, output, mid)
+        return ScheduledStep.of(output, mid, deferred), found
 
     def _land(self, step: ScheduledStep, decisions: StepDecisions) -> list[Violation]:
         """Run the model on the oldest step in flight and apply its output."""
@@ -286,6 +287,9 @@ class CheckedEngine:
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self._snapshot()
         self._kv_content.on_land(step, pre, model_output, self.model.sampled_at)
+        if len(self._in_flight) == 1:  # the step after this one now starts where it is sure
+            (following,) = self._in_flight
+            self._kv_content.on_start_certain(following, post)
         self._finished_since_schedule.update(r for r in pre.requests if r not in post.requests)
         self.state = post
         updated = UpdateTransition(

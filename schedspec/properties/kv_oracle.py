@@ -6,10 +6,13 @@ they are scheduled, so once a step is scheduled, every later step finds the
 KV of the known tokens it computes, even before it lands. That holds when
 the step's start is certain: with a sampling step in flight (async
 scheduling) the next step starts after however many of its drafts are
-accepted, which only its landing tells, so such a step is recorded when it
-lands. Drafts become known tokens, and their blocks' KV content certain,
-only then too. A block handed out afresh is about to be overwritten, so its
-old content is forgotten.
+accepted, which only that landing tells: so such a step's known tokens are
+recorded once the step before it has landed, and again when it lands itself
+(a later step may hit a block it completes while it is still in flight: the
+KV is written by the time that later step runs). Drafts become known tokens,
+and their blocks' KV content certain, only when their own step lands. A block
+handed out afresh is about to be overwritten, so its old content is
+forgotten.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ class KVContentOracle:
         # Block -> the content hash whose KV steps scheduled so far compute into it.
         self.written: dict[int, BlockHash] = {}
 
-    def on_schedule(self, pre: State, output: SchedulerOutput, mid: State) -> None:
+    def on_schedule(self, pre: State, output: SchedulerOutput, mid: State) -> frozenset[str]:
         """After a schedule() that broke no invariant: forget the blocks about to be
-        overwritten, then remember the full blocks of known tokens the step computes."""
+        overwritten, then remember the full blocks of known tokens the step computes; the
+        requests whose record waits for the step in flight before it (on_start_certain)."""
         before = computed_before(output)
         bs = self.block_size
         for rid in output.num_scheduled_tokens:
@@ -49,13 +53,35 @@ class KVContentOracle:
                 fresh = table[before.get(rid, 0) // bs :]
             for block in fresh:
                 self.written.pop(block, None)
+        deferred = set()
         for rid in output.num_scheduled_tokens:
             old = pre.requests.get(rid)
             if old is not None and old.num_output_placeholders:
-                continue  # where it starts depends on a step in flight: see on_land
+                deferred.add(rid)  # where it starts depends on a step in flight
+                continue
             request = mid.requests[rid]
             done = min(request.num_computed_tokens, request.num_tokens)
-            self._remember(request, before.get(rid, 0) // bs, done // bs)
+            self._remember(request, request.block_ids, before.get(rid, 0) // bs, done // bs)
+        return frozenset(deferred)
+
+    def on_start_certain(self, step: ScheduledStep, state: State) -> None:
+        """Once the only step in flight before `step` has landed (`state`: just after it),
+        where `step` starts is certain for the requests on_schedule deferred: at their
+        confirmed computed tokens (rejected drafts are rolled back by now). Remember the
+        full blocks of the known tokens it computes from there (its drafts' KV waits for
+        its own landing), in the blocks the request still holds."""
+        bs = self.block_size
+        drafts = step.output.scheduled_spec_decode_tokens
+        for rid in step.deferred:
+            request = state.requests.get(rid)
+            if request is None or request.arrival != step.arrivals[rid]:
+                continue  # finished or aborted on landing: nothing more of it is computed
+            start = request.num_confirmed_computed_tokens
+            known = step.output.num_scheduled_tokens[rid] - len(drafts.get(rid, ()))
+            end = min(start + known, request.num_tokens)
+            held = set(request.block_ids)
+            table = tuple(b if b in held else -1 for b in step.tables[rid])
+            self._remember(request, table, start // bs, end // bs)
 
     def on_land(
         self,
@@ -96,29 +122,37 @@ class KVContentOracle:
                 if held_by.get(block, rid) == rid:
                     self.written[block] = own[index]
 
-    def _remember(self, request: RequestState, first: int, end: int) -> None:
+    def _remember(
+        self, request: RequestState, table: tuple[int, ...], first: int, end: int
+    ) -> None:
+        """Blocks first..end-1 of `table` (-1: none) hold the KV of `request`'s content."""
         own = self.hashes.of(request)
-        table = request.block_ids
         for index in range(first, min(end, len(table), len(own))):
-            self.written[table[index]] = own[index]
+            if table[index] >= 0:
+                self.written[table[index]] = own[index]
 
 
 @dataclass(frozen=True)
 class ScheduledStep:
-    """A scheduled step as the oracle needs it when it lands: the output, and for each
-    request it scheduled the incarnation (arrival index) and block table it had then."""
+    """A scheduled step as the oracle needs it when it lands: the output, for each
+    request it scheduled the incarnation (arrival index) and block table it had then, and
+    the requests whose record waited for the step in flight before it (on_schedule)."""
 
     output: SchedulerOutput
     arrivals: Mapping[str, int]
     tables: Mapping[str, tuple[int, ...]]
+    deferred: frozenset[str] = frozenset()
 
     @staticmethod
-    def of(output: SchedulerOutput, mid: State) -> ScheduledStep:
-        """From the output and the state schedule() left."""
+    def of(
+        output: SchedulerOutput, mid: State, deferred: frozenset[str] = frozenset()
+    ) -> ScheduledStep:
+        """From the output, the state schedule() left, and on_schedule's deferred requests."""
         requests = mid.requests
         scheduled = [rid for rid in output.num_scheduled_tokens if rid in requests]
         return ScheduledStep(
             output,
             {rid: requests[rid].arrival for rid in scheduled},
             {rid: requests[rid].block_ids for rid in scheduled},
+            deferred & set(scheduled),
         )

@@ -16,7 +16,7 @@ the rule, EngineLoop drives an engine by it with the harness's model answering.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -60,6 +60,10 @@ class BatchQueue(Generic[Item]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __iter__(self) -> Iterator[Item]:
+        """The steps in flight, oldest first."""
+        return iter(self._items)
 
 
 @dataclass(frozen=True)

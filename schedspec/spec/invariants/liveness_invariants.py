@@ -16,9 +16,17 @@ def drain_step_bound(config: SchedulerConfig, num_unfinished: int) -> int:
     advances at least one token per step and finishes within max_model_len
     steps; then the next oldest takes its place. The same bound is claimed
     for priority, where the most urgent running request plays that role.
-    With async scheduling one more step lands the last output in flight.
+    With async scheduling and drafts, the oldest request can sit out a step
+    while its output is in flight (its placeholders would take it past
+    max_model_len or max_tokens) and the next step lands that output, so each
+    of its tokens may take two steps. With async scheduling one more step
+    lands the last output in flight.
     """
-    return num_unfinished * config.max_model_len + 1 + int(config.async_scheduling)
+    pipelined_drafts = config.async_scheduling and config.num_speculative_tokens > 0
+    steps_per_token = 2 if pipelined_drafts else 1
+    return (
+        num_unfinished * config.max_model_len * steps_per_token + 1 + int(config.async_scheduling)
+    )
 
 
 @invariant(
@@ -26,7 +34,8 @@ def drain_step_bound(config: SchedulerConfig, num_unfinished: int) -> int:
     "drain",
     "safety",
     "With no new arrivals, every unfinished request finishes within "
-    "num_unfinished * max_model_len + 1 steps.",
+    "num_unfinished * max_model_len + 1 steps (each token may take two under async "
+    "scheduling with drafts; one more step lands the last output in flight).",
 )
 def check_drain(d: DrainResult) -> list[Violation]:
     if not d.final.requests and d.num_steps <= d.step_bound:
