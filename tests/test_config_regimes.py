@@ -7,7 +7,6 @@ import dataclasses
 from collections import Counter
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from schedspec.properties.config_regimes import (
     MOST_SEATS,

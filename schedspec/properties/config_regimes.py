@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from schedspec.spec import SchedulerConfig
 
-
 MOST_SEATS = 8  # the most max_num_seqs the default configs draw
 
 

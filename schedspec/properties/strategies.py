@@ -2,7 +2,9 @@
 
 Configs are small on purpose: tiny KV caches force preemption, tiny budgets
 force chunking, short max_model_len makes the length cap and the
-"prompt of max_model_len - 1 tokens" edge cheap to reach.
+"prompt of max_model_len - 1 tokens" edge cheap to reach. Most configs are then
+narrowed by a regime (config_regimes.py) into the corner of a vLLM bug that needs
+several knobs at once.
 """
 
 from __future__ import annotations
@@ -237,10 +239,9 @@ class RequestDraw:
 
 NUM_DOOR_DRAWS = 20  # door values 1-4 of 0-19 are refused requests
 # Two of the six priority draws are URGENT: a third of arrivals overtake every live
-# request, so under the priority policy a running request is often less urgent than
-# one admitted after it (with one in five, runs of `schedspec check` reached a victim
-# between the request being served and the next one too rarely:
-# benchmarks/bench_mutants.py, victim-index-not-adjusted).
+# request, so under the priority policy the running list often holds a less urgent
+# request ahead of more urgent ones, where a victim runs ahead of the request being
+# served (the corner priority-victim-ahead; decode_request_draw folds 5 into URGENT).
 NUM_PRIORITY_DRAWS = URGENT + 2
 
 
