@@ -62,9 +62,11 @@ def test_tight_cache_worked_example() -> None:
 
 
 def test_head_of_line_worked_example() -> None:
-    narrowed = head_of_line(dataclasses.replace(ROOMY, enable_chunked_prefill=True))
+    drawn = dataclasses.replace(ROOMY, enable_chunked_prefill=True, long_prefill_token_threshold=9)
+    narrowed = head_of_line(drawn)
     assert not narrowed.enable_chunked_prefill
     assert (narrowed.max_num_batched_tokens, narrowed.max_num_seqs) == (64, 2)
+    assert narrowed.long_prefill_token_threshold == 0  # a capped prompt never blocks
 
 
 def test_padded_under_a_cap_worked_example() -> None:
@@ -74,6 +76,10 @@ def test_padded_under_a_cap_worked_example() -> None:
     assert (narrowed.num_speculative_tokens, narrowed.lookahead_tokens) == (1, 1)
     assert narrowed.long_prefill_token_threshold == 1
     assert narrowed.max_num_seqs == 2
+    assert narrowed.max_num_batched_tokens == 128  # chunked prefill off: as drawn
+    # With chunked prefill on, the smallest budget padding allows: 1 + K, or the seats.
+    chunked = dataclasses.replace(ROOMY, enable_chunked_prefill=True, num_speculative_tokens=4)
+    assert padded_under_a_cap(chunked).max_num_batched_tokens == 5
     # Four drafts with an n-gram drafter (lookahead 0) and a cap of 3 drawn: both kept.
     drawn = dataclasses.replace(
         ROOMY, num_speculative_tokens=4, num_lookahead_tokens=0, long_prefill_token_threshold=3
@@ -104,7 +110,7 @@ def test_fixed_modes_survive_the_regimes(config: SchedulerConfig) -> None:
 
 
 def test_default_configs_spend_their_share_in_the_regimes() -> None:
-    # Of 1,100 draws, about 4/11 are priority contention: the priority policy with eight
+    # Of 1,100 draws, about 4/12 are priority contention: the priority policy with eight
     # seats, a cap and chunked prefill on, which plain draws reach far less often.
     counts: Counter[str] = Counter()
 
@@ -121,7 +127,7 @@ def test_default_configs_spend_their_share_in_the_regimes() -> None:
 
     draw()
     total = PLAIN_WEIGHT + sum(r.weight for r in REGIMES)
-    assert total == 11
+    assert total == 12
     share = counts["contended"] / sum(counts.values())
     assert 0.25 < share < 0.5, counts
 
