@@ -358,3 +358,13 @@ def test_an_engine_module_failing_at_import(source: str, command: str, tmp_path:
     assert result.exit_code == code, result.output
     assert says in result.output
     assert "HARNESS ERROR" not in result.output
+
+
+def test_a_lying_snapshot_after_a_schedule_is_the_engines_error(tmp_path: Path) -> None:
+    """The small trace's third snapshot (the faulty one) follows its first step, whose
+    checks cannot compare a count given as text with a number: exit 4, not a violation."""
+    trace = _small_trace(tmp_path / "t.json")
+    engine = f"{FAULTS}:snapshot_counts_as_text"
+    result = _invoke("replay", str(trace), "--engine", engine, "--step-timeout", LIMIT)
+    assert result.exit_code == 4, result.output
+    assert "broke the adapter protocol in snapshot()" in result.output
