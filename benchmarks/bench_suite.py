@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
+from schedspec.properties.config_regimes import PLAIN_WEIGHT, REGIMES, Regime
 from schedspec.properties.events import Abort, AddRequest, Drain, ProposeDrafts, Step
 from schedspec.properties.fake_model import FakeModel, StepDecisions
 from schedspec.properties.reference_adapter import reference_engine
@@ -252,7 +253,7 @@ def random_config(rng: random.Random, max_model_len_cap: int = 96) -> SchedulerC
     low = max_num_seqs if chunked else max(max_num_seqs, max_model_len)
     num_spec = rng.choice([0, 0, 1, 2, 4])
     threshold = rng.choice([0, 0, 1]) if rng.random() < 0.5 else rng.randint(0, max_model_len)
-    return SchedulerConfig(
+    drawn = SchedulerConfig(
         block_size=block_size,
         num_blocks=rng.randint(min_blocks, 4 * min_blocks + 2),
         max_num_batched_tokens=rng.randint(low, max(low, 2 * max_model_len)),
@@ -266,6 +267,10 @@ def random_config(rng: random.Random, max_model_len_cap: int = 96) -> SchedulerC
         num_speculative_tokens=num_spec,
         num_lookahead_tokens=rng.choice([None, 0]) if num_spec else None,
     )
+    # The regimes of config_regimes.py, as often as configs() narrows by them.
+    regimes: list[Regime | None] = [None, *REGIMES]
+    regime = rng.choices(regimes, weights=[PLAIN_WEIGHT, *(r.weight for r in REGIMES)])[0]
+    return drawn if regime is None else regime.narrow(drawn)
 
 
 def random_add(rng: random.Random, checked: CheckedEngine, request_id: str) -> AddRequest:

@@ -63,9 +63,11 @@ FAULTS_IN_ONE_PROCESS = [
     Fault("schedule_returns_a_dict", 4, "schedule() returned dict, not a SchedulerOutput"),
     Fault("update_returns_a_list", 4, "update_from_output() returned list, not a mapping"),
     Fault("snapshot_block_out_of_range", 1, "CONSERVATION"),
-    # Seed 1's first lying snapshot follows a schedule(), whose checks cannot compare the
-    # text with a number: the engine's error (exit 4), as LYING below allows.
-    Fault("snapshot_counts_as_text", 4, "the engine broke the adapter protocol in snapshot()"),
+    # Seed 1's first lying snapshot follows an add_request(), whose checks read the text
+    # as a count that is not a fresh request's 0: DOOR and QUEUES (exit 1). One that
+    # follows a schedule(), whose checks cannot compare the text with a number, is the
+    # engine's error (exit 4): LYING below allows either.
+    Fault("snapshot_counts_as_text", 1, "FAILED: DOOR, QUEUES"),
     Fault("schedules_a_ghost", 1, "FAILED: BUDGET"),
 ]
 OUTCOMES = {0: "passed", 1: "violation", 4: "engine-error", 5: "hang", 130: "interrupted"}
@@ -356,3 +358,13 @@ def test_an_engine_module_failing_at_import(source: str, command: str, tmp_path:
     assert result.exit_code == code, result.output
     assert says in result.output
     assert "HARNESS ERROR" not in result.output
+
+
+def test_a_lying_snapshot_after_a_schedule_is_the_engines_error(tmp_path: Path) -> None:
+    """The small trace's third snapshot (the faulty one) follows its first step, whose
+    checks cannot compare a count given as text with a number: exit 4, not a violation."""
+    trace = _small_trace(tmp_path / "t.json")
+    engine = f"{FAULTS}:snapshot_counts_as_text"
+    result = _invoke("replay", str(trace), "--engine", engine, "--step-timeout", LIMIT)
+    assert result.exit_code == 4, result.output
+    assert "broke the adapter protocol in snapshot()" in result.output

@@ -2,11 +2,14 @@
 
 Configs are small on purpose: tiny KV caches force preemption, tiny budgets
 force chunking, short max_model_len makes the length cap and the
-"prompt of max_model_len - 1 tokens" edge cheap to reach.
+"prompt of max_model_len - 1 tokens" edge cheap to reach. Most configs are then
+narrowed by a regime (config_regimes.py) into the corner of a vLLM bug that needs
+several knobs at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
+from schedspec.properties.config_regimes import MOST_SEATS, PLAIN_WEIGHT, REGIMES, Regime
 from schedspec.properties.events import AddRequest
 from schedspec.spec import Family, SchedulerConfig, shown
 from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN, POLICIES
@@ -34,7 +38,7 @@ SHARED_PREFIXES: tuple[tuple[int, ...], ...] = (
 # draw: strategies whose bounds depend on earlier draws are built once per
 # bounds and kept, not rebuilt for every example.
 _BLOCK_SIZE_DRAWS = st.sampled_from(BLOCK_SIZES)
-_MAX_NUM_SEQS_DRAWS = st.integers(1, 8)
+_MAX_NUM_SEQS_DRAWS = st.integers(1, MOST_SEATS)
 _NUM_SPEC_DRAWS = st.sampled_from([0, 1, 2, 4])
 _WATERMARK_DRAWS = st.sampled_from([0.0, 0.0, 0.1, 0.3])
 _POLICY_DRAWS = st.sampled_from(POLICIES)
@@ -46,6 +50,11 @@ _CONSERVATIVENESS_DRAWS = st.sampled_from([1.0, 0.3, 0.1])
 # None: lookahead slots for every draft (vLLM's EAGLE-style proposers), which is
 # where slots are capped at max_model_len; 0: none (n-gram).
 _LOOKAHEAD_DRAWS = st.sampled_from([None, None, 0])
+# None (first, where shrinking goes): the config as drawn; else the regime that
+# narrows it (config_regimes.py), each as often as its weight.
+_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
+    [None] * PLAIN_WEIGHT + [r for r in REGIMES for _ in range(r.weight)]
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -61,18 +70,21 @@ def _num_blocks_draws(min_blocks: int) -> st.SearchStrategy[int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _budget_draws(low: int, high: int, chunked: bool) -> st.SearchStrategy[int]:
-    # With chunked prefill, the smallest legal budget half the time: prompts are
+def _budget_draws(low: int, high: int) -> st.SearchStrategy[int]:
+    # The smallest legal budget half the time. With chunked prefill, prompts are
     # split across steps, so drafts meet requests mid-prefill (PR #30618's corner)
     # and steps use their whole budget in every run (benchmarks/bench_corners.py).
-    if not chunked:
-        return _integers(low, high)
+    # Without it the budget is max_model_len: a long prompt that waits behind a
+    # decode blocks the queue behind it (head-of-line), where a scheduler that
+    # skips it to admit a shorter one shows.
     return st.just(low) | _integers(low, high)
 
 
 @functools.lru_cache(maxsize=1024)
-def _threshold_draws(max_model_len: int) -> st.SearchStrategy[int]:
-    return st.sampled_from([0, 0, 1]) | _integers(0, max_model_len)
+def _threshold_draws(max_model_len: int, num_spec: int) -> st.SearchStrategy[int]:
+    # A cap of num_spec cuts a padded admission of 1 + num_spec tokens: the corner
+    # where vLLM pads and then fails its own assertion (docs/FINDINGS.md F3).
+    return st.sampled_from([0, 0, 1, min(num_spec, max_model_len)]) | _integers(0, max_model_len)
 
 
 @st.composite
@@ -83,7 +95,9 @@ def configs(
     pad_spec_decode: bool | None = None,
 ) -> SchedulerConfig:
     """Small configs; async_scheduling and pad_spec_decode are drawn unless fixed (an
-    engine that runs only some modes narrows them here rather than by filtering)."""
+    engine that runs only some modes narrows them here rather than by filtering).
+    Half of them narrowed by a regime (config_regimes.py) into a bug's corner."""
+    regime = draw(_REGIME_DRAWS)
     block_size = draw(_BLOCK_SIZE_DRAWS)
     max_model_len = draw(_integers(2, max_model_len_cap))
     # From exactly one max_model_len request of blocks up to four: tiny caches
@@ -93,9 +107,9 @@ def configs(
     max_num_seqs = draw(_MAX_NUM_SEQS_DRAWS)
     chunked = draw(st.booleans())
     low = max_num_seqs if chunked else max(max_num_seqs, max_model_len)
-    budget = draw(_budget_draws(low, max(low, 2 * max_model_len), chunked))
-    threshold = draw(_threshold_draws(max_model_len))
+    budget = draw(_budget_draws(low, max(low, 2 * max_model_len)))
     num_spec = draw(_NUM_SPEC_DRAWS)
+    threshold = draw(_threshold_draws(max_model_len, num_spec))
     # Drawn in this order (shrinking and stored examples depend on it).
     caching = draw(st.booleans())
     watermark = draw(_WATERMARK_DRAWS)
@@ -105,7 +119,7 @@ def configs(
     pad = num_spec > 0 and (draw(st.booleans()) if pad_spec_decode is None else pad_spec_decode)
     if pad:
         budget = max(budget, 1 + num_spec)  # a padded admission must fit the budget
-    return SchedulerConfig(
+    drawn = SchedulerConfig(
         block_size=block_size,
         num_blocks=num_blocks,
         max_num_batched_tokens=budget,
@@ -121,6 +135,12 @@ def configs(
         async_scheduling=pipelined,
         pad_spec_decode=pad,
     )
+    if regime is None:
+        return drawn
+    narrowed = regime.narrow(drawn)
+    if pad_spec_decode is False and narrowed.pad_spec_decode:
+        narrowed = dataclasses.replace(narrowed, pad_spec_decode=False)
+    return narrowed
 
 
 @st.composite
@@ -218,7 +238,11 @@ class RequestDraw:
 
 
 NUM_DOOR_DRAWS = 20  # door values 1-4 of 0-19 are refused requests
-NUM_PRIORITY_DRAWS = URGENT + 1
+# Two of the six priority draws are URGENT: a third of arrivals overtake every live
+# request, so under the priority policy the running list often holds a less urgent
+# request ahead of more urgent ones, where a victim runs ahead of the request being
+# served (the corner priority-victim-ahead; decode_request_draw folds 5 into URGENT).
+NUM_PRIORITY_DRAWS = URGENT + 2
 
 
 def decode_request_draw(
@@ -241,7 +265,7 @@ def decode_request_draw(
         max_tokens=1 + max_tokens % 8 if max_tokens < 64 else max_tokens - 63,
         eos=eos,
         stop_ids=stop_ids,
-        priority=priority,
+        priority=min(priority, URGENT),
         door=door,
     )
 

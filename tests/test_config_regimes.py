@@ -1,0 +1,137 @@
+"""The config regimes: each narrows a drawn config into its corner, keeps the rest of the
+draw, and the default configs() spends its share of examples in each."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from hypothesis import given, settings
+
+from schedspec.properties.config_regimes import (
+    MOST_SEATS,
+    PLAIN_WEIGHT,
+    REGIMES,
+    head_of_line,
+    padded_under_a_cap,
+    priority_contention,
+    tight_cache,
+)
+from schedspec.properties.corners import CORNER_NAMES
+from schedspec.properties.strategies import URGENT, configs, decode_request_draw
+from schedspec.spec import SchedulerConfig
+from tests.sched_helpers import make_config
+
+# A plain draw far from every corner: fcfs, one seat, a roomy cache, big budget, no cap.
+ROOMY = make_config(
+    block_size=8,
+    num_blocks=40,
+    max_num_batched_tokens=128,
+    max_num_seqs=1,
+    max_model_len=64,
+    enable_chunked_prefill=False,
+    long_prefill_token_threshold=0,
+    policy="fcfs",
+    num_speculative_tokens=0,
+)
+
+
+def test_priority_contention_worked_example() -> None:
+    narrowed = priority_contention(ROOMY)
+    assert narrowed.policy == "priority"
+    assert narrowed.max_num_seqs == MOST_SEATS == 8
+    assert narrowed.block_size == 4  # blocks of 8 tokens become 4: two to four
+    assert narrowed.num_blocks == 2 * 16  # two max_model_len requests of 4-token blocks
+    assert narrowed.enable_chunked_prefill and narrowed.enable_prefix_caching
+    assert narrowed.long_prefill_token_threshold == 4  # 64 // 16
+    assert narrowed.max_num_batched_tokens == 32  # 64 // 2
+    # One-token blocks become two: the first request in the list would run out first.
+    one_token = dataclasses.replace(ROOMY, block_size=1, num_blocks=64)
+    assert priority_contention(one_token).block_size == 2
+
+
+def test_tight_cache_worked_example() -> None:
+    narrowed = tight_cache(ROOMY)
+    assert (narrowed.num_blocks, narrowed.max_num_seqs) == (8, 2)  # 64 tokens of 8-token blocks
+    assert narrowed.policy == "fcfs"  # the rest as drawn
+    # A budget of one token with one seat grows to the two seats it must cover.
+    one = dataclasses.replace(
+        ROOMY, enable_chunked_prefill=True, max_num_batched_tokens=1, max_num_seqs=1
+    )
+    assert tight_cache(one).max_num_batched_tokens == 2
+
+
+def test_head_of_line_worked_example() -> None:
+    drawn = dataclasses.replace(ROOMY, enable_chunked_prefill=True, long_prefill_token_threshold=9)
+    narrowed = head_of_line(drawn)
+    assert not narrowed.enable_chunked_prefill
+    assert (narrowed.max_num_batched_tokens, narrowed.max_num_seqs) == (64, 2)
+    assert narrowed.long_prefill_token_threshold == 0  # a capped prompt never blocks
+
+
+def test_padded_under_a_cap_worked_example() -> None:
+    narrowed = padded_under_a_cap(ROOMY)
+    # No drafts drawn: one, with its lookahead slot; the cap of 1 is below 1 + K = 2.
+    assert narrowed.pad_spec_decode
+    assert (narrowed.num_speculative_tokens, narrowed.lookahead_tokens) == (1, 1)
+    assert narrowed.long_prefill_token_threshold == 1
+    assert narrowed.max_num_seqs == 2
+    assert narrowed.max_num_batched_tokens == 128  # chunked prefill off: as drawn
+    # With chunked prefill on, the smallest budget padding allows: 1 + K, or the seats.
+    chunked = dataclasses.replace(ROOMY, enable_chunked_prefill=True, num_speculative_tokens=4)
+    assert padded_under_a_cap(chunked).max_num_batched_tokens == 5
+    # Four drafts with an n-gram drafter (lookahead 0) and a cap of 3 drawn: both kept.
+    drawn = dataclasses.replace(
+        ROOMY, num_speculative_tokens=4, num_lookahead_tokens=0, long_prefill_token_threshold=3
+    )
+    kept = padded_under_a_cap(drawn)
+    assert (kept.lookahead_tokens, kept.long_prefill_token_threshold) == (0, 3)
+    # A cap at or above 1 + K would not cut the padding: it becomes K.
+    above = padded_under_a_cap(dataclasses.replace(drawn, long_prefill_token_threshold=9))
+    assert above.long_prefill_token_threshold == 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(config=configs())
+def test_every_regime_narrows_any_drawn_config_to_a_legal_one(config: SchedulerConfig) -> None:
+    # SchedulerConfig validates in __post_init__: narrowing raises ConfigError if it breaks
+    # a cross-field bound (budget under the seats, a cap past max_model_len, ...).
+    for regime in REGIMES:
+        narrowed = regime.narrow(config)
+        assert narrowed.max_model_len == config.max_model_len
+        assert narrowed.async_scheduling == config.async_scheduling
+        assert regime.corner in CORNER_NAMES
+
+
+@settings(max_examples=200, deadline=None)
+@given(config=configs(async_scheduling=False, pad_spec_decode=False))
+def test_fixed_modes_survive_the_regimes(config: SchedulerConfig) -> None:
+    assert not config.async_scheduling and not config.pad_spec_decode
+
+
+def test_default_configs_spend_their_share_in_the_regimes() -> None:
+    # Of 1,100 draws, about 4/12 are priority contention: the priority policy with eight
+    # seats, a cap and chunked prefill on, which plain draws reach far less often.
+    counts: Counter[str] = Counter()
+
+    @settings(max_examples=1100, deadline=None, database=None)
+    @given(config=configs())
+    def draw(config: SchedulerConfig) -> None:
+        contended = (
+            config.policy == "priority"
+            and config.max_num_seqs == MOST_SEATS
+            and config.enable_chunked_prefill
+            and config.long_prefill_token_threshold == max(1, config.max_model_len // 16)
+        )
+        counts["contended" if contended else "other"] += 1
+
+    draw()
+    total = PLAIN_WEIGHT + sum(r.weight for r in REGIMES)
+    assert total == 12
+    share = counts["contended"] / sum(counts.values())
+    assert 0.25 < share < 0.5, counts
+
+
+def test_a_third_of_priority_draws_are_urgent() -> None:
+    priorities = Counter(decode_request_draw(0, 0, 0, 0, 20 * p).priority for p in range(6))
+    assert priorities == {0: 1, 1: 1, 2: 1, 3: 1, URGENT: 2}
