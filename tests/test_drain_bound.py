@@ -10,23 +10,17 @@ token) failing the reference; vLLM 0.33.0 takes the same steps on that trace.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from schedspec.properties import checked_engine
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.differential import DiffOptions, diff_trace
-from schedspec.properties.engines import load_engine_factory
 from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import drain_step_bound
-from tests.vllm_required import require_vllm
+from tests.regression_trace import assert_vllm_agrees, regression_trace
 
-TRACE = Trace.load(
-    Path(__file__).parent / "regression_traces" / "drain-async-drafts-at-the-cap.json"
-)
+TRACE = regression_trace("drain-async-drafts-at-the-cap")
 
 
 def test_the_bound_per_mode() -> None:
@@ -61,12 +55,4 @@ def test_one_step_per_token_is_too_tight_for_it(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_vllm_takes_the_same_steps() -> None:
-    require_vllm("the drain at the cap on vLLM")
-    result = diff_trace(
-        TRACE,
-        reference_engine,
-        load_engine_factory("vllm"),
-        "vllm-v1",
-        DiffOptions(compare_block_ids=True),
-    )
-    assert result.passed, result.divergence or result.violation or result.error
+    assert_vllm_agrees(TRACE, "the drain at the cap on vLLM")

@@ -10,19 +10,14 @@ a hit "never computed" on the reference; vLLM 0.33.0 makes the same hit, block f
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError, replay
-from schedspec.properties.differential import DiffOptions, diff_trace
-from schedspec.properties.engines import load_engine_factory
 from schedspec.properties.kv_oracle import KVContentOracle
 from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.trace import Trace
-from tests.vllm_required import require_vllm
+from tests.regression_trace import assert_vllm_agrees, regression_trace
 
-TRACE = Trace.load(Path(__file__).parent / "regression_traces" / "hit-on-kv-in-flight.json")
+TRACE = regression_trace("hit-on-kv-in-flight")
 
 
 def test_the_trace_reaches_a_hit_on_a_block_completed_by_a_step_in_flight() -> None:
@@ -55,13 +50,4 @@ def test_without_the_record_at_the_earlier_landing_the_hit_is_a_false_alarm(
 
 
 def test_vllm_makes_the_same_hit_block_for_block() -> None:
-    require_vllm("the in-flight hit on vLLM")
-    result = diff_trace(
-        TRACE,
-        reference_engine,
-        load_engine_factory("vllm"),
-        "vllm-v1",
-        DiffOptions(compare_block_ids=True),
-    )
-    assert result.passed, result.divergence or result.violation or result.error
-    assert len(result.entries) > 0
+    assert_vllm_agrees(TRACE, "the in-flight hit on vLLM")
