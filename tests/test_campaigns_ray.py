@@ -122,14 +122,14 @@ def report_of(path: Path) -> dict[str, object]:
 def test_a_campaign_on_local_ray_reports_like_a_local_run(tmp_path: Path) -> None:
     # wrong_total breaks BUDGET; chunk 0 runs on the run's seed wherever it runs, so the
     # first failure's shrunk trace is the same on Ray as on local processes. --examples
-    # caps the campaign (2 chunks of 20), so that it does not depend on timing.
+    # caps the campaign (2 chunks of 20), so that it does not depend on timing. No example
+    # database: with one, a chunk may start from what another saved first, which depends on
+    # timing (the next test covers the database).
     common = ["check", "--engine", "tests.broken_engines:wrong_total", "--seed", "1"]
     common += ["--workers", "2", "--duration", "5m", "--examples", "40"]
     ray_dir, local_dir = tmp_path / "ray", tmp_path / "local"
-    database = str(tmp_path / "db")
     with schedspec(
-        *common, "--ray", "--trace-dir", str(ray_dir), "--example-db", database,
-        "--json", str(ray_dir / "report.json"),
+        *common, "--ray", "--trace-dir", str(ray_dir), "--json", str(ray_dir / "report.json"),
     ) as run:  # fmt: skip
         code, output = run.finish()
     assert code == 1, output
@@ -146,8 +146,20 @@ def test_a_campaign_on_local_ray_reports_like_a_local_run(tmp_path: Path) -> Non
     assert isinstance(campaign, dict)
     assert campaign["ray"] == "local" and campaign["workers"] == 2
     assert campaign["findings"][0]["trace"] == str(ray_dir / name)
-    # Ray's workers saved the failure into the campaign's database (through the driver):
-    # a run on another seed tries it first.
+
+
+def test_ray_workers_save_their_failures_into_the_campaigns_example_database(
+    tmp_path: Path,
+) -> None:
+    # Ray's workers save the failure into the campaign's database (through the driver): a
+    # run on another seed tries it first.
+    database = str(tmp_path / "db")
+    args = ["check", "--engine", "tests.broken_engines:wrong_total", "--seed", "1", "--ray"]
+    args += ["--workers", "2", "--duration", "5m", "--examples", "40"]
+    with schedspec(*args, "--trace-dir", str(tmp_path), "--example-db", database) as run:
+        code, output = run.finish()
+    assert code == 1, output
+    assert output.rstrip().endswith("FAILED: BUDGET (seed 1)")
     again = tmp_path / "again.json"
     args = ["--examples", "40", "--seed", "77", "--example-db", database, "--json", str(again)]
     with schedspec("check", "--engine", "tests.broken_engines:wrong_total", *args) as run:
