@@ -5,8 +5,9 @@ Runs the command as a user does (a fresh interpreter, `python -m schedspec check
 the example count from its progress lines, and prints one row per sample (seconds,
 examples so far, RSS in MB), then the peak, the wall time and the verdict. Hypothesis
 keeps a record of every example a run tried (about 0.23 MB per long example); the suite
-runs the examples in chunks (suite.MAX_CHUNK_EXAMPLES), so the RSS should rise over the
-first chunk and then stay flat. Linux only (/proc). The numbers are for reading.
+runs the examples in chunks (suite.MAX_CHUNK_EXAMPLES), each a series of Hypothesis runs
+of suite.EXAMPLES_PER_BURST, so the RSS should rise over the first runs and then stay
+flat. Linux only (/proc). The numbers are for reading.
 
 With --ray (a local Ray cluster, the ray extra) or --workers N, the chunks run in
 workers: each row then also has the largest and the smallest RSS among the worker

@@ -146,16 +146,17 @@ class TestDeadline:
 class TestCampaignMerge:
     def test_a_campaign_keeps_every_distinct_failure_once(self, tmp_path: Path) -> None:
         # Chunks 0 and 2 run the same seed: their shrunk traces are the same finding.
-        # Chunk 1's seed shrinks to another config: a finding of its own.
-        chunks = [Chunk(0, 1, 20), Chunk(1, 2, 20), Chunk(2, 1, 20)]
+        # Chunk 1's seed shrinks to another config (seed 1 to a priority-contention one,
+        # seed 3 to the plainest): a finding of its own.
+        chunks = [Chunk(0, 1, 20), Chunk(1, 3, 20), Chunk(2, 1, 20)]
         campaign = _campaign_of(
             wrong_total, chunks, InProcess(), keep_going=True, trace_dir=tmp_path
         )
         labels = [(f.label, f.seed) for f in campaign.findings]
-        assert labels == [("BUDGET", 1), ("BUDGET", 2)]
+        assert labels == [("BUDGET", 1), ("BUDGET", 3)]
         first, second = campaign.findings
         assert first.trace_path == tmp_path / "schedspec-failure-1.json"  # the run's seed
-        assert second.trace_path == tmp_path / "schedspec-failure-2.json"  # its chunk's
+        assert second.trace_path == tmp_path / "schedspec-failure-3.json"  # its chunk's
         assert second.trace_path.exists() and second.events == 3
         result = campaign.result
         assert result.error is not None  # the first failure, rebuilt here

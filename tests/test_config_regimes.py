@@ -13,8 +13,10 @@ from schedspec.properties.config_regimes import (
     PLAIN_WEIGHT,
     REGIMES,
     head_of_line,
+    padded_tight_budget,
     padded_under_a_cap,
     priority_contention,
+    priority_tight_cache,
     tight_cache,
 )
 from schedspec.properties.corners import CORNER_NAMES
@@ -48,6 +50,17 @@ def test_priority_contention_worked_example() -> None:
     # One-token blocks become two: the first request in the list would run out first.
     one_token = dataclasses.replace(ROOMY, block_size=1, num_blocks=64)
     assert priority_contention(one_token).block_size == 2
+    # A sixteenth of a short max_model_len is under a block: the cap is a block, so a
+    # victim's chunk completes one.
+    short = dataclasses.replace(ROOMY, max_model_len=20, num_blocks=3, max_num_batched_tokens=20)
+    assert priority_contention(short).long_prefill_token_threshold == 4  # not 20 // 16 = 1
+    assert priority_contention(short).max_num_batched_tokens == 10
+
+
+def test_priority_tight_cache_worked_example() -> None:
+    narrowed = priority_tight_cache(ROOMY)
+    assert narrowed.num_blocks == 16  # one max_model_len request of 4-token blocks
+    assert narrowed == dataclasses.replace(priority_contention(ROOMY), num_blocks=16)
 
 
 def test_tight_cache_worked_example() -> None:
@@ -91,6 +104,21 @@ def test_padded_under_a_cap_worked_example() -> None:
     assert above.long_prefill_token_threshold == 4
 
 
+def test_padded_tight_budget_worked_example() -> None:
+    drawn = dataclasses.replace(ROOMY, long_prefill_token_threshold=9, num_speculative_tokens=3)
+    narrowed = padded_tight_budget(drawn)
+    assert narrowed.pad_spec_decode and narrowed.enable_chunked_prefill
+    assert narrowed.long_prefill_token_threshold == 0  # no cap: prefills end soon
+    assert narrowed.max_num_seqs == 2
+    assert narrowed.max_num_batched_tokens == 4  # 1 + K: a decode of 1 leaves 3, too few
+    # Eight seats need a budget of eight: padding then fits beside up to four tokens.
+    seats = padded_tight_budget(dataclasses.replace(drawn, max_num_seqs=8))
+    assert seats.max_num_batched_tokens == 8
+    # No drafts drawn: one, with the lookahead of K.
+    assert padded_tight_budget(ROOMY).num_speculative_tokens == 1
+    assert padded_tight_budget(ROOMY).max_num_batched_tokens == 2
+
+
 @settings(max_examples=300, deadline=None)
 @given(config=configs())
 def test_every_regime_narrows_any_drawn_config_to_a_legal_one(config: SchedulerConfig) -> None:
@@ -110,8 +138,9 @@ def test_fixed_modes_survive_the_regimes(config: SchedulerConfig) -> None:
 
 
 def test_default_configs_spend_their_share_in_the_regimes() -> None:
-    # Of 1,100 draws, about 4/12 are priority contention: the priority policy with eight
-    # seats, a cap and chunked prefill on, which plain draws reach far less often.
+    # Of 1,100 draws, about 7/17 are priority contention (either cache): the priority
+    # policy with eight seats, a cap and chunked prefill on, which plain draws reach far
+    # less often.
     counts: Counter[str] = Counter()
 
     @settings(max_examples=1100, deadline=None, database=None)
@@ -121,13 +150,14 @@ def test_default_configs_spend_their_share_in_the_regimes() -> None:
             config.policy == "priority"
             and config.max_num_seqs == MOST_SEATS
             and config.enable_chunked_prefill
-            and config.long_prefill_token_threshold == max(1, config.max_model_len // 16)
+            and config.long_prefill_token_threshold
+            == min(config.max_model_len, max(config.block_size, config.max_model_len // 16))
         )
         counts["contended" if contended else "other"] += 1
 
     draw()
     total = PLAIN_WEIGHT + sum(r.weight for r in REGIMES)
-    assert total == 12
+    assert total == 17
     share = counts["contended"] / sum(counts.values())
     assert 0.25 < share < 0.5, counts
 

@@ -7,7 +7,7 @@ benchmarks/bench_mutants.py measured seeded bugs there surviving `schedspec chec
 on most seeds. Each regime below takes a drawn config and moves the few knobs its
 corner needs (the rest of the draw is kept), so that every CI-profile run spends
 some of its examples in each corner. A regime names the corner it is for
-(corners.py) and the vLLM bug behind it; REGIME_WEIGHTS says how often.
+(corners.py) and the vLLM bug behind it; its weight says how often.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ def _padded_budget(config: SchedulerConfig, budget: int) -> int:
     return budget
 
 
-def priority_contention(config: SchedulerConfig) -> SchedulerConfig:
-    """Priority policy, eight seats, blocks of two to four tokens, a cache of two
-    max_model_len requests, and a long-prefill cap of a sixteenth of max_model_len under
-    a budget of half.
+def _priority_served_late(config: SchedulerConfig, num_blocks: int) -> SchedulerConfig:
+    """Priority policy, eight seats, blocks of two to four tokens, prefix caching, no
+    watermark, and a long-prefill cap of a sixteenth of max_model_len (at least a block)
+    under a budget of half; num_blocks max_model_len requests of cache.
 
     The cap keeps requests in their prefill (needing blocks) for many steps, so a more
     urgent one that arrived later runs behind less urgent ones in the running list, with
@@ -44,27 +44,44 @@ def priority_contention(config: SchedulerConfig) -> SchedulerConfig:
     served (the loop index #49097 got wrong; a victim already scheduled in the step,
     #23347), and the budget, eight caps wide, still serves the requests after it. Blocks
     of one token would make the first request in the list the first to run out, and
-    preempt itself; of two to four, what a victim was scheduled in the step still
-    completes blocks, registered in the prefix cache (on) for KV it will never compute
-    (priority-victim-stays-cached, every config narrowed so: caught on 7 of seeds
-    1-10). Measured on victim-index-not-adjusted, every config narrowed
-    so, seeds 1-10: caught on 9 (one cache of max_model_len and three seats: 4; two
-    caches and five seats: 7; no cap: 3).
+    preempt itself; of two to four, with chunks of at least a block, what a victim was
+    scheduled in the step completes blocks, registered in the prefix cache for KV it
+    will never compute.
     """
     block_size = min(max(config.block_size, 2), 4)
     seats = max(config.max_num_seqs, MOST_SEATS)
     budget = max(seats, config.max_model_len // 2)
+    cap = min(config.max_model_len, max(block_size, config.max_model_len // 16))
     return dataclasses.replace(
         config,
         policy="priority",
         enable_prefix_caching=True,
         block_size=block_size,
         max_num_seqs=seats,
-        num_blocks=2 * -(-config.max_model_len // block_size),
+        num_blocks=num_blocks * -(-config.max_model_len // block_size),
         enable_chunked_prefill=True,
-        long_prefill_token_threshold=max(1, config.max_model_len // 16),
+        long_prefill_token_threshold=cap,
         max_num_batched_tokens=_padded_budget(config, budget),
+        # No watermark: in a cache this small, one would hold every admission after
+        # the first, and keep the running list too short for a victim ahead.
+        watermark=0.0,
     )
+
+
+def priority_contention(config: SchedulerConfig) -> SchedulerConfig:
+    """_priority_served_late with a cache of two max_model_len requests: several run at
+    once, so a request after the one served is there to be skipped. Measured on
+    victim-index-not-adjusted, every config narrowed so, 20 examples, seeds 1-20:
+    caught on 16 (a cap of a sixteenth below a block: 12; a cache of one request: 7)."""
+    return _priority_served_late(config, 2)
+
+
+def priority_tight_cache(config: SchedulerConfig) -> SchedulerConfig:
+    """_priority_served_late with a cache of one max_model_len request: a victim is
+    preempted in most steps that grow a request, often right after its chunk completed
+    blocks. Measured on priority-victim-stays-cached, every config narrowed so, 20
+    examples, seeds 1-20: caught on 14 to 16 (a cache of two requests: 11)."""
+    return _priority_served_late(config, 1)
 
 
 def tight_cache(config: SchedulerConfig) -> SchedulerConfig:
@@ -100,31 +117,65 @@ def head_of_line(config: SchedulerConfig) -> SchedulerConfig:
     )
 
 
+def _with_padding(config: SchedulerConfig, cap: int, budget: int, chunked: bool) -> SchedulerConfig:
+    """Spec-decode padding on, with at least one draft and two seats (a padded
+    admission is one beside a running request), and the cap, budget and chunking
+    given, in one replace (each config a replace makes must be valid: the budget
+    moves with the seats)."""
+    return dataclasses.replace(
+        config,
+        enable_chunked_prefill=chunked,
+        long_prefill_token_threshold=cap,
+        max_num_batched_tokens=budget,
+        max_num_seqs=_padded_seats(config),
+        num_speculative_tokens=max(config.num_speculative_tokens, 1),
+        # The drafter's lookahead as drawn, or K's (None) where none was drawn.
+        num_lookahead_tokens=config.num_lookahead_tokens if config.num_speculative_tokens else None,
+        pad_spec_decode=True,
+    )
+
+
+def _padded_seats(config: SchedulerConfig) -> int:
+    return max(config.max_num_seqs, 2)
+
+
+def _smallest_padded_budget(config: SchedulerConfig) -> int:
+    """The smallest budget padding allows under _with_padding: 1 + K, or the seats."""
+    return max(_padded_seats(config), 1 + max(config.num_speculative_tokens, 1))
+
+
 def padded_under_a_cap(config: SchedulerConfig) -> SchedulerConfig:
-    """Spec-decode padding on, at least two seats, and a long-prefill cap of 1 to K
-    tokens: the cap is below a padded admission's 1 + K (docs/FINDINGS.md F3, where vLLM
-    pads and then fails its own assertion), and cuts every longer prompt into chunks,
-    so one-token admissions meet running prefills (which must not be padded beside).
-    With chunked prefill on, the budget is the smallest padding allows (1 + K, or the
-    seats): a padded admission beside a decode no longer fits it, and must wait.
-    configs() turns padding back off for an engine that fixed it off: the cap stays."""
+    """Spec-decode padding on and a long-prefill cap of 1 to K tokens: the cap is below a
+    padded admission's 1 + K (docs/FINDINGS.md F3, where vLLM pads and then fails its
+    own assertion), and cuts every longer prompt into chunks, so one-token admissions
+    meet running prefills (which must not be padded beside). With chunked prefill on,
+    the budget is the smallest padding allows (1 + K, or the seats): a padded admission
+    beside a decode no longer fits it, and must wait. configs() turns padding back off
+    for an engine that fixed it off: the cap stays."""
     num_spec = max(config.num_speculative_tokens, 1)
     cap = config.long_prefill_token_threshold
     if not 0 < cap <= num_spec:
         cap = num_spec
-    seats = max(config.max_num_seqs, 2)
-    smallest = max(seats, 1 + num_spec)
+    smallest = _smallest_padded_budget(config)
     budget = smallest if config.enable_chunked_prefill else config.max_num_batched_tokens
-    return dataclasses.replace(
+    return _with_padding(
         config,
-        max_num_seqs=seats,
-        num_speculative_tokens=num_spec,
-        # The drafter's lookahead as drawn, or K's (None) where none was drawn.
-        num_lookahead_tokens=config.num_lookahead_tokens if config.num_speculative_tokens else None,
-        pad_spec_decode=True,
-        long_prefill_token_threshold=min(cap, config.max_model_len),
-        max_num_batched_tokens=max(budget, smallest),
+        cap=min(cap, config.max_model_len),
+        budget=max(budget, smallest),
+        chunked=config.enable_chunked_prefill,
     )
+
+
+def padded_tight_budget(config: SchedulerConfig) -> SchedulerConfig:
+    """Spec-decode padding on, chunked prefill on with the smallest budget padding
+    allows (1 + K, or the seats) and no long-prefill cap: a decode of fewer than 1 + K
+    tokens leaves the budget too small for a one-token admission's padding, which must
+    then wait (vLLM holds it rather than run it unpadded). Without a cap prompts finish
+    their prefill in a step or two, so running requests are mostly decodes, beside which
+    admissions are padded. Measured on padding-over-budget-runs-unpadded, every config
+    narrowed so, 20 examples, seeds 1-10: caught on 9 (padded_under_a_cap, whose cap
+    keeps prefills running: 3)."""
+    return _with_padding(config, cap=0, budget=_smallest_padded_budget(config), chunked=True)
 
 
 @dataclass(frozen=True)
@@ -137,11 +188,16 @@ class Regime:
 
 REGIMES: tuple[Regime, ...] = (
     Regime("priority-contention", "priority-victim-ahead", priority_contention, 4),
+    Regime("priority-tight-cache", "priority-victim-ahead", priority_tight_cache, 3),
     Regime("tight-cache", "preemption", tight_cache, 2),
     Regime("head-of-line", "budget-exact-fit", head_of_line, 2),
     Regime("padded-under-a-cap", "padded-admission", padded_under_a_cap, 1),
+    Regime("padded-tight-budget", "padded-admission", padded_tight_budget, 2),
 )
-# Draws left as drawn, against the regimes' weights: 3 of 12 configs. The regimes keep
+# Draws left as drawn, against the regimes' weights: 3 of 17 configs. The regimes keep
 # every knob they do not move as drawn, so they reach the other corners too
-# (benchmarks/bench_corners.py).
+# (benchmarks/bench_corners.py). At 100 examples a run the weights trade one corner's
+# examples for another's: measured with benchmarks/bench_mutants.py, moving weight from
+# tight-cache and the plain draws to priority-contention saved victim-index-not-adjusted
+# on one seed and lost running-prefill-reserves-whole-prompt on two.
 PLAIN_WEIGHT = 3

@@ -1,17 +1,21 @@
 """The public entry point: run the invariant suite against an engine factory (or any target).
 
-A run is a series of Hypothesis runs of at most MAX_CHUNK_EXAMPLES examples each (seed,
-seed + 1, ...): Hypothesis keeps a record of every example a run tried, so one run of
-20,000 long examples would hold gigabytes; a series holds one chunk's worth at a time.
-The first failure ends the series. An interrupt (Ctrl-C, or SIGTERM as the command line
-raises it) ends it too, keeping the failure found so far: its trace, unshrunk, is
-written like any other. So does a time budget (SuiteSettings.deadline, a campaign's
---duration): no example starts after it, though a failure found before it is still shrunk.
+A run is a series of chunks of at most MAX_CHUNK_EXAMPLES examples each (seed, seed + 1,
+...), and a chunk a series of bursts, Hypothesis runs of at most EXAMPLES_PER_BURST
+examples (burst_seeds: the chunk's seed, then seeds hashed from it). Hypothesis keeps a
+record of every example a run tried, so one run of 20,000 long examples would hold
+gigabytes; and it spends most of a long run's examples on mutations that keep the config
+(see EXAMPLES_PER_BURST). The first failure ends the series. An interrupt (Ctrl-C, or
+SIGTERM as the command line raises it) ends it too, keeping the failure found so far: its
+trace, unshrunk, is written like any other. So does a time budget (SuiteSettings.deadline,
+a campaign's --duration): no example starts after it, though a failure found before it is
+still shrunk.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -47,11 +51,21 @@ from schedspec.spec.invariants import Profile
 ALL_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
 
-# The most examples one Hypothesis run is given. A run's memory grows with the examples
-# it has tried (about 0.23 MB each in the long profile: its record of them); a long
-# campaign is a series of runs of at most this many, so it stays within about
-# 250 MB of that record whatever its length. The quick profile is one run.
+# The most examples one chunk is given: a chunk is the unit a worker process takes
+# (parallel.py, campaigns), and its seed the one a failure is reported under. A
+# Hypothesis run's memory grows with the examples it has tried (about 0.23 MB each in
+# the long profile: its record of them); chunks once were single runs, and this bound
+# kept a long campaign within about 250 MB of that record. The quick profile is one chunk.
 MAX_CHUNK_EXAMPLES = 1000
+
+# The most examples one burst (one Hypothesis run) is given. Hypothesis follows each new
+# example with up to six mutations of it once its first 10 examples are valid (the end of
+# its health checks), and a mutation keeps the example's start: the config. One run of 100
+# examples drew only 15 to 20 configs (measured), so a bug that lives in a corner of the
+# configs (priority victims ahead of the request served; a padded admission over the
+# budget left) was reached on some seeds only (benchmarks/bench_mutants.py). Bursts of 10
+# end before any mutation, so each example draws a fresh config.
+EXAMPLES_PER_BURST = 10
 
 
 @dataclass(frozen=True)
@@ -73,8 +87,28 @@ def plan_chunks(
         got = f"{examples}, {parts}, {max_examples}"
         raise ValueError(f"examples, parts and max_examples must be >= 1, got {got}")
     count = max(min(parts, examples), -(-examples // max_examples))
-    size, extra = divmod(examples, count)
-    return [Chunk(i, seed + i, size + (i < extra)) for i in range(count)]
+    return [Chunk(i, seed + i, size) for i, size in enumerate(even_split(examples, count))]
+
+
+def even_split(total: int, count: int) -> list[int]:
+    """total as count sizes that differ by at most one, the larger ones first."""
+    size, extra = divmod(total, count)
+    return [size + (i < extra) for i in range(count)]
+
+
+def burst_seeds(chunk: Chunk, per_burst: int = EXAMPLES_PER_BURST) -> list[tuple[int, int]]:
+    """(seed, examples) of each burst of the chunk: the first runs the chunk's own seed
+    (a run of one burst is the plain Hypothesis run of its seed), the others seeds
+    hashed from it and the burst's index, so that runs of nearby seeds (the chunks of
+    one series are seed, seed + 1, ...) share no burst."""
+    sizes = even_split(chunk.examples, -(-chunk.examples // per_burst))
+    seeds = [chunk.seed] + [_derived_seed(chunk.seed, i) for i in range(1, len(sizes))]
+    return list(zip(seeds, sizes, strict=True))
+
+
+def _derived_seed(seed: int, index: int) -> int:
+    digest = hashlib.blake2b(f"{seed}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 @dataclass(frozen=True)
@@ -195,11 +229,32 @@ def _run_chunk(
     result: SuiteResult,
     recorder: SuiteRecorder,
 ) -> bool:
-    """One Hypothesis run of the series; True when it ended the series (a failure, an
-    interrupt), with what it found recorded in the result."""
-    hypothesis.seed(chunk.seed)(machine)
+    """One chunk of the series, burst by burst; True when it ended the series (a
+    failure, an interrupt), with what it found recorded in the result."""
+    for index, (seed, examples) in enumerate(burst_seeds(chunk)):
+        # The first burst replays the database's saved failures (Phase.reuse); the
+        # others need not replay them again.
+        phases: tuple[Phase, ...] = ALL_PHASES if chosen.shrink else NO_SHRINK
+        if index > 0:
+            phases = tuple(p for p in phases if p is not Phase.reuse)
+        if _run_burst(machine, seed, examples, phases, chosen, result, recorder):
+            return True
+    return False
+
+
+def _run_burst(
+    machine: type[RuleBasedStateMachine],
+    seed: int,
+    examples: int,
+    phases: tuple[Phase, ...],
+    chosen: SuiteSettings,
+    result: SuiteResult,
+    recorder: SuiteRecorder,
+) -> bool:
+    """One Hypothesis run; True when it ended the series."""
+    hypothesis.seed(seed)(machine)
     run_settings = settings(
-        max_examples=chunk.examples,
+        max_examples=examples,
         stateful_step_count=rules_for(chosen.rules_per_example),
         deadline=None,
         database=chosen.database,
@@ -208,7 +263,7 @@ def _run_chunk(
         # report_multiple_bugs stays on: turning it off also cut shrinking short
         # here (a 33-event counterexample instead of 2). Distinct failures then
         # arrive as an exception group, unpacked below.
-        phases=ALL_PHASES if chosen.shrink else NO_SHRINK,
+        phases=phases,
     )
     try:
         with rarer_collections():

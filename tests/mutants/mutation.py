@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 import schedspec.reference
 from schedspec.properties.adapter import EngineAdapter, EngineFactory
 from schedspec.properties.checked_engine import InvariantViolationError, replay
+from schedspec.properties.engine_errors import engine_call_of
 from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.strategies import ConfigStrategyError
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
 from schedspec.properties.trace import Trace
+from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import Family, SchedulerConfig
 from schedspec.spec.invariants import FAMILY_PROFILES, Profile
 
@@ -296,7 +297,9 @@ def check_as_a_user(
     if result.error is not None:
         return SeedVerdict("K", violation_ids(result.error), steps, str(result.error.violations[0]))
     err = result.other_error
-    if isinstance(err, ConfigStrategyError | None):
+    # A crash kills only if the engine raised it (in one of its calls) or hung; an error
+    # raised anywhere else (an illegal config drawn, say) is the harness's own.
+    if err is None or not (engine_call_of(err) or isinstance(err, StepTimeoutError)):
         return SeedVerdict("E", (), steps, repr(err))
     return SeedVerdict("C", (CRASH,), steps, f"{type(err).__name__}: {err}".splitlines()[0])
 
