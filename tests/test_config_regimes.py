@@ -162,6 +162,6 @@ def test_default_configs_spend_their_share_in_the_regimes() -> None:
     assert 0.25 < share < 0.5, counts
 
 
-def test_a_third_of_priority_draws_are_urgent() -> None:
-    priorities = Counter(decode_request_draw(0, 0, 0, 0, 20 * p).priority for p in range(6))
-    assert priorities == {0: 1, 1: 1, 2: 1, 3: 1, URGENT: 2}
+def test_half_the_priority_draws_are_urgent() -> None:
+    priorities = Counter(decode_request_draw(0, 0, 0, 0, 20 * p).priority for p in range(8))
+    assert priorities == {0: 1, 1: 1, 2: 1, 3: 1, URGENT: 4}
