@@ -149,7 +149,7 @@ def test_an_urgent_arrival_is_more_urgent_than_every_live_request() -> None:
 def test_request_draw_decoding() -> None:
     """Five integers decode to every field; 0 decodes to the simplest request."""
     assert decode_request_draw(0, 0, 0, 0, 0) == RequestDraw(0, 0, 0, 0, 1, 0, 0, 0, 0)
-    last = decode_request_draw(9, 7, 256 * len(SHARED_PREFIXES) + 255, 127, 1079)
+    last = decode_request_draw(9, 7, 256 * len(SHARED_PREFIXES) + 255, 127, 1439)
     assert last == RequestDraw(9, 7, len(SHARED_PREFIXES), 255, 64, 2, 2, URGENT, 19)
     # max_tokens: half of the draws 1-8, the other half 1-64.
     assert [decode_request_draw(0, 0, 0, m, 0).max_tokens for m in (7, 8, 63, 64, 65)] == [
@@ -160,14 +160,14 @@ def test_request_draw_decoding() -> None:
         2,
     ]
     # Every (door, priority, eos, stop ids) combination has one sampling value, an
-    # urgent one two: a third of the priority draws are urgent.
+    # urgent one four: half the priority draws are urgent.
     combos = Counter(
         (d.door, d.priority, d.eos, d.stop_ids)
         for d in (decode_request_draw(0, 0, 0, 0, s) for s in range(NUM_SAMPLING_DRAWS))
     )
-    assert NUM_SAMPLING_DRAWS == 1080
+    assert NUM_SAMPLING_DRAWS == 1440
     assert len(combos) == 900 == 20 * (URGENT + 1) * len(EOS_CHOICES) * len(STOP_TOKEN_CHOICES)
-    assert {n for combo, n in combos.items() if combo[1] == URGENT} == {2}
+    assert {n for combo, n in combos.items() if combo[1] == URGENT} == {4}
     assert {n for combo, n in combos.items() if combo[1] != URGENT} == {1}
 
 
