@@ -38,6 +38,8 @@ import threading
 import time
 from pathlib import Path
 
+from schedspec.properties.ray_reaper import process_table
+
 PROGRESS = re.compile(r": (\d+) examples, (\d+) steps")
 
 
@@ -53,13 +55,8 @@ def rss_mb(pid: int) -> float | None:
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (from /proc's parent links)."""
     children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for child, entry in process_table().items():
+        children.setdefault(entry.parent, []).append(child)
     found: list[int] = []
     waiting = [pid]
     while waiting:

@@ -515,4 +515,5 @@ class TestRayReaper:
 
     def test_a_stat_line_whose_command_name_holds_parentheses_and_spaces(self) -> None:
         stat = "4242 (we (ird) name)) S 17 4242 17 0 -1 4194304 " + "0 " * 12 + "98765 31 2"
-        assert ray_reaper.parse_stat(stat) == ray_reaper.ProcessEntry(parent=17, start=98765)
+        expected = ray_reaper.ProcessEntry(parent=17, start=98765, state="S")
+        assert ray_reaper.parse_stat(stat) == expected

@@ -20,9 +20,11 @@ from click.testing import CliRunner, Result
 
 from schedspec.cli.main import main
 from schedspec.properties.events import Abort, AddRequest, Drain, Step
+from schedspec.properties.ray_reaper import parse_stat
 from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig
 from tests.fault_engines import InterruptedWhileShrinking
+from tests.proc_helpers import children
 
 REPO = Path(__file__).resolve().parent.parent
 FAULTS = "tests.fault_engines"
@@ -209,27 +211,14 @@ def _start_check(tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def _wait_for_children(pid: int, count: int, timeout: float = 60) -> list[int]:
     if not Path("/proc").is_dir():
         pytest.skip("needs /proc to find the worker processes")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        children = _children(pid)
-        if len(children) >= count:
-            return children
+        started = children(pid, zombies=True)
+        if len(started) >= count:
+            return started
         time.sleep(0.2)
     raise AssertionError(f"the run did not start {count} workers in {timeout} s")
 
@@ -246,7 +235,7 @@ def _all_gone(pids: list[int], within: float) -> bool:
 
 def _zombie(pid: int) -> bool:
     try:
-        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return parse_stat((Path(f"/proc/{pid}") / "stat").read_text()).state == "Z"
     except OSError:
         return False
 

@@ -26,6 +26,7 @@ from schedspec.properties.swarm_chunks import (
     run_swarm_campaign,
 )
 from schedspec.properties.workers import ForkedWorkers
+from tests.proc_helpers import children
 from tests.test_campaigns import InProcess
 from tests.test_gpu_swarm import TIGHT, _keep_blocks_on_preemption, _swarm_cli
 
@@ -162,20 +163,6 @@ def test_a_strategy_drawn_in_a_worker_is_the_named_one() -> None:
     assert [r.run.config for r in outcome.results] == [TIGHT]
 
 
-def _children(pid: int) -> list[int]:
-    """The live processes whose parent is `pid` (from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry.name))
-    return found
-
-
 def test_ctrl_c_stops_a_swarm_campaign_on_local_processes_and_leaves_no_worker() -> None:
     repo = Path(__file__).resolve().parent.parent
     args = ["check", "--engine", "gpu", "--instances", "64", "--seed", "1"]
@@ -190,10 +177,10 @@ def test_ctrl_c_stops_a_swarm_campaign_on_local_processes_and_leaves_no_worker()
     )
     try:
         deadline = time.monotonic() + 120
-        while len(_children(process.pid)) < 2:
+        while len(children(process.pid, zombies=False)) < 2:
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.2)
-        workers = _children(process.pid)
+        workers = children(process.pid, zombies=False)
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: to the whole group
         output, _ = process.communicate(timeout=60)
     finally:

@@ -54,6 +54,7 @@ SWEEP_SECONDS = 30.0
 class ProcessEntry:
     parent: int
     start: int  # clock ticks after boot: with the pid, names one process for good
+    state: str  # R running, S sleeping, Z a zombie (ended, not yet waited for), ...
 
 
 def process_table() -> dict[int, ProcessEntry]:
@@ -70,12 +71,12 @@ def process_table() -> dict[int, ProcessEntry]:
 
 
 def parse_stat(stat: str) -> ProcessEntry:
-    """The parent and start time in the text of /proc/PID/stat."""
+    """The parent, start time and state in the text of /proc/PID/stat."""
     # The command name (field 2) is in parentheses and may hold spaces and parentheses
-    # itself: the fields after the last ')' are plain. Field 4 is the parent, 22 the start
-    # time: after the name, the 2nd and the 20th.
+    # itself: the fields after the last ')' are plain. Field 3 is the state, 4 the parent,
+    # 22 the start time: after the name, the 1st, the 2nd and the 20th.
     fields = stat[stat.rindex(")") + 2 :].split()
-    return ProcessEntry(parent=int(fields[1]), start=int(fields[19]))
+    return ProcessEntry(parent=int(fields[1]), start=int(fields[19]), state=fields[0])
 
 
 def is_marked(pid: int, token: str) -> bool:
