@@ -22,7 +22,7 @@ from schedspec.properties.state_machine import (
     rules_for,
 )
 from schedspec.properties.strategies import (
-    ALWAYS_ON,
+    ARRIVE,
     EOS_CHOICES,
     KIND_WEIGHTS,
     MAX_STEPS_AFTER_EVENT,
@@ -229,13 +229,13 @@ def test_kinds_left_on_are_picked_in_proportion_to_their_weights() -> None:
     for mask in range(1, 2**NUM_KINDS):
         total = sum(w for kind, w in enumerate(KIND_WEIGHTS) if mask >> kind & 1)
         assert NUM_KIND_DRAWS % total == 0, (mask, total)
-    assert KIND_WEIGHTS[1] == max(KIND_WEIGHTS)  # arrivals keep requests queueing
+    assert KIND_WEIGHTS[ARRIVE] == max(KIND_WEIGHTS)  # arrivals keep requests queueing
 
 
 def test_the_swarm_never_switches_arrivals_off() -> None:
     """Every example's kinds include arrivals; each other kind is off in some examples
     and on in others, and all of them on where shrinking goes (threshold 0)."""
-    assert ALWAYS_ON == 1  # the arrive kind (strategies._action)
+    assert ARRIVE == 1  # the order NUM_KINDS lists: step, add_request, cancel, drafts
     seen: list[frozenset[int]] = []
 
     @settings(max_examples=300, database=None, deadline=None)
@@ -246,10 +246,11 @@ def test_the_swarm_never_switches_arrivals_off() -> None:
         assert Counter(kinds) == {k: KIND_WEIGHTS[k] for k in set(kinds)}
 
     record()
-    assert all(ALWAYS_ON in kinds for kinds in seen)
-    for kind in set(range(NUM_KINDS)) - {ALWAYS_ON}:
+    assert all(ARRIVE in kinds for kinds in seen)
+    for kind in set(range(NUM_KINDS)) - {ARRIVE}:
         assert any(kind in kinds for kinds in seen) and any(kind not in kinds for kinds in seen)
-    assert frozenset({ALWAYS_ON}) in seen  # arrivals alone: nothing else left on
+    assert frozenset({ARRIVE}) in seen  # arrivals alone: nothing else left on
+    assert frozenset(range(NUM_KINDS)) in seen  # threshold 0: every kind on
 
 
 def test_a_rule_applies_two_actions_so_examples_keep_their_size() -> None:
