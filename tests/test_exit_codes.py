@@ -8,7 +8,11 @@ schedspec's own with one that raises; the rest come from real inputs and engines
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,3 +215,25 @@ def test_a_step_timeout_that_is_no_time_limit_is_a_usage_error(
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--step-timeout'" in result.output
     assert "must be in [0, 86400] seconds (0: no limit)" in result.output
+
+
+def test_a_reader_that_went_away_exits_as_sigpipe_would(tmp_path: Path) -> None:
+    """`schedspec ... | head`: once the reader has gone, writing the report fails; the
+    command exits 141 (128 + SIGPIPE, as a shell reports a process SIGPIPE ended),
+    with no traceback and no harness error."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command writes a line
+    trace = _small_trace(tmp_path / "t.json")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "schedspec", "replay", str(trace)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 128 + signal.SIGPIPE == 141, done.stderr
+    assert "Traceback" not in done.stderr and "HARNESS ERROR" not in done.stderr

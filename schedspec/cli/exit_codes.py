@@ -9,7 +9,8 @@
 | 4 | engine-error | the engine under test raised, or ended the process, in one of its calls |
 | 5 | hang | an engine call ran past --step-timeout |
 | 6 | harness-error | schedspec itself failed: a bug in schedspec, never a finding |
-| 128 + N | interrupted | signal N: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP |
+| 128 + N | interrupted | signal N: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP;
+      141 (SIGPIPE) when the reader of its output went away (`schedspec prove | head`) |
 
 Light on purpose (the command group imports it for every command).
 """

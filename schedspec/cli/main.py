@@ -15,6 +15,9 @@ never mistaken for an invariant that broke (1).
 from __future__ import annotations
 
 import importlib
+import os
+import signal
+import sys
 import traceback
 from typing import Any
 
@@ -22,7 +25,7 @@ import click
 
 from schedspec.cli.exit_codes import EXIT_CODES, EXIT_HARNESS_ERROR, Outcome, error_outcome
 from schedspec.cli.interrupts import interrupt_exit_code, interrupt_name, terminations_interrupt
-from schedspec.properties.engine_errors import EngineHalt
+from schedspec.properties.engine_errors import EngineHalt, engine_call_of
 
 # Name -> "module:attribute" of a click command, in the order --help lists them.
 COMMANDS: dict[str, str] = {
@@ -61,8 +64,22 @@ class LazyGroup(click.Group):
                 code = interrupt_exit_code(err)
                 click.echo(f"\ninterrupted by {interrupt_name(err)} (exit {code})", err=True)
                 raise SystemExit(code) from None
+            except BrokenPipeError as err:
+                if engine_call_of(err) is not None:  # the engine's own pipe: its error
+                    raise SystemExit(_escaped(err)) from None
+                raise SystemExit(_stdout_gone()) from None
             except (Exception, EngineHalt) as err:
                 raise SystemExit(_escaped(err)) from None
+
+
+def _stdout_gone() -> int:
+    """The reader of standard output went away (`schedspec prove | head`): exit as a
+    process that SIGPIPE ended (128 + 13, what a shell reports), quietly, with standard
+    output pointed at /dev/null so that the interpreter's last flush does not fail too."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _escaped(err: BaseException) -> int:
