@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from schedspec.properties.events import Abort, AddRequest, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
-from schedspec.properties.minimize import failing_ids, minimize_trace
-from schedspec.properties.reference_adapter import reference_engine
+from schedspec.properties.minimize import (
+    FEATURE_KNOBS,
+    failing_ids,
+    minimize_trace,
+    plainer_configs,
+)
+from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.properties.trace import Trace
-from tests.broken_engines import wrong_total
+from schedspec.spec import SchedulerConfig, SchedulerOutput
+from tests.broken_engines import WrongTotalEngine, wrong_total
 from tests.sched_helpers import make_config
 
 
@@ -38,3 +44,65 @@ def test_redundant_events_are_dropped_and_steps_simplified() -> None:
 def test_a_passing_trace_is_left_alone() -> None:
     trace = Trace(make_config(), (AddRequest("a", (1,), 1), Step()))
     assert minimize_trace(trace, reference_engine, "safety") == trace
+
+
+def _two_batched(config: SchedulerConfig) -> Trace:
+    """Two requests that share a step (wrong_total's trigger), with a noise event."""
+    return Trace(
+        config,
+        (
+            AddRequest("x", (9,), 1),
+            AddRequest("a", (1, 2), 3),
+            AddRequest("b", (2, 3), 3),
+            Step(),
+        ),
+    )
+
+
+def test_feature_knobs_the_failure_does_not_need_go_back_to_their_defaults() -> None:
+    # wrong_total miscounts under any policy, cache, watermark or drafting: a regime
+    # turned them on (config_regimes), and the counterexample should not show them.
+    busy = make_config(
+        policy="priority",
+        enable_prefix_caching=True,
+        watermark=0.1,
+        num_speculative_tokens=2,
+        num_lookahead_tokens=0,
+        pad_spec_decode=True,
+        long_prefill_token_threshold=8,
+    )
+    assert failing_ids(_two_batched(busy), wrong_total, "safety") == {"BUDGET"}
+    small = minimize_trace(_two_batched(busy), wrong_total, "safety")
+    assert small.config == make_config()  # every knob at its default, the sizes kept
+    assert len(small.events) == 3
+    assert failing_ids(small, wrong_total, "safety") == {"BUDGET"}
+
+
+class _CacheOnlyBug(WrongTotalEngine):
+    """wrong_total's miscount, with prefix caching on only."""
+
+    def schedule(self) -> SchedulerOutput:
+        if self.config.enable_prefix_caching:
+            return super().schedule()
+        return ReferenceEngine.schedule(self)
+
+
+def test_a_knob_the_failure_needs_is_kept() -> None:
+    config = make_config(enable_prefix_caching=True, watermark=0.1)
+    small = minimize_trace(_two_batched(config), _CacheOnlyBug, "safety")
+    assert small.config == make_config(enable_prefix_caching=True)
+    assert failing_ids(small, _CacheOnlyBug, "safety") == {"BUDGET"}
+
+
+def test_plainer_configs_set_one_knob_back_each_and_stay_valid() -> None:
+    config = make_config(policy="priority", num_speculative_tokens=2, pad_spec_decode=True)
+    plainer = plainer_configs(config)
+    assert plainer == [
+        make_config(num_speculative_tokens=2, pad_spec_decode=True),  # policy
+        make_config(policy="priority"),  # drafts off, and padding with them
+        make_config(policy="priority", num_speculative_tokens=2),  # padding
+    ]
+    assert plainer_configs(make_config()) == []  # nothing to set back
+    # A resolved lookahead equal to the default's is no candidate.
+    assert plainer_configs(make_config(num_speculative_tokens=2)) == [make_config()]
+    assert "family" not in FEATURE_KNOBS and "block_size" not in FEATURE_KNOBS

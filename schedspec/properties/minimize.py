@@ -3,14 +3,19 @@
 Hypothesis shrinks the choices behind a state-machine run, but its deletions
 often misalign the rules that follow (an earlier add changes which request a
 later rule picks). Traces replay on any engine, so a last pass over the
-events themselves is cheap and exact: drop one event, or reset one step's
-decisions to the defaults, replay, and keep the change if the same failure
-still shows: one of the invariants the original broke, a divergence in the
-same field (lockstep targets), or an engine error of the same type.
+events themselves is cheap and exact: drop one event, reset one step's
+decisions to the defaults, or set one feature knob of the config (policy,
+watermark, prefix caching, drafts, async scheduling, ...) back to its default,
+replay, and keep the change if the same failure still shows: one of the
+invariants the original broke, a divergence in the same field (lockstep
+targets), or an engine error of the same type. Hypothesis alone can leave a
+config with knobs the failure does not need: a config regime turns several on
+at once (config_regimes.py), and its shrinker cannot leave the regime in one move.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -22,6 +27,8 @@ from schedspec.properties.events import Event, Step
 from schedspec.properties.harness import SingleEngine, Target, replay_target
 from schedspec.properties.trace import Trace
 from schedspec.properties.watchdog import StepTimeoutError
+from schedspec.spec import SchedulerConfig
+from schedspec.spec.errors import ConfigError
 from schedspec.spec.invariants import Profile
 
 
@@ -73,18 +80,26 @@ def minimize_on(
         return trace  # it does not fail here: nothing to keep failing
     deadline = clock() + time_limit
     events = list(trace.events)
+    config = trace.config
     changed = True
     while changed and clock() < deadline:
         changed = False
         index = len(events) - 1
         while index >= 0 and clock() < deadline:
             for candidate in _simpler(events, index):
-                if wanted & failure_signature(_with(trace, candidate), target):
+                if wanted & failure_signature(_with(trace, candidate, config), target):
                     events = candidate
                     changed = True
                     break
             index = min(index, len(events)) - 1
-    return _with(trace, events)
+        for plainer in plainer_configs(config):
+            if clock() >= deadline:
+                break
+            if wanted & failure_signature(_with(trace, events, plainer), target):
+                config = plainer
+                changed = True  # fewer knobs on may let more events go
+                break
+    return _with(trace, events, config)
 
 
 def _simpler(events: list[Event], index: int) -> list[list[Event]]:
@@ -96,5 +111,37 @@ def _simpler(events: list[Event], index: int) -> list[list[Event]]:
     return [without]
 
 
-def _with(trace: Trace, events: list[Event]) -> Trace:
-    return Trace(trace.config, tuple(events), trace.model, trace.note)
+# The knobs that switch a feature on or set a policy, each with its default: the sizes
+# (block_size, num_blocks, the budget, seats, max_model_len) are left to Hypothesis,
+# which shrinks them, and the family names whose scheduler runs.
+FEATURE_KNOBS = tuple(
+    f.name
+    for f in dataclasses.fields(SchedulerConfig)
+    if f.default is not dataclasses.MISSING and f.name != "family"
+)
+# Setting a knob back may need others to follow it to stay a valid config.
+_FOLLOWERS: dict[str, dict[str, object]] = {
+    "num_speculative_tokens": {"num_lookahead_tokens": None, "pad_spec_decode": False},
+}
+
+
+def plainer_configs(config: SchedulerConfig) -> list[SchedulerConfig]:
+    """The config with one feature knob set back to its default, for each knob that is
+    not at its default (and a valid config that way), in field order."""
+    plainer: list[SchedulerConfig] = []
+    for field in dataclasses.fields(config):
+        if field.name not in FEATURE_KNOBS or getattr(config, field.name) == field.default:
+            continue
+        changes = {field.name: field.default, **_FOLLOWERS.get(field.name, {})}
+        try:
+            candidate = dataclasses.replace(config, **changes)  # type: ignore[arg-type]
+        except ConfigError:
+            continue  # not valid in this family, or with these sizes
+        # num_lookahead_tokens is stored resolved: its default may be the value it has.
+        if candidate != config:
+            plainer.append(candidate)
+    return plainer
+
+
+def _with(trace: Trace, events: list[Event], config: SchedulerConfig) -> Trace:
+    return Trace(config, tuple(events), trace.model, trace.note)
