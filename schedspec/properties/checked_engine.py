@@ -189,10 +189,7 @@ class CheckedEngine:
         # do the named predicates run (and word what they find).
         if kind == "state" and state_fast_path.state_holds(subject):  # type: ignore[arg-type]
             checks = self._unfused_state_checks
-        found: list[Violation] = []
-        for check in checks:
-            found.extend(check(subject))
-        return found
+        return [violation for check in checks for violation in check(subject)]
 
     def _add(self, event: AddRequest) -> list[Violation]:
         pre = self.state
@@ -202,7 +199,10 @@ class CheckedEngine:
             # the DOOR invariant judges the request as it was offered.
             self.engine.add_request(event.to_request())
         except Exception as err:  # the DOOR invariant judges the refusal
-            refusal = err
+            # Its type and message, that is: without the traceback, whose frames (this
+            # one among them) would hold the exception in a reference cycle, and with
+            # it the whole example until the garbage collector ran.
+            refusal = err.with_traceback(None)
         self.state = self._snapshot()
         offered = event.to_request()
         return self._run("add", AddTransition(pre, offered, refusal, self.state)) + self._run(

@@ -49,6 +49,18 @@ class FreeBlockQueue:
             yield node
             node = node.next_free
 
+    def block_ids(self) -> list[int]:
+        """The free blocks' ids, front first (a snapshot takes them twice a checked step:
+        one loop is about twice as fast as mapping over the iterator)."""
+        ids: list[int] = []
+        node = self._head.next_free
+        tail = self._tail
+        while node is not tail:
+            assert node is not None
+            ids.append(node.block_id)
+            node = node.next_free
+        return ids
+
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         if n > self.num_free_blocks:
             raise RuntimeError(f"asked for {n} free blocks, only {self.num_free_blocks} free")

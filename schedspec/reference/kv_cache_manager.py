@@ -201,7 +201,7 @@ class KVCacheManager:
         pool = self.block_pool
         return KVState(
             num_blocks=pool.num_blocks,
-            free_block_ids=tuple(map(BLOCK_ID, pool.free_block_queue)),
+            free_block_ids=tuple(pool.free_block_queue.block_ids()),
             ref_counts=tuple(map(_REF_CNT, pool.blocks)),
             block_hashes=tuple(map(_BLOCK_HASH, pool.blocks)),
             prefix_cache=tuple(

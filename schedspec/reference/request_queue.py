@@ -77,7 +77,8 @@ class PriorityQueue:
         return len(self._heap)
 
     def __iter__(self) -> Iterator[Request]:
-        return (entry[2] for entry in sorted(self._heap, key=lambda e: e[:2]))
+        # The entries' own order: arrival is unique, so no two tie before the Request.
+        return (entry[2] for entry in sorted(self._heap))
 
 
 def make_waiting_queue(policy: str) -> WaitingQueue:

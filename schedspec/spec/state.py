@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from schedspec.spec.block_hash import BlockHash
@@ -42,7 +43,9 @@ class RequestState:
     # in-flight outputs, so it samples nothing (and drafts for it are dropped).
     is_prefill_chunk: bool = False
 
-    @property
+    # A cached value, not a field: the checks read it about forty times a step, and
+    # `of` fills it in as it builds the record (the fields it follows are frozen).
+    @cached_property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
 
@@ -82,12 +85,14 @@ class RequestState:
         at a fraction of the cost.
         """
         state = object.__new__(RequestState)
+        prompt = request.prompt_token_ids
+        outputs = tuple(request.output_token_ids)
         vars(state).update(
             request_id=request.request_id,
             priority=request.priority,
             arrival=request.arrival,
-            prompt_token_ids=request.prompt_token_ids,
-            output_token_ids=tuple(request.output_token_ids),
+            prompt_token_ids=prompt,
+            output_token_ids=outputs,
             spec_token_ids=tuple(request.spec_token_ids),
             num_computed_tokens=request.num_computed_tokens,
             status=request.status,
@@ -102,6 +107,7 @@ class RequestState:
             drop_stale_output=request.drop_stale_output,
             abort_pending=request.abort_pending,
             is_prefill_chunk=request.is_prefill_chunk,
+            num_tokens=len(prompt) + len(outputs),
         )
         return state
 

@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Iterable
 
 from schedspec.spec.invariants.policy_invariants import (
-    _admitted,
     _capped,
     _cdiv,
     _running_demand,
@@ -47,7 +46,7 @@ def table_after_allocation(
 def check_alloc_exact(t: ScheduleTransition) -> list[Violation]:
     scheduled = t.output.num_scheduled_tokens
     before = t.computed_before
-    admitted = set(_admitted(t))
+    admitted = t.admitted_ids
     out: list[Violation] = []
     for rid, post in t.post.requests.items():
         pre = t.pre.requests.get(rid)
@@ -108,7 +107,7 @@ def _blocks_taken(t: ScheduleTransition, admissions: Iterable[str]) -> dict[str,
     "and, while something ran, the watermark, within the free blocks at that point.",
 )
 def check_admission_fit(t: ScheduleTransition) -> list[Violation]:
-    made = set(_admitted(t))
+    made = t.admitted_ids
     admissions = [r for r in t.pre.waiting if r in made]  # in the order they were made
     if not admissions:
         return []

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedspec.spec.block_hash import BlockHash
-from schedspec.spec.invariants.policy_invariants import _admitted
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition, UpdateTransition
 from schedspec.spec.request import RequestStatus
@@ -21,7 +20,7 @@ from schedspec.spec.state import KVState, RequestState
 
 def _admissions_in_order(t: ScheduleTransition) -> list[str]:
     """The step's admissions, in scheduling order, that are still live after it."""
-    admitted = set(_admitted(t))
+    admitted = t.admitted_ids
     return [r for r in t.output.num_scheduled_tokens if r in admitted and r in t.post.requests]
 
 

@@ -34,11 +34,6 @@ def _capped(num_tokens: int, cap: int) -> int:
     return cap if 0 < cap < num_tokens else num_tokens
 
 
-def _admitted(t: ScheduleTransition) -> list[str]:
-    resumed = [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
-    return [d.request_id for d in t.output.scheduled_new_reqs] + resumed
-
-
 def _admissible(state: State) -> list[str]:
     """The waiting queue in order, minus the requests that wait for stale output
     (vLLM skips them and puts them back where they were)."""
@@ -58,7 +53,7 @@ def padded_admission(
     config = t.pre.config
     if not config.pad_spec_decode or pre.num_tokens - num_hit != 1:
         return 0
-    admitted = set(_admitted(t))
+    admitted = t.admitted_ids
     scheduled_running = [r for r in t.output.num_scheduled_tokens if r not in admitted]
     if any(t.pre.requests[r].is_prefill_chunk for r in scheduled_running if r in t.pre.requests):
         return 0
@@ -88,7 +83,7 @@ def _running_demand(pre: RequestState, computed: int) -> int:
 )
 def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     scheduled = t.output.num_scheduled_tokens
-    admitted = set(_admitted(t))
+    admitted = t.admitted_ids
     in_running_order = [r for r in t.pre.running if r in scheduled]
     in_queue_order = [r for r in t.pre.waiting if r in admitted]
     out: list[Violation] = []
@@ -146,7 +141,7 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
     config = t.pre.config
     cap = long_prefill_cap(t.pre)
     before = t.computed_before
-    admitted = set(_admitted(t))
+    admitted = t.admitted_ids
     budget = config.max_num_batched_tokens
     out: list[Violation] = []
     for rid, num in t.output.num_scheduled_tokens.items():
@@ -225,7 +220,7 @@ def check_running_served(t: ScheduleTransition) -> list[Violation]:
     "victim cannot bounce straight back.",
 )
 def check_no_admit_after_preempt(t: ScheduleTransition) -> list[Violation]:
-    admitted = _admitted(t)
+    admitted = list(t.admitted)
     if t.output.preempted_req_ids and admitted:
         return [
             Violation(
@@ -276,7 +271,7 @@ def check_queue_order(t: ScheduleTransition) -> list[Violation]:
         expected = sorted(waiting, key=lambda r: _key(t.post.requests[r]))
     else:
         victims = [r for r in t.pre.running if r in t.output.preempted_req_ids]
-        admitted = set(_admitted(t))
+        admitted = t.admitted_ids
         expected = victims + [r for r in t.pre.waiting if r not in admitted]
     if waiting == expected:
         return []
@@ -291,7 +286,7 @@ def check_queue_order(t: ScheduleTransition) -> list[Violation]:
     "blocks free.",
 )
 def check_watermark(t: ScheduleTransition) -> list[Violation]:
-    admitted = _admitted(t)
+    admitted = list(t.admitted)
     if not admitted or len(t.post.running) < 2:
         return []  # the only admission went into an idle engine: no watermark
     spare = t.post.config.watermark_blocks

@@ -406,11 +406,9 @@ def _swapped_for_same_content(
 def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     bs = t.post.config.block_size
     out: list[Violation] = []
-    admitted = [d.request_id for d in t.output.scheduled_new_reqs]
-    admitted += [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
     before = t.computed_before
     hashes = t.post.kv.block_hashes
-    for rid in admitted:
+    for rid in t.admitted:
         post = t.post.requests.get(rid)
         if post is None or rid not in before:
             continue
@@ -445,25 +443,30 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     # tokens a step scheduled before this one computes (async: a request preempted
     # now whose earlier step is still in flight; that step still runs).
     pre_hashes = t.pre.kv.block_hashes
-    held = {b for request in t.post.requests.values() for b in request.block_ids}
-    computed_before_this_step = {
+    registered = [
         block
-        for request in t.pre.requests.values()
-        for index, block in enumerate(request.block_ids)
-        if (index + 1) * bs <= min(request.num_computed_tokens, request.num_tokens)
-    }
-    for block, block_hash in enumerate(hashes[: len(pre_hashes)]):
-        fresh = block_hash is not None and block_hash != pre_hashes[block]
-        if fresh and block not in held and block not in computed_before_this_step:
-            out.append(
-                Violation(
-                    "CACHE-CONTENT",
-                    "registered by this step but held by no "
-                    "live request (its KV will never be computed)",
-                    None,
-                    block,
+        for block, block_hash in enumerate(hashes[: len(pre_hashes)])
+        if block_hash is not None and block_hash != pre_hashes[block]
+    ]
+    if registered:  # most steps register nothing: the holders are worked out only if so
+        held = {b for request in t.post.requests.values() for b in request.block_ids}
+        computed_before_this_step = {
+            block
+            for request in t.pre.requests.values()
+            for index, block in enumerate(request.block_ids)
+            if (index + 1) * bs <= min(request.num_computed_tokens, request.num_tokens)
+        }
+        for block in registered:
+            if block not in held and block not in computed_before_this_step:
+                out.append(
+                    Violation(
+                        "CACHE-CONTENT",
+                        "registered by this step but held by no "
+                        "live request (its KV will never be computed)",
+                        None,
+                        block,
+                    )
                 )
-            )
     # Every cached block a live request holds carries that request's own
     # content hash at that position: fresh registrations, and stale ones (a
     # reused block whose old hash was never evicted).

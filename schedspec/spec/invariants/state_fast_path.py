@@ -12,6 +12,8 @@ The tests hold it to that on every hand-built bad state of the catalogue.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
 from schedspec.spec.state import RequestState, State
 
@@ -47,16 +49,11 @@ def state_holds(state: State) -> bool:
     hashes = kv.block_hashes
     if len(hashes) != num_blocks:
         return False
-    bs = config.block_size
     max_model_len = config.max_model_len
-    counts = [0] * num_blocks
-    # For a block seen once so far: its index in that table and that request's
-    # length, so that a second holder can be checked against the first (EXCLUSIVE).
-    first_seen: dict[int, tuple[int, int]] = {}
     async_scheduling = config.async_scheduling
     for rid, request in requests.items():
         status = request.status
-        num_tokens = len(request.prompt_token_ids) + len(request.output_token_ids)
+        num_tokens = request.num_tokens
         if not _pipeline_holds(request, status, num_tokens, async_scheduling):
             return False
         if status is _RUNNING:
@@ -84,35 +81,32 @@ def state_holds(state: State) -> bool:
             for stop in request.stop_token_ids:
                 if stop in outputs:
                     return False
-        # CONSERVATION's counts and EXCLUSIVE's sharing rule
-        for index, block in enumerate(request.block_ids):
-            if not 0 <= block < num_blocks:
-                return False
-            held = counts[block]
-            counts[block] = held + 1
-            if held == 0:
-                first_seen[block] = (index, num_tokens)
-                continue
-            first_index, first_tokens = first_seen[block]
-            # Shared: a cached full block at the same position of every table
-            # (a table holding one block twice shows up here as two positions).
-            if (
-                index != first_index
-                or hashes[block] is None
-                or (index + 1) * bs > num_tokens
-                or (first_index + 1) * bs > first_tokens
-            ):
-                return False
-    # CONSERVATION: ref counts are the holders; the free queue is exactly the
-    # unheld blocks, each once.
-    if tuple(counts) != kv.ref_counts:
+    # CONSERVATION's counts, in C loops (Counter, min, max, sum) rather than one
+    # Python loop per held block: the block ids in range, each held block's ref count
+    # its number of holders, and every other block's 0 (the counts are >= 0 and sum to
+    # the holders).
+    held = [block for request in requests.values() for block in request.block_ids]
+    holders = Counter(held)
+    ref_counts = kv.ref_counts
+    if len(ref_counts) != num_blocks or (held and (min(held) < 0 or max(held) >= num_blocks)):
         return False
-    free = kv.free_block_ids
-    if len(free) != counts.count(0) or len(set(free)) != len(free):
+    if (ref_counts and min(ref_counts) < 0) or sum(ref_counts) != len(held):
         return False
-    for block in free:
-        if not 0 <= block < num_blocks or counts[block]:
+    for block, count in holders.items():
+        if ref_counts[block] != count:
             return False
+    # EXCLUSIVE: a block held more than once is a cached full block at the same
+    # position of every table that holds it (a table holding one block twice shows up
+    # here as two positions).
+    if len(holders) != len(held) and not _shared_blocks_hold(state, holders):
+        return False
+    # CONSERVATION: the free queue is exactly the unheld blocks, each once.
+    free = kv.free_block_ids
+    free_set = set(free)
+    if len(free) != num_blocks - len(holders) or len(free_set) != len(free):
+        return False
+    if (free and (min(free) < 0 or max(free) >= num_blocks)) or not free_set.isdisjoint(holders):
+        return False
     # CACHE-INDEX: the map and the blocks' hashes agree, no empty entry.
     indexed: list[object] = [None] * num_blocks
     for block_hash, block_ids in kv.prefix_cache:
@@ -123,6 +117,24 @@ def state_holds(state: State) -> bool:
                 return False
             indexed[block] = block_hash
     return tuple(indexed) == hashes
+
+
+def _shared_blocks_hold(state: State, holders: Counter[int]) -> bool:
+    """EXCLUSIVE's sharing rule for the blocks held more than once (block ids are in
+    range: the caller checked)."""
+    bs = state.config.block_size
+    hashes = state.kv.block_hashes
+    # A shared block's first holder: the block's index in its table and its length.
+    first_seen: dict[int, tuple[int, int]] = {}
+    for request in state.requests.values():
+        num_tokens = request.num_tokens
+        for index, block in enumerate(request.block_ids):
+            if holders[block] < 2:
+                continue
+            seen = first_seen.setdefault(block, (index, num_tokens))
+            if seen[0] != index or hashes[block] is None or (index + 1) * bs > num_tokens:
+                return False
+    return True
 
 
 def _pipeline_holds(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes
 from schedspec.spec.outputs import ModelRunnerOutput, RequestOutput, SchedulerOutput
@@ -44,10 +43,22 @@ class ScheduleTransition:
     # Block -> the content hash whose KV earlier steps fully computed into it.
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
 
-    @cached_property
-    def computed_before(self) -> Mapping[str, int]:
-        """computed_before(output), worked out once for all the predicates."""
-        return computed_before(self.output)
+    # Worked out once, as the transition is made, for all the predicates that read
+    # them (a cached_property costs a lock on each first read on Python 3.11).
+    # num_computed_tokens of each scheduled request before the step, from the output.
+    computed_before: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    # The requests this step took from the waiting queue: the new ones, then the
+    # resumed ones; and the same as a set.
+    admitted: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    admitted_ids: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        output = self.output
+        resumed = [d.request_id for d in output.scheduled_cached_reqs if d.resumed]
+        admitted = (*[d.request_id for d in output.scheduled_new_reqs], *resumed)
+        object.__setattr__(self, "computed_before", computed_before(output))
+        object.__setattr__(self, "admitted", admitted)
+        object.__setattr__(self, "admitted_ids", frozenset(admitted))
 
 
 @dataclass(frozen=True)
