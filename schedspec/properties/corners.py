@@ -130,7 +130,7 @@ def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, f
     if any(t.pre.requests[d.request_id].output_token_ids for d in resumed):
         _bump(counts, "resumed-with-outputs")
     spec = output.scheduled_spec_decode_tokens
-    admitted = [d.request_id for d in new] + [d.request_id for d in resumed]
+    admitted = t.admitted_ids
     if any(r in spec for r in admitted):
         _bump(counts, "padded-admission")
     hits = [

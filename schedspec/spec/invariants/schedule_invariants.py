@@ -517,9 +517,7 @@ def check_cache_computed(t: ScheduleTransition) -> list[Violation]:
     bs = t.post.config.block_size
     out: list[Violation] = []
     before = t.computed_before
-    admitted = [d.request_id for d in t.output.scheduled_new_reqs]
-    admitted += [d.request_id for d in t.output.scheduled_cached_reqs if d.resumed]
-    for rid in admitted:
+    for rid in t.admitted:
         post = t.post.requests.get(rid)
         if post is None or rid not in before or before[rid] % bs:
             continue
