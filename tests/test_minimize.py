@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from schedspec.properties.events import Abort, AddRequest, ProposeDrafts, Step
 from schedspec.properties.fake_model import StepDecisions
+from schedspec.properties.harness import SingleEngine
 from schedspec.properties.minimize import (
     FEATURE_KNOBS,
     failing_ids,
+    minimize_on,
     minimize_trace,
     plainer_configs,
 )
 from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig, SchedulerOutput
 from tests.broken_engines import WrongTotalEngine, wrong_total
@@ -106,3 +111,14 @@ def test_plainer_configs_set_one_knob_back_each_and_stay_valid() -> None:
     # A resolved lookahead equal to the default's is no candidate.
     assert plainer_configs(make_config(num_speculative_tokens=2)) == [make_config()]
     assert "family" not in FEATURE_KNOBS and "block_size" not in FEATURE_KNOBS
+
+
+def test_a_config_strategy_of_its_own_keeps_its_knobs() -> None:
+    # The user's (or the engine's) configs may leave out what the defaults lead to: the
+    # suite sets knobs back only under its own strategies.
+    busy = make_config(policy="priority", watermark=0.1)
+    kept = minimize_on(_two_batched(busy), SingleEngine(wrong_total, "safety"), plain_knobs=False)
+    assert kept.config == busy and len(kept.events) == 3
+    settings = SuiteSettings(examples=20, rules_per_example=10, seed=1)
+    result = run_suite(wrong_total, "safety", settings, config_strategy=st.just(busy))
+    assert result.trace is not None and result.trace.config == busy

@@ -63,8 +63,9 @@ def minimize_trace(
     time_limit: float = 20.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> Trace:
-    """The smallest trace reachable by single-event drops and step simplifications
-    that still breaks one of the invariants the original broke."""
+    """The smallest trace reachable by single-event drops, step simplifications and
+    feature knobs set back to their defaults that still breaks one of the invariants
+    the original broke."""
     return minimize_on(trace, SingleEngine(factory, profile), time_limit, clock)
 
 
@@ -73,8 +74,11 @@ def minimize_on(
     target: Target,
     time_limit: float = 20.0,
     clock: Callable[[], float] = time.monotonic,
+    plain_knobs: bool = True,
 ) -> Trace:
-    """minimize_trace for any target: a single engine, or two in lockstep."""
+    """minimize_trace for any target: a single engine, or two in lockstep. With
+    plain_knobs off the config is kept as it is (the caller's configs may leave out
+    those the defaults lead to)."""
     wanted = failure_signature(trace, target)
     if not wanted:
         return trace  # it does not fail here: nothing to keep failing
@@ -92,7 +96,7 @@ def minimize_on(
                     changed = True
                     break
             index = min(index, len(events)) - 1
-        for plainer in plainer_configs(config):
+        for plainer in plainer_configs(config) if plain_knobs else []:
             if clock() >= deadline:
                 break
             if wanted & failure_signature(_with(trace, events, plainer), target):

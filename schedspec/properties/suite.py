@@ -212,7 +212,10 @@ def run_target(
     hung = isinstance(result.other_error, StepTimeoutError)
     if result.trace is not None and chosen.shrink and not hung and result.interrupted is None:
         try:
-            _minimize(result, target)
+            # Knobs go back to their defaults only under the suite's own configs: a
+            # strategy of the user's or the engine's may leave out configs the defaults
+            # lead to (an engine's unsupported corners).
+            _minimize(result, target, plain_knobs=config_strategy is None)
         except KeyboardInterrupt as err:  # keep the trace as Hypothesis shrank it
             result.interrupted = err
     result.seconds = time.perf_counter() - started
@@ -342,12 +345,12 @@ def record_failure(result: SuiteResult, failure: BaseException) -> None:
         result.other_error = failure
 
 
-def _minimize(result: SuiteResult, target: Target) -> None:
-    """Make Hypothesis' shrunk trace 1-minimal over its events, and report the
-    failure the minimal trace shows (kept as the trace's note), so that what
-    is printed and what is saved always agree."""
+def _minimize(result: SuiteResult, target: Target, plain_knobs: bool) -> None:
+    """Make Hypothesis' shrunk trace 1-minimal over its events (and, with plain_knobs,
+    over the config's feature knobs), and report the failure the minimal trace shows
+    (kept as the trace's note), so that what is printed and what is saved always agree."""
     assert result.trace is not None
-    smaller = minimize_on(result.trace, target)
+    smaller = minimize_on(result.trace, target, plain_knobs=plain_knobs)
     try:
         replay_target(target, smaller)
     except (Exception, EngineHalt) as err:
