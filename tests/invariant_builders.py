@@ -217,7 +217,7 @@ class Driver:
         )
         self.finished.clear()
         self.finished.update(r for r in pre.requests if r not in post.requests)
-        self.kv_content.on_schedule(pre, output, post)
+        self.kv_content.on_schedule(transition)
         return transition
 
     def update(

@@ -17,6 +17,7 @@ def assert_linked(queue: FreeBlockQueue) -> None:
     """Forward and backward links agree and the count matches the walk."""
     walked = list(queue)
     assert len(walked) == len(queue) == queue.num_free_blocks
+    assert queue.block_ids() == [block.block_id for block in walked]  # the snapshot's list
     for block in walked:
         assert block.prev_free is not None and block.next_free is not None
         assert block.prev_free.next_free is block

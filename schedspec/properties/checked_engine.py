@@ -276,7 +276,7 @@ class CheckedEngine:
             # A request whose pending abort ends inside schedule() (SGLang's chunked
             # request) finished after this schedule began: the next one reports it.
             self._finished_since_schedule.update(r for r in pre.requests if r not in mid.requests)
-            deferred = self._kv_content.on_schedule(pre, output, mid)
+            deferred = self._kv_content.on_schedule(scheduled)
         return ScheduledStep.of(output, mid, deferred), found
 
     def _land(self, step: ScheduledStep, decisions: StepDecisions) -> list[Violation]:

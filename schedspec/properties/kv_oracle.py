@@ -27,7 +27,7 @@ from schedspec.spec import (
     SchedulerOutput,
     State,
 )
-from schedspec.spec.invariants import ChainHashes, computed_before, expected_kept
+from schedspec.spec.invariants import ChainHashes, ScheduleTransition, expected_kept
 
 
 class KVContentOracle:
@@ -37,11 +37,11 @@ class KVContentOracle:
         # Block -> the content hash whose KV steps scheduled so far compute into it.
         self.written: dict[int, BlockHash] = {}
 
-    def on_schedule(self, pre: State, output: SchedulerOutput, mid: State) -> frozenset[str]:
+    def on_schedule(self, t: ScheduleTransition) -> frozenset[str]:
         """After a schedule() that broke no invariant: forget the blocks about to be
         overwritten, then remember the full blocks of known tokens the step computes; the
         requests whose record waits for the step in flight before it (on_start_certain)."""
-        before = computed_before(output)
+        pre, output, mid, before = t.pre, t.output, t.post, t.computed_before
         bs = self.block_size
         for rid in output.num_scheduled_tokens:
             request = mid.requests[rid]

@@ -220,7 +220,7 @@ def check_running_served(t: ScheduleTransition) -> list[Violation]:
     "victim cannot bounce straight back.",
 )
 def check_no_admit_after_preempt(t: ScheduleTransition) -> list[Violation]:
-    admitted = list(t.admitted)
+    admitted = list(t.admitted)  # a list in the message, as before
     if t.output.preempted_req_ids and admitted:
         return [
             Violation(
@@ -286,7 +286,7 @@ def check_queue_order(t: ScheduleTransition) -> list[Violation]:
     "blocks free.",
 )
 def check_watermark(t: ScheduleTransition) -> list[Violation]:
-    admitted = list(t.admitted)
+    admitted = t.admitted
     if not admitted or len(t.post.running) < 2:
         return []  # the only admission went into an idle engine: no watermark
     spare = t.post.config.watermark_blocks
