@@ -286,10 +286,11 @@ class CheckedEngine:
         pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self._snapshot()
-        self._kv_content.on_land(step, pre, model_output, self.model.sampled_at)
+        sampled_at = self.model.sampled_at
+        self._kv_content.on_land(step, pre, model_output, sampled_at)
         if len(self._in_flight) == 1:  # the step after this one now starts where it is sure
             (following,) = self._in_flight
-            self._kv_content.on_start_certain(following, post)
+            self._kv_content.on_start_certain(following, pre, post, model_output, sampled_at)
         self._finished_since_schedule.update(r for r in pre.requests if r not in post.requests)
         self.state = post
         updated = UpdateTransition(

@@ -9,10 +9,13 @@ scheduling) the next step starts after however many of its drafts are
 accepted, which only that landing tells: so such a step's known tokens are
 recorded once the step before it has landed, and again when it lands itself
 (a later step may hit a block it completes while it is still in flight: the
-KV is written by the time that later step runs). Drafts become known tokens,
-and their blocks' KV content certain, only when their own step lands. A block
-handed out afresh is about to be overwritten, so its old content is
-forgotten.
+KV is written by the time that later step runs). A request that ends on that
+landing (a stop among the tokens just sampled) still has its step in flight: the
+step runs, and writes the KV of the sampled token it was fed, which an engine may
+cache with the ended request (SGLang caches a finished request's committed KV,
+the in-flight decode's position included). Drafts become known tokens, and their
+blocks' KV content certain, only when their own step lands. A block handed out
+afresh is about to be overwritten, so its old content is forgotten.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from schedspec.spec import (
     SchedulerOutput,
     State,
 )
+from schedspec.spec.block_hash import extend_block_hashes
 from schedspec.spec.invariants import ChainHashes, ScheduleTransition, expected_kept
 
 
@@ -61,27 +65,63 @@ class KVContentOracle:
                 continue
             request = mid.requests[rid]
             done = min(request.num_computed_tokens, request.num_tokens)
-            self._remember(request, request.block_ids, before.get(rid, 0) // bs, done // bs)
+            own = self.hashes.of(request)
+            self._remember(own, request.block_ids, before.get(rid, 0) // bs, done // bs)
         return frozenset(deferred)
 
-    def on_start_certain(self, step: ScheduledStep, state: State) -> None:
-        """Once the only step in flight before `step` has landed (`state`: just after it),
-        where `step` starts is certain for the requests on_schedule deferred: at their
-        confirmed computed tokens (rejected drafts are rolled back by now). Remember the
-        full blocks of the known tokens it computes from there (its drafts' KV waits for
-        its own landing), in the blocks the request still holds."""
+    def on_start_certain(
+        self,
+        step: ScheduledStep,
+        pre: State,
+        state: State,
+        model_output: ModelRunnerOutput,
+        sampled_at: Mapping[str, int],
+    ) -> None:
+        """Once the only step in flight before `step` has landed (`pre` and `state`: just
+        before and after; `model_output` and `sampled_at`: what it sampled and where, as
+        on_land takes them), where `step` starts is certain for the requests on_schedule
+        deferred: at their confirmed computed tokens (rejected drafts are rolled back by
+        now). Remember the full blocks of the known tokens it computes from there (its
+        drafts' KV waits for its own landing), in the blocks the request still holds. A
+        request that ended on the landing is fed the last token it sampled, just past
+        those: see _remember_ended."""
         bs = self.block_size
         drafts = step.output.scheduled_spec_decode_tokens
         for rid in step.deferred:
+            known = step.output.num_scheduled_tokens[rid] - len(drafts.get(rid, ()))
             request = state.requests.get(rid)
             if request is None or request.arrival != step.arrivals[rid]:
-                continue  # finished or aborted on landing: nothing more of it is computed
+                ended = pre.requests.get(rid)
+                sampled = model_output.sampled_token_ids.get(rid)
+                if ended is not None and ended.arrival == step.arrivals[rid] and sampled:
+                    end = sampled_at[rid] + len(sampled)
+                    self._remember_ended(ended, tuple(sampled), step.tables[rid], end - known, end)
+                continue
             start = request.num_confirmed_computed_tokens
-            known = step.output.num_scheduled_tokens[rid] - len(drafts.get(rid, ()))
             end = min(start + known, request.num_tokens)
             held = set(request.block_ids)
             table = tuple(b if b in held else -1 for b in step.tables[rid])
-            self._remember(request, table, start // bs, end // bs)
+            self._remember(self.hashes.of(request), table, start // bs, end // bs)
+
+    def _remember_ended(
+        self,
+        ended: RequestState,
+        sampled: tuple[int, ...],
+        table: tuple[int, ...],
+        start: int,
+        end: int,
+    ) -> None:
+        """The step in flight of a request that ended on the landing before it computes
+        positions start..end-1 into `table`, whatever the request kept: the model runner
+        feeds it the tokens sampled there. So the blocks it completes hold the KV of the
+        request's tokens followed by everything that landing sampled. (Nobody can have
+        been handed those blocks since: only schedule() hands out blocks; the next one
+        forgets them if it does.)"""
+        bs = self.block_size
+        content = ended.prompt_token_ids + ended.output_token_ids + sampled
+        # A copy: ChainHashes keeps only the tokens a request keeps.
+        own = extend_block_hashes(list(self.hashes.of(ended)), content, bs)
+        self._remember(own, table, start // bs, end // bs)
 
     def on_land(
         self,
@@ -122,11 +162,9 @@ class KVContentOracle:
                 if held_by.get(block, rid) == rid:
                     self.written[block] = own[index]
 
-    def _remember(
-        self, request: RequestState, table: tuple[int, ...], first: int, end: int
-    ) -> None:
-        """Blocks first..end-1 of `table` (-1: none) hold the KV of `request`'s content."""
-        own = self.hashes.of(request)
+    def _remember(self, own: list[BlockHash], table: tuple[int, ...], first: int, end: int) -> None:
+        """Blocks first..end-1 of `table` (-1: none) hold the KV of the content whose
+        chained block hashes are `own`."""
         for index in range(first, min(end, len(table), len(own))):
             if table[index] >= 0:
                 self.written[table[index]] = own[index]
