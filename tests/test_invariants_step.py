@@ -22,6 +22,7 @@ from schedspec.spec import (
     NewRequestData,
     RequestError,
     SchedulerOutput,
+    State,
 )
 from schedspec.spec.invariants import (
     CATALOGUE,
@@ -721,6 +722,51 @@ def case_block_registered_under_another_hash() -> Case:
         "block at index 0 registered under another content's hash",
         request_id="A",
         block_id=0,
+    )
+
+
+@cases("CACHE-CONTENT")
+def case_block_holds_a_stale_entry() -> Case:
+    # The wrong hash was there before the step too: no registration of this step's, but
+    # a held block still names other content (the check's common case looks at these
+    # blocks in one comparison, and must still fall back to find this one).
+    good = chunked_prefill()
+    bad = dataclasses.replace(
+        good,
+        pre=with_kv(good.pre, block_hashes=with_block_hash(good.pre.kv, 0, 0xBAD)),
+        post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, 0, 0xBAD)),
+    )
+    return Case(
+        "CACHE-CONTENT",
+        good,
+        bad,
+        "block at index 0 holds a stale entry under another content's hash",
+        request_id="A",
+        block_id=0,
+    )
+
+
+@cases("CACHE-CONTENT")
+def case_stale_entry_after_an_unhashed_block() -> Case:
+    # A held block past an unhashed one (here the first) carries a hash from before
+    # the step: the common case's one comparison covers only leading hashed blocks.
+    good = chunked_prefill()
+    table = good.post.requests["A"].block_ids
+    last, block = len(table) - 1, table[-1]
+    assert last >= 1 and good.post.kv.block_hashes[block] is None
+
+    def corrupted(state: State) -> State:
+        hashes = with_block_hash(state.kv, table[0], None)
+        return with_kv(state, block_hashes=(*hashes[:block], 0xBAD, *hashes[block + 1 :]))
+
+    bad = dataclasses.replace(good, pre=corrupted(good.pre), post=corrupted(good.post))
+    return Case(
+        "CACHE-CONTENT",
+        good,
+        bad,
+        f"block at index {last} holds a stale entry under another content's hash",
+        request_id="A",
+        block_id=block,
     )
 
 

@@ -199,12 +199,12 @@ class KVCacheManager:
 
     def snapshot(self) -> KVState:
         pool = self.block_pool
+        cached = pool.cached_block_hash_to_block
         return KVState(
             num_blocks=pool.num_blocks,
             free_block_ids=tuple(pool.free_block_queue.block_ids()),
             ref_counts=tuple(map(_REF_CNT, pool.blocks)),
             block_hashes=tuple(map(_BLOCK_HASH, pool.blocks)),
-            prefix_cache=tuple(
-                [(h, tuple(holders)) for h, holders in pool.cached_block_hash_to_block.items()]
-            ),
+            # (hash, holder ids) pairs in the map's order, zipped in C.
+            prefix_cache=tuple(zip(cached.keys(), map(tuple, cached.values()), strict=True)),
         )

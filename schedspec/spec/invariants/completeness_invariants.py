@@ -36,7 +36,10 @@ def missing_registrations(
     does not carry its own content's hash."""
     out: list[Violation] = []
     hashes = kv.block_hashes
-    for index in range(min(num_tokens // block_size, len(request.block_ids), len(own))):
+    full = min(num_tokens // block_size, len(request.block_ids), len(own))
+    if _all_registered(hashes, request.block_ids[:full], own[:full]):
+        return out
+    for index in range(full):
         block = request.block_ids[index]
         if 0 <= block < len(hashes) and hashes[block] != own[index]:
             out.append(
@@ -50,6 +53,18 @@ def missing_registrations(
                 )
             )
     return out
+
+
+def _all_registered(
+    hashes: Sequence[BlockHash | None], blocks: Sequence[int], own: Sequence[BlockHash]
+) -> bool:
+    """Every one of `blocks` (ids in range) carries the hash at its place in `own`: the
+    common case, found in C loops (map, min, max, list equality), with no violation to word."""
+    if not blocks:
+        return True
+    if min(blocks) < 0 or max(blocks) >= len(hashes):
+        return False
+    return list(map(hashes.__getitem__, blocks)) == list(own)
 
 
 @invariant(

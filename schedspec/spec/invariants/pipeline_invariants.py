@@ -309,6 +309,8 @@ def check_cache_confirmed(t: UpdateTransition) -> list[Violation]:
     pre_hashes = t.pre.kv.block_hashes
     hashes = t.post.kv.block_hashes
     out: list[Violation] = []
+    if hashes == pre_hashes:
+        return out  # the step registered nothing (most steps)
     for rid, post in t.post.requests.items():
         landed = min(post.num_computed_tokens - post.num_in_flight_tokens, post.num_tokens)
         for index, block in enumerate(post.block_ids):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.transitions import ScheduleTransition
+from schedspec.spec.invariants.transitions import ChainHashes, ScheduleTransition
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
 from schedspec.spec.state import RequestState
 
@@ -443,11 +445,15 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     # tokens a step scheduled before this one computes (async: a request preempted
     # now whose earlier step is still in flight; that step still runs).
     pre_hashes = t.pre.kv.block_hashes
-    registered = [
-        block
-        for block, block_hash in enumerate(hashes[: len(pre_hashes)])
-        if block_hash is not None and block_hash != pre_hashes[block]
-    ]
+    registered = (
+        [
+            block
+            for block, block_hash in enumerate(hashes[: len(pre_hashes)])
+            if block_hash is not None and block_hash != pre_hashes[block]
+        ]
+        if hashes != pre_hashes
+        else []
+    )
     if registered:  # most steps register nothing: the holders are worked out only if so
         held = {b for request in t.post.requests.values() for b in request.block_ids}
         computed_before_this_step = {
@@ -471,6 +477,8 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     # content hash at that position: fresh registrations, and stale ones (a
     # reused block whose old hash was never evicted).
     for rid, post in t.post.requests.items():
+        if _holds_only_its_own_old_hashes(post, hashes, pre_hashes, t.hashes):
+            continue
         known = min(post.num_computed_tokens, post.num_tokens)
         content: list[BlockHash] | None = None
         for index, block in enumerate(post.block_ids):
@@ -503,6 +511,29 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
                     )
                 )
     return out
+
+
+def _holds_only_its_own_old_hashes(
+    request: RequestState,
+    hashes: Sequence[BlockHash | None],
+    pre_hashes: Sequence[BlockHash | None],
+    chain: ChainHashes,
+) -> bool:
+    """The common case of CACHE-CONTENT's last rule, in C loops: the request's blocks (ids
+    in range) carry the hashes they carried before the step (no fresh registration), its
+    own content's at the leading ones and none after. False means: look block by block."""
+    blocks = request.block_ids
+    if not blocks:
+        return True
+    if min(blocks) < 0 or max(blocks) >= min(len(hashes), len(pre_hashes)):
+        return False
+    carried = list(map(hashes.__getitem__, blocks))
+    if carried != list(map(pre_hashes.__getitem__, blocks)):
+        return False
+    leading = carried.index(None) if None in carried else len(carried)
+    if carried.count(None) != len(carried) - leading:
+        return False
+    return leading == 0 or carried[:leading] == chain.of(request)[:leading]
 
 
 @invariant(
