@@ -9,6 +9,7 @@ engine would (which must fail, naming the request or block at fault).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -725,21 +726,25 @@ def case_block_registered_under_another_hash() -> Case:
     )
 
 
+def on_both_sides(t: ScheduleTransition, corrupt: Callable[[State], State]) -> ScheduleTransition:
+    """The step with the same corruption before and after it (as if from earlier steps)."""
+    return dataclasses.replace(t, pre=corrupt(t.pre), post=corrupt(t.post))
+
+
 @cases("CACHE-CONTENT")
 def case_block_holds_a_stale_entry() -> Case:
     # The wrong hash was there before the step too: no registration of this step's, but
     # a held block still names other content (the check's common case looks at these
     # blocks in one comparison, and must still fall back to find this one).
     good = chunked_prefill()
-    bad = dataclasses.replace(
-        good,
-        pre=with_kv(good.pre, block_hashes=with_block_hash(good.pre.kv, 0, 0xBAD)),
-        post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, 0, 0xBAD)),
-    )
+
+    def corrupted(state: State) -> State:
+        return with_kv(state, block_hashes=with_block_hash(state.kv, 0, 0xBAD))
+
     return Case(
         "CACHE-CONTENT",
         good,
-        bad,
+        on_both_sides(good, corrupted),
         "block at index 0 holds a stale entry under another content's hash",
         request_id="A",
         block_id=0,
@@ -759,11 +764,10 @@ def case_stale_entry_after_an_unhashed_block() -> Case:
         hashes = with_block_hash(state.kv, table[0], None)
         return with_kv(state, block_hashes=(*hashes[:block], 0xBAD, *hashes[block + 1 :]))
 
-    bad = dataclasses.replace(good, pre=corrupted(good.pre), post=corrupted(good.post))
     return Case(
         "CACHE-CONTENT",
         good,
-        bad,
+        on_both_sides(good, corrupted),
         f"block at index {last} holds a stale entry under another content's hash",
         request_id="A",
         block_id=block,
