@@ -258,3 +258,15 @@ def test_suite_passes_on_the_default_configs(overlap: bool) -> None:
     result = run_suite(SGLangEngine, "sglang", SuiteSettings(examples=15, seed=20261201), configs)
     assert result.passed, result.error or result.other_error
     assert result.stats.steps > 100
+
+
+def test_s4_sglang_runs_out_of_memory_in_a_prefill_when_aggressive() -> None:
+    """docs/FINDINGS.md S4, found by `check --long --profile sglang --seed 11` on the
+    reference: with schedule_conservativeness 0.1 the admitted requests' decodes and a
+    chunked prefill outgrow the pool, and SGLang raises in the prefill's allocation at
+    the trace's last step, as the reference does (tests/test_sglang_reference.py)."""
+    trace = Trace.load(FINDINGS / "sglang-prefill-out-of-memory-when-aggressive.json")
+    reached: list[int] = []
+    with pytest.raises(RuntimeError, match="Prefill out of memory"):
+        replay(trace, SGLangEngine, "sglang", on_event=lambda index, _: reached.append(index))
+    assert reached[-1] == len(trace.events) - 1

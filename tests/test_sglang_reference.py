@@ -10,12 +10,18 @@ reproduce every row; the named tests below then spell out the rule each example 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from schedspec.properties.checked_engine import CheckedEngine
+from schedspec.properties.reference_adapter import reference_engine
+from schedspec.properties.trace import Trace
 from schedspec.reference import SGLangScheduler
 from schedspec.spec import RequestStatus, SchedulerConfig
 from tests.sglang_helpers import Driver, Event, ObservedRow, Row, as_row, prompt
+
+FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
 
 BASE = SchedulerConfig(
     family="sglang",
@@ -448,3 +454,19 @@ class TestTheDoor:
         scheduler.add_request(request)
         # max_req_len 63 - prompt 50 - 1 = 12 new tokens at most.
         assert request.max_tokens == 12
+
+
+def test_s4_the_reference_runs_out_of_memory_where_sglang_does() -> None:
+    """docs/FINDINGS.md S4: under schedule_conservativeness 0.1, at the trace's last step
+    one free page is left for r62's next chunk and the decodes beside it; the reference
+    raises in the prefill's allocation, as SGLang 0.5.23 does at the same step
+    (tests/test_sglang_adapter.py replays it there)."""
+    trace = Trace.load(FINDINGS / "sglang-prefill-out-of-memory-when-aggressive.json")
+    checked = CheckedEngine.from_factory(reference_engine, trace.config, "sglang", trace.model)
+    *before, last = trace.events
+    for event in before:
+        checked.apply(event)
+    assert len(checked.state.kv.free_block_ids) == 1
+    assert checked.state.config.schedule_conservativeness == 0.1
+    with pytest.raises(RuntimeError, match="Prefill out of memory"):
+        checked.apply(last)
