@@ -6,7 +6,7 @@ invariant is a predicate over them, so one suite serves every engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -122,6 +122,14 @@ class KVState:
     # content (a recomputed last block can duplicate a cached one); lookups
     # take the first.
     prefix_cache: tuple[tuple[BlockHash, tuple[int, ...]], ...]
+
+    def hashes_carried(self, blocks: Sequence[int]) -> list[BlockHash | None] | None:
+        """The hash each of `blocks` carries, in their order, or None if an id is out of
+        range: the cache checks' common cases compare these lists in C loops."""
+        hashes = self.block_hashes
+        if blocks and (min(blocks) < 0 or max(blocks) >= len(hashes)):
+            return None
+        return list(map(hashes.__getitem__, blocks))
 
 
 # The kind of batch an SGLang step ran: prompts only (extend), one token for each

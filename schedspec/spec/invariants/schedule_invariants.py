@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ChainHashes, ScheduleTransition
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
-from schedspec.spec.state import RequestState
+from schedspec.spec.state import KVState, RequestState
 
 
 @invariant(
@@ -477,7 +475,7 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     # content hash at that position: fresh registrations, and stale ones (a
     # reused block whose old hash was never evicted).
     for rid, post in t.post.requests.items():
-        if _holds_only_its_own_old_hashes(post, hashes, pre_hashes, t.hashes):
+        if _holds_only_its_own_old_hashes(post, t.post.kv, t.pre.kv, t.hashes):
             continue
         known = min(post.num_computed_tokens, post.num_tokens)
         content: list[BlockHash] | None = None
@@ -514,21 +512,13 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
 
 
 def _holds_only_its_own_old_hashes(
-    request: RequestState,
-    hashes: Sequence[BlockHash | None],
-    pre_hashes: Sequence[BlockHash | None],
-    chain: ChainHashes,
+    request: RequestState, post: KVState, pre: KVState, chain: ChainHashes
 ) -> bool:
     """The common case of CACHE-CONTENT's last rule, in C loops: the request's blocks (ids
     in range) carry the hashes they carried before the step (no fresh registration), its
     own content's at the leading ones and none after. False means: look block by block."""
-    blocks = request.block_ids
-    if not blocks:
-        return True
-    if min(blocks) < 0 or max(blocks) >= min(len(hashes), len(pre_hashes)):
-        return False
-    carried = list(map(hashes.__getitem__, blocks))
-    if carried != list(map(pre_hashes.__getitem__, blocks)):
+    carried = post.hashes_carried(request.block_ids)
+    if carried is None or carried != pre.hashes_carried(request.block_ids):
         return False
     leading = carried.index(None) if None in carried else len(carried)
     if carried.count(None) != len(carried) - leading:
