@@ -16,7 +16,7 @@ import pytest
 
 from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError, replay
 from schedspec.properties.events import AddRequest
-from schedspec.properties.kv_oracle import KVContentOracle
+from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
 from schedspec.properties.reference_adapter import reference_engine
 from schedspec.spec.block_hash import extend_block_hashes
 from tests.regression_trace import assert_vllm_agrees, regression_trace
@@ -81,8 +81,7 @@ def test_the_oracle_records_the_content_the_step_in_flight_was_fed() -> None:
     checked = CheckedEngine.from_factory(reference_engine, ENDED.config, "sglang", ENDED.model)
     for event in ENDED.events[:3]:  # at #2, #2 is scheduled, then #1 lands: r5 stops on its 3
         checked.apply(event)
-    (in_flight,) = checked._in_flight
-    page_of_position_1 = in_flight.tables["r5"][1]
+    page_of_position_1 = step_in_flight(checked).tables["r5"][1]
     _, second = extend_block_hashes([], [1, 3], 1)
     assert checked._kv_content.written[page_of_position_1] == second
     assert second != extend_block_hashes([], [1, 4], 1)[1]
@@ -111,5 +110,10 @@ def test_a_request_with_other_content_at_that_position_misses_there() -> None:
 
 def scheduled_in_flight(checked: CheckedEngine, request_id: str) -> int:
     """Tokens the step still in flight scheduled for the request."""
+    return step_in_flight(checked).output.num_scheduled_tokens[request_id]
+
+
+def step_in_flight(checked: CheckedEngine) -> ScheduledStep:
+    """The harness's one step in flight, read back."""
     (in_flight,) = checked._in_flight
-    return in_flight.output.num_scheduled_tokens[request_id]
+    return in_flight
