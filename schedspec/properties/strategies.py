@@ -19,6 +19,7 @@ from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.config_regimes import MOST_SEATS, PLAIN_WEIGHT, REGIMES, Regime
 from schedspec.properties.events import AddRequest
+from schedspec.properties.raw_choices import IntegerChoice, raw_draw
 from schedspec.spec import Family, SchedulerConfig, shown
 from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN, POLICIES
 from schedspec.spec.request import max_prompt_tokens
@@ -405,13 +406,15 @@ KIND_WEIGHTS = (1, 3, 1, 1)
 # 60 is a multiple of every possible total weight left on (1-6), so the drawn
 # kind picks each kind in proportion to its weight.
 NUM_KIND_DRAWS = 60
-_KIND_DRAWS = st.integers(0, NUM_KIND_DRAWS - 1)
-_STEP_DRAWS = st.integers(0, MAX_STEPS_PER_ACTION * NUM_DECISION_CODES - 1)
-_LENGTH_KIND_THEN_DRAWS = st.integers(0, REQUEST_DRAW_RANGES[0] * _THEN - 1)
-_REQUEST_REST_DRAWS = tuple(st.integers(0, size - 1) for size in REQUEST_DRAW_RANGES[1:])
-_PICK_DRAWS = st.integers(0, 2**16)
-_CANCEL_PACKED_DRAWS = st.integers(0, 4 * 2 * _THEN - 1)
-_COUNT_THEN_DRAWS = st.integers(0, DRAFT_COUNTS * _THEN - 1)
+# Drawn straight from the choice sequence (raw_choices.py): these are the draws of
+# every action, and so of every few checked steps.
+_KIND_DRAWS = IntegerChoice(NUM_KIND_DRAWS)
+_STEP_DRAWS = IntegerChoice(MAX_STEPS_PER_ACTION * NUM_DECISION_CODES)
+_LENGTH_KIND_THEN_DRAWS = IntegerChoice(REQUEST_DRAW_RANGES[0] * _THEN)
+_REQUEST_REST_DRAWS = tuple(IntegerChoice(size) for size in REQUEST_DRAW_RANGES[1:])
+_PICK_DRAWS = IntegerChoice(2**16 + 1)
+_CANCEL_PACKED_DRAWS = IntegerChoice(4 * 2 * _THEN)
+_COUNT_THEN_DRAWS = IntegerChoice(DRAFT_COUNTS * _THEN)
 
 
 # Swarm testing (Groce et al., 2012), as Hypothesis does it for rules: each
@@ -473,15 +476,18 @@ def drafts_action(packed: int) -> DraftsAction:
 
 def _action(draw: st.DrawFn, kinds_on: tuple[int, ...]) -> Action:
     """One action: its kind, then the kind's fixed shape of packed integers."""
-    kind = kinds_on[draw(_KIND_DRAWS) % len(kinds_on)]
+    raw = raw_draw(draw)
+    kind = kinds_on[_KIND_DRAWS.take(draw, raw) % len(kinds_on)]
     if kind == 0:
-        return step_action(draw(_STEP_DRAWS))
+        return step_action(_STEP_DRAWS.take(draw, raw))
     if kind == ARRIVE:
-        packed = draw(_LENGTH_KIND_THEN_DRAWS)
-        return arrive_action(packed, *(draw(part) for part in _REQUEST_REST_DRAWS))
+        packed = _LENGTH_KIND_THEN_DRAWS.take(draw, raw)
+        rest = (part.take(draw, raw) for part in _REQUEST_REST_DRAWS)
+        return arrive_action(packed, *rest)
     if kind == 2:
-        return cancel_action(draw(_PICK_DRAWS), draw(_CANCEL_PACKED_DRAWS))
-    return drafts_action(draw(_COUNT_THEN_DRAWS))
+        pick = _PICK_DRAWS.take(draw, raw)
+        return cancel_action(pick, _CANCEL_PACKED_DRAWS.take(draw, raw))
+    return drafts_action(_COUNT_THEN_DRAWS.take(draw, raw))
 
 
 @st.composite
