@@ -76,6 +76,35 @@ def case_ref_count_above_holders() -> Case:
     )
 
 
+def unshared_state() -> State:
+    """A running alone, holding blocks (0, 1, 2) once each (block_size 4); 3..15 free."""
+    driver = Driver(enable_prefix_caching=True, num_blocks=16, max_model_len=48)
+    driver.add("A", prompt=PROMPT)
+    driver.step()
+    state = driver.state
+    assert state.requests["A"].block_ids == (0, 1, 2)
+    assert state.kv.ref_counts[:4] == (1, 1, 1, 0)
+    return state
+
+
+@cases("CONSERVATION")
+def case_ref_count_moved_to_a_free_block() -> Case:
+    # The counts still sum to the holders, and no block is shared: the count taken
+    # from held block 1 shows up on free block 3.
+    good = unshared_state()
+    moved = with_ref_count(good.kv, 1, 0)
+    bad = with_kv(good, ref_counts=(*moved[:3], 1, *moved[4:]))
+    return Case(
+        "CONSERVATION",
+        good,
+        bad,
+        "ref count differs from the number of tables holding the block",
+        block_id=1,
+        expected=1,
+        actual=0,
+    )
+
+
 @cases("CONSERVATION")
 def case_held_block_in_free_queue() -> Case:
     good = shared_prefix_state()

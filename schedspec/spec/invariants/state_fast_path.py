@@ -81,25 +81,32 @@ def state_holds(state: State) -> bool:
             for stop in request.stop_token_ids:
                 if stop in outputs:
                     return False
-    # CONSERVATION's counts, in C loops (Counter, min, max, sum) rather than one
+    # CONSERVATION's counts, in C loops (set, min, max, sum, map) rather than one
     # Python loop per held block: the block ids in range, each held block's ref count
     # its number of holders, and every other block's 0 (the counts are >= 0 and sum to
-    # the holders).
+    # the holders). Only when a block is held twice are the holders counted.
     held = [block for request in requests.values() for block in request.block_ids]
-    holders = Counter(held)
     ref_counts = kv.ref_counts
     if len(ref_counts) != num_blocks or (held and (min(held) < 0 or max(held) >= num_blocks)):
         return False
     if (ref_counts and min(ref_counts) < 0) or sum(ref_counts) != len(held):
         return False
-    for block, count in holders.items():
-        if ref_counts[block] != count:
+    holders = set(held)
+    if len(holders) == len(held):
+        # No block held twice (most states): every held block counted at least once
+        # and the counts summing to the holders leaves each held one at 1, the rest 0.
+        if held and min(map(ref_counts.__getitem__, held)) < 1:
             return False
-    # EXCLUSIVE: a block held more than once is a cached full block at the same
-    # position of every table that holds it (a table holding one block twice shows up
-    # here as two positions).
-    if len(holders) != len(held) and not _shared_blocks_hold(state, holders):
-        return False
+    else:
+        counted = Counter(held)
+        for block, count in counted.items():
+            if ref_counts[block] != count:
+                return False
+        # EXCLUSIVE: a block held more than once is a cached full block at the same
+        # position of every table that holds it (a table holding one block twice shows
+        # up here as two positions).
+        if not _shared_blocks_hold(state, counted):
+            return False
     # CONSERVATION: the free queue is exactly the unheld blocks, each once.
     free = kv.free_block_ids
     free_set = set(free)
