@@ -2,9 +2,9 @@
 fresh, so a monkeypatch in the test process never reaches it): importing this module makes
 preemption forget to free the victim's block table, the bug tests/test_gpu_swarm.py plants
 with monkeypatch. A run loads it by naming its configs, `--configs
-tests.swarm_planted:tight_configs`, in the driver and in every worker (chunk_work.
-own_modules). Never import it into the test process: gpu_impl would stay broken for every
-test after it.
+tests.swarm_planted:tight_configs`, in the driver and in every worker (each loads the
+configs by name). Never import it into the test process: gpu_impl would stay broken for
+every test after it.
 """
 
 from __future__ import annotations

@@ -155,8 +155,8 @@ class TestCampaignMerge:
     def test_a_campaign_keeps_every_distinct_failure_once(self, tmp_path: Path) -> None:
         # Chunks 0 and 2 run the same seed: their shrunk traces are the same finding.
         # Chunk 1 runs the first seed after it whose shrunk trace differs: a finding of
-        # its own. Which seed that is depends on what Hypothesis draws, and it draws
-        # constants from the modules loaded, so it is found here, in this process.
+        # its own (which seed that is depends on what Hypothesis draws, so it is found
+        # here rather than written down).
         first = _shrunk_wrong_total(1)
         other = next(s for s in range(2, 12) if _shrunk_wrong_total(s) != first)
         chunks = [Chunk(0, 1, 20), Chunk(1, other, 20), Chunk(2, 1, 20)]

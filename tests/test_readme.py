@@ -112,11 +112,9 @@ def test_shows_worked_example() -> None:
 
 
 def test_the_readme_shows_what_its_commands_print(tmp_path: Path) -> None:
-    """Each command runs as a user runs it, in a fresh interpreter (Hypothesis draws
-    constants from the modules loaded, so a run inside this test process would search
-    differently), all in one folder, in order: `replay` reads the trace `check` wrote,
-    and `diff-replay` the one `diff` wrote. The engines under tests/ import from the
-    checkout."""
+    """Each command runs as a user runs it, in a fresh interpreter, all in one folder, in
+    order: `replay` reads the trace `check` wrote, and `diff-replay` the one `diff`
+    wrote. The engines under tests/ import from the checkout."""
     samples = command_samples()
     commands = [command for command, _ in samples]
     assert any(c.startswith("schedspec diff-replay ") for c in commands)

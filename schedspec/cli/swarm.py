@@ -43,7 +43,6 @@ from schedspec.gpu_impl.device_checks import CHECK_IDS
 from schedspec.gpu_impl.engine import default_device
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.adapters.gpu import DEVICE_ENV
-from schedspec.properties.chunk_work import own_modules
 from schedspec.properties.failure_report import plural
 from schedspec.properties.strategies import configs
 from schedspec.properties.swarm import SwarmResult
@@ -142,7 +141,7 @@ def _run_chunks(
         deadline = campaign_deadline(options)
         sizes = (SWARM_CHUNK_CONFIGS, SWARM_CHUNK_CONFIGS)
         chunks = planned_chunks(options, configs, seed, deadline, backend.workers, sizes)
-        work = SwarmWork(swarm, chosen.name, deadline, own_modules())
+        work = SwarmWork(swarm, chosen.name, deadline)
         # The bar measures configs, or a campaign's time (its --examples cap, if given).
         counted = configs if options.duration is None else options.examples
         progress = campaign_progress(counted, options.duration, options.progress, units=UNITS)

@@ -10,10 +10,6 @@ Ray can ship it to another machine, where the engines are loaded again by name).
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-import sysconfig
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -135,49 +131,14 @@ class ChunkWork:
     recipe: TargetRecipe
     settings: SuiteSettings
     database: DatabaseSource | None = None
-    # The driver's own modules (own_modules()), loaded in the worker before it runs.
-    modules: tuple[str, ...] = ()
 
     def __call__(self, chunk: Chunk) -> ChunkOutcome:
-        load_modules(self.modules)
         database = self.database.open() if self.database is not None else None
         share = replace(self.settings, examples=chunk.examples, seed=chunk.seed, database=database)
         with self.recipe.opened() as (target, configs):
             result = run_target(target, share, configs, on_example=_report)
         report_progress(ChunkProgress(result.examples, result.stats.steps), final=True)
         return _outcome(chunk, result)
-
-
-def own_modules() -> tuple[str, ...]:
-    """The modules loaded here that are the user's own code (neither the standard
-    library nor an installed package). Hypothesis draws constants from their source, so
-    a seed explores the same examples only where the same ones are loaded: a forked
-    worker inherits the driver's, a Ray worker starts fresh and loads them from this
-    list (else a campaign's shrunk trace would depend on where its chunk ran)."""
-    paths = sysconfig.get_paths()
-    roots = {os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib")}
-    roots.add(os.path.realpath(paths["platlib"]) + os.sep)
-    own = []
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if name == "__main__" or not isinstance(file, str):
-            continue
-        if not any(os.path.realpath(file).startswith(root) for root in roots):
-            own.append(name)
-    return tuple(sorted(own))
-
-
-def load_modules(names: Sequence[str]) -> None:
-    """Import the named modules not loaded yet. One that cannot be imported here is
-    skipped: it only narrows the constants Hypothesis may draw, never the run's
-    correctness, and the engines the chunk needs are loaded (and their errors
-    reported) by its recipe."""
-    for name in names:
-        if name not in sys.modules:
-            try:
-                importlib.import_module(name)
-            except Exception:
-                continue
 
 
 def _report(recorder: SuiteRecorder) -> None:

@@ -42,7 +42,6 @@ from schedspec.properties.chunk_work import (
     ChunkProgress,
     ChunkWork,
     TargetRecipe,
-    own_modules,
 )
 from schedspec.properties.engine_errors import EngineHalt, mark_engine_call
 from schedspec.properties.example_db import DatabaseSource
@@ -179,7 +178,7 @@ def run_campaign(
     suite_settings.seed must be set (it names the run and its trace). An interrupt stops
     the workers and keeps what finished."""
     assert suite_settings.seed is not None, "a campaign's seed is chosen by its caller"
-    work = ChunkWork(recipe, suite_settings, database, own_modules())
+    work = ChunkWork(recipe, suite_settings, database)
     started = time.perf_counter()
     campaign = CampaignResult(SuiteResult(local.profile, suite_settings.seed, 0, CheckStats(), 0.0))
 

@@ -33,6 +33,7 @@ from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from schedspec.properties.adapter import EngineFactory
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
+from schedspec.properties.constant_pool import local_constants_pinned
 from schedspec.properties.divergence import DivergenceError
 from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.harness import SingleEngine, Target, replay_target
@@ -279,7 +280,7 @@ def _run_burst(
         phases=phases,
     )
     try:
-        with rarer_collections():
+        with rarer_collections(), local_constants_pinned():
             # Typed as taking the class; documented as taking any callable that
             # returns a machine (run_state_machine_as_test's docstring).
             factory = cast(type[RuleBasedStateMachine], new_machine)

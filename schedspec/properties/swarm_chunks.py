@@ -29,7 +29,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
-from schedspec.properties.chunk_work import ChunkProgress, load_modules
+from schedspec.properties.chunk_work import ChunkProgress
+from schedspec.properties.constant_pool import local_constants_pinned
 from schedspec.properties.engines import load_config_strategy
 from schedspec.properties.parallel import (
     CampaignTally,
@@ -104,7 +105,8 @@ def run_configs(
         if on_config is not None:
             on_config(result)
 
-    one_config()
+    with local_constants_pinned():  # the same configs for a seed wherever it runs
+        one_config()
     return results
 
 
@@ -131,11 +133,8 @@ class SwarmWork:
     swarm: SwarmSettings
     configs: str | None = None  # module:strategy; None: the suite's own
     deadline: float | None = None  # time.time() after which no config starts
-    # The driver's own modules (chunk_work.own_modules()), loaded in the worker first.
-    modules: tuple[str, ...] = ()
 
     def __call__(self, chunk: Chunk) -> SwarmChunkOutcome:
-        load_modules(self.modules)
         prepare_device(self.swarm.device)
         strategy = load_config_strategy(self.configs) if self.configs is not None else configs()
         done: list[SwarmResult] = []

@@ -43,9 +43,8 @@ MUTANT_PROFILES: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
 # The CI profile's sizes (SuiteSettings.quick()), with a pinned seed so that a
 # mutant's verdict and the invariants that caught it are reproducible.
 # SCHEDSPEC_MUTANT_SEED=N runs them under another seed, to see how robustly
-# each mutant is caught. (Hypothesis also draws constants from the source of
-# the imported modules, so another set of imported modules (the whole test
-# run rather than tests/mutants alone, say) can change what a seed explores.)
+# each mutant is caught. A seed explores the same examples whatever else the
+# process imported (the whole test run, or tests/mutants alone): constant_pool.py.
 SUITE_SEED = int(os.environ.get("SCHEDSPEC_MUTANT_SEED", "20240607"))
 CI_SETTINGS = SuiteSettings(
     examples=SuiteSettings.quick().examples,
