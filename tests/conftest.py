@@ -55,3 +55,20 @@ def repeatable_command_seeds(
 
     generator = random.Random(zlib.crc32(request.node.nodeid.encode()))
     monkeypatch.setattr(suite_run, "random", generator)
+
+
+# pytest-xdist spreads the tests over workers (pyproject.toml's addopts). Tests that must
+# not run beside each other, or that share work within one process, form a group, which
+# one worker runs in turn (--dist loadgroup):
+# - ray: the campaigns on local Ray clusters (one cluster at a time on the machine);
+# - mutants: each mutant runs once per process and its outcome serves every test that
+#   asks (tests/mutants/mutation.py), the kill-rate test and table included.
+XDIST_GROUPS = {"test_campaigns_ray.py": "ray", "mutants": "mutants"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.path
+        group = XDIST_GROUPS.get(path.name) or XDIST_GROUPS.get(path.parent.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

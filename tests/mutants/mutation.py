@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -303,22 +303,72 @@ def check_as_a_user(
     return SeedVerdict("C", (CRASH,), steps, f"{type(err).__name__}: {err}".splitlines()[0])
 
 
-def kill_table(outcomes: Iterable[MutantOutcome]) -> str:
+# The user property a test's report carries its mutant's KillRow under.
+KILL_ROW = "schedspec_kill_row"
+
+
+@dataclass(frozen=True)
+class KillRow:
+    """A mutant's line of the kill-rate table, in plain values: a test records it on its
+    report (KILL_ROW), which pytest-xdist sends from the worker that ran the mutant to
+    the process that prints the table (conftest.py)."""
+
+    mutant_id: str
+    verdict: str
+    gap: bool
+    caught_by: tuple[str, ...]
+    runs: int
+    examples: int
+    seconds: float
+    configs: str  # the config strategy's name, or "default"
+    first: str  # the first violation, or the crash, in one line
+
+    @staticmethod
+    def of(outcome: MutantOutcome) -> KillRow:
+        configs = outcome.mutant.configs
+        return KillRow(
+            outcome.mutant.id,
+            outcome.verdict,
+            bool(outcome.mutant.gap),
+            outcome.invariant_ids,
+            outcome.runs,
+            outcome.examples,
+            outcome.seconds,
+            configs.__name__ if configs is not None else "default",
+            outcome.detail,
+        )
+
+    @staticmethod
+    def from_values(values: Sequence[object]) -> KillRow:
+        """The row again, from dataclasses.astuple's values (as a report carried them)."""
+        row = KillRow(*values)  # type: ignore[arg-type]
+        return dataclasses.replace(row, caught_by=tuple(row.caught_by))
+
+    @property
+    def killed(self) -> bool:
+        return self.verdict != "survived"
+
+
+def record_kill_row(record_property: Callable[[str, object], None], outcome: MutantOutcome) -> None:
+    """Put the outcome's KillRow on the running test's report."""
+    record_property(KILL_ROW, dataclasses.astuple(KillRow.of(outcome)))
+
+
+def kill_table(done: Sequence[KillRow]) -> str:
     """The kill-rate table: one row per mutant, then the rate and the total time."""
-    done = list(outcomes)
     header = ("mutant", "verdict", "caught by", "runs", "examples", "time", "configs", "first")
     rows = [header]
     for o in done:
         rows.append(
             (
-                o.mutant.id,
-                o.verdict + (" (gap)" if o.mutant.gap else ""),
-                ",".join(o.invariant_ids) or "-",
+                o.mutant_id,
+                o.verdict + (" (gap)" if o.gap else ""),
+                ",".join(o.caught_by) or "-",
                 str(o.runs),
                 str(o.examples),
                 f"{o.seconds:.2f}s",
-                o.mutant.configs.__name__ if o.mutant.configs is not None else "default",
-                o.detail[:60],
+                o.configs,
+                o.first[:60],
             )
         )
     rows[0] = (*header[:-1], "first violation (or crash)")
@@ -331,7 +381,7 @@ def kill_table(outcomes: Iterable[MutantOutcome]) -> str:
     killed = [o for o in done if o.killed]
     first = sum(o.runs == 1 for o in killed)
     crashed = sum(o.verdict == "crashed" for o in done)
-    gaps = sum(bool(o.mutant.gap) for o in done)
+    gaps = sum(o.gap for o in done)
     total = sum(o.seconds for o in done)
     rate = 100.0 * len(killed) / max(len(done), 1)
     lines.append(
@@ -347,8 +397,8 @@ def kill_table(outcomes: Iterable[MutantOutcome]) -> str:
 # reshuffles what one seed explores. The table shows how many runs it took.
 RUNS_PER_MUTANT = 2
 
-# Outcomes of this process, by mutant id: each mutant runs once per session,
-# whichever test asks first; the kill-rate test and the terminal summary read them.
+# Outcomes of this process, by mutant id: each mutant runs once per process, whichever
+# test asks first (under pytest-xdist the tests of tests/mutants share one worker).
 OUTCOMES: dict[str, MutantOutcome] = {}
 
 

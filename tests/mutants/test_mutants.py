@@ -9,6 +9,7 @@ recorded as such). The kill-rate table prints at the end of the session.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from tests.mutants.mutation import (
     CRASH,
     REFERENCE_DIR,
     Edit,
+    KillRow,
     Mutant,
     MutantOutcome,
     SnippetError,
@@ -31,6 +33,7 @@ from tests.mutants.mutation import (
     kill_table,
     mutated_source,
     outcome_for,
+    record_kill_row,
     suite_settings,
 )
 
@@ -127,18 +130,39 @@ def _check_caught(outcome: MutantOutcome) -> None:
 
 
 @pytest.mark.parametrize("mutant", [_param(m) for m in MUTANTS])
-def test_mutant_is_caught(mutant: Mutant, mutant_root: Path) -> None:
-    _check_caught(outcome_for(mutant, mutant_root))
+def test_mutant_is_caught(
+    mutant: Mutant, mutant_root: Path, record_property: Callable[[str, object], None]
+) -> None:
+    outcome = outcome_for(mutant, mutant_root)
+    record_kill_row(record_property, outcome)
+    _check_caught(outcome)
 
 
-def test_kill_rate(mutant_root: Path) -> None:
+def test_kill_rate(mutant_root: Path, record_property: Callable[[str, object], None]) -> None:
     """Run every mutant (reusing the per-mutant runs) and print the kill-rate table."""
     outcomes = [outcome_for(m, mutant_root) for m in MUTANTS]
-    print("\n" + kill_table(outcomes))
+    for outcome in outcomes:
+        record_kill_row(record_property, outcome)
+    print("\n" + kill_table([KillRow.of(o) for o in outcomes]))
     missed = [o.mutant.id for o in outcomes if not o.killed and not o.mutant.gap]
     assert not missed, f"survived: {missed}"
     false = [o.mutant.id for o in outcomes if o.reference_failure is not None]
     assert not false, f"counterexamples that also fail on the reference: {false}"
+
+
+def test_a_kill_row_survives_the_trip_to_the_reporting_process() -> None:
+    """Under pytest-xdist a row travels as its report's user property, serialized by
+    execnet: it comes back equal, and the table of it reads the same."""
+    execnet = pytest.importorskip("execnet")
+    row = KillRow("m", "caught", False, ("BUDGET", "CRASH"), 2, 130, 1.25, "default", "x")
+    carried = execnet.loads(execnet.dumps(dataclasses.astuple(row)))
+    assert KillRow.from_values(carried) == row
+    table = kill_table([row, dataclasses.replace(row, mutant_id="n", verdict="survived")])
+    assert "m       caught    BUDGET,CRASH  2     130       1.25s  default  x" in table
+    assert table.endswith(
+        "kill rate: 1/2 mutants (50%; 0 on the first run, 0 by an engine crash; 0 known "
+        "gaps); suite time 2.5s"
+    )
 
 
 # ------------------------------------------------------------------ shrinking

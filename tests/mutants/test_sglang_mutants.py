@@ -4,11 +4,18 @@ replays cleanly."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.mutants.mutation import REFERENCE_DIR, Mutant, mutated_source, outcome_for
+from tests.mutants.mutation import (
+    REFERENCE_DIR,
+    Mutant,
+    mutated_source,
+    outcome_for,
+    record_kill_row,
+)
 from tests.mutants.sglang_catalogue import SGLANG_MUTANTS
 from tests.mutants.test_mutants import _check_caught
 
@@ -29,5 +36,9 @@ def sglang_mutant_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("mutant", SGLANG_MUTANTS, ids=[m.id for m in SGLANG_MUTANTS])
-def test_sglang_mutant_is_caught(mutant: Mutant, sglang_mutant_root: Path) -> None:
-    _check_caught(outcome_for(mutant, sglang_mutant_root))
+def test_sglang_mutant_is_caught(
+    mutant: Mutant, sglang_mutant_root: Path, record_property: Callable[[str, object], None]
+) -> None:
+    outcome = outcome_for(mutant, sglang_mutant_root)
+    record_kill_row(record_property, outcome)
+    _check_caught(outcome)
