@@ -3,13 +3,14 @@ draw exactly what st.integers() draws from the same choices."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import hypothesis
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
+from schedspec.properties import raw_choices
 from schedspec.properties.raw_choices import IntegerChoice, integer_constraints, raw_draw
 
 # Narrow and wide ranges: integers() weights the ends of a range wider than 127.
@@ -83,3 +84,22 @@ def test_a_draw_function_bound_to_no_conjecture_data_draws_through_the_strategy(
 def test_a_choice_of_nothing_is_refused() -> None:
     with pytest.raises(ValueError, match="size must be >= 1, got 0"):
         IntegerChoice(0)
+
+
+def test_constraints_are_learnt_at_the_first_take_not_when_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Built at import (the pytest plugin imports the strategies at every pytest start),
+    a choice evaluates no strategy: Hypothesis warns that doing so slows every session."""
+    learnt: list[st.SearchStrategy[Any]] = []
+
+    def learn(strategy: st.SearchStrategy[Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        learnt.append(strategy)
+        return integer_constraints(strategy)
+
+    monkeypatch.setattr(raw_choices, "integer_constraints", learn)
+    choice = IntegerChoice(7)
+    assert learnt == []
+    assert choice.take(lambda strategy: 3, None) == 3  # type: ignore[arg-type]
+    assert choice.take(lambda strategy: 3, None) == 3  # type: ignore[arg-type]
+    assert learnt == [choice.strategy]  # once

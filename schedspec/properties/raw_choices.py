@@ -26,6 +26,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 RawDraw = Callable[..., int]
+# IntegerChoice's constraints before its first take.
+_UNLEARNT: Any = object()
 
 
 class _ConstraintsProbe:
@@ -62,22 +64,31 @@ class IntegerChoice:
 
     size: int
     strategy: st.SearchStrategy[int] = field(init=False, repr=False, compare=False)
-    constraints: tuple[tuple[Any, ...], dict[str, Any]] | None = field(
-        init=False, repr=False, compare=False
-    )
+    # Learnt on the first take, not when built: the choices are built as schedspec's
+    # strategies are imported (by the pytest plugin too, at every pytest start), and
+    # Hypothesis warns that evaluating a strategy there slows every session.
+    _constraints: Any = field(init=False, repr=False, compare=False, default=_UNLEARNT)
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError(f"IntegerChoice size must be >= 1, got {self.size}")
-        strategy = st.integers(0, self.size - 1)
-        object.__setattr__(self, "strategy", strategy)
-        object.__setattr__(self, "constraints", integer_constraints(strategy))
+        object.__setattr__(self, "strategy", st.integers(0, self.size - 1))
+
+    @property
+    def constraints(self) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The arguments integers() passes to draw_integer; None: they cannot be learnt."""
+        if self._constraints is _UNLEARNT:
+            object.__setattr__(self, "_constraints", integer_constraints(self.strategy))
+        return self._constraints  # type: ignore[no-any-return]
 
     def take(self, draw: st.DrawFn, raw: RawDraw | None) -> int:
         """The next choice, through `raw` (raw_draw(draw)) where there is one."""
-        if raw is None or self.constraints is None:
+        constraints = self._constraints
+        if constraints is _UNLEARNT:
+            constraints = self.constraints
+        if raw is None or constraints is None:
             return draw(self.strategy)
-        args, kwargs = self.constraints
+        args, kwargs = constraints
         return raw(*args, **kwargs)
 
 

@@ -129,13 +129,20 @@ def _check_caught(outcome: MutantOutcome) -> None:
     )
 
 
+def assert_caught(
+    mutant: Mutant, root: Path, record_property: Callable[[str, object], None]
+) -> None:
+    """Run the mutant (once per process), put its row on the test's report, then judge it."""
+    outcome = outcome_for(mutant, root)
+    record_kill_row(record_property, outcome)
+    _check_caught(outcome)
+
+
 @pytest.mark.parametrize("mutant", [_param(m) for m in MUTANTS])
 def test_mutant_is_caught(
     mutant: Mutant, mutant_root: Path, record_property: Callable[[str, object], None]
 ) -> None:
-    outcome = outcome_for(mutant, mutant_root)
-    record_kill_row(record_property, outcome)
-    _check_caught(outcome)
+    assert_caught(mutant, mutant_root, record_property)
 
 
 def test_kill_rate(mutant_root: Path, record_property: Callable[[str, object], None]) -> None:

@@ -9,15 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.mutants.mutation import (
-    REFERENCE_DIR,
-    Mutant,
-    mutated_source,
-    outcome_for,
-    record_kill_row,
-)
+from tests.mutants.mutation import REFERENCE_DIR, Mutant, mutated_source
 from tests.mutants.sglang_catalogue import SGLANG_MUTANTS
-from tests.mutants.test_mutants import _check_caught
+from tests.mutants.test_mutants import assert_caught
 
 
 def test_at_least_eight_sglang_mutants() -> None:
@@ -39,6 +33,4 @@ def sglang_mutant_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_sglang_mutant_is_caught(
     mutant: Mutant, sglang_mutant_root: Path, record_property: Callable[[str, object], None]
 ) -> None:
-    outcome = outcome_for(mutant, sglang_mutant_root)
-    record_kill_row(record_property, outcome)
-    _check_caught(outcome)
+    assert_caught(mutant, sglang_mutant_root, record_property)
