@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -28,12 +29,17 @@ pytestmark = pytest.mark.skipif(not pinnable(), reason="this Hypothesis keeps no
 @contextmanager
 def users_module(directory: Path, name: str, source: str) -> Iterator[None]:
     """A local module (outside site-packages and the standard library, not a test file)
-    with literals of its own, loaded for the duration. Hypothesis' pool keeps its
-    literals after that: it only ever grows."""
+    with literals of its own, loaded for the duration. Hypothesis' pool only ever grows:
+    it is put back as it was after, so that no later test draws the module's literals."""
     path = directory / f"{name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
+    saved = (
+        copy.deepcopy(providers._local_constants),
+        set(providers._seen_modules),
+        providers._sys_modules_len,
+    )
     sys.modules[name] = module = importlib.util.module_from_spec(spec)
     # Hypothesis looks for new modules only when sys.modules changes length: forget the
     # length it saw, or a module loaded after another was removed would go unseen.
@@ -43,6 +49,8 @@ def users_module(directory: Path, name: str, source: str) -> Iterator[None]:
         yield
     finally:
         del sys.modules[name]
+        providers._local_constants, providers._seen_modules, providers._sys_modules_len = saved
+        providers.CONSTANTS_CACHE.cache.clear()
 
 
 def seeded_draws(seed: int) -> list[int]:
@@ -101,6 +109,7 @@ def test_pinned_draws_ignore_a_users_literals(tmp_path: Path) -> None:
     assert pinned == before
     assert not set(USERS_LITERALS) & set(pinned)
     assert set(USERS_LITERALS) & set(unpinned)
+    assert not set(USERS_LITERALS) & set(providers._get_local_constants().integers)
 
 
 def test_suite_examples_ignore_a_users_literals(tmp_path: Path) -> None:
