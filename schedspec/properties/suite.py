@@ -206,9 +206,12 @@ def run_target(
         _report_each_example(machine, recorder, on_example)
     started = time.perf_counter()
     result = SuiteResult(target.profile, seed, 0, recorder.stats, 0.0)
-    for chunk in plan_chunks(chosen.examples, seed):
-        if _run_chunk(machine, chunk, chosen, result, recorder):
-            break
+    # One pin for the whole series: entering it empties Hypothesis' cache of permitted
+    # constants, which every burst would otherwise build again.
+    with local_constants_pinned():
+        for chunk in plan_chunks(chosen.examples, seed):
+            if _run_chunk(machine, chunk, chosen, result, recorder):
+                break
     # A hang is not replayed: each replay would cost the whole time limit again.
     hung = isinstance(result.other_error, StepTimeoutError)
     if result.trace is not None and chosen.shrink and not hung and result.interrupted is None:
@@ -280,7 +283,7 @@ def _run_burst(
         phases=phases,
     )
     try:
-        with rarer_collections(), local_constants_pinned():
+        with rarer_collections():
             # Typed as taking the class; documented as taking any callable that
             # returns a machine (run_state_machine_as_test's docstring).
             factory = cast(type[RuleBasedStateMachine], new_machine)
