@@ -349,9 +349,9 @@ class KillRow:
         return self.verdict != "survived"
 
 
-def record_kill_row(record_property: Callable[[str, object], None], outcome: MutantOutcome) -> None:
-    """Put the outcome's KillRow on the running test's report."""
-    record_property(KILL_ROW, dataclasses.astuple(KillRow.of(outcome)))
+def record_kill_row(record_property: Callable[[str, object], None], row: KillRow) -> None:
+    """Put a mutant's KillRow on the running test's report."""
+    record_property(KILL_ROW, dataclasses.astuple(row))
 
 
 def kill_table(done: Sequence[KillRow]) -> str:

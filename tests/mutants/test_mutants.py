@@ -134,7 +134,7 @@ def assert_caught(
 ) -> None:
     """Run the mutant (once per process), put its row on the test's report, then judge it."""
     outcome = outcome_for(mutant, root)
-    record_kill_row(record_property, outcome)
+    record_kill_row(record_property, KillRow.of(outcome))
     _check_caught(outcome)
 
 
@@ -148,9 +148,10 @@ def test_mutant_is_caught(
 def test_kill_rate(mutant_root: Path, record_property: Callable[[str, object], None]) -> None:
     """Run every mutant (reusing the per-mutant runs) and print the kill-rate table."""
     outcomes = [outcome_for(m, mutant_root) for m in MUTANTS]
-    for outcome in outcomes:
-        record_kill_row(record_property, outcome)
-    print("\n" + kill_table([KillRow.of(o) for o in outcomes]))
+    rows = [KillRow.of(o) for o in outcomes]
+    for row in rows:
+        record_kill_row(record_property, row)
+    print("\n" + kill_table(rows))
     missed = [o.mutant.id for o in outcomes if not o.killed and not o.mutant.gap]
     assert not missed, f"survived: {missed}"
     false = [o.mutant.id for o in outcomes if o.reference_failure is not None]
