@@ -37,12 +37,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from schedspec.properties.chunk_work import NamedEngines
+from schedspec.adapters.reference import reference_engine
+from schedspec.campaign.chunk_work import NamedEngines
+from schedspec.campaign.parallel import run_campaign, timed_chunks
+from schedspec.campaign.workers import ChunkRunner, ForkedWorkers
 from schedspec.properties.harness import SingleEngine
-from schedspec.properties.parallel import run_campaign, timed_chunks
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import Chunk, SuiteSettings
-from schedspec.properties.workers import ChunkRunner, ForkedWorkers
 
 RECIPE = NamedEngines("check", ("reference",), "vllm-v1")
 SEED = 1
@@ -158,12 +158,12 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {cpus} CPUs; {seconds:g} s a point")
     points = [measure("local", ForkedWorkers(n), n, seconds) for n in counts]
 
-    from schedspec.properties.ray_cluster import ray_cluster
+    from schedspec.campaign.ray_cluster import ray_cluster
 
     started = time.perf_counter()
     with ray_cluster(None, max(counts)) as cluster:
         print(f"{cluster.describe()} started in {time.perf_counter() - started:.1f} s")
-        from schedspec.properties.ray_workers import RayWorkers
+        from schedspec.campaign.ray_workers import RayWorkers
 
         for n in counts:
             warm_up(RayWorkers(n), n)

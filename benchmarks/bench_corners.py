@@ -19,8 +19,8 @@ import os
 import sys
 import time
 
+from schedspec.adapters.reference import reference_engine
 from schedspec.properties.corners import CORNER_NAMES
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings, run_suite
 
 

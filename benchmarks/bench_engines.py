@@ -32,15 +32,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from schedspec.properties.dependencies import MissingDependencyError
-from schedspec.properties.engines import (
+from schedspec.engines.dependencies import MissingDependencyError
+from schedspec.engines.profiles import probe_config
+from schedspec.engines.registry import (
     default_configs,
     load_config_strategy,
     load_engine_factory,
     named_engine,
 )
-from schedspec.properties.profiles import probe_config
-from schedspec.properties.strategies import family_configs
+from schedspec.properties.strategies.configs import family_configs
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.spec import Family
 from schedspec.spec.invariants import FAMILY_PROFILES

@@ -50,12 +50,12 @@ import schedspec.gpu_impl.admission as admission
 import schedspec.gpu_impl.engine as engine_module
 import schedspec.gpu_impl.running_phase as running_phase
 import schedspec.gpu_impl.step_plan as step_plan
+from schedspec.adapters.reference import reference_engine
+from schedspec.campaign.swarm_trace import SwarmRun, drive, record_instance
 from schedspec.gpu_impl.batch_state import EMPTY, RUNNING
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.swarm_trace import SwarmRun, drive, record_instance
 from schedspec.reference import Scheduler
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig
 

@@ -38,7 +38,7 @@ import threading
 import time
 from pathlib import Path
 
-from schedspec.properties.ray_reaper import process_table
+from schedspec.campaign.ray_reaper import process_table
 
 PROGRESS = re.compile(r": (\d+) examples, (\d+) steps")
 

@@ -32,8 +32,8 @@ from pathlib import Path
 # The mutants live in tests/mutants: import them, and schedspec, from this checkout.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from schedspec.campaign.workers import ForkedWorkers, WorkerCrashed, WorkerLost
 from schedspec.properties.suite import SuiteSettings
-from schedspec.properties.workers import ForkedWorkers, WorkerCrashed, WorkerLost
 from tests.mutants.catalogue import MUTANTS
 from tests.mutants.mutation import Mutant, SeedVerdict, check_as_a_user
 

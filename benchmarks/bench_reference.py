@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from schedspec.properties.fake_model import FakeModel
+from schedspec.engines.fake_model import FakeModel
 from schedspec.reference import Scheduler
 from schedspec.spec import Request, SchedulerConfig, SchedulerOutput
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from schedspec.properties.engines import ENGINE_FORMS, load_engine_factory
+from schedspec.engines.registry import ENGINE_FORMS, load_engine_factory
 from schedspec.simulate.configs import resolve_configs
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.metrics import request_metrics, summarize

@@ -47,25 +47,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import Abort, AddRequest, Drain, ProposeDrafts, Step
+from schedspec.engines.fake_model import FakeModel, StepDecisions
+from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
-from schedspec.properties.config_regimes import PLAIN_WEIGHT, REGIMES, Regime
-from schedspec.properties.events import Abort, AddRequest, Drain, ProposeDrafts, Step
-from schedspec.properties.fake_model import FakeModel, StepDecisions
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.state_machine import MAX_INITIAL_ARRIVALS, MAX_LIVE_REQUESTS
-from schedspec.properties.strategies import (
-    BLOCK_SIZES,
+from schedspec.properties.strategies.actions import (
     MAX_STEPS_AFTER_EVENT,
     MAX_STEPS_PER_ACTION,
     REQUEST_DRAW_RANGES,
     build_add_request,
     decode_request_draw,
 )
+from schedspec.properties.strategies.configs import BLOCK_SIZES
+from schedspec.properties.strategies.regimes import PLAIN_WEIGHT, REGIMES, Regime
 from schedspec.properties.suite import SuiteSettings, run_suite
-from schedspec.properties.trace import ModelParams
 from schedspec.spec import SchedulerConfig, SchedulerOutput
-from schedspec.spec.invariants import CHECKS, Profile, state_fast_path
+from schedspec.spec.invariants import CHECKS, Profile
+from schedspec.spec.invariants.safety import state_fast_path
+from schedspec.traces.trace import ModelParams
 
 PROFILE: Profile = "vllm-v1"
 ENGINE_CALLS = (
@@ -266,7 +267,7 @@ def random_config(rng: random.Random, max_model_len_cap: int = 96) -> SchedulerC
         num_speculative_tokens=num_spec,
         num_lookahead_tokens=rng.choice([None, 0]) if num_spec else None,
     )
-    # The regimes of config_regimes.py, as often as configs() narrows by them.
+    # The regimes of strategies/regimes.py, as often as configs() narrows by them.
     regimes: list[Regime | None] = [None, *REGIMES]
     regime = rng.choices(regimes, weights=[PLAIN_WEIGHT, *(r.weight for r in REGIMES)])[0]
     return drawn if regime is None else regime.narrow(drawn)

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent.parent
 # had since the suite began (run_suite, SuiteSettings, reference_engine).
 ONE_SIDE = """
 import json, sys, time
-from schedspec.properties.reference_adapter import reference_engine
+from schedspec.adapters.reference import reference_engine
 from schedspec.properties.suite import SuiteSettings, run_suite
 first, seeds = int(sys.argv[1]), int(sys.argv[2])
 steps = 0

@@ -35,7 +35,7 @@ those pauses, the median (the measure) does not.
 Part C, async scheduling (vLLM's default): the steady decode of part A with
 async_scheduling on, each engine built for it (vLLM's AsyncScheduler, the
 reference in its async mode) and driven as vLLM's engine core drives it, a
-batch queue of two (schedspec.properties.pipeline.BatchQueue): every engine
+batch queue of two (schedspec.engines.pipeline.BatchQueue): every engine
 step schedules the next batch before the oldest one's output lands. A step is
 one schedule() and the update_from_output() of the step that lands with it.
 It runs in several rounds, round-robin across cases and engines; each round
@@ -78,9 +78,9 @@ from bench_reference import (
     us,
 )
 
-from schedspec.properties.adapters.vllm import INSTALL_STEP, build_scheduler, vllm_available
-from schedspec.properties.fake_model import FakeModel
-from schedspec.properties.pipeline import BatchQueue
+from schedspec.adapters.vllm.engine import INSTALL_STEP, build_scheduler, vllm_available
+from schedspec.engines.fake_model import FakeModel
+from schedspec.engines.pipeline import BatchQueue
 from schedspec.reference import Scheduler
 from schedspec.spec import Request, SchedulerConfig
 

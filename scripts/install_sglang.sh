@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install SGLang's scheduler into a venv of its own, for the SGLang adapter
-# (schedspec.properties.adapters.sglang).
+# (schedspec.adapters.sglang.engine).
 #
 #   scripts/install_sglang.sh VENV_DIR      (the venv is created if it does not exist)
 #
@@ -30,7 +30,7 @@
 # No torchvision: PyPI's wheels need a CUDA torch and do not load against the CPU one;
 # the adapter stubs the one import of it that SGLang's config code makes.
 #
-# Then the probe: `python -m schedspec.properties.adapters.sglang_probe` builds SGLang's
+# Then the probe: `python -m schedspec.adapters.sglang.probe` builds SGLang's
 # real Scheduler for every config family the adapter supports (plain and overlap loops,
 # radix cache on and off, page sizes 1 and 4, mixed chunk) and steps each under the
 # harness, with every per-user cache (Hugging Face's, SGLang's, Triton's, the XDG
@@ -71,7 +71,7 @@ RUNTIME_PACKAGES=(
 )
 NO_DEPS=(sglang compressed-tensors)
 EXTRA_PINS=(triton==3.9.0)
-PROBE_MODULE=schedspec.properties.adapters.sglang_probe
+PROBE_MODULE=schedspec.adapters.sglang.probe
 PROBE_WHAT="SGLang's Scheduler"
 
 install_engine "$@"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install vLLM's scheduler into a venv, for the vLLM adapter (schedspec.properties.adapters.vllm).
+# Install vLLM's scheduler into a venv, for the vLLM adapter (schedspec.adapters.vllm.engine).
 #
 #   scripts/install_vllm.sh VENV_DIR        (the venv is created if it does not exist)
 #
@@ -18,7 +18,7 @@
 #      (scripts/lib/dist_requirements.py: the originals stay as METADATA.orig, the removed
 #      lines are listed in LEFT_OUT), so that later `pip install`s into the venv and
 #      `pip check` stay quiet about them and still check every other requirement.
-# Then the probe: `python -m schedspec.properties.adapters.vllm_probe` builds and steps a
+# Then the probe: `python -m schedspec.adapters.vllm.probe` builds and steps a
 # real VllmEngine for every config family the adapter supports (no drafts, n-gram and EAGLE
 # drafts; fcfs, priority; prefix caching off, on) with every per-user cache (vLLM's, Hugging
 # Face's, the XDG folders) pointed at an empty temp folder: vLLM caches per user what it
@@ -60,7 +60,7 @@ RUNTIME_PACKAGES=(
 )
 NO_DEPS=(vllm xgrammar)
 EXTRA_PINS=()
-PROBE_MODULE=schedspec.properties.adapters.vllm_probe
+PROBE_MODULE=schedspec.adapters.vllm.probe
 PROBE_WHAT="a VllmEngine"
 
 install_engine "$@"

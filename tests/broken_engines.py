@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedspec.properties.reference_adapter import ReferenceEngine
+from schedspec.adapters.reference import ReferenceEngine
 from schedspec.spec import SchedulerConfig, SchedulerOutput
 from schedspec.spec.invariants import Profile
 

@@ -12,8 +12,8 @@ import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from schedspec.properties.reference_adapter import ReferenceEngine
-from schedspec.reference.step_plan import StepPlan
+from schedspec.adapters.reference import ReferenceEngine
+from schedspec.reference.vllm.step_plan import StepPlan
 from schedspec.spec import (
     KVState,
     ModelRunnerOutput,

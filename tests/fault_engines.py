@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
-from schedspec.properties.reference_adapter import ReferenceEngine
+from schedspec.adapters.reference import ReferenceEngine
 from schedspec.spec import (
     ModelRunnerOutput,
     RequestOutput,

@@ -3,7 +3,7 @@ workers find the workers by their parent link, read as the Ray reaper reads it."
 
 from __future__ import annotations
 
-from schedspec.properties.ray_reaper import process_table
+from schedspec.campaign.ray_reaper import process_table
 
 
 def children(pid: int, *, zombies: bool) -> list[int]:

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from schedspec.properties.dependencies import RAY
+from schedspec.engines.dependencies import RAY
 
 
 def require_ray(what: str) -> None:

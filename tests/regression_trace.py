@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.registry import load_engine_factory
 from schedspec.properties.differential import DiffOptions, diff_trace
-from schedspec.properties.engines import load_engine_factory
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.trace import Trace
+from schedspec.traces.trace import Trace
 from tests.vllm_required import require_vllm
 
 DIRECTORY = Path(__file__).parent / "regression_traces"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from schedspec.properties.adapter import EngineAdapter
+from schedspec.engines.protocol import EngineAdapter
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerOutput, State
 from tests.sglang_helpers import Event, Row, fake_token
 

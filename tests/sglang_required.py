@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.properties.adapters.sglang_runtime import INSTALL_STEP
+from schedspec.adapters.sglang.runtime import INSTALL_STEP
 
 SGLANG_VENV_VARIABLE = "SCHEDSPEC_SGLANG_VENV"
 

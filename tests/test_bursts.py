@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.strategies import configs
+from schedspec.adapters.reference import reference_engine
+from schedspec.properties.strategies.configs import configs
 from schedspec.properties.suite import (
     EXAMPLES_PER_BURST,
     Chunk,

@@ -22,27 +22,27 @@ from typing import TypeVar
 import pytest
 from click.testing import CliRunner
 
-from schedspec.cli.main import main
-from schedspec.cli.options import format_duration, parse_duration
-from schedspec.cli.progress import campaign_progress
-from schedspec.properties import ray_reaper
-from schedspec.properties.checked_engine import CheckedEngine
-from schedspec.properties.chunk_work import BuiltTarget, ChunkProgress
-from schedspec.properties.corners import CORNER_NAMES
-from schedspec.properties.events import AddRequest, Step
-from schedspec.properties.example_db import LocalDirectory
-from schedspec.properties.harness import SingleEngine
-from schedspec.properties.parallel import (
+from schedspec.adapters.reference import ReferenceEngine, reference_engine
+from schedspec.campaign import ray_reaper
+from schedspec.campaign.chunk_work import BuiltTarget, ChunkProgress
+from schedspec.campaign.example_db import LocalDirectory
+from schedspec.campaign.parallel import (
     CAMPAIGN_CHUNK_EXAMPLES,
     CampaignTally,
     WorkerLostError,
     run_campaign,
     timed_chunks,
 )
-from schedspec.properties.ray_cluster import RayClusterError, check_reachable
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.campaign.ray_cluster import RayClusterError, check_reachable
+from schedspec.campaign.workers import ForkedWorkers, OnProgress, WorkerCrashed, WorkerLost
+from schedspec.cli.main import main
+from schedspec.cli.options import format_duration, parse_duration
+from schedspec.cli.printing.progress import campaign_progress
+from schedspec.engines.events import AddRequest, Step
+from schedspec.properties.checked_engine import CheckedEngine
+from schedspec.properties.corners import CORNER_NAMES
+from schedspec.properties.harness import SingleEngine
 from schedspec.properties.suite import Chunk, SuiteSettings, plan_chunks, run_suite
-from schedspec.properties.workers import ForkedWorkers, OnProgress, WorkerCrashed, WorkerLost
 from schedspec.spec import SchedulerConfig
 from tests.broken_engines import wrong_total
 from tests.fault_engines import KILL_ONCE_ENV, crashes_in_snapshot
@@ -234,7 +234,7 @@ class TestProgress:
         # Both displays start at 0 s; the reports come at 0.4 s and 4 s.
         readings = [0.0, 0.0, 0.4, 4.0]
         monkeypatch.setattr(
-            "schedspec.cli.progress.time.perf_counter",
+            "schedspec.cli.printing.progress.time.perf_counter",
             lambda: readings.pop(0) if len(readings) > 1 else readings[0],
         )
         with campaign_progress(1000, 10.0, forced=True, tty=False) as advance:
@@ -247,7 +247,7 @@ class TestProgress:
         self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         # 600 s or 1000 examples: at 1 s, 500 examples are half the run, not 1/600 of it.
-        monkeypatch.setattr("schedspec.cli.progress.time.perf_counter", lambda: 1.0)
+        monkeypatch.setattr("schedspec.cli.printing.progress.time.perf_counter", lambda: 1.0)
         with campaign_progress(1000, 600.0, forced=True, tty=False) as advance:
             assert advance is not None
             advance(CampaignTally(finished_examples=50, finished_steps=500))  # 5%: quiet

@@ -226,7 +226,7 @@ def test_a_cluster_address_that_does_not_answer_is_a_usage_error(tmp_path: Path)
 
 def test_a_killed_driver_leaves_no_process_of_its_cluster(tmp_path: Path) -> None:
     # SIGKILL: nothing in the driver runs. Ray ends its head processes and workers; the
-    # reaper (ray_reaper.py) ends the rest, and removes the cluster's directory.
+    # reaper (campaign/ray_reaper.py) ends the rest, and removes the cluster's directory.
     args = ["check", "--ray", "--workers", "2", "--duration", "5m", "--seed", "1"]
     with schedspec(*args, "--trace-dir", str(tmp_path)) as run:
         run.wait_for_workers(2)
@@ -277,9 +277,9 @@ def test_sigterm_stops_a_swarm_campaign_on_ray_and_leaves_no_worker(tmp_path: Pa
 # More chunks than a Ray worker process runs: the one worker's process id for each.
 RECYCLED = """
 import os
-from schedspec.properties.ray_cluster import ray_cluster
+from schedspec.campaign.ray_cluster import ray_cluster
 with ray_cluster(None, 1):
-    from schedspec.properties.ray_workers import CHUNKS_PER_WORKER_PROCESS, RayWorkers
+    from schedspec.campaign.ray_workers import CHUNKS_PER_WORKER_PROCESS, RayWorkers
     chunks = range(CHUNKS_PER_WORKER_PROCESS + 1)
     pids = list(RayWorkers(1).map_chunks(lambda chunk: os.getpid(), chunks))
     print(CHUNKS_PER_WORKER_PROCESS, pids)

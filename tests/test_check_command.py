@@ -14,10 +14,10 @@ from click.testing import CliRunner, Result
 from schedspec.cli.check import CheckOptions
 from schedspec.cli.main import main
 from schedspec.cli.suite_run import suite_settings
-from schedspec.properties.events import AddRequest, Step
-from schedspec.properties.trace import Trace
+from schedspec.engines.events import AddRequest, Step
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import CATALOGUE, in_profile
+from schedspec.traces.trace import Trace
 
 BROKEN = "tests.broken_engines:wrong_total"
 PROFILELESS = "tests.broken_engines:profileless"

@@ -63,7 +63,7 @@ def test_the_module_factory_of_a_registered_engine_needs_what_it_needs(
 ) -> None:
     monkeypatch.setitem(sys.modules, "vllm", None)
     result = CliRunner().invoke(
-        main, ["check", "--engine", "schedspec.properties.adapters.vllm:VllmEngine"]
+        main, ["check", "--engine", "schedspec.adapters.vllm.engine:VllmEngine"]
     )
     assert result.exit_code == 2
     assert "scripts/install_vllm.sh VENV" in result.stderr

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from schedspec.cli.main import COMMANDS, main
-from schedspec.properties.engines import ENGINE_FORMS, ENGINES
+from schedspec.engines.registry import ENGINE_FORMS, ENGINES
 
 
 def command(name: str) -> click.Command:

@@ -8,7 +8,10 @@ from collections import Counter
 
 from hypothesis import given, settings
 
-from schedspec.properties.config_regimes import (
+from schedspec.properties.corners import CORNER_NAMES
+from schedspec.properties.strategies.actions import URGENT, decode_request_draw
+from schedspec.properties.strategies.configs import configs
+from schedspec.properties.strategies.regimes import (
     MOST_SEATS,
     PLAIN_WEIGHT,
     REGIMES,
@@ -20,8 +23,6 @@ from schedspec.properties.config_regimes import (
     priority_tight_cache,
     tight_cache,
 )
-from schedspec.properties.corners import CORNER_NAMES
-from schedspec.properties.strategies import URGENT, configs, decode_request_draw
 from schedspec.spec import SchedulerConfig
 from tests.sched_helpers import make_config
 

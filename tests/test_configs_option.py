@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schedspec.cli.main import main
-from schedspec.properties.engines import load_config_strategy
-from schedspec.properties.strategies import configs
+from schedspec.engines.registry import load_config_strategy
+from schedspec.properties.strategies.configs import configs
 from tests.sched_helpers import make_config
 
 ONLY_PRIORITY = configs().map(lambda c: make_config(policy="priority"))

@@ -1,4 +1,4 @@
-"""A seed draws the same examples whatever local source is loaded (constant_pool.py)."""
+"""A seed draws the same examples whatever local source is loaded (strategies/constant_pool.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.internal.conjecture import providers
 
-from schedspec.properties.constant_pool import local_constants_pinned, pinnable
-from schedspec.properties.reference_adapter import reference_engine
+from schedspec.adapters.reference import reference_engine
+from schedspec.properties.strategies.constant_pool import local_constants_pinned, pinnable
 from schedspec.properties.suite import SuiteSettings, run_suite
 
 # Literals a user's module might hold, each inside the range the draws below take.
@@ -129,8 +129,8 @@ def test_suite_examples_ignore_a_users_literals(tmp_path: Path) -> None:
 def test_swarm_configs_are_drawn_with_the_pool_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
     """Swarm mode draws its configs in swarm_chunks.run_configs: each config is drawn
     (and its swarm run) while the pool is empty."""
-    swarm_chunks = pytest.importorskip("schedspec.properties.swarm_chunks")
-    from schedspec.properties.strategies import configs
+    swarm_chunks = pytest.importorskip("schedspec.campaign.swarm_chunks")
+    from schedspec.properties.strategies.configs import configs
 
     pools: list[int] = []
 

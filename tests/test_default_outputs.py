@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.properties.trace import FORMAL_TRACE_STEM, TRACE_STEMS, trace_file_name
 from schedspec.simulate.runs import DEFAULT_OUT
+from schedspec.traces.trace import FORMAL_TRACE_STEM, TRACE_STEMS, trace_file_name
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,16 +18,16 @@ from dataclasses import replace
 import pytest
 from hypothesis import strategies as st
 
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.adapters.gpu import gpu_engine
+from schedspec.adapters.gpu import gpu_engine
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import AddRequest, Drain, Step
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.registry import load_engine_factory
 from schedspec.properties.differential import DiffOptions, diff_trace, run_diff
-from schedspec.properties.engines import load_engine_factory
-from schedspec.properties.events import AddRequest, Drain, Step
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.strategies import configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.properties.suite import SuiteSettings
-from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig
+from schedspec.traces.trace import Trace
 from tests.vllm_required import require_vllm
 
 EXACT = DiffOptions(compare_block_ids=True)
@@ -103,7 +103,7 @@ def test_random_prefix_cached_workloads_agree_block_for_block_with_gpu_impl() ->
 
 def test_random_workloads_agree_block_for_block_with_vllm() -> None:
     factory = _factory("vllm")
-    from schedspec.properties.adapters.vllm import avoid_known_corners, vllm_configs
+    from schedspec.adapters.vllm.engine import avoid_known_corners, vllm_configs
 
     settings = SuiteSettings(examples=10, rules_per_example=20, seed=20261201)
     # Caching on, then out of the corners where vLLM and the spec are known to part

@@ -6,6 +6,10 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.engines.fake_model import StepDecisions
+from schedspec.engines.recording import ModelAnswer, Snapshot
 from schedspec.properties.differential import (
     DiffOptions,
     Lockstep,
@@ -14,15 +18,11 @@ from schedspec.properties.differential import (
     diff_trace,
     run_diff,
 )
-from schedspec.properties.divergence import first_difference
-from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
-from schedspec.properties.fake_model import StepDecisions
 from schedspec.properties.minimize import failure_signature, minimize_on
-from schedspec.properties.recording import ModelAnswer, Snapshot
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings
-from schedspec.properties.trace import ModelParams, Trace
 from schedspec.spec import ModelRunnerOutput, SchedulerConfig
+from schedspec.traces.divergence import first_difference
+from schedspec.traces.trace import ModelParams, Trace
 from tests.broken_engines import crashing, wrong_total
 from tests.diff_engines import relabelled, short_prefill, victim
 

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
+from schedspec.adapters.reference import reference_engine
 from schedspec.properties import checked_engine
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import drain_step_bound
 from tests.regression_trace import assert_vllm_agrees, regression_trace

@@ -1,5 +1,5 @@
-"""Engines by name (properties/engines.py), the profiles an engine claims
-(properties/profiles.py) and optional dependencies (properties/dependencies.py)."""
+"""Engines by name (engines/registry.py), the profiles an engine claims
+(engines/profiles.py) and optional dependencies (engines/dependencies.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedspec.properties.dependencies import (
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.dependencies import (
     CROSSHAIR,
     TORCH,
     VLLM,
@@ -17,7 +18,14 @@ from schedspec.properties.dependencies import (
     OptionalDependency,
     require,
 )
-from schedspec.properties.engines import (
+from schedspec.engines.profiles import (
+    PROBE_CONFIG,
+    ProfileError,
+    choose_profile,
+    claimed_profiles,
+    probe_profiles,
+)
+from schedspec.engines.registry import (
     ENGINE_FORMS,
     ENGINES,
     NamedEngine,
@@ -26,14 +34,6 @@ from schedspec.properties.engines import (
     load_engine_factory,
     named_engine,
 )
-from schedspec.properties.profiles import (
-    PROBE_CONFIG,
-    ProfileError,
-    choose_profile,
-    claimed_profiles,
-    probe_profiles,
-)
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
 from tests.broken_engines import profileless, safety_only
@@ -51,7 +51,7 @@ class TestNames:
     def test_a_name_or_its_factory_path_is_the_registered_engine(self) -> None:
         vllm = ENGINES["vllm"]
         assert named_engine("vllm") is vllm
-        assert named_engine("schedspec.properties.adapters.vllm:VllmEngine") is vllm
+        assert named_engine("schedspec.adapters.vllm.engine:VllmEngine") is vllm
         assert named_engine("tests.broken_engines:wrong_total") is None
 
     def test_reference_loads_without_any_optional_dependency(self) -> None:
@@ -81,7 +81,7 @@ class TestNames:
 
 class TestDefaultConfigs:
     def test_vllm_runs_on_its_own_configs_the_others_on_the_suites(self) -> None:
-        vllm = "schedspec.properties.adapters.vllm:vllm_default_configs"
+        vllm = "schedspec.adapters.vllm.engine:vllm_default_configs"
         assert default_configs(("vllm",)) == vllm
         assert default_configs(("reference", "vllm")) == vllm  # a diff against it
         assert default_configs(("reference", "gpu")) is None  # the suite's own
@@ -138,7 +138,7 @@ class TestDependencies:
             load_engine_factory("gpu")
         monkeypatch.setitem(sys.modules, "vllm", None)
         with pytest.raises(ValueError, match=r"engine 'vllm' needs vLLM.*install_vllm\.sh"):
-            load_engine_factory("schedspec.properties.adapters.vllm:VllmEngine")
+            load_engine_factory("schedspec.adapters.vllm.engine:VllmEngine")
 
 
 class TestProfiles:

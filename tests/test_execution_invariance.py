@@ -18,6 +18,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schedspec.engines.events import AddRequest
+from schedspec.engines.registry import load_engine_factory
 from schedspec.gpu_impl.execution import (
     Arrival,
     ExecutionError,
@@ -27,9 +29,8 @@ from schedspec.gpu_impl.execution import (
     check_output_invariance,
 )
 from schedspec.gpu_impl.execution.executed_run import ExecEngine
-from schedspec.properties.engines import load_engine_factory
-from schedspec.properties.events import AddRequest
-from schedspec.properties.strategies import build_add_request, configs, request_draws
+from schedspec.properties.strategies.actions import build_add_request, request_draws
+from schedspec.properties.strategies.configs import configs
 from schedspec.spec import Request, SchedulerConfig
 
 MODEL = TinyModelConfig(vocab_size=96, hidden_size=32, num_layers=2, num_heads=4, max_positions=256)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from schedspec.adapters.reference import ReferenceEngine, reference_engine
 from schedspec.gpu_impl.execution import (
     PagedModelRunner,
     SlotSafetyChecker,
@@ -28,9 +29,8 @@ from schedspec.gpu_impl.execution.input_batch import InputBatch, table_slots
 from schedspec.gpu_impl.execution.paged_attention import context_slots
 from schedspec.gpu_impl.execution.request_states import RunnerRequestState
 from schedspec.gpu_impl.execution.slot_safety import StepView, batch_layout
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
-from schedspec.reference.free_block_queue import KVCacheBlock
-from schedspec.reference.kv_cache_manager import KVCacheManager
+from schedspec.reference.vllm.free_block_queue import KVCacheBlock
+from schedspec.reference.vllm.kv_cache_manager import KVCacheManager
 from schedspec.spec import (
     ModelRunnerOutput,
     Request,

@@ -23,9 +23,9 @@ from click.testing import CliRunner
 
 from schedspec.cli.exit_codes import EXIT_CODES
 from schedspec.cli.main import COMMANDS, main
-from schedspec.properties.events import AddRequest, Step
-from schedspec.properties.trace import Trace
+from schedspec.engines.events import AddRequest, Step
 from schedspec.spec import SchedulerConfig
+from schedspec.traces.trace import Trace
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 FAULTS = "tests.fault_engines"

@@ -14,8 +14,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 
 from schedspec.cli.main import main
-from schedspec.properties.engines import run_family
-from schedspec.properties.profiles import (
+from schedspec.engines.profiles import (
     PROBE_CONFIG,
     ProfileError,
     choose_profile,
@@ -23,8 +22,8 @@ from schedspec.properties.profiles import (
     default_profile,
     probe_config,
 )
-from schedspec.properties.strategies import family_configs, sglang_configs
-from schedspec.properties.trace import Trace, TraceError
+from schedspec.engines.registry import run_family
+from schedspec.properties.strategies.configs import family_configs, sglang_configs
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, SchedulerConfig, SGLangState, State
 from schedspec.spec.invariants import (
@@ -35,6 +34,7 @@ from schedspec.spec.invariants import (
     family_of,
     in_profile,
 )
+from schedspec.traces.trace import Trace, TraceError
 
 SGLANG = SchedulerConfig(
     family="sglang",

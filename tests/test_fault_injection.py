@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from schedspec.campaign.ray_reaper import parse_stat
 from schedspec.cli.main import main
-from schedspec.properties.events import Abort, AddRequest, Drain, Step
-from schedspec.properties.ray_reaper import parse_stat
-from schedspec.properties.trace import Trace
+from schedspec.engines.events import Abort, AddRequest, Drain, Step
 from schedspec.spec import SchedulerConfig
+from schedspec.traces.trace import Trace
 from tests.fault_engines import InterruptedWhileShrinking
 from tests.proc_helpers import children
 

@@ -25,7 +25,7 @@ from schedspec.files import (
     read_input_text,
     write_atomically,
 )
-from schedspec.properties.trace import Trace
+from schedspec.traces.trace import Trace
 
 BROKEN = "tests.broken_engines:wrong_total"  # BUDGET breaks with seed 1 in 20 examples
 

@@ -25,11 +25,10 @@ import z3
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schedspec.adapters.reference import ReferenceEngine
+from schedspec.engines.events import AddRequest, ProposeDrafts, Step
 from schedspec.properties.checked_engine import CheckedEngine
-from schedspec.properties.events import AddRequest, ProposeDrafts, Step
-from schedspec.properties.reference_adapter import ReferenceEngine
-from schedspec.properties.strategies import configs
-from schedspec.properties.trace import ModelParams, Trace
+from schedspec.properties.strategies.configs import configs
 from schedspec.spec import (
     PLACEHOLDER_TOKEN_ID,
     ModelRunnerOutput,
@@ -53,6 +52,7 @@ from schedspec.spec.formal.encoding import (
 from schedspec.spec.formal.properties import state_invariant
 from schedspec.spec.formal.step import StepResult, step
 from schedspec.spec.formal.variants import FAITHFUL, Bug, Variant
+from schedspec.traces.trace import ModelParams, Trace
 
 Pairs = list[tuple[z3.ExprRef, z3.ExprRef]]
 TRACES = Path(__file__).parent / "formal_traces"

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from schedspec.adapters.reference import reference_engine
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.formal_traces import reached_config, to_trace
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.trace import Trace
 from schedspec.spec.formal.bmc import search
 from schedspec.spec.formal.variants import BREAKS, Bug, Variant
+from schedspec.traces.formal_traces import reached_config, to_trace
+from schedspec.traces.trace import Trace
 from tests.mutants.catalogue import MUTANTS
 from tests.mutants.mutation import build_mutant_package, engine_factory
 

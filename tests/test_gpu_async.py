@@ -20,11 +20,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import schedspec.gpu_impl.admission as admission
+from schedspec.adapters.gpu import GpuEngine
+from schedspec.adapters.reference import ReferenceEngine
+from schedspec.engines.fake_model import FakeModel, StepDecisions
 from schedspec.gpu_impl.batch_state import BatchState
-from schedspec.properties.adapters.gpu import GpuEngine
-from schedspec.properties.fake_model import FakeModel, StepDecisions
-from schedspec.properties.reference_adapter import ReferenceEngine
-from schedspec.properties.strategies import configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.spec import (
     PLACEHOLDER_TOKEN_ID,
     Request,

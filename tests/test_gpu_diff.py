@@ -15,18 +15,18 @@ import torch
 import schedspec.gpu_impl.admission as admission
 import schedspec.gpu_impl.block_ops as block_ops
 import schedspec.gpu_impl.running_phase as running_phase
+from schedspec.adapters.gpu import gpu_engine
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import AddRequest, Drain, Step
+from schedspec.engines.fake_model import StepDecisions
+from schedspec.engines.registry import load_engine_factory
 from schedspec.gpu_impl.batch_state import BIG, BatchState
 from schedspec.gpu_impl.engine import BatchedScheduler
-from schedspec.properties.adapters.gpu import gpu_engine
 from schedspec.properties.differential import DiffOptions, diff_trace, run_diff
-from schedspec.properties.engines import load_engine_factory
-from schedspec.properties.events import AddRequest, Drain, Step
-from schedspec.properties.fake_model import StepDecisions
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.strategies import configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.properties.suite import SuiteSettings
-from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig
+from schedspec.traces.trace import Trace
 from tests.test_differential import BUSY, PREEMPTING
 
 EXACT = DiffOptions(compare_block_ids=True)

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import schedspec.gpu_impl.hashing as hashing
+from schedspec.adapters.gpu import GpuEngine, HashCollisionError
+from schedspec.adapters.reference import ReferenceEngine
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.admission import longest_cached_prefix
 from schedspec.gpu_impl.batch_state import BIG, EMPTY
@@ -15,8 +17,6 @@ from schedspec.gpu_impl.block_ops import release_tables
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, WorkloadShape
-from schedspec.properties.adapters.gpu import GpuEngine, HashCollisionError
-from schedspec.properties.reference_adapter import ReferenceEngine
 from schedspec.spec import ModelRunnerOutput, Request, RequestError, SchedulerConfig
 from tests.gpu_helpers import busy_swarm
 

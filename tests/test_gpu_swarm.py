@@ -10,18 +10,18 @@ import torch
 from click.testing import CliRunner
 
 import schedspec.gpu_impl.step_plan as step_plan
+from schedspec.adapters.gpu import gpu_engine
+from schedspec.adapters.reference import reference_engine
+from schedspec.campaign.swarm import run_swarm
+from schedspec.campaign.swarm_trace import SwarmRun, drive, record_instance
 from schedspec.cli.main import main
+from schedspec.engines.recording import RecordingEngine
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests
 from schedspec.gpu_impl.swarm_queue import SwarmQueue
 from schedspec.gpu_impl.swarm_workload import SwarmWorkload, _below
-from schedspec.properties.adapters.gpu import gpu_engine
 from schedspec.properties.checked_engine import replay
 from schedspec.properties.harness import SingleEngine
 from schedspec.properties.minimize import failure_signature
-from schedspec.properties.recording import RecordingEngine
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.swarm import run_swarm
-from schedspec.properties.swarm_trace import SwarmRun, drive, record_instance
 from schedspec.spec import SchedulerConfig
 
 # Small and tight: 24 blocks of 4 tokens for up to 12 requests of up to 64 tokens.

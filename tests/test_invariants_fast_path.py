@@ -15,18 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import Step
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
-from schedspec.properties.events import Step
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.strategies import (
-    RequestDraw,
-    build_add_request,
-    configs,
-    request_draws,
-)
+from schedspec.properties.strategies.actions import RequestDraw, build_add_request, request_draws
+from schedspec.properties.strategies.configs import configs
 from schedspec.spec import RequestStatus, SchedulerConfig, State
 from schedspec.spec.invariants import CHECKS, ids_for
-from schedspec.spec.invariants.state_fast_path import FAST_PATH_IDS, state_holds
+from schedspec.spec.invariants.safety.state_fast_path import FAST_PATH_IDS, state_holds
 from tests import test_invariants_pipeline, test_invariants_state
 from tests.invariant_builders import CaseBuilder, with_kv, with_request
 

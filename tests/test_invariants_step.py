@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import Abort, AddRequest, ProposeDrafts, Step
+from schedspec.engines.fake_model import StepDecisions
 from schedspec.properties.checked_engine import CheckedEngine
-from schedspec.properties.events import Abort, AddRequest, ProposeDrafts, Step
-from schedspec.properties.fake_model import StepDecisions
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.spec import (
     CachedRequestData,
     NewRequestData,

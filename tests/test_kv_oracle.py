@@ -14,10 +14,10 @@ import dataclasses
 
 import pytest
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import AddRequest
 from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError, replay
-from schedspec.properties.events import AddRequest
 from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.spec.block_hash import extend_block_hashes
 from tests.regression_trace import assert_vllm_agrees, regression_trace
 

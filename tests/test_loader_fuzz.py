@@ -19,16 +19,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.errors import EngineHalt, engine_call_of
+from schedspec.engines.registry import load_config_strategy, load_engine_factory
+from schedspec.engines.watchdog import Watchdog
 from schedspec.properties.checked_engine import InvariantViolationError
-from schedspec.properties.engine_errors import EngineHalt, engine_call_of
-from schedspec.properties.engines import load_config_strategy, load_engine_factory
 from schedspec.properties.harness import SingleEngine, replay_target
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.trace import Trace, TraceError, trace_from_json
-from schedspec.properties.watchdog import Watchdog
 from schedspec.simulate.cost_model import CostModel, CostModelError, StepWork
 from schedspec.simulate.errors import SimulationInputError
 from schedspec.simulate.trace_file import load_trace
+from schedspec.traces.trace import Trace, TraceError, trace_from_json
 from tests.sched_helpers import make_config
 from tests.test_trace import EVENTS
 
@@ -233,8 +233,8 @@ def test_any_cost_values_are_accepted_finite_or_refused(
 # ---------------------------------------------------- module:attribute names
 
 SAFE_MODULES = (
-    "schedspec.properties.strategies",
-    "schedspec.properties.reference_adapter",
+    "schedspec.properties.strategies.configs",
+    "schedspec.adapters.reference",
     "tests.test_loader_fuzz",
     "no_such_module_anywhere",
     "schedspec",

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from schedspec.properties.fake_model import FakeModel
+from schedspec.engines.fake_model import FakeModel
 from schedspec.reference import Scheduler
 from schedspec.spec import Request, RequestStatus, SchedulerConfig, SchedulerOutput
 

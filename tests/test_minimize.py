@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from schedspec.properties.events import Abort, AddRequest, ProposeDrafts, Step
-from schedspec.properties.fake_model import StepDecisions
+from schedspec.adapters.reference import ReferenceEngine, reference_engine
+from schedspec.engines.events import Abort, AddRequest, ProposeDrafts, Step
+from schedspec.engines.fake_model import StepDecisions
 from schedspec.properties.harness import SingleEngine
 from schedspec.properties.minimize import (
     FEATURE_KNOBS,
@@ -14,10 +15,9 @@ from schedspec.properties.minimize import (
     minimize_trace,
     plainer_configs,
 )
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.properties.suite import SuiteSettings, run_suite
-from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerConfig, SchedulerOutput
+from schedspec.traces.trace import Trace
 from tests.broken_engines import WrongTotalEngine, wrong_total
 from tests.sched_helpers import make_config
 

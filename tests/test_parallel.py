@@ -6,9 +6,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.campaign.parallel import run_suite_parallel
 from schedspec.cli.main import main
-from schedspec.properties.parallel import run_suite_parallel
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings
 from tests.broken_engines import wrong_total
 

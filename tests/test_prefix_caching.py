@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from schedspec.properties.fake_model import FakeModel
-from schedspec.properties.pipeline import run_step
+from schedspec.engines.fake_model import FakeModel
+from schedspec.engines.pipeline import run_step
 from schedspec.reference import Scheduler
 from schedspec.spec import (
     BlockHash,

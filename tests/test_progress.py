@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.cli.progress import progress
+from schedspec.cli.printing.progress import progress
 
 
 def test_silent_off_a_terminal_without_the_flag() -> None:

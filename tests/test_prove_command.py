@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from schedspec.cli.main import main
-from schedspec.properties.trace import Trace
+from schedspec.traces.trace import Trace
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -17,7 +17,7 @@ pytest_plugins = ["pytester"]
 ENGINES = """
 import dataclasses
 
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.adapters.reference import ReferenceEngine, reference_engine
 
 
 class MiscountingEngine(ReferenceEngine):

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from schedspec.properties import raw_choices
-from schedspec.properties.raw_choices import IntegerChoice, integer_constraints, raw_draw
+from schedspec.properties.strategies import raw_choices
+from schedspec.properties.strategies.raw_choices import IntegerChoice, integer_constraints, raw_draw
 
 # Narrow and wide ranges: integers() weights the ends of a range wider than 127.
 CHOICES = (IntegerChoice(1), IntegerChoice(60), IntegerChoice(128), IntegerChoice(12288))

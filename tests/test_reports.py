@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from schedspec.cli.check_report import invariants_of
 from schedspec.cli.main import main
-from schedspec.cli.reports import EXIT_CODES, Outcome
-from schedspec.properties.engine_boundary import GuardedEngine
-from schedspec.properties.events import AddRequest, Step
-from schedspec.properties.trace import Trace
-from schedspec.properties.watchdog import StepTimeoutError, Watchdog
+from schedspec.cli.printing.check_report import invariants_of
+from schedspec.cli.printing.reports import EXIT_CODES, Outcome
+from schedspec.engines.boundary import GuardedEngine
+from schedspec.engines.events import AddRequest, Step
+from schedspec.engines.watchdog import StepTimeoutError, Watchdog
 from schedspec.spec import SchedulerConfig
+from schedspec.traces.trace import Trace
 from tests.diff_engines import hanging
 
 HANG = "tests.diff_engines:hanging"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import AddRequest
+from schedspec.engines.fake_model import StepDecisions
 from schedspec.properties.checked_engine import CheckedEngine
-from schedspec.properties.events import AddRequest
-from schedspec.properties.fake_model import StepDecisions
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus
 from schedspec.spec.invariants import CHECKS, UpdateTransition
 from tests.sched_helpers import add, make_config, make_scheduler

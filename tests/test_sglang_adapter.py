@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's Scheduler under schedspec, through schedspec.properties.adapters.sglang.
+"""SGLang 0.5.23's Scheduler under schedspec, through schedspec.adapters.sglang.engine.
 
 Needs SGLang, in a venv of its own: `scripts/install_sglang.sh VENV_DIR`. Skipped, with
 that reason, where SGLang is not installed, except in CI's SGLang venv
@@ -16,20 +16,19 @@ from tests.sglang_required import require_sglang
 
 require_sglang("the SGLang adapter tests")
 
-from schedspec.properties.adapters import sglang as adapter  # noqa: E402
-from schedspec.properties.adapters.sglang import (  # noqa: E402
+from schedspec.adapters.reference import reference_engine  # noqa: E402
+from schedspec.adapters.sglang import engine as adapter  # noqa: E402
+from schedspec.adapters.sglang.engine import (  # noqa: E402
     SGLangEngine,
     generate_request,
     server_args,
     sglang_default_configs,
     start_scheduler,
 )
-from schedspec.properties.adapters.sglang_runtime import VOCAB_SIZE, load_sglang  # noqa: E402
+from schedspec.adapters.sglang.runtime import VOCAB_SIZE, load_sglang  # noqa: E402
 from schedspec.properties.checked_engine import replay  # noqa: E402
 from schedspec.properties.differential import DiffOptions, diff_trace  # noqa: E402
-from schedspec.properties.reference_adapter import reference_engine  # noqa: E402
 from schedspec.properties.suite import SuiteSettings, run_suite  # noqa: E402
-from schedspec.properties.trace import Trace  # noqa: E402
 from schedspec.spec import (  # noqa: E402
     ConfigError,
     ModelRunnerOutput,
@@ -40,6 +39,7 @@ from schedspec.spec import (  # noqa: E402
     extend_block_hashes,
 )
 from schedspec.spec.request import admitted_max_tokens, max_prompt_tokens  # noqa: E402
+from schedspec.traces.trace import Trace  # noqa: E402
 from tests.sglang_engine_rows import EngineDriver  # noqa: E402
 from tests.sglang_helpers import as_row, prompt  # noqa: E402
 from tests.test_sglang_reference import SCENARIOS  # noqa: E402

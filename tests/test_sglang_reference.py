@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from schedspec.adapters.reference import reference_engine
 from schedspec.properties.checked_engine import CheckedEngine
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.trace import Trace
 from schedspec.reference import SGLangScheduler
 from schedspec.spec import RequestStatus, SchedulerConfig
+from schedspec.traces.trace import Trace
 from tests.sglang_helpers import Driver, Event, ObservedRow, Row, as_row, prompt
 
 FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"

@@ -13,17 +13,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedspec.properties.adapters import sglang_runtime
-from schedspec.properties.adapters.sglang import (
+from schedspec.adapters.sglang import runtime as sglang_runtime
+from schedspec.adapters.sglang.engine import (
     max_running_requests,
     refusal,
     sglang_default_configs,
     sglang_rid,
     spec_id,
 )
-from schedspec.properties.adapters.sglang_kv import free_block_order, slot_block, table_blocks
-from schedspec.properties.adapters.sglang_output import BatchRow, Pipeline
-from schedspec.properties.adapters.sglang_probe import FAMILIES
+from schedspec.adapters.sglang.kv import free_block_order, slot_block, table_blocks
+from schedspec.adapters.sglang.output import BatchRow, Pipeline
+from schedspec.adapters.sglang.probe import FAMILIES
 from schedspec.spec import SchedulerConfig
 
 

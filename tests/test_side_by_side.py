@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from schedspec.properties.reference_adapter import reference_engine
+from schedspec.adapters.reference import reference_engine
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig
 from tests.sglang_helpers import prompt
 

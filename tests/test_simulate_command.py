@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from schedspec.cli.main import main
-from schedspec.cli.progress import _Tally, simulation_progress
+from schedspec.cli.printing.progress import _Tally, simulation_progress
 
 SMALL = ("--num-requests", "30", "--rate", "30")
 
@@ -242,7 +242,7 @@ def test_an_engine_from_the_working_directory(
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(tmp_path)
     (tmp_path / "my_simulated_engine.py").write_text(
-        "from schedspec.properties.reference_adapter import ReferenceEngine as Engine\n"
+        "from schedspec.adapters.reference import ReferenceEngine as Engine\n"
     )
     result = _run(tmp_path, "--engine", "my_simulated_engine:Engine", *SMALL, "--no-plots")
     assert result.exit_code == 0, result.output

@@ -8,13 +8,13 @@ import os
 
 import pytest
 
-from schedspec.properties.engines import load_engine_factory
+from schedspec.engines.registry import load_engine_factory
 from schedspec.simulate.configs import resolve_configs
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.runs import run_configs
 from schedspec.simulate.workloads import SyntheticWorkload
 
-VLLM = "schedspec.properties.adapters.vllm:VllmEngine"
+VLLM = "schedspec.adapters.vllm.engine:VllmEngine"
 INSTALL = "scripts/install_vllm.sh VENV_DIR"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.properties.reference_adapter import reference_engine
+from schedspec.adapters.reference import reference_engine
 from schedspec.simulate.configs import EXPERIMENT_PRESETS, resolve_configs
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.experiment import TradeOff, format_trade_offs, trade_off

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from schedspec.adapters.reference import reference_engine
 from schedspec.cli.main import main
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.simulate.configs import (
     COMPARE_PRESETS,
     SGLANG_COMPARE_PRESETS,

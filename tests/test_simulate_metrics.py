@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.properties.reference_adapter import reference_engine
+from schedspec.adapters.reference import reference_engine
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.metrics import (
     Percentiles,

@@ -13,7 +13,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
-from schedspec.properties.reference_adapter import reference_engine
+from schedspec.adapters.reference import reference_engine
 from schedspec.simulate.configs import resolve_configs
 from schedspec.simulate.cost_model import CostModel, StepWork
 from schedspec.simulate.log_ticks import MIN_LABELS

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
+from schedspec.adapters.reference import ReferenceEngine, reference_engine
 from schedspec.simulate import simulator
 from schedspec.simulate.block_ledger import BlockLedger
 from schedspec.simulate.configs import resolve_configs

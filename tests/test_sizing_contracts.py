@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.properties.contracts import SIZING, check_contracts
 from schedspec.reference import sizing
+from schedspec.reference.contracts import SIZING, check_contracts
 from tests.mutants.catalogue import MUTANTS
 
 # ----------------------------------------------------------------- worked examples

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from schedspec.adapters.reference import ReferenceEngine, reference_engine
+from schedspec.engines.events import AddRequest
 from schedspec.properties.checked_engine import CheckedEngine
-from schedspec.properties.events import AddRequest
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
 from schedspec.properties.state_machine import (
     ACTIONS_PER_RULE,
     SuiteRecorder,
@@ -21,7 +21,7 @@ from schedspec.properties.state_machine import (
     resent,
     rules_for,
 )
-from schedspec.properties.strategies import (
+from schedspec.properties.strategies.actions import (
     ARRIVE,
     EOS_CHOICES,
     KIND_WEIGHTS,

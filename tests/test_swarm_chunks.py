@@ -1,4 +1,4 @@
-"""Swarm mode in chunks (properties/swarm_chunks.py): configs x seeds split over workers
+"""Swarm mode in chunks (campaign/swarm_chunks.py): configs x seeds split over workers
 through the suite's ChunkRunner, merged in chunk order; a finding reported as a run in one
 process reports it, a campaign keeping every distinct one, a lost worker losing its chunk;
 and the command's flags for it (local processes here; Ray in test_campaigns_ray.py)."""
@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.properties.adapters.gpu import DEVICE_ENV
-from schedspec.properties.parallel import WorkerLostError, timed_chunks
-from schedspec.properties.strategies import configs
-from schedspec.properties.suite import Chunk, plan_chunks
-from schedspec.properties.swarm_chunks import (
+from schedspec.adapters.gpu import DEVICE_ENV
+from schedspec.campaign.parallel import WorkerLostError, timed_chunks
+from schedspec.campaign.swarm_chunks import (
     SWARM_CHUNK_CONFIGS,
     SwarmSettings,
     SwarmWork,
     run_configs,
     run_swarm_campaign,
 )
-from schedspec.properties.workers import ForkedWorkers
+from schedspec.campaign.workers import ForkedWorkers
+from schedspec.properties.strategies.configs import configs
+from schedspec.properties.suite import Chunk, plan_chunks
 from tests.proc_helpers import children
 from tests.test_campaigns import InProcess
 from tests.test_gpu_swarm import TIGHT, _keep_blocks_on_preemption, _swarm_cli

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedspec.cli.run_report import Scheduled, format_step, record_step
+from schedspec.cli.printing.run_report import Scheduled, format_step, record_step
 from schedspec.simulate.timeline import ScheduledEntry, classify
 from schedspec.spec import (
     CachedRequestData,

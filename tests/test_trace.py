@@ -10,19 +10,19 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from schedspec.adapters.reference import ReferenceEngine, reference_engine
 from schedspec.cli.main import main
+from schedspec.engines.events import Abort, AddRequest, Drain, ProposeDrafts, Step
+from schedspec.engines.fake_model import StepDecisions
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.events import Abort, AddRequest, Drain, ProposeDrafts, Step
-from schedspec.properties.fake_model import StepDecisions
-from schedspec.properties.reference_adapter import ReferenceEngine, reference_engine
-from schedspec.properties.trace import (
+from schedspec.spec import SchedulerConfig, SchedulerOutput
+from schedspec.traces.trace import (
     VERSION,
     ModelParams,
     Trace,
     TraceError,
     trace_from_json,
 )
-from schedspec.spec import SchedulerConfig, SchedulerOutput
 from tests.sched_helpers import make_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -247,7 +247,7 @@ def test_replay_of_a_device_or_a_folder_is_a_usage_error(tmp_path: Path) -> None
 def test_a_trace_larger_than_the_bound_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("schedspec.properties.trace.MAX_TRACE_BYTES", 1000)
+    monkeypatch.setattr("schedspec.traces.trace.MAX_TRACE_BYTES", 1000)
     path = tmp_path / "big.json"
     path.write_text(json.dumps(_document()) + " " * 1000)
     with pytest.raises(TraceError, match="is larger than the 1,000 bytes this input may be"):

@@ -1,4 +1,4 @@
-"""vLLM V1's Scheduler under schedspec, through schedspec.properties.adapters.vllm.
+"""vLLM V1's Scheduler under schedspec, through schedspec.adapters.vllm.engine.
 
 Needs vLLM: `scripts/install_vllm.sh VENV_DIR`. Skipped, with that reason,
 where vLLM is not installed, except in CI (CI set), where a missing vLLM fails.
@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from schedspec.properties.adapters import vllm as adapter
-from schedspec.properties.adapters.vllm import (
+from schedspec.adapters.reference import reference_engine
+from schedspec.adapters.vllm import engine as adapter
+from schedspec.adapters.vllm.engine import (
     VllmEngine,
     VllmMissingError,
     avoid_known_corners,
@@ -26,13 +27,11 @@ from schedspec.properties.adapters.vllm import (
     vllm_default_configs,
     vllm_watermark,
 )
+from schedspec.engines.fake_model import FakeModel
+from schedspec.engines.pipeline import run_step
 from schedspec.properties.checked_engine import InvariantViolationError, replay
 from schedspec.properties.differential import DiffOptions, diff_trace
-from schedspec.properties.fake_model import FakeModel
-from schedspec.properties.pipeline import run_step
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings, run_suite
-from schedspec.properties.trace import Trace
 from schedspec.reference import Scheduler as ReferenceScheduler
 from schedspec.spec import (
     PLACEHOLDER_TOKEN_ID,
@@ -48,6 +47,7 @@ from schedspec.spec import (
     extend_block_hashes,
 )
 from schedspec.spec.invariants import CHECKS, ids_for
+from schedspec.traces.trace import Trace
 
 INSTALL = "scripts/install_vllm.sh VENV_DIR"
 if os.environ.get("CI") and importlib.util.find_spec("vllm") is None:
@@ -482,7 +482,7 @@ def test_by_short_name_it_runs_on_its_own_configs_and_passes(
     result = CliRunner().invoke(main, [*args, *flags])
     assert result.exit_code == 0, result.output
     assert says in result.output
-    assert "configs from schedspec.properties.adapters.vllm:vllm_default_configs" in (result.output)
+    assert "configs from schedspec.adapters.vllm.engine:vllm_default_configs" in (result.output)
     assert len(built_configs) > 8  # the probe, then one per example
     assert all(unsupported_reason(c) is None for c in built_configs)
     assert all(avoid_known_corners(c) == c for c in built_configs)

@@ -16,13 +16,12 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from schedspec.properties.adapters.vllm_output import DraftingSkips, external_id
+from schedspec.adapters.reference import reference_engine
+from schedspec.adapters.vllm.output import DraftingSkips, external_id
+from schedspec.engines.events import AddRequest, Drain, Event, Step
+from schedspec.engines.pipeline import BatchQueue
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.properties.differential import DiffOptions, diff_trace
-from schedspec.properties.events import AddRequest, Drain, Event, Step
-from schedspec.properties.pipeline import BatchQueue
-from schedspec.properties.reference_adapter import reference_engine
-from schedspec.properties.trace import Trace
 from schedspec.spec import (
     PLACEHOLDER_TOKEN_ID,
     CachedRequestData,
@@ -31,6 +30,7 @@ from schedspec.spec import (
     SchedulerConfig,
     SchedulerOutput,
 )
+from schedspec.traces.trace import Trace
 
 PH = PLACEHOLDER_TOKEN_ID
 MODES = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
@@ -52,7 +52,7 @@ def vllm_engine() -> type[Any]:
     from tests.vllm_required import require_vllm
 
     require_vllm("the async vLLM adapter tests")
-    from schedspec.properties.adapters.vllm import VllmEngine
+    from schedspec.adapters.vllm.engine import VllmEngine
 
     return VllmEngine
 
@@ -110,7 +110,7 @@ def test_vllms_own_config_resolves_the_mode_and_the_v2_runner(async_scheduling: 
 
 
 def test_a_scheduler_that_is_not_the_configs_mode_is_refused() -> None:
-    from schedspec.properties.adapters.vllm import _check_translation
+    from schedspec.adapters.vllm.engine import _check_translation
 
     engine_class = vllm_engine()
     sync = engine_class(config())
@@ -318,7 +318,7 @@ def test_vllm_skips_drafting_only_with_eagle(async_scheduling: bool) -> None:
 @given(st.data())
 @settings(max_examples=200, deadline=None)
 def test_the_default_configs_stay_out_of_the_known_corners(data: st.DataObject) -> None:
-    from schedspec.properties.adapters.vllm import unsupported_reason, vllm_default_configs
+    from schedspec.adapters.vllm.engine import unsupported_reason, vllm_default_configs
 
     cfg = data.draw(vllm_default_configs())
     assert unsupported_reason(cfg) is None
@@ -335,7 +335,7 @@ def test_the_default_configs_stay_out_of_the_known_corners(data: st.DataObject) 
 def test_the_default_configs_reach_both_modes_and_every_drafter(
     async_scheduling: bool, drafter: str
 ) -> None:
-    from schedspec.properties.adapters.vllm import vllm_default_configs
+    from schedspec.adapters.vllm.engine import vllm_default_configs
 
     def drafter_of(cfg: SchedulerConfig) -> str:
         if cfg.num_speculative_tokens == 0:

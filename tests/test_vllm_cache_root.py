@@ -42,7 +42,7 @@ def test_vllm_writes_its_model_inspection_to_the_sessions_cache_root() -> None:
     require_vllm("the cache-root test")
     from vllm import envs
 
-    from schedspec.properties.adapters.vllm import VllmEngine
+    from schedspec.adapters.vllm.engine import VllmEngine
     from schedspec.spec import SchedulerConfig
 
     assert envs.VLLM_CACHE_ROOT == SESSION_VLLM_CACHE_ROOT

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from schedspec.properties.adapters import vllm_probe
-from schedspec.properties.adapters.vllm import VLLM_LOGGING_VARIABLES, unsupported_reason
-from schedspec.properties.adapters.vllm_probe import (
+from schedspec.adapters.reference import ReferenceEngine
+from schedspec.adapters.vllm import probe as vllm_probe
+from schedspec.adapters.vllm.engine import VLLM_LOGGING_VARIABLES, unsupported_reason
+from schedspec.adapters.vllm.probe import (
     CACHE_VARIABLES,
     FAMILIES,
     Family,
@@ -21,7 +22,6 @@ from schedspec.properties.adapters.vllm_probe import (
     empty_caches,
     step_family,
 )
-from schedspec.properties.reference_adapter import ReferenceEngine
 from schedspec.spec import RequestOutput, SchedulerOutput
 from tests.vllm_required import require_vllm
 
@@ -127,7 +127,7 @@ def test_the_probe_passes_here_quietly_and_leaves_the_users_caches_alone(tmp_pat
     env |= {name: str(user / name.lower()) for name in CACHE_VARIABLES}
     env["PYTHONPATH"] = str(REPO)
     result = subprocess.run(
-        [sys.executable, "-m", "schedspec.properties.adapters.vllm_probe"],
+        [sys.executable, "-m", "schedspec.adapters.vllm.probe"],
         env=env,
         capture_output=True,
         text=True,

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.campaign.parallel import run_suite_parallel
+from schedspec.campaign.workers import ForkedWorkers, WorkerCrashed, WorkerLost
 from schedspec.cli.main import main
-from schedspec.properties.parallel import run_suite_parallel
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import MAX_CHUNK_EXAMPLES, Chunk, SuiteSettings, plan_chunks
-from schedspec.properties.workers import ForkedWorkers, WorkerCrashed, WorkerLost
 
 
 class TestPlanChunks:

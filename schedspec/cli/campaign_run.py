@@ -3,7 +3,7 @@ examples or for a time (a campaign, --duration). Swarm mode (swarm.py) opens its
 and reports what it covered through the same functions (open_backend, echo_coverage,
 echo_findings).
 
-The run is planned and merged by properties/parallel.py whatever the backend: chunks of
+The run is planned and merged by campaign/parallel.py whatever the backend: chunks of
 examples on seeds seed, seed + 1, ..., the first failure in chunk order replayed here
 into the same trace, report and exit code as a run in one process. A campaign goes on
 past failures and keeps each distinct one's trace; it ends at its deadline, or on
@@ -21,22 +21,22 @@ from dataclasses import dataclass, replace
 
 import click
 
-from schedspec.cli.options import format_duration
-from schedspec.cli.progress import campaign_progress
-from schedspec.cli.suite_run import SuiteRunOptions
-from schedspec.properties.chunk_work import NamedEngines
-from schedspec.properties.example_db import DatabaseSource, LocalDirectory, campaign_namespace
-from schedspec.properties.failure_report import plural
-from schedspec.properties.harness import Target
-from schedspec.properties.parallel import (
+from schedspec.campaign.chunk_work import NamedEngines
+from schedspec.campaign.example_db import DatabaseSource, LocalDirectory, campaign_namespace
+from schedspec.campaign.parallel import (
     CAMPAIGN_CHUNK_EXAMPLES,
     CampaignResult,
     Finding,
     run_campaign,
     timed_chunks,
 )
+from schedspec.campaign.workers import ChunkRunner, ForkedWorkers
+from schedspec.cli.options import format_duration
+from schedspec.cli.printing.progress import campaign_progress
+from schedspec.cli.suite_run import SuiteRunOptions
+from schedspec.properties.failure_report import plural
+from schedspec.properties.harness import Target
 from schedspec.properties.suite import MAX_CHUNK_EXAMPLES, Chunk, SuiteSettings, plan_chunks
-from schedspec.properties.workers import ChunkRunner, ForkedWorkers
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def examples_phrase(options: SuiteRunOptions, chosen: SuiteSettings) -> str:
 
 
 def database_source(options: SuiteRunOptions, recipe: NamedEngines) -> LocalDirectory | None:
-    """--example-db as this machine opens it, under the run's namespace (example_db.py)."""
+    """--example-db as this machine opens it, under the run's namespace (campaign/example_db.py)."""
     if options.example_db is None:
         return None
     namespace = campaign_namespace(recipe.command, recipe.engines, recipe.profile, recipe.configs)
@@ -98,13 +98,13 @@ def open_backend(options: SuiteRunOptions) -> Iterator[Backend]:
         name = f"{workers} local process" + ("es" if workers != 1 else "")
         yield Backend(ForkedWorkers(workers), name, workers, on_ray=False)
         return
-    from schedspec.properties.ray_cluster import RayClusterError, ray_cluster
+    from schedspec.campaign.ray_cluster import RayClusterError, ray_cluster
 
     address = None if options.ray == "local" else options.ray
     try:
         with ray_cluster(address, options.workers) as cluster:
             # Only now: importing Ray's runner before the cluster is up would fix its address.
-            from schedspec.properties.ray_workers import RayWorkers
+            from schedspec.campaign.ray_workers import RayWorkers
 
             workers = options.workers or cluster.cpus
             name = f"{cluster.describe()}, {plural(workers, 'worker')}"
@@ -133,7 +133,7 @@ def run_parallel(
     with open_backend(options) as backend:
         database: DatabaseSource | None = local_db
         if backend.on_ray and local_db is not None:
-            from schedspec.properties.ray_workers import serve_directory
+            from schedspec.campaign.ray_workers import serve_directory
 
             database = serve_directory(local_db.path, local_db.namespace)
         return _run(options, recipe, local, chosen, backend, database)

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from schedspec.campaign.chunk_work import NamedEngines
 from schedspec.cli.campaign_run import (
     campaign_report,
     echo_campaign,
@@ -40,8 +41,8 @@ from schedspec.cli.options import (
     refuse_flags,
     run_options,
 )
-from schedspec.cli.progress import suite_progress
-from schedspec.cli.reports import RunReport
+from schedspec.cli.printing.progress import suite_progress
+from schedspec.cli.printing.reports import RunReport
 from schedspec.cli.suite_run import (
     SuiteRunOptions,
     choose_seed,
@@ -55,14 +56,13 @@ from schedspec.cli.suite_run import (
     reported,
     suite_settings,
 )
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.chunk_work import NamedEngines
-from schedspec.properties.dependencies import RAY
-from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineHalt
+from schedspec.engines.boundary import guarded
+from schedspec.engines.dependencies import RAY
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.watchdog import Watchdog
 from schedspec.properties.failure_report import failure_report
 from schedspec.properties.suite import run_suite
-from schedspec.properties.watchdog import Watchdog
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,7 @@
 
 It is `check` for a pair: random workloads into both engines, every
 invariant checked on each, and the first divergence shrunk, printed side by
-side (diff_report.py) and written as a trace that `diff-replay` re-runs.
+side (printing/diff_report.py) and written as a trace that `diff-replay` re-runs.
 Exit codes as for check (suite_run.py), with 3 for a divergence.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from schedspec.campaign.chunk_work import NamedEngines
 from schedspec.cli.campaign_run import (
     campaign_report,
     echo_campaign,
@@ -22,7 +23,6 @@ from schedspec.cli.campaign_run import (
     runs_in_parallel,
     with_database,
 )
-from schedspec.cli.diff_report import diff_failure_report
 from schedspec.cli.exit_codes import Outcome
 from schedspec.cli.loading import (
     load_configs,
@@ -33,8 +33,9 @@ from schedspec.cli.loading import (
     require_for,
 )
 from schedspec.cli.options import as_profile, backend_options, pair_options, run_options
-from schedspec.cli.progress import suite_progress
-from schedspec.cli.reports import RunReport
+from schedspec.cli.printing.diff_report import diff_failure_report
+from schedspec.cli.printing.progress import suite_progress
+from schedspec.cli.printing.reports import RunReport
 from schedspec.cli.suite_run import (
     SuiteRunOptions,
     choose_seed,
@@ -48,16 +49,15 @@ from schedspec.cli.suite_run import (
     reported,
     suite_settings,
 )
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.chunk_work import NamedEngines
-from schedspec.properties.dependencies import RAY
-from schedspec.properties.differential import DiffOptions, run_diff
-from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineHalt
-from schedspec.properties.suite import SuiteResult
-from schedspec.properties.watchdog import (
+from schedspec.engines.boundary import guarded
+from schedspec.engines.dependencies import RAY
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.watchdog import (
     Watchdog,
 )
+from schedspec.properties.differential import DiffOptions, run_diff
+from schedspec.properties.suite import SuiteResult
 from schedspec.spec import Family
 from schedspec.spec.invariants import Profile
 

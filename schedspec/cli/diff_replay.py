@@ -9,21 +9,21 @@ from pathlib import Path
 import click
 
 from schedspec.cli.diff import load_pair, pair_profile, probe_pair
-from schedspec.cli.diff_report import format_diff_log, replay_header
 from schedspec.cli.exit_codes import EXIT_CODES, crash_verdict, outcome_of
 from schedspec.cli.loading import load_trace
 from schedspec.cli.options import as_profile, pair_options, step_timeout_option
+from schedspec.cli.printing.diff_report import format_diff_log, replay_header
 from schedspec.cli.suite_run import engine_failed
-from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
-from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineHalt
-from schedspec.properties.failure_report import plural
-from schedspec.properties.trace import Trace
-from schedspec.properties.watchdog import (
+from schedspec.engines.boundary import guarded
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.watchdog import (
     DEFAULT_STEP_TIMEOUT,
     Watchdog,
 )
+from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
+from schedspec.properties.failure_report import plural
 from schedspec.spec.invariants import Profile
+from schedspec.traces.trace import Trace
 
 
 @click.command("diff-replay")

@@ -21,8 +21,8 @@ import enum
 from collections.abc import Mapping
 
 from schedspec.cli.interrupts import interrupt_exit_code
-from schedspec.properties.engine_errors import EngineExitError, engine_call_of
-from schedspec.properties.watchdog import StepTimeoutError
+from schedspec.engines.errors import EngineExitError, engine_call_of
+from schedspec.engines.watchdog import StepTimeoutError
 
 
 class Outcome(enum.Enum):

@@ -1,7 +1,7 @@
 """What the commands load by name, with the library's refusals turned into usage errors.
 
 The library raises ValueError subclasses that name the field at fault
-(properties/engines.py, profiles.py, dependencies.py, trace.py); here each
+(engines/registry.py, profiles.py, dependencies.py, trace.py); here each
 becomes a click usage error (exit 2) naming the flag, with no traceback.
 """
 
@@ -15,27 +15,27 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
-from schedspec.properties.dependencies import MissingDependencyError, OptionalDependency, require
-from schedspec.properties.engines import (
-    default_configs,
-    load_config_strategy,
-    load_engine_factory,
-    run_family,
-)
-from schedspec.properties.profiles import (
+from schedspec.engines.dependencies import MissingDependencyError, OptionalDependency, require
+from schedspec.engines.profiles import (
     ProfileError,
     choose_profile,
     claimed_profiles,
     probe_config,
 )
+from schedspec.engines.registry import (
+    default_configs,
+    load_config_strategy,
+    load_engine_factory,
+    run_family,
+)
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
 
-    from schedspec.properties.adapter import EngineAdapter, EngineFactory
-    from schedspec.properties.trace import Trace
+    from schedspec.engines.protocol import EngineAdapter, EngineFactory
     from schedspec.spec import Family, SchedulerConfig
     from schedspec.spec.invariants import Profile
+    from schedspec.traces.trace import Trace
 
 
 def load_engine(name: str, flag: str = "--engine") -> EngineFactory:
@@ -73,7 +73,7 @@ def pick_family(engines: Sequence[str], requested: Profile | None) -> Family:
 
 def load_configs(name: str | None, engines: Sequence[str]) -> ChosenConfigs:
     """The configs to draw: --configs, else what the engines run by default
-    (properties/engines.py), else the suite's own."""
+    (engines/registry.py), else the suite's own."""
     try:
         chosen = name if name is not None else default_configs(tuple(engines))
     except ValueError as err:
@@ -109,7 +109,7 @@ def probe(factory: EngineFactory, flag: str, family: Family) -> frozenset[Profil
 def pick_profile(
     claimed: Sequence[frozenset[Profile]], requested: Profile | None, sides: Sequence[str] = ("",)
 ) -> Profile:
-    """The profile to check (properties/profiles.py), or a usage error on --profile."""
+    """The profile to check (engines/profiles.py), or a usage error on --profile."""
     try:
         return choose_profile(claimed, requested, sides)
     except ProfileError as err:
@@ -125,7 +125,7 @@ def require_for(needed_by: str, *dependencies: OptionalDependency) -> None:
 
 
 def load_trace(path: Path) -> Trace:
-    from schedspec.properties.trace import Trace, TraceError
+    from schedspec.traces.trace import Trace, TraceError
 
     try:
         return Trace.load(path)

@@ -25,7 +25,7 @@ import click
 
 from schedspec.cli.exit_codes import EXIT_CODES, EXIT_HARNESS_ERROR, Outcome, error_outcome
 from schedspec.cli.interrupts import interrupt_exit_code, interrupt_name, terminations_interrupt
-from schedspec.properties.engine_errors import EngineHalt, engine_call_of
+from schedspec.engines.errors import EngineHalt, engine_call_of
 
 # Name -> "module:attribute" of a click command, in the order --help lists them.
 COMMANDS: dict[str, str] = {

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import click
 from click.core import ParameterSource
 
-from schedspec.properties.engines import ENGINE_FORMS
-from schedspec.properties.watchdog import (
+from schedspec.engines.registry import ENGINE_FORMS
+from schedspec.engines.watchdog import (
     DEFAULT_STEP_TIMEOUT,
     MAX_STEP_TIMEOUT,
     check_step_timeout,

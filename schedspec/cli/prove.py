@@ -18,18 +18,16 @@ import click
 
 from schedspec.cli.loading import require_for
 from schedspec.cli.options import refuse_flags
-from schedspec.cli.prove_report import (
+from schedspec.cli.printing.prove_report import (
     HEADER,
     contracts_summary,
     row_line,
     state_lines,
     summary,
 )
+from schedspec.engines.dependencies import CROSSHAIR
 from schedspec.files import OutputPathError, prepare_output_dir
-from schedspec.properties.contracts import SIZING, check_contracts
-from schedspec.properties.dependencies import CROSSHAIR
-from schedspec.properties.formal_traces import to_trace
-from schedspec.properties.trace import FORMAL_TRACE_STEM, trace_file_name
+from schedspec.reference.contracts import SIZING, check_contracts
 from schedspec.spec.formal.bmc import search
 from schedspec.spec.formal.determined import DETERMINED_ID
 from schedspec.spec.formal.profile import STRENGTHENINGS
@@ -43,6 +41,8 @@ from schedspec.spec.formal.prover import (
     prove,
 )
 from schedspec.spec.formal.variants import FAITHFUL, Bug, Variant
+from schedspec.traces.formal_traces import to_trace
+from schedspec.traces.trace import FORMAL_TRACE_STEM, trace_file_name
 
 EXIT_PROVED, EXIT_COUNTEREXAMPLE, EXIT_UNKNOWN = 0, 1, 3
 

@@ -12,17 +12,17 @@ from schedspec.cli.exit_codes import EXIT_CODES, Outcome, crash_verdict, outcome
 from schedspec.cli.loading import build_engine, load_engine, load_trace, pick_profile
 from schedspec.cli.options import as_profile, engine_option, profile_option, step_timeout_option
 from schedspec.cli.suite_run import engine_failed
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineHalt
-from schedspec.properties.failure_report import format_config, format_log, plural
-from schedspec.properties.replay_log import ReplayLog, replay_with_log
-from schedspec.properties.trace import Trace
-from schedspec.properties.watchdog import (
+from schedspec.engines.boundary import guarded
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.watchdog import (
     DEFAULT_STEP_TIMEOUT,
     Watchdog,
 )
+from schedspec.properties.failure_report import format_config, format_log, plural
+from schedspec.properties.replay_log import ReplayLog, replay_with_log
 from schedspec.spec.invariants import Profile
+from schedspec.traces.trace import Trace
 
 
 @click.command()

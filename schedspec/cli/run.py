@@ -1,6 +1,6 @@
 """`schedspec run`: the built-in mixed workload through the reference scheduler.
 
-Prints one line per iteration and a summary (run_report.py); with --execute,
+Prints one line per iteration and a summary (printing/run_report.py); with --execute,
 the same workload runs through a tiny paged-attention model instead
 (gpu_impl/execution), which needs torch.
 """
@@ -18,7 +18,7 @@ import click
 
 from schedspec.cli.loading import require_for
 from schedspec.cli.mixed_workload import WorkloadRequest, build_workload
-from schedspec.cli.run_report import (
+from schedspec.cli.printing.run_report import (
     Scheduled,
     StepRecord,
     Summary,
@@ -27,9 +27,9 @@ from schedspec.cli.run_report import (
     record_step,
     summarize,
 )
-from schedspec.properties.dependencies import TORCH
-from schedspec.properties.fake_model import FakeModel
-from schedspec.properties.pipeline import EngineLoop
+from schedspec.engines.dependencies import TORCH
+from schedspec.engines.fake_model import FakeModel
+from schedspec.engines.pipeline import EngineLoop
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, Request, SchedulerConfig
 

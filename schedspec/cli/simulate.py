@@ -17,14 +17,14 @@ import click
 from schedspec.cli.exit_codes import EXIT_CODES, Outcome, error_outcome
 from schedspec.cli.loading import load_engine
 from schedspec.cli.options import ENGINE_HELP, refuse_flags, step_timeout_option
-from schedspec.cli.progress import simulation_progress
+from schedspec.cli.printing.progress import simulation_progress
+from schedspec.engines.boundary import guarded
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.registry import named_engine
+from schedspec.engines.watchdog import Watchdog
 from schedspec.files import OutputPathError, prepare_output_dir, write_atomically
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineHalt
-from schedspec.properties.engines import named_engine
 from schedspec.properties.failure_report import crash_report
-from schedspec.properties.watchdog import Watchdog
 from schedspec.simulate.configs import (
     COMPARE_PRESETS,
     CROSS_FAMILY_PRESETS,

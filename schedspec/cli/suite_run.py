@@ -18,17 +18,17 @@ from pathlib import Path
 
 import click
 
-from schedspec.cli.check_report import format_table, format_totals
 from schedspec.cli.exit_codes import EXIT_CODES, Outcome, error_outcome
 from schedspec.cli.interrupts import interrupt_name
-from schedspec.cli.reports import RunReport, write_reports
+from schedspec.cli.printing.check_report import format_table, format_totals
+from schedspec.cli.printing.reports import RunReport, write_reports
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.watchdog import DEFAULT_STEP_TIMEOUT
 from schedspec.files import OutputPathError, prepare_output_dir, prepare_output_file
 from schedspec.properties.corners import format_corners
-from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.failure_report import crash_report
-from schedspec.properties.strategies import ConfigStrategyError
+from schedspec.properties.strategies.configs import ConfigStrategyError
 from schedspec.properties.suite import SuiteResult, SuiteSettings
-from schedspec.properties.watchdog import DEFAULT_STEP_TIMEOUT
 from schedspec.spec.invariants import Profile
 
 

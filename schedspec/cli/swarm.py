@@ -7,12 +7,12 @@ replayed through the harness on the gpu engine and on the reference, shrunk
 (unless --no-shrink), and written as a trace.
 
 With --workers, --ray or --duration the configs are split into chunks
-(properties/swarm_chunks.py) run by the same runners as the suite's campaigns
+(campaign/swarm_chunks.py) run by the same runners as the suite's campaigns
 (campaign_run.open_backend: forked local processes or Ray), on the CPU: a count
 run stops at the first finding in chunk order and reports it as a run in one
 process does; a campaign (--duration) goes on and keeps every distinct finding's
 trace. Needs torch: check.py loads the gpu engine, whose entry in
-properties/engines.py asks for it, before importing this module.
+engines/registry.py asks for it, before importing this module.
 """
 
 from __future__ import annotations
@@ -24,6 +24,18 @@ from typing import TYPE_CHECKING
 
 import click
 
+from schedspec.adapters.gpu import DEVICE_ENV
+from schedspec.campaign.swarm import SwarmResult
+from schedspec.campaign.swarm_chunks import (
+    SWARM_CHUNK_CONFIGS,
+    SwarmCampaign,
+    SwarmSettings,
+    SwarmWork,
+    finding_label,
+    prepare_device,
+    run_configs,
+    run_swarm_campaign,
+)
 from schedspec.cli.campaign_run import (
     Coverage,
     campaign_deadline,
@@ -36,27 +48,15 @@ from schedspec.cli.campaign_run import (
 from schedspec.cli.interrupts import interrupt_exit_code, interrupt_name
 from schedspec.cli.loading import ChosenConfigs, load_configs, pick_family, pick_profile, probe
 from schedspec.cli.options import format_duration
-from schedspec.cli.progress import campaign_progress
-from schedspec.cli.reports import EXIT_CODES, Outcome
+from schedspec.cli.printing.progress import campaign_progress
+from schedspec.cli.printing.reports import EXIT_CODES, Outcome
 from schedspec.cli.suite_run import choose_seed, is_long
+from schedspec.engines.protocol import EngineFactory
 from schedspec.gpu_impl.device_checks import CHECK_IDS
 from schedspec.gpu_impl.engine import default_device
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.adapters.gpu import DEVICE_ENV
 from schedspec.properties.failure_report import plural
-from schedspec.properties.strategies import configs
-from schedspec.properties.swarm import SwarmResult
-from schedspec.properties.swarm_chunks import (
-    SWARM_CHUNK_CONFIGS,
-    SwarmCampaign,
-    SwarmSettings,
-    SwarmWork,
-    finding_label,
-    prepare_device,
-    run_configs,
-    run_swarm_campaign,
-)
-from schedspec.properties.trace import SWARM_TRACE_STEM, trace_file_name
+from schedspec.properties.strategies.configs import configs
+from schedspec.traces.trace import SWARM_TRACE_STEM, trace_file_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,7 +1,7 @@
 """BatchedScheduler: B scheduler instances with one config, stepped in lockstep on tensors.
 
 The batched API speaks tensors indexed [instance, slot]; the B = 1 adapter
-(schedspec.properties.adapters.gpu) translates the spec's types. The step
+(schedspec.adapters.gpu) translates the spec's types. The step
 never reads a value back per request: the only host reads are loop
 conditions (is any instance still preempting, still admitting?).
 """

@@ -9,7 +9,7 @@ in flight or nothing more can be scheduled (the step just scheduled ran nothing 
 no request is left). So each instance holds at most one step in flight between
 ticks; `SwarmQueue` keeps that step ([B, S] fields, `held` says where) and picks,
 per instance, the step that lands this tick. It is the device form of the harness's
-rule (schedspec.properties.pipeline.BatchQueue), so that a swarm instance replayed
+rule (schedspec.engines.pipeline.BatchQueue), so that a swarm instance replayed
 through the harness lands the same steps at the same events.
 """
 

@@ -3,7 +3,7 @@
 Every draw is a pure function of (seed, instance id, tick, purpose, slot),
 a counter-based generator, not a stream: instance i alone (B = 1, id i)
 goes through exactly the ticks it went through among thousands. That is
-how a swarm finding becomes a trace (schedspec.properties.swarm): re-run the
+how a swarm finding becomes a trace (schedspec.campaign.swarm): re-run the
 one instance with a recorder attached. Per-slot values (draft counts and
 tokens, accepted drafts, stops, sampled tokens) come from narrow lanes (8,
 16 or 32 bits) of 64-bit draws, lane j of a purpose always the same piece

@@ -9,17 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from schedspec.engines.boundary import guarded
+from schedspec.engines.contract import malformed_output, malformed_state
+from schedspec.engines.errors import EngineContractError, engine_call_of
+from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.engines.fake_model import FakeModel, StepDecisions
+from schedspec.engines.pipeline import BatchQueue
+from schedspec.engines.profiles import choose_profile, claimed_profiles
+from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.properties import corners
-from schedspec.properties.adapter import EngineAdapter, EngineFactory
-from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_contract import malformed_output, malformed_state
-from schedspec.properties.engine_errors import EngineContractError, engine_call_of
-from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
-from schedspec.properties.fake_model import FakeModel, StepDecisions
 from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
-from schedspec.properties.pipeline import BatchQueue
-from schedspec.properties.profiles import choose_profile, claimed_profiles
-from schedspec.properties.trace import ModelParams, Trace
 from schedspec.spec import SchedulerConfig, State
 from schedspec.spec.invariants import (
     CATALOGUE,
@@ -36,8 +35,9 @@ from schedspec.spec.invariants import (
     Violation,
     drain_step_bound,
     ids_for,
-    state_fast_path,
 )
+from schedspec.spec.invariants.safety import state_fast_path
+from schedspec.traces.trace import ModelParams, Trace
 
 DEFAULT_MODEL = ModelParams()
 

@@ -25,18 +25,18 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from schedspec.properties.adapter import EngineFactory
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.events import Event
+from schedspec.engines.profiles import ProfileError
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.recording import Observation, RecordingEngine, Scheduled
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats, InvariantViolationError
-from schedspec.properties.divergence import Divergence, DivergenceError, first_difference
-from schedspec.properties.engine_errors import EngineHalt
-from schedspec.properties.events import Event
-from schedspec.properties.profiles import ProfileError
-from schedspec.properties.recording import Observation, RecordingEngine, Scheduled
 from schedspec.properties.state_machine import SuiteRecorder
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_target
-from schedspec.properties.trace import DIFF_TRACE_STEM, ModelParams, Trace
 from schedspec.spec import SchedulerConfig, SchedulerOutput, State
 from schedspec.spec.invariants import Profile
+from schedspec.traces.divergence import Divergence, DivergenceError, first_difference
+from schedspec.traces.trace import DIFF_TRACE_STEM, ModelParams, Trace
 
 SIDES = ("left", "right")
 

@@ -12,15 +12,15 @@ import dataclasses
 import traceback
 from collections.abc import Iterable, Mapping
 
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.engine_boundary import guarded
-from schedspec.properties.engine_errors import EngineContractError, EngineHalt, engine_call_of
-from schedspec.properties.events import Abort, AddRequest, Event, ProposeDrafts, Step
+from schedspec.engines.boundary import guarded
+from schedspec.engines.errors import EngineContractError, EngineHalt, engine_call_of
+from schedspec.engines.events import Abort, AddRequest, Event, ProposeDrafts, Step
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.properties.replay_log import ReplayLog, replay_with_log
 from schedspec.properties.suite import SuiteResult
-from schedspec.properties.trace import ModelParams
-from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig, SchedulerOutput
+from schedspec.traces.trace import ModelParams
 
 PROMPT_SHOWN = 12  # prompt tokens printed before eliding the rest
 INDENT = "      "  # lines under an event: what the engine did, what broke

@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from schedspec.properties.adapter import EngineFactory
+from schedspec.engines.events import Event
+from schedspec.engines.protocol import EngineFactory
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
-from schedspec.properties.events import Event
-from schedspec.properties.trace import ModelParams, Trace
 from schedspec.spec import SchedulerConfig, State
 from schedspec.spec.invariants import Profile
+from schedspec.traces.trace import ModelParams, Trace
 
 
 class Harness(Protocol):

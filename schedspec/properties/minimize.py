@@ -10,7 +10,7 @@ replay, and keep the change if the same failure still shows: one of the
 invariants the original broke, a divergence in the same field (lockstep
 targets), or an engine error of the same type. Hypothesis alone can leave a
 config with knobs the failure does not need: a config regime turns several on
-at once (config_regimes.py), and its shrinker cannot leave the regime in one move.
+at once (strategies/regimes.py), and its shrinker cannot leave the regime in one move.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ import dataclasses
 import time
 from collections.abc import Callable
 
-from schedspec.properties.adapter import EngineFactory
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.events import Event, Step
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.properties.checked_engine import InvariantViolationError
-from schedspec.properties.divergence import DivergenceError
-from schedspec.properties.engine_errors import EngineHalt
-from schedspec.properties.events import Event, Step
 from schedspec.properties.harness import SingleEngine, Target, replay_target
-from schedspec.properties.trace import Trace
-from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.errors import ConfigError
 from schedspec.spec.invariants import Profile
+from schedspec.traces.divergence import DivergenceError
+from schedspec.traces.trace import Trace
 
 
 def failure_signature(trace: Trace, target: Target) -> frozenset[str]:

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from schedspec.properties.engines import ENGINE_FORMS
+from schedspec.engines.registry import ENGINE_FORMS
 
 if TYPE_CHECKING:
     # The plugin loads in every pytest run of an environment that has
     # schedspec installed; the harness is imported only when used.
-    from schedspec.properties.adapter import EngineFactory
+    from schedspec.engines.protocol import EngineFactory
     from schedspec.properties.suite import SuiteResult, SuiteSettings
     from schedspec.spec.invariants import Profile
 
@@ -104,8 +104,8 @@ def resolve_profile(factory: EngineFactory, name: str, requested: Profile | None
     """The profile to check; ProfileError (a ValueError) if the engine does not claim
     the one asked for, or declares none; ValueError if it does not follow the family
     the profile asks for."""
-    from schedspec.properties.engines import run_family
-    from schedspec.properties.profiles import choose_profile, probe_profiles
+    from schedspec.engines.profiles import choose_profile, probe_profiles
+    from schedspec.engines.registry import run_family
 
     family = run_family([name], requested)
     return choose_profile([probe_profiles(factory, family)], requested)
@@ -116,7 +116,7 @@ def run_and_report(
 ) -> tuple[SuiteResult, str | None]:
     """Run the suite, on the configs a registered engine runs by default; the failure
     report as one text, or None when it passed."""
-    from schedspec.properties.engines import default_configs, load_config_strategy
+    from schedspec.engines.registry import default_configs, load_config_strategy
     from schedspec.properties.failure_report import failure_report
     from schedspec.properties.suite import run_suite
 
@@ -174,7 +174,7 @@ def pytest_collection_modifyitems(
     engine = config.getoption("schedspec_engine")
     if engine is None:
         return
-    from schedspec.properties.engines import load_engine_factory
+    from schedspec.engines.registry import load_engine_factory
 
     try:
         factory = load_engine_factory(engine)
@@ -216,7 +216,7 @@ class SuiteRunner:
         examples: int | None = None,
         seed: int | None = None,
     ) -> SuiteResult:
-        from schedspec.properties.engines import load_engine_factory
+        from schedspec.engines.registry import load_engine_factory
 
         if isinstance(factory, str):
             name, factory = factory, load_engine_factory(factory)
@@ -269,7 +269,7 @@ def fuzz_target(
     import hypothesis
     from hypothesis import HealthCheck
 
-    from schedspec.properties.engines import (
+    from schedspec.engines.registry import (
         default_configs,
         load_config_strategy,
         load_engine_factory,

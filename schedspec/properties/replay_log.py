@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schedspec.properties.adapter import EngineAdapter
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.events import Event
+from schedspec.engines.protocol import EngineAdapter
+from schedspec.engines.recording import RecordingEngine
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats, InvariantViolationError
-from schedspec.properties.engine_errors import EngineHalt
-from schedspec.properties.events import Event
-from schedspec.properties.recording import RecordingEngine
-from schedspec.properties.trace import Trace
 from schedspec.spec import SchedulerOutput
 from schedspec.spec.invariants import Profile
+from schedspec.traces.trace import Trace
 
 
 @dataclass

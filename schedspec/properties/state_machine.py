@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from schedspec.properties.adapter import EngineFactory
+from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.engines.fake_model import StepDecisions
+from schedspec.engines.protocol import EngineFactory
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
-from schedspec.properties.divergence import DivergenceError
-from schedspec.properties.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
-from schedspec.properties.fake_model import StepDecisions
 from schedspec.properties.harness import Harness, SingleEngine, Target
-from schedspec.properties.strategies import (
+from schedspec.properties.strategies.actions import (
     DRAFT_COUNTS,
     Action,
     ArriveAction,
@@ -31,13 +30,13 @@ from schedspec.properties.strategies import (
     StepAction,
     action_pairs,
     build_add_request,
-    checked_configs,
-    family_configs,
     request_draws,
 )
-from schedspec.properties.trace import ModelParams, Trace
+from schedspec.properties.strategies.configs import checked_configs, family_configs
 from schedspec.spec import RequestState, SchedulerConfig
 from schedspec.spec.invariants import Profile, family_of
+from schedspec.traces.divergence import DivergenceError
+from schedspec.traces.trace import ModelParams, Trace
 
 MAX_LIVE_REQUESTS = 32
 # Every example starts with a few arrivals, so that no engine is stepped idle

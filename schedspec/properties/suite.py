@@ -31,11 +31,10 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
-from schedspec.properties.adapter import EngineFactory
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
-from schedspec.properties.constant_pool import local_constants_pinned
-from schedspec.properties.divergence import DivergenceError
-from schedspec.properties.engine_errors import EngineHalt
 from schedspec.properties.harness import SingleEngine, Target, replay_target
 from schedspec.properties.minimize import minimize_on
 from schedspec.properties.state_machine import (
@@ -44,11 +43,12 @@ from schedspec.properties.state_machine import (
     make_target_machine,
     rules_for,
 )
-from schedspec.properties.strategies import ConfigStrategyError
-from schedspec.properties.trace import FAILURE_TRACE_STEM, Trace, trace_file_name
-from schedspec.properties.watchdog import StepTimeoutError
+from schedspec.properties.strategies.configs import ConfigStrategyError
+from schedspec.properties.strategies.constant_pool import local_constants_pinned
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import Profile
+from schedspec.traces.divergence import DivergenceError
+from schedspec.traces.trace import FAILURE_TRACE_STEM, Trace, trace_file_name
 
 ALL_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 NO_SHRINK = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
@@ -124,7 +124,7 @@ class SuiteSettings:
     seed: int | None = None  # None: a fresh random seed, reported in the result
     shrink: bool = True  # off: report the first failure found, unshrunk (faster)
     # Where Hypothesis keeps the failing examples it found, and tries them first on the
-    # next run (example_db.py); None: nowhere, so a seed alone decides a run.
+    # next run (campaign/example_db.py); None: nowhere, so a seed alone decides a run.
     database: ExampleDatabase | None = None
     # Wall-clock time (time.time()) after which no example starts; None: no budget.
     deadline: float | None = None

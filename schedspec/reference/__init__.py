@@ -4,11 +4,11 @@
 Depends on schedspec.spec only.
 """
 
-from schedspec.reference.block_pool import BlockPool
-from schedspec.reference.free_block_queue import FreeBlockQueue, KVCacheBlock
-from schedspec.reference.kv_cache_manager import KVCacheManager
-from schedspec.reference.scheduler import Scheduler
-from schedspec.reference.sglang_scheduler import SGLangScheduler
+from schedspec.reference.sglang.scheduler import SGLangScheduler
+from schedspec.reference.vllm.block_pool import BlockPool
+from schedspec.reference.vllm.free_block_queue import FreeBlockQueue, KVCacheBlock
+from schedspec.reference.vllm.kv_cache_manager import KVCacheManager
+from schedspec.reference.vllm.scheduler import Scheduler
 
 __all__ = [
     "BlockPool",

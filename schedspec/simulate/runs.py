@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schedspec.properties.adapter import EngineFactory
-from schedspec.properties.engine_errors import EngineHalt
+from schedspec.engines.errors import EngineHalt
+from schedspec.engines.protocol import EngineFactory
 from schedspec.simulate.configs import NamedConfig
 from schedspec.simulate.cost_model import CostModel
 from schedspec.simulate.metrics import (

@@ -20,9 +20,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from schedspec.properties.adapter import EngineAdapter, EngineFactory
-from schedspec.properties.fake_model import FakeModel
-from schedspec.properties.pipeline import EngineLoop
+from schedspec.engines.fake_model import FakeModel
+from schedspec.engines.pipeline import EngineLoop
+from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.simulate.block_ledger import BlockLedger
 from schedspec.simulate.cost_model import CostModel, StepWork
 from schedspec.simulate.errors import SimulationInputError

@@ -13,7 +13,7 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from schedspec.properties.strategies import configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.spec import SchedulerConfig
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
@@ -234,7 +234,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------- issue #19: the other halves
     mutant(
         "drafts-kept-on-prefill-chunk",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            usable = request.status is RequestStatus.RUNNING and not "
         "request.is_prefill_chunk\n",
         "            usable = request.status is RequestStatus.RUNNING\n",
@@ -245,7 +245,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "drafts-all-dropped",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            request.spec_token_ids = list(drafts) if usable else []\n",
         "            request.spec_token_ids = []\n",
         "update_draft_token_ids drops every draft: speculative decoding silently never runs.",
@@ -254,7 +254,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "decode-fast-path-not-cached",
-        "kv_cache_manager.py",
+        "vllm/kv_cache_manager.py",
         "            self.cache_blocks(request, min(total_computed + num_new_tokens, "
         "request.num_tokens))\n            return []\n",
         "            return []\n",
@@ -265,7 +265,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "accepted-drafts-not-cached",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            self.kv_cache_manager.cache_blocks(request, "
         "request.num_confirmed_computed_tokens)\n",
         "            pass\n",
@@ -276,7 +276,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "prefix-hit-one-block-short",
-        "kv_cache_manager.py",
+        "vllm/kv_cache_manager.py",
         "        for block_hash in islice(self.block_hashes(request), max_hit_blocks):\n",
         "        short = max(max_hit_blocks - 1, 0)\n"
         "        for block_hash in islice(self.block_hashes(request), short):\n",
@@ -287,7 +287,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------ vLLM bug classes (research notes, section 7)
     mutant(
         "victim-index-not-adjusted",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            if victim_index < req_index:\n                req_index -= 1\n",
         "",
         "A priority victim ahead of the request being served is removed without moving the "
@@ -298,7 +298,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "scheduled-victim-stays-scheduled",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "                step.unschedule(victim)\n",
         "                pass\n",
         "A priority victim already scheduled in this step stays scheduled after its "
@@ -309,7 +309,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "hit-left-in-free-queue",
-        "block_pool.py",
+        "vllm/block_pool.py",
         "            if block.ref_cnt == 0:\n                self.free_block_queue.remove(block)\n",
         "",
         "A prefix hit on a free cached block takes a reference but leaves the block in the "
@@ -320,7 +320,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "model-len-cap-skipped",
-        "stop_checker.py",
+        "vllm/stop_checker.py",
         "        len(request.all_token_ids) >= max_model_len\n"
         "        or len(request.output_token_ids) >= request.max_tokens\n",
         "        len(request.output_token_ids) >= request.max_tokens\n",
@@ -331,7 +331,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------- async scheduling
     mutant(
         "async-max-tokens-overrun",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            if request.num_output_placeholders and sure_to_reach_max_tokens(\n",
         "            if False and sure_to_reach_max_tokens(\n",
         "Async: a request whose in-flight step is sure to reach max_tokens is scheduled once "
@@ -341,7 +341,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "stale-output-rolls-back",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        if not stale and num_drafts:\n",
         "        if num_drafts:\n",
         "Async: the rejected drafts of output that predates a preemption roll back the "
@@ -352,7 +352,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "preempt-keeps-placeholders",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        request.num_output_placeholders = 0\n",
         "",
         "Async: preemption leaves the output placeholders of the step in flight.",
@@ -361,7 +361,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "preempt-output-not-stale",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        request.num_stale_output_tokens = request.num_in_flight_tokens\n",
         "",
         "Async: preemption does not mark the output in flight stale, so it lands as if "
@@ -371,7 +371,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "placeholders-not-added",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            self._add_output_placeholders(step)\n",
         "            pass\n",
         "Async: a sampling step adds no output placeholders, so the next step is sized as if "
@@ -381,7 +381,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "in-flight-never-lands",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            request.num_in_flight_tokens -= num_tokens\n",
         "",
         "update_from_output does not take the landed step's tokens off the in-flight count "
@@ -390,7 +390,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "placeholders-not-resolved",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            request.num_output_placeholders -= len(tokens)\n",
         "            pass\n",
         "Async: a landed step's returned positions do not resolve its placeholders.",
@@ -399,7 +399,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "cache-in-flight-kv",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            self.kv_cache_manager.cache_blocks(request, "
         "request.num_confirmed_computed_tokens)\n",
         "            self.kv_cache_manager.cache_blocks(\n"
@@ -413,7 +413,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "async-drafts-not-placeholders",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            request.spec_token_ids = list(placeholders)\n",
         "            request.spec_token_ids = []\n",
         "Async: after a sampling step the request gets no placeholder drafts, so speculative "
@@ -423,7 +423,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "padding-cut-by-cap",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        if 0 < cap < padded:\n            return 0\n",
         "",
         "Padding ignores the long-prefill cap (the case vLLM asserts on: docs/FINDINGS.md F3).",
@@ -433,7 +433,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "padding-beside-a-running-prefill",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        if not config.pad_spec_decode or any(r.is_prefill_chunk for r in "
         "step.scheduled_running):\n",
         "        if not config.pad_spec_decode:\n",
@@ -444,7 +444,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "output-to-reused-id",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            if request is None or request is not scheduled.get(request_id):\n",
         "            if request is None:\n",
         "Async: an output lands on whichever request holds its id when it lands, so a "
@@ -456,7 +456,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ token budget
     mutant(
         "budget-not-decremented",
-        "step_plan.py",
+        "vllm/step_plan.py",
         "        self.token_budget -= num_tokens\n",
         "",
         "StepPlan.schedule forgets to charge the scheduled tokens to the step's budget.",
@@ -464,7 +464,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "priority-victim-no-refund",
-        "step_plan.py",
+        "vllm/step_plan.py",
         "        self.token_budget += self.num_scheduled_tokens.pop(rid)\n",
         "        self.num_scheduled_tokens.pop(rid)\n",
         "StepPlan.unschedule drops a priority victim's entry but does not refund its tokens.",
@@ -474,7 +474,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "long-prefill-cap-when-alone",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        if len(self.running) + len(self.waiting) > 1:\n",
         "        if len(self.running) + len(self.waiting) > 0:\n",
         "The long-prefill cap is applied even when a single request exists.",
@@ -482,7 +482,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "chunking-off-queue-not-blocked",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            if not config.enable_chunked_prefill and num_new > step.token_budget:\n"
         "                break  # head-of-line: nothing behind it is tried this step\n",
         "            if not config.enable_chunked_prefill and num_new > step.token_budget:\n"
@@ -497,7 +497,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # --------------------------------------------------------- KV allocation
     mutant(
         "blocks-needed-floor-div",
-        "kv_cache_manager.py",
+        "vllm/kv_cache_manager.py",
         "            max(cdiv(slots, self.block_size) - len(table), 0)",
         "            max(slots // self.block_size - len(table), 0)",
         "allocate_slots sizes the new blocks with floor division: a partly filled last "
@@ -506,7 +506,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "watermark-ignored",
-        "kv_cache_manager.py",
+        "vllm/kv_cache_manager.py",
         "            watermark = self.watermark_blocks\n",
         "            watermark = 0\n",
         "Admission never charges the watermark, even while other requests run.",
@@ -516,7 +516,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------- preemption
     mutant(
         "preempt-keeps-computed",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        request.num_computed_tokens = 0\n        request.spec_token_ids = []\n",
         "        request.spec_token_ids = []\n",
         "_preempt drops the KV but does not reset num_computed_tokens.",
@@ -525,7 +525,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "preempt-keeps-blocks",
-        "scheduler.py",
+        "vllm/scheduler.py",
         'keep the tokens, queue it again."""\n        self.kv_cache_manager.free(request)\n',
         'keep the tokens, queue it again."""\n',
         "_preempt resets the request but never frees its blocks.",
@@ -534,7 +534,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "fcfs-victim-oldest",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            return len(self.running) - 1\n",
         "            return 0\n",
         "fcfs preempts running[0] (the oldest) instead of running[-1].",
@@ -543,7 +543,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "victim-to-back-of-queue",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        self.waiting.prepend(request)\n",
         "        self.waiting.add(request)\n",
         "A preempted request joins the back of the fcfs waiting queue instead of the front.",
@@ -552,7 +552,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "admit-after-preempt",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        if not step.preempted:\n            self._schedule_waiting(step, cap)\n",
         "        self._schedule_waiting(step, cap)\n",
         "Waiting requests are admitted in a step that preempted.",
@@ -562,7 +562,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "priority-victim-stays-cached",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "                self.kv_cache_manager.uncache_uncomputed_blocks(victim)\n",
         "",
         "A priority victim unscheduled in this step keeps the cache registrations made "
@@ -583,7 +583,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "evicted-hash-kept",
-        "block_pool.py",
+        "vllm/block_pool.py",
         "            if block.block_hash is not None:\n                self.uncache_block(block)\n",
         "",
         "get_new_blocks reuses a cached free block without dropping its prefix-cache entry.",
@@ -592,7 +592,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "hit-ref-not-raised",
-        "block_pool.py",
+        "vllm/block_pool.py",
         "                self.free_block_queue.remove(block)\n            block.ref_cnt += 1\n",
         "                self.free_block_queue.remove(block)\n                block.ref_cnt += 1\n",
         "touch() raises the ref count only for free hit blocks, not for ones already held.",
@@ -601,7 +601,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "freed-cached-to-front",
-        "block_pool.py",
+        "vllm/block_pool.py",
         "        self.free_block_queue.append_n(evict_last)\n",
         "        self.free_block_queue.prepend_n(evict_last)\n",
         "Freed blocks with cached content go to the front of the free queue (evicted "
@@ -612,7 +612,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------- freeing blocks
     mutant(
         "table-kept-after-free",
-        "kv_cache_manager.py",
+        "vllm/kv_cache_manager.py",
         "        blocks = self.req_to_blocks.pop(rid, [])\n",
         "        blocks = self.req_to_blocks.get(rid, [])\n",
         "KVCacheManager.free drops the references but keeps the block table, so the "
@@ -622,7 +622,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "free-head-first",
-        "kv_cache_manager.py",
+        "vllm/kv_cache_manager.py",
         "        self.block_pool.free_blocks(reversed(blocks))\n",
         "        self.block_pool.free_blocks(blocks)\n",
         "A request's blocks are freed head first, so its chain's head is evicted first.",
@@ -630,7 +630,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "abort-leaks-blocks",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            request.status = RequestStatus.FINISHED_ABORTED\n"
         "            self._free_request(request)\n",
         "            request.status = RequestStatus.FINISHED_ABORTED\n"
@@ -652,7 +652,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "drafts-on-partial-chunk",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        num_drafts = num_drafts_to_schedule(\n"
         "            num_new,\n"
         "            request.num_computed_tokens,\n"
@@ -666,7 +666,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "stop-keeps-computed",
-        "stop_checker.py",
+        "vllm/stop_checker.py",
         "                request.num_computed_tokens -= len(tokens) - kept\n",
         "                pass\n",
         "A stop in the middle of the sampled tokens drops the tokens past it but does "
@@ -677,7 +677,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "finish-not-reported",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "        del self.requests[request.request_id]\n"
         "        self.finished_req_ids.add(request.request_id)\n",
         "        del self.requests[request.request_id]\n",
@@ -686,7 +686,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "max-num-seqs-off-by-one",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            if len(self.running) >= config.max_num_seqs:\n",
         "            if len(self.running) > config.max_num_seqs:\n",
         "Admission lets the running list grow to max_num_seqs + 1.",
@@ -695,7 +695,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # Found by `schedspec prove --only DETERMINED`: decisions the vllm-v1 profile left open.
     mutant(
         "admission-chunk-fit-only",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "                full_sequence_must_fit=True,\n",
         "                full_sequence_must_fit=False,\n",
         "Admission checks only that this step's chunk fits, not the whole known sequence, so "
@@ -706,7 +706,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "running-prefill-reserves-whole-prompt",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "num_new, num_lookahead_tokens=lookahead)\n",
         "num_new, num_lookahead_tokens=lookahead, full_sequence_must_fit=True)\n",
         "The running loop checks a running request's whole known sequence, not this step's "
@@ -716,7 +716,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "lookahead-charged-twice",
-        "kv_cache_manager.py",
+        "vllm/kv_cache_manager.py",
         "        slots = num_slots(total_computed, num_new_tokens, num_lookahead_tokens, "
         "max_model_len)\n",
         "        slots = num_slots(\n"
@@ -731,7 +731,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "padding-over-budget-runs-unpadded",
-        "scheduler.py",
+        "vllm/scheduler.py",
         "            if padded < 0:\n                break\n",
         "            if padded < 0:\n                padded = 0\n",
         "A one-token admission whose 1 + K padded tokens do not fit the budget left runs "

@@ -26,15 +26,15 @@ from typing import Literal, cast
 from hypothesis import strategies as st
 
 import schedspec.reference
-from schedspec.properties.adapter import EngineAdapter, EngineFactory
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.errors import engine_call_of
+from schedspec.engines.protocol import EngineAdapter, EngineFactory
+from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.engine_errors import engine_call_of
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
-from schedspec.properties.trace import Trace
-from schedspec.properties.watchdog import StepTimeoutError
 from schedspec.spec import Family, SchedulerConfig
 from schedspec.spec.invariants import FAMILY_PROFILES, Profile
+from schedspec.traces.trace import Trace
 
 REFERENCE_DIR = Path(schedspec.reference.__file__).parent
 REFERENCE_PACKAGE = "schedspec.reference"
@@ -44,7 +44,7 @@ MUTANT_PROFILES: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
 # mutant's verdict and the invariants that caught it are reproducible.
 # SCHEDSPEC_MUTANT_SEED=N runs them under another seed, to see how robustly
 # each mutant is caught. A seed explores the same examples whatever else the
-# process imported (the whole test run, or tests/mutants alone): constant_pool.py.
+# process imported (the whole test run, or tests/mutants alone): strategies/constant_pool.py.
 SUITE_SEED = int(os.environ.get("SCHEDSPEC_MUTANT_SEED", "20240607"))
 CI_SETTINGS = SuiteSettings(
     examples=SuiteSettings.quick().examples,
@@ -70,7 +70,7 @@ class Edit:
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    file: str  # a module of schedspec/reference/, e.g. "scheduler.py"
+    file: str  # a module of schedspec/reference/, e.g. "vllm/scheduler.py"
     edits: tuple[Edit, ...]
     description: str
     # Invariant ids expected to catch it (CRASH for an engine crash); the
@@ -146,11 +146,14 @@ def build_mutant_package(mutant: Mutant, root: Path) -> ModuleType:
     target = parent / name
     target.mkdir(parents=True, exist_ok=False)
     pattern = re.compile(r"\b" + re.escape(REFERENCE_PACKAGE) + r"\b")
-    for module in sorted(REFERENCE_DIR.glob("*.py")):
-        text = pattern.sub(name, mutated if module.name == mutant.file else module.read_text())
+    for module in sorted(REFERENCE_DIR.rglob("*.py")):  # the families' folders too
+        relative = module.relative_to(REFERENCE_DIR)
+        mutated_here = relative.as_posix() == mutant.file
+        text = pattern.sub(name, mutated if mutated_here else module.read_text())
         if re.search(r"from\s+schedspec\s+import\s+reference\b", text):
-            raise SnippetError(f"{module.name}: an import of the reference this copy cannot follow")
-        (target / module.name).write_text(text)
+            raise SnippetError(f"{relative}: an import of the reference this copy cannot follow")
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        (target / relative).write_text(text)
     for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
         del sys.modules[loaded]  # a stale copy from an earlier build in this process
     importlib.invalidate_caches()
@@ -163,7 +166,7 @@ def build_mutant_package(mutant: Mutant, root: Path) -> ModuleType:
 
 def engine_factory(package: ModuleType, family: Family = "vllm") -> EngineFactory:
     """An EngineFactory for a (mutated) reference package: its scheduler of the family,
-    claiming safety and the family's profile, as schedspec.properties.reference_adapter
+    claiming safety and the family's profile, as schedspec.adapters.reference
     does for the real one."""
     if family == "sglang":
         scheduler = cast(type, package.SGLangScheduler)

@@ -1,6 +1,6 @@
 """Seeded bugs of the reference's SGLang family: the leak, hang, crash and starvation
 classes of SGLang's tracker (issue 17, item 5), each a small mistake in
-schedspec/reference/sglang_*.py that the CI profile of `sglang` must catch.
+schedspec/reference/sglang/ that the CI profile of `sglang` must catch.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import dataclasses
 
 from hypothesis import strategies as st
 
-from schedspec.properties.strategies import sglang_configs
+from schedspec.properties.strategies.configs import sglang_configs
 from schedspec.spec import SchedulerConfig
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
@@ -50,7 +50,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ leaks
     mutant(
         "sg-retract-leaks-slots",
-        "sglang_kv.py",
+        "sglang/kv.py",
         "        self.release(req, checkpoint=False)\n        # After a retraction",
         "        req.row = None\n        self.rows_in_use -= 1\n        # After a retraction",
         "Retraction forgets the victim's row without freeing its slots (SGLang #4913, #4914).",
@@ -60,7 +60,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "sg-retract-keeps-lock",
-        "sglang_kv.py",
+        "sglang/kv.py",
         "        self.release(req, checkpoint=False)\n        # After a retraction",
         "        req.lock = None\n        self.release(req, checkpoint=False)\n"
         "        # After a retraction",
@@ -72,7 +72,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "sg-chunked-abort-leaks",
-        "sglang_scheduler.py",
+        "sglang/scheduler.py",
         "        req.to_finish = False\n        self.kv.release(req, checkpoint=False)\n",
         "        req.to_finish = False\n",
         "An aborted chunked request is dropped without releasing its slots (SGLang #15840 / "
@@ -83,7 +83,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "sg-free-group-lost",
-        "slot_pool.py",
+        "sglang/slot_pool.py",
         "        if pending:\n            self._release(pending)\n",
         "",
         "Slots freed while a result is processed (a free group) never reach the free list "
@@ -93,7 +93,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "sg-evict-oldest-node",
-        "radix_tree.py",
+        "sglang/radix_tree.py",
         "        heap = self._leaf_heap()\n        while heap and self.pool.available_tokens()",
         "        heap = [(float(n.id), n.id, n) for _, _, n in self._leaf_heap()]\n"
         "        heapq.heapify(heap)\n        while heap and self.pool.available_tokens()",
@@ -105,7 +105,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ hangs
     mutant(
         "sg-decode-waits-for-memory",
-        "sglang_scheduler.py",
+        "sglang/scheduler.py",
         "            if finishing:\n                # The result in flight",
         "            if True:\n                # The result in flight",
         "A decode that does not fit waits for memory instead of retracting: nothing frees "
@@ -117,7 +117,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ overlap crash class
     mutant(
         "sg-retracted-output-applied",
-        "sglang_scheduler.py",
+        "sglang/scheduler.py",
         "        if req.finished or req.is_retracted:\n            return\n"
         "        self._commit_token(req, tokens, outputs)\n",
         "        if req.finished:\n            return\n"
@@ -131,7 +131,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ starvation
     mutant(
         "sg-retract-most-outputs",
-        "sglang_scheduler.py",
+        "sglang/scheduler.py",
         "            key=lambda i: (reqs[i].num_outputs, -reqs[i].request.num_prompt_tokens),\n"
         "            reverse=True,\n",
         "            key=lambda i: (reqs[i].num_outputs, -reqs[i].request.num_prompt_tokens),\n",
@@ -143,7 +143,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "sg-retract-to-front",
-        "sglang_scheduler.py",
+        "sglang/scheduler.py",
         "        self.waiting.extend(retracted)\n",
         "        self.waiting[:0] = retracted\n",
         "Retracted requests jump the waiting queue (vLLM's rule, not SGLang's): requests "
@@ -154,7 +154,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "sg-admission-ignores-running",
-        "sglang_admission.py",
+        "sglang/admission.py",
         "        self.total_offset += sum(\n",
         "        self.total_offset -= 0 * sum(\n",
         "Admission does not reserve the running requests' futures: it overcommits the pool "
@@ -164,7 +164,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "sg-ratio-never-decays",
-        "sglang_admission.py",
+        "sglang/admission.py",
         "        self.current = decayed(self.current, self.schedule)\n",
         "        pass\n",
         "new_token_ratio never decays: admission keeps reserving as if every running "

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import schedspec.reference
+from schedspec.adapters.reference import reference_engine
 from schedspec.properties.checked_engine import InvariantViolationError, replay
-from schedspec.properties.reference_adapter import reference_engine
 from schedspec.properties.suite import SuiteSettings, run_suite
-from schedspec.properties.trace import Trace
+from schedspec.traces.trace import Trace
 from tests.mutants.catalogue import MUTANTS
 from tests.mutants.mutation import (
     CRASH,
@@ -76,12 +76,12 @@ def test_snippets_match_the_reference_exactly_once(mutant: Mutant) -> None:
 
 def test_a_snippet_not_found_fails_loudly(mutant_root: Path) -> None:
     stale = Mutant(
-        "stale", "scheduler.py", (Edit("no such code", ""),), "never matches", frozenset()
+        "stale", "vllm/scheduler.py", (Edit("no such code", ""),), "never matches", frozenset()
     )
     with pytest.raises(SnippetError, match="occurs 0 times"):
         mutated_source(stale)
     ambiguous = Mutant(
-        "ambiguous", "scheduler.py", (Edit("request", "req"),), "matches often", frozenset()
+        "ambiguous", "vllm/scheduler.py", (Edit("request", "req"),), "matches often", frozenset()
     )
     with pytest.raises(SnippetError, match="must be exactly once"):
         build_mutant_package(ambiguous, mutant_root)
@@ -91,7 +91,7 @@ def test_an_unmutated_copy_passes_the_suite(mutant_root: Path) -> None:
     """The copying machinery alone changes nothing: a no-op edit of a comment passes."""
     noop = Mutant(
         "noop-copy",
-        "scheduler.py",
+        "vllm/scheduler.py",
         (Edit("# skip, not break", "# skip (copied), not break"),),
         "a comment edit",
         frozenset(),
@@ -99,7 +99,7 @@ def test_an_unmutated_copy_passes_the_suite(mutant_root: Path) -> None:
     package = build_mutant_package(noop, mutant_root)
     # The copy runs its own modules, not the reference's.
     assert package.Scheduler is not schedspec.reference.Scheduler
-    assert package.KVCacheManager.__module__ == f"{package.__name__}.kv_cache_manager"
+    assert package.KVCacheManager.__module__ == f"{package.__name__}.vllm.kv_cache_manager"
     factory = engine_factory(package)
     small = SuiteSettings(examples=10, rules_per_example=20, seed=1, shrink=False)
     assert run_suite(factory, "vllm-v1", small).passed

@@ -5,10 +5,10 @@ step.py is one engine (the reference's rules); this module is every engine the
 profile accepts. A decision per slot is what schedule() decides for the request:
 tokens scheduled (0 = not scheduled), preempted, admitted, and the length of its
 block table afterwards. Each clause states one predicate of schedspec/spec/invariants
-(policy_invariants.py for vllm-v1; schedule_invariants.py and state_invariants.py for
-safety) in counts, following the Python where counts can say it. The prefix-cache hit
-of each request is the environment's (a shared input): cache content is outside the
-counts model.
+(vllm/policy.py for vllm-v1; safety/schedule.py and safety/state.py for safety) in
+counts, following the Python where counts can say it. The prefix-cache hit of each
+request is the environment's (a shared input): cache content is outside the counts
+model.
 
 Each predicate is stated for one slot in a context (`Around`: the budget left when the
 loops reach it, the blocks taken ahead of it, the step's end), so that the proofs for

@@ -2,8 +2,8 @@
 
 Both the unrolled step (step.py) and the per-slot lemmas (parametric.py) are
 built from these, so the monolithic and the parametric proofs are about the
-same rules. Names follow schedspec/reference/scheduler.py, sizing.py and
-kv_cache_manager.py.
+same rules. Names follow schedspec/reference/vllm/scheduler.py, reference/sizing.py and
+reference/vllm/kv_cache_manager.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,151 @@
+"""SGLang's token-slot pool and radix cache seen as the spec's blocks (docs/SPEC.md, "Two
+families"): block ids, tables, the free queue, and what each cached block holds.
+
+Nothing here imports SGLang: the functions read SGLang's objects (typed Any) that the
+adapter (adapters/sglang/engine.py) hands them.
+
+Block ids. SGLang's token slot 0 is its padding slot, and with page_size > 1 its page 0
+is reserved, so slot s (page_size 1) or page p (page_size > 1) is spec block s - 1 or
+p - 1. A request's block table is its req_to_token row, one block per page its
+allocated tokens touch.
+
+Content. SGLang's radix tree (the Rust tree core, SGLang's default) does not expose its
+keys. It does list every slot it holds with that slot's position in its sequence and the
+slot before it (walk_for_kv_canary). Every slot enters the tree from a request's table,
+so SlotContents records, each time the adapter looks, where each table holds each slot
+and the chain hash of the table's own tokens through each full block; a cached block
+carries the hash recorded for it. The tree's structure is held to those records
+(`TreeWalk.check`): a tree slot sits at the position a table last held it at, right after
+a slot held at the position before, so a tree whose chain of slots disagrees with what
+the requests wrote is refused instead of mapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedspec.spec import BlockHash, extend_block_hashes
+
+
+def slot_block(slot: int, page_size: int) -> int:
+    """The spec block id of a token slot: its page, minus the reserved slot or page 0."""
+    return slot // page_size - 1
+
+
+def table_blocks(row: Sequence[int], page_size: int) -> tuple[int, ...]:
+    """A request's allocated slots (its req_to_token row, cut at its allocated length)
+    as a block table: one block per page."""
+    return tuple(slot_block(row[i], page_size) for i in range(0, len(row), page_size))
+
+
+def _ints(values: Any) -> list[int]:
+    """A tensor's or a sequence's values as ints (a tensor's in one call, not per item:
+    an integer tensor's tolist() gives ints)."""
+    if hasattr(values, "tolist"):
+        found: list[int] = values.tolist()
+        return found
+    return [int(v) for v in values]
+
+
+@dataclass
+class SlotContents:
+    """Where tables held each slot, and what each block holds: the chain hash of its
+    holder's tokens through it, once all of the block's tokens are known."""
+
+    page_size: int
+    _position: dict[int, int] = field(default_factory=dict)  # slot -> position last held at
+    _content: dict[int, BlockHash] = field(default_factory=dict)  # block -> hash
+    # Per live request (SGLang rid): the chain hashes of its own full blocks so far.
+    _own: dict[str, list[BlockHash]] = field(default_factory=dict)
+    # Per live request: its row and how many of its full blocks were recorded when last
+    # observed; a row that only grew since is recorded from where it left off.
+    _seen: dict[str, tuple[list[int], int]] = field(default_factory=dict)
+
+    def observe(self, rid: str, tokens: Sequence[int], row: Sequence[int]) -> None:
+        """Record a live request's table: its slots' positions, its full blocks' content."""
+        own = extend_block_hashes(self._own.setdefault(rid, []), tokens, self.page_size)
+        row = list(row)
+        seen_row, seen_blocks = self._seen.get(rid, ([], 0))
+        if row[: len(seen_row)] != seen_row:  # retracted and given new slots: all anew
+            seen_row, seen_blocks = [], 0
+        for position in range(len(seen_row), len(row)):
+            self._position[row[position]] = position
+        blocks = table_blocks(row, self.page_size)[: len(own)]
+        for index in range(seen_blocks, len(blocks)):
+            self._content[blocks[index]] = own[index]
+        self._seen[rid] = (row, len(blocks))
+
+    def forget(self, live: Iterable[str]) -> None:
+        """Drop the per-request hashes of requests no longer live."""
+        keep = set(live)
+        for rid in [r for r in self._own if r not in keep]:
+            del self._own[rid]
+            self._seen.pop(rid, None)
+
+    def position_of(self, slot: int) -> int | None:
+        return self._position.get(slot)
+
+    def content_of(self, block: int) -> BlockHash:
+        found = self._content.get(block)
+        if found is None:
+            raise RuntimeError(
+                f"SGLang's radix cache holds block {block}, which no request's table held "
+                "as a full block: its content is unknown"
+            )
+        return found
+
+
+@dataclass(frozen=True)
+class TreeWalk:
+    """The radix tree's slots as walk_for_kv_canary lists them: each slot, its position
+    in its sequence, and the slot before it."""
+
+    slots: tuple[int, ...]
+    positions: tuple[int, ...]
+    previous: tuple[int, ...]
+
+    @staticmethod
+    def of(tree_core: Any, unlocked_only: bool) -> TreeWalk:
+        walked = tree_core.walk_for_kv_canary(unlocked_only, False)
+        return TreeWalk(
+            tuple(_ints(walked.slot_indices)),
+            tuple(_ints(walked.positions)),
+            tuple(_ints(walked.prev_slot_indices)),
+        )
+
+    def blocks(self, page_size: int) -> tuple[int, ...]:
+        """The blocks these slots fill, each once, by block id: the walk's own order
+        follows the Rust tree core's maps of children, which is not the eviction order
+        and differs from one run to the next."""
+        return tuple(sorted({slot_block(s, page_size) for s in self.slots}))
+
+    def check(self, contents: SlotContents) -> None:
+        """Refuse a tree whose chain of slots disagrees with where tables held them."""
+        for slot, position, previous in zip(self.slots, self.positions, self.previous, strict=True):
+            held_at = contents.position_of(slot)
+            if held_at != position:
+                raise RuntimeError(
+                    f"SGLang's radix cache holds slot {slot} at position {position}, but "
+                    f"the last table that held it had it at position {held_at}"
+                )
+            if position > 0 and contents.position_of(previous) != position - 1:
+                raise RuntimeError(
+                    f"SGLang's radix cache chains slot {slot} (position {position}) after "
+                    f"slot {previous}, which the last table that held it had at position "
+                    f"{contents.position_of(previous)}"
+                )
+
+
+def free_block_order(allocator: Any, evictable: Sequence[int]) -> tuple[int, ...]:
+    """The spec's free queue: the allocator's free pages in the order it hands them out
+    (free_pages front first, then pages held back for sorting, if any; slot ids when
+    page_size is 1), then the radix cache's evictable blocks (by block id: SGLang's Rust
+    tree core does not expose its least-recently-used order; README, "SGLang under the
+    spec")."""
+    blocks = _ints(allocator.free_pages - 1)
+    released = getattr(allocator, "release_pages", None)
+    if released is not None:
+        blocks += _ints(released - 1)
+    return (*blocks, *evictable)

@@ -1,0 +1,524 @@
+"""The reference scheduler: vLLM V1's core scheduling path, one rule per method.
+
+Each step serves running requests first, in running order, then admits
+waiting ones in queue order, all out of one token budget. There are no
+phases: every request just tries to bring num_computed_tokens up to
+num_tokens_with_spec (prefill chunks, decodes and drafts alike).
+
+With async_scheduling the next step is scheduled before this one's output
+arrives (vLLM's AsyncScheduler): a request's in-flight sampling step counts
+as num_output_placeholders known-to-be tokens, its next drafts are
+placeholders the model runner fills, and output that arrives for a request
+preempted meanwhile is stale: delivered, but it moves no reset counter.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+
+from schedspec.reference.sizing import (
+    apply_long_prefill_cap,
+    num_drafts_to_schedule,
+    padded_admission_tokens,
+    rolled_back_computed,
+    running_new_tokens,
+    sure_to_reach_max_tokens,
+)
+from schedspec.reference.vllm.kv_cache_manager import BLOCK_ID, KVCacheManager
+from schedspec.reference.vllm.request_queue import WaitingQueue, make_waiting_queue
+from schedspec.reference.vllm.step_plan import StepPlan
+from schedspec.reference.vllm.stop_checker import append_output_tokens
+from schedspec.spec import (
+    PLACEHOLDER_TOKEN_ID,
+    CachedRequestData,
+    ModelRunnerOutput,
+    NewRequestData,
+    OutputError,
+    Request,
+    RequestError,
+    RequestOutput,
+    RequestState,
+    RequestStatus,
+    SchedulerConfig,
+    SchedulerOutput,
+    State,
+    validate_new_request,
+)
+from schedspec.spec.config import require_family
+from schedspec.spec.outputs import sampling_requests
+from schedspec.spec.request import check_token_ids
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig) -> None:
+        require_family(config, "the reference scheduler", ("vllm",))
+        self.config = config
+        self.kv_cache_manager = KVCacheManager(config)
+        self.requests: dict[str, Request] = {}  # every unfinished request
+        self.waiting: WaitingQueue = make_waiting_queue(config.policy)
+        self.running: list[Request] = []  # admission order
+        self.finished_req_ids: set[str] = set()  # since the previous schedule()
+        self._num_arrivals = 0
+        # Steps scheduled whose output has not been applied, oldest first, with the
+        # requests each scheduled: an id can be aborted and reused meanwhile.
+        self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
+        self._drafting = config.num_speculative_tokens > 0
+
+    # ----------------------------------------------------------------- requests
+
+    def add_request(self, request: Request) -> None:
+        validate_new_request(request, self.config)
+        if request.request_id in self.requests:
+            raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        request.arrival = self._num_arrivals
+        self._num_arrivals += 1
+        self.kv_cache_manager.hash_prompt(request)
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    def finish_requests(self, request_ids: str | Iterable[str]) -> None:
+        """Abort requests wherever they are; unknown or finished ids are ignored."""
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        for rid in ids:
+            if not isinstance(rid, str):
+                raise RequestError("request_ids", f"ids must be str, got {rid!r}")
+        aborted = [self.requests[rid] for rid in dict.fromkeys(ids) if rid in self.requests]
+        running_ids = {r.request_id for r in aborted if r.status is RequestStatus.RUNNING}
+        self.running = [r for r in self.running if r.request_id not in running_ids]
+        self.waiting.remove({r.request_id for r in aborted} - running_ids)
+        for request in aborted:
+            request.status = RequestStatus.FINISHED_ABORTED
+            self._free_request(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    def _free_request(self, request: Request) -> None:
+        assert request.is_finished
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+        self.finished_req_ids.add(request.request_id)
+
+    # ----------------------------------------------------------------- schedule
+
+    def schedule(self) -> SchedulerOutput:
+        step = StepPlan(token_budget=self.config.max_num_batched_tokens)
+        cap = self._long_prefill_cap()
+        self._schedule_running(step, cap)
+        # A step that preempted admits nothing: the freed blocks go to the
+        # running requests first, and the victim cannot bounce straight back.
+        if not step.preempted:
+            self._schedule_waiting(step, cap)
+        output = self._build_output(step)
+        self._in_flight.append((output, self._update_after_schedule(step)))
+        self.finished_req_ids = set()
+        return output
+
+    def _update_after_schedule(self, step: StepPlan) -> dict[str, Request]:
+        """Advance the scheduled requests as if their step had run (vLLM does the same);
+        update_from_output corrects for rejected drafts and stops. Returns them by id."""
+        requests = self.requests
+        scheduled: dict[str, Request] = {}
+        for rid, num_tokens in step.num_scheduled_tokens.items():
+            scheduled[rid] = request = requests[rid]
+            request.num_computed_tokens += num_tokens
+            request.num_in_flight_tokens += num_tokens
+            request.is_prefill_chunk = (
+                request.num_computed_tokens < request.num_tokens + request.num_output_placeholders
+            )
+        if self.config.async_scheduling:
+            self._add_output_placeholders(step)
+        return scheduled
+
+    def _add_output_placeholders(self, step: StepPlan) -> None:
+        """Async: each scheduled step that samples adds its 1 + drafts output positions
+        as placeholders, and the request's next drafts are placeholders the model
+        runner proposes itself; so the next step can be scheduled before this one's
+        output arrives."""
+        placeholders = [PLACEHOLDER_TOKEN_ID] * self.config.num_speculative_tokens
+        for rid in step.num_scheduled_tokens:
+            request = self.requests[rid]
+            if request.is_prefill_chunk:
+                continue
+            num_drafts = len(step.spec_decode_tokens.get(rid, ()))
+            request.num_output_placeholders += 1 + num_drafts
+            request.spec_token_ids = list(placeholders)
+
+    def _long_prefill_cap(self) -> int:
+        """Per-request token cap for this step; 0 (no cap) when only one request exists.
+
+        A lone request has nobody to be fair to, so it may use the whole budget.
+        """
+        if len(self.running) + len(self.waiting) > 1:
+            return self.config.long_prefill_token_threshold
+        return 0
+
+    def _schedule_running(self, step: StepPlan, cap: int) -> None:
+        # Locals: this loop runs once per running request per step.
+        is_priority = self.config.policy == "priority"
+        last_position = self.config.max_model_len - 1
+        running = self.running
+        req_index = 0
+        while req_index < len(running) and step.token_budget > 0:
+            request = running[req_index]
+            computed = request.num_computed_tokens
+            if request.num_output_placeholders and sure_to_reach_max_tokens(
+                computed,
+                request.num_output_placeholders,
+                request.num_prompt_tokens,
+                request.max_tokens,
+            ):
+                req_index += 1  # async: the step in flight is its last
+                continue
+            # Leave room for the token this step samples: positions stay < max_model_len.
+            num_new = running_new_tokens(
+                request.num_tokens_with_spec + request.num_output_placeholders - computed,
+                cap,
+                step.token_budget,
+                last_position - computed,
+            )
+            assert num_new >= 0, f"{request} is past max_model_len"
+            if num_new == 0:
+                req_index += 1  # skip, not break: later requests may still fit
+                continue
+            new_blocks, req_index = self._allocate_or_preempt(request, num_new, req_index, step)
+            if new_blocks is None:
+                if is_priority and request.status is RequestStatus.PREEMPTED:
+                    continue  # it preempted itself; running[req_index] is the next one
+                break  # out of KV: nothing after it runs this step
+            step.schedule(request, num_new, new_blocks)
+            step.scheduled_running.append(request)
+            req_index += 1
+            if request.spec_token_ids:
+                self._schedule_drafts(request, num_new, step)
+
+    def _allocate_or_preempt(
+        self, request: Request, num_new: int, req_index: int, step: StepPlan
+    ) -> tuple[tuple[int, ...] | None, int]:
+        """allocate_slots, preempting victims until it fits or the request preempted itself.
+
+        Returns the new block ids (None on failure) and req_index adjusted for
+        victims removed before it.
+        """
+        kv = self.kv_cache_manager
+        lookahead = self.config.lookahead_tokens
+        while True:
+            blocks = kv.allocate_slots(request, num_new, num_lookahead_tokens=lookahead)
+            if blocks is not None:
+                return tuple([b.block_id for b in blocks]) if blocks else (), req_index
+            victim_index = self._pick_victim_index()
+            victim = self.running.pop(victim_index)
+            if victim_index < req_index:
+                req_index -= 1
+            if victim.request_id in step.num_scheduled_tokens:
+                # Priority only: give back its budget, and its cache
+                # registrations for KV this step will no longer compute.
+                step.unschedule(victim)
+                self.kv_cache_manager.uncache_uncomputed_blocks(victim)
+            self._preempt(victim)
+            step.preempted.append(victim)
+            if victim is request:
+                return None, req_index
+
+    def _pick_victim_index(self) -> int:
+        """fcfs: the newest running request. priority: the largest (priority, arrival)."""
+        if self.config.policy == "fcfs":
+            return len(self.running) - 1
+        return max(
+            range(len(self.running)),
+            key=lambda i: (self.running[i].priority, self.running[i].arrival),
+        )
+
+    def _preempt(self, request: Request) -> None:
+        """Preemption by recomputation: drop all KV, keep the tokens, queue it again."""
+        self.kv_cache_manager.free(request)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        # Output still in flight is stale: it is delivered when it arrives (its
+        # tokens are right), but it must not move the counters just reset.
+        request.num_stale_output_tokens = request.num_in_flight_tokens
+        request.num_output_placeholders = 0
+        request.num_preemptions += 1
+        self.waiting.prepend(request)
+
+    @staticmethod
+    def _schedule_drafts(request: Request, num_new: int, step: StepPlan) -> None:
+        """Drafts ride in the same budget; a short budget drops the trailing ones.
+
+        The request's drafts are consumed either way: fresh ones arrive
+        through update_draft_token_ids before the next step.
+        """
+        # Drafts ride past the known tokens and the in-flight step's output positions.
+        num_drafts = num_drafts_to_schedule(
+            num_new,
+            request.num_computed_tokens,
+            request.num_tokens + request.num_output_placeholders,
+        )
+        if num_drafts > 0:
+            step.spec_decode_tokens[request.request_id] = tuple(request.spec_token_ids[:num_drafts])
+        request.spec_token_ids = []
+
+    def _padded_admission(self, num_new: int, num_hit: int, step: StepPlan, cap: int) -> int:
+        """Spec-decode padding (pad_spec_decode, vLLM's uniform decode batches): an
+        admission with exactly one token to compute, when no running request's
+        prefill continues in this step and either some running request is in the
+        step or the admission hit the prefix cache, is scheduled as 1 + K tokens
+        whose K drafts are placeholders, if that leaves room below max_model_len.
+        Returns the padded count, 0 when not padded, or -1 when the padded count
+        does not fit the budget left (the admission then waits: vLLM prefers no
+        step to an unpadded one).
+
+        Where the long-prefill cap would cut the padded count, the request is not
+        padded: vLLM pads and then fails its own assertion (docs/FINDINGS.md F3).
+        """
+        config = self.config
+        if not config.pad_spec_decode or any(r.is_prefill_chunk for r in step.scheduled_running):
+            return 0
+        if not step.scheduled_running and num_hit == 0:
+            return 0
+        padded = padded_admission_tokens(
+            num_new, num_hit, config.num_speculative_tokens, config.max_model_len
+        )
+        if padded == 0:
+            return 0
+        if padded > step.token_budget:
+            return -1
+        if 0 < cap < padded:
+            return 0
+        return padded
+
+    @staticmethod
+    def _admission_chunk(num_to_compute: int, cap: int) -> int:
+        """The first chunk of an admitted request, before the budget: its tokens
+        past the prefix hit, under the long-prefill cap."""
+        return apply_long_prefill_cap(num_to_compute, cap)
+
+    def _awaits_stale_output(self, request: Request) -> bool:
+        """Async: a preempted request whose stale output is still in flight waits for it;
+        resumed now, it would compute again a position that output delivers."""
+        return request.num_stale_output_tokens > 0 and not request.drop_stale_output
+
+    def _schedule_waiting(self, step: StepPlan, cap: int) -> None:
+        skipped: list[Request] = []
+        try:
+            self._admit_waiting(step, cap, skipped)
+        finally:
+            # Skipped requests go back where they were, in their order.
+            for waiting_again in reversed(skipped):
+                self.waiting.prepend(waiting_again)
+
+    def _admit_waiting(self, step: StepPlan, cap: int, skipped: list[Request]) -> None:
+        config = self.config
+        kv = self.kv_cache_manager
+        while self.waiting and step.token_budget > 0:
+            if len(self.running) >= config.max_num_seqs:
+                break
+            request = self.waiting.peek()
+            if self._awaits_stale_output(request):
+                skipped.append(self.waiting.pop())
+                continue
+            hit_blocks, num_hit = kv.get_computed_blocks(request)
+            num_new = request.num_tokens - num_hit
+            padded = self._padded_admission(num_new, num_hit, step, cap)
+            if padded < 0:
+                break
+            num_new = padded or self._admission_chunk(num_new, cap)
+            if not config.enable_chunked_prefill and num_new > step.token_budget:
+                break  # head-of-line: nothing behind it is tried this step
+            num_new = min(num_new, step.token_budget)
+            blocks = kv.allocate_slots(
+                request,
+                num_new,
+                num_new_computed_tokens=num_hit,
+                new_computed_blocks=hit_blocks,
+                num_lookahead_tokens=config.lookahead_tokens,
+                full_sequence_must_fit=True,
+                has_running_requests=bool(self.running),
+            )
+            if blocks is None:
+                break  # head-of-line on KV too
+            self.waiting.pop()
+            self.running.append(request)
+            kv.record_prefix_cache_lookup(request, num_hit)
+            if request.status is RequestStatus.WAITING:
+                step.scheduled_new.append(request)
+            else:
+                step.scheduled_resumed.append(request)
+            # New and resumed requests get their whole table, hits included.
+            step.schedule(request, num_new, kv.get_block_ids(request.request_id))
+            if padded:
+                step.spec_decode_tokens[request.request_id] = (PLACEHOLDER_TOKEN_ID,) * (padded - 1)
+            request.status = RequestStatus.RUNNING
+            request.num_computed_tokens = num_hit
+
+    def _build_output(self, step: StepPlan) -> SchedulerOutput:
+        new_reqs = tuple(
+            NewRequestData(
+                request_id=r.request_id,
+                prompt_token_ids=r.prompt_token_ids,
+                block_ids=step.new_block_ids[r.request_id],
+                num_computed_tokens=r.num_computed_tokens,
+            )
+            for r in step.scheduled_new
+        )
+        cached_reqs = tuple(
+            CachedRequestData(
+                request_id=r.request_id,
+                resumed=resumed,
+                new_block_ids=step.new_block_ids[r.request_id],
+                num_computed_tokens=r.num_computed_tokens,
+                # The runner counts the outputs of a step still in flight too.
+                num_output_tokens=r.num_output_tokens + r.num_output_placeholders,
+            )
+            for resumed, group in ((False, step.scheduled_running), (True, step.scheduled_resumed))
+            for r in group
+        )
+        return SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached_reqs,
+            # The step plan is dropped after this: its dicts need no copy.
+            num_scheduled_tokens=step.num_scheduled_tokens,
+            total_num_scheduled_tokens=self.config.max_num_batched_tokens - step.token_budget,
+            scheduled_spec_decode_tokens=step.spec_decode_tokens,
+            preempted_req_ids=frozenset(r.request_id for r in step.preempted),
+            finished_req_ids=frozenset(self.finished_req_ids),
+        )
+
+    # ------------------------------------------------------------------ outputs
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[str, RequestOutput]:
+        """Apply the model's tokens: roll back rejected drafts, append, stop, free.
+
+        Returns, per request that sampled, the tokens it kept and its finish status.
+        """
+        in_flight = self._in_flight
+        if not in_flight or in_flight[0][0] is not scheduler_output:
+            raise OutputError(
+                "scheduler_output",
+                "must be the oldest step this scheduler scheduled and has not applied "
+                "(outputs are applied once each, in the order scheduled)",
+            )
+        scheduled = in_flight[0][1]
+        requests = self.requests
+
+        def num_known_tokens(request_id: str) -> int | None:
+            # Output lands only on the request it was scheduled for (finished ones
+            # are gone from requests).
+            request = requests.get(request_id)
+            if request is None or request is not scheduled.get(request_id):
+                return None
+            return len(request.all_token_ids)
+
+        sampling = sampling_requests(
+            scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
+        )
+        in_flight.popleft()
+        stale = self._land_in_flight_tokens(scheduler_output, scheduled)
+        stopped: set[str] = set()
+        stopped_waiting: set[str] = set()  # stale output stopped a preempted request
+        outputs: dict[str, RequestOutput] = {}
+        running_status = RequestStatus.RUNNING
+        for rid, tokens, num_drafts in sampling:
+            request = requests[rid]
+            was_running = request.status is running_status
+            outputs[rid] = output = self._apply_sampled(
+                request, tokens, num_drafts, bool(stale) and rid in stale
+            )
+            if output.finish_status is not None:
+                (stopped if was_running else stopped_waiting).add(rid)
+                self._free_request(request)
+        if stopped:
+            self.running = [r for r in self.running if r.request_id not in stopped]
+        if stopped_waiting:
+            self.waiting.remove(stopped_waiting)
+        return outputs
+
+    def _land_in_flight_tokens(
+        self, scheduler_output: SchedulerOutput, scheduled: Mapping[str, Request]
+    ) -> set[str]:
+        """The step's tokens are no longer in flight; return the live requests whose
+        output from it is stale (they were preempted after it was scheduled)."""
+        stale: set[str] = set()
+        requests = self.requests
+        for rid, num_tokens in scheduler_output.num_scheduled_tokens.items():
+            request = requests.get(rid)
+            if request is None or request is not scheduled[rid]:
+                continue  # finished or aborted while the step ran: its output is dropped
+            request.num_in_flight_tokens -= num_tokens
+            if request.num_stale_output_tokens > 0:
+                request.num_stale_output_tokens -= num_tokens
+                stale.add(rid)
+        return stale
+
+    def _apply_sampled(
+        self, request: Request, tokens: Sequence[int], num_drafts: int, stale: bool
+    ) -> RequestOutput:
+        """One sampling request's tokens: roll back its rejected drafts, append up to a
+        stop, register the blocks its confirmed KV filled. Stale output (from a step
+        before the request's preemption) is delivered but moves no reset counter."""
+        if not stale and num_drafts:
+            rejected = num_drafts + 1 - len(tokens)
+            request.num_computed_tokens = rolled_back_computed(
+                request.num_computed_tokens, num_drafts, len(tokens)
+            )
+            if request.num_output_placeholders > 0:
+                request.num_output_placeholders -= rejected
+        status = request.status
+        had_placeholders = request.num_output_placeholders > 0
+        kept = append_output_tokens(request, tokens, self.config.max_model_len, trim=not stale)
+        if stale:
+            finish = request.status if request.status.is_finished else None
+            return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, None)
+        if had_placeholders:
+            # Every returned position resolves a placeholder, those dropped at a stop too.
+            request.num_output_placeholders -= len(tokens)
+        if status is RequestStatus.RUNNING and (had_placeholders or self._drafting):
+            # Accepted drafts filled blocks the schedule-time registration could not
+            # know about; only KV whose step has landed is registered.
+            self.kv_cache_manager.cache_blocks(request, request.num_confirmed_computed_tokens)
+        finish = request.status if request.status.is_finished else None
+        confirmed = request.num_computed_tokens - request.num_in_flight_tokens
+        return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, confirmed)
+
+    def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        """Set the drafts to verify next step. Drafts for a finished, unknown,
+        waiting or mid-prefill request are dropped, as vLLM does."""
+        limit = self.config.num_speculative_tokens
+        for rid, drafts in draft_token_ids.items():
+            check_token_ids("draft_token_ids", drafts, OutputError)
+            if len(drafts) > limit:
+                raise OutputError(
+                    "draft_token_ids",
+                    f"request {rid!r}: at most num_speculative_tokens ({limit}) drafts, "
+                    f"got {len(drafts)}",
+                )
+        for rid, drafts in draft_token_ids.items():
+            request = self.requests.get(rid)
+            if request is None:
+                continue
+            usable = request.status is RequestStatus.RUNNING and not request.is_prefill_chunk
+            request.spec_token_ids = list(drafts) if usable else []
+
+    # --------------------------------------------------------------- inspection
+
+    def snapshot(self) -> State:
+        """The abstract state (spec.State) of this scheduler, for the invariant checks."""
+        kv = self.kv_cache_manager
+        tables = kv.req_to_blocks
+        return State(
+            config=self.config,
+            requests={
+                rid: RequestState.of(r, tuple(map(BLOCK_ID, tables.get(rid, ()))))
+                for rid, r in self.requests.items()
+            },
+            waiting=tuple(r.request_id for r in self.waiting),
+            running=tuple(r.request_id for r in self.running),
+            kv=kv.snapshot(),
+        )

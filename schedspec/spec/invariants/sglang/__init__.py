@@ -1,0 +1,1 @@
+"""The sglang profile: SGLang's exact decisions, on top of safety."""

@@ -1,0 +1,288 @@
+"""Trace files: a config, the harness model's parameters, then events in order.
+
+A trace replays on any engine. Loading validates every field and names the event and
+field of the first bad one, with the bound it broke: a trace is input from anywhere (a
+CI artifact, a hand edit, a fuzzer), and a value past what the harness can act on (a
+billion drafts, a prompt longer than the config's max_model_len) must be refused here,
+not hang the harness later. The file itself is read through schedspec.files: at most
+MAX_TRACE_BYTES of UTF-8 JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.engines.fake_model import StepDecisions
+from schedspec.files import InputFileError, parse_json, read_input_text, write_atomically
+from schedspec.spec import ConfigError, SchedulerConfig, SpecInputError, named, shown
+from schedspec.spec.request import MAX_TOKEN_ID
+
+FORMAT = "schedspec-trace"
+# Version 2 added the pipeline: a config may set async_scheduling and pad_spec_decode,
+# and under async_scheduling a step event is one engine step of the batch queue
+# (pipeline.BatchQueue), whose decisions shape the output that lands in it. A version 1
+# trace is a synchronous one and replays unchanged. Version 3 added the policy family
+# (family, schedule_conservativeness, enable_mixed_chunk); older traces are vLLM's.
+VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
+# Config fields an older trace cannot carry (they did not exist), by the version
+# that added them.
+_FIELD_SINCE_VERSION: dict[str, int] = {
+    "async_scheduling": 2,
+    "pad_spec_decode": 2,
+    "family": 3,
+    "schedule_conservativeness": 3,
+    "enable_mixed_chunk": 3,
+}
+
+# The names commands give the traces they write (in --trace-dir, the current
+# directory by default), through trace_file_name: stem-seed.json, or for prove
+# stem-invariant-variant.json. The repository's .gitignore ignores them.
+FAILURE_TRACE_STEM = "schedspec-failure"  # check, and the pytest plugin
+DIFF_TRACE_STEM = "schedspec-diff"
+SWARM_TRACE_STEM = "schedspec-swarm"  # check --instances
+FORMAL_TRACE_STEM = "schedspec-formal"  # prove
+TRACE_STEMS = (FAILURE_TRACE_STEM, DIFF_TRACE_STEM, SWARM_TRACE_STEM, FORMAL_TRACE_STEM)
+
+# The largest trace file read: the suite writes traces of kilobytes, a long vLLM
+# finding a few hundred; this leaves room for hand-made and fuzzed ones, and keeps
+# `replay /dev/zero` or a mistaken multi-gigabyte file from eating memory.
+MAX_TRACE_BYTES = 64 * 2**20
+
+
+def trace_file_name(stem: str, *parts: object) -> str:
+    """`schedspec-failure-7.json` for stem "schedspec-failure" and part 7."""
+    return "-".join([stem, *map(str, parts)]) + ".json"
+
+
+class TraceError(SpecInputError):
+    """A trace file that cannot be replayed, naming the event and field at fault."""
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """What the harness model needs to produce the same tokens on every engine."""
+
+    seed: int = 0
+    vocab_size: int = 64
+    draft_acceptance: float = 0.7
+
+
+@dataclass(frozen=True)
+class Trace:
+    config: SchedulerConfig
+    events: tuple[Event, ...]
+    model: ModelParams = ModelParams()
+    note: str = ""  # e.g. the violation that made the suite write this trace
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "note": self.note,
+            "config": dataclasses.asdict(self.config),
+            "model": dataclasses.asdict(self.model),
+            "events": [_event_to_json(e) for e in self.events],
+        }
+
+    def save(self, path: Path) -> None:
+        """Write the trace as JSON, atomically (a reader never sees half of it)."""
+        write_atomically(path, json.dumps(self.to_json(), indent=1) + "\n")
+
+    @staticmethod
+    def load(path: Path) -> Trace:
+        try:
+            document = parse_json(read_input_text(path, MAX_TRACE_BYTES), str(path))
+        except InputFileError as err:
+            raise TraceError("trace", str(err)) from None
+        return trace_from_json(document)
+
+
+def _event_to_json(event: Event) -> dict[str, Any]:
+    if isinstance(event, AddRequest):
+        record = dataclasses.asdict(event)
+        # JSON types in memory too, so to_json() round-trips without a file.
+        record["prompt_token_ids"] = list(event.prompt_token_ids)
+        record["stop_token_ids"] = list(event.stop_token_ids)
+        return {"op": "add_request", **record}
+    if isinstance(event, Abort):
+        return {"op": "abort", "request_ids": list(event.request_ids)}
+    if isinstance(event, ProposeDrafts):
+        return {"op": "propose_drafts", "num_drafts": dict(event.num_drafts)}
+    if isinstance(event, Step):
+        return {
+            "op": "step",
+            "stops": dict(event.decisions.stops),
+            "accepted": dict(event.decisions.accepted),
+        }
+    return {"op": "drain"}
+
+
+def _field(
+    record: Mapping[str, Any],
+    name: str,
+    where: str,
+    kind: Callable[[Any], bool],
+    what: str,
+    default: Any = ...,
+) -> Any:
+    if name not in record:
+        if default is ...:
+            raise TraceError(f"{where}.{name}", "missing")
+        return default
+    value = record[name]
+    if not kind(value):
+        raise TraceError(f"{where}.{name}", f"must be {what}, got {shown(value)}")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+class _Bounds:
+    """The values a trace's events may carry under its config: what the harness can act
+    on. Prompts may be refused by the engine (the door is under test: empty, negative
+    token ids, one of max_model_len tokens), but never longer than that; drafts and
+    accepted drafts at most num_speculative_tokens; stop tokens real token ids."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.max_prompt = config.max_model_len
+        self.max_drafts = config.num_speculative_tokens
+
+    def prompt(self, value: Any) -> bool:
+        return isinstance(value, list) and len(value) <= self.max_prompt and _all_ints(value)
+
+    def drafts(self, value: Any) -> bool:
+        return _is_str_map(value, lambda n: _is_int(n) and 0 <= n <= self.max_drafts)
+
+    def stops(self, value: Any) -> bool:
+        return _is_str_map(value, lambda t: _is_int(t) and 0 <= t < MAX_TOKEN_ID)
+
+    def prompt_what(self) -> str:
+        return f"a list of at most max_model_len ({self.max_prompt}) ints"
+
+    def drafts_what(self) -> str:
+        return f"an object of ints in [0, num_speculative_tokens ({self.max_drafts})]"
+
+
+def _all_ints(values: list[Any]) -> bool:
+    return all(_is_int(v) for v in values)
+
+
+def _is_int_list(value: Any) -> bool:
+    return isinstance(value, list) and _all_ints(value)
+
+
+def _is_str_map(value: Any, is_value: Callable[[Any], bool]) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and is_value(v) for k, v in value.items()
+    )
+
+
+STOPS_WHAT = "an object of token ids in [0, 2**63)"
+
+
+def _event_from_json(record: Any, where: str, bounds: _Bounds) -> Event:
+    if not isinstance(record, dict):
+        raise TraceError(where, f"must be an object, got {shown(record)}")
+    op = _field(record, "op", where, _is_str, "a string")
+    if op == "add_request":
+        return AddRequest(
+            request_id=_field(record, "request_id", where, _is_str, "a string"),
+            prompt_token_ids=tuple(
+                _field(record, "prompt_token_ids", where, bounds.prompt, bounds.prompt_what())
+            ),
+            max_tokens=_field(record, "max_tokens", where, _is_int, "an int"),
+            eos_token_id=_field(
+                record,
+                "eos_token_id",
+                where,
+                lambda v: v is None or _is_int(v),
+                "an int or null",
+                None,
+            ),
+            stop_token_ids=tuple(
+                _field(record, "stop_token_ids", where, _is_int_list, "a list of ints", [])
+            ),
+            priority=_field(record, "priority", where, _is_int, "an int", 0),
+        )
+    if op == "abort":
+        ids = _field(
+            record,
+            "request_ids",
+            where,
+            lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+            "a list of strings",
+        )
+        return Abort(tuple(ids))
+    if op == "propose_drafts":
+        counts = _field(record, "num_drafts", where, bounds.drafts, bounds.drafts_what())
+        return ProposeDrafts(dict(counts))
+    if op == "step":
+        stops = _field(record, "stops", where, bounds.stops, STOPS_WHAT, {})
+        accepted = _field(record, "accepted", where, bounds.drafts, bounds.drafts_what(), {})
+        return Step(StepDecisions(stops=dict(stops), accepted=dict(accepted)))
+    if op == "drain":
+        return Drain()
+    raise TraceError(f"{where}.op", f"unknown event {shown(op)}")
+
+
+def trace_from_json(document: Any) -> Trace:
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise TraceError("format", f"not a {FORMAT} document")
+    version = document.get("version")
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+        raise TraceError("version", f"must be one of {SUPPORTED_VERSIONS}, got {shown(version)}")
+    raw_config = _field(document, "config", "trace", lambda v: isinstance(v, dict), "an object")
+    for name, since in _FIELD_SINCE_VERSION.items():
+        if name in raw_config and version < since:
+            raise TraceError(f"config.{name}", f"not a field of version {version} traces")
+    known = {f.name for f in dataclasses.fields(SchedulerConfig)}
+    unknown_fields = sorted(set(raw_config) - known)
+    if unknown_fields:
+        raise TraceError(f"config.{named(unknown_fields[0])}", "unknown field")
+    try:
+        config = SchedulerConfig(**raw_config)
+    except ConfigError as err:
+        raise TraceError(f"config.{err.field}", str(err)) from None
+    except TypeError as err:  # a required field missing
+        raise TraceError("config", str(err)) from None
+    raw_model = _field(document, "model", "trace", lambda v: isinstance(v, dict), "an object", {})
+    unknown = set(raw_model) - {"seed", "vocab_size", "draft_acceptance"}
+    if unknown:
+        raise TraceError(f"model.{named(sorted(unknown)[0])}", "unknown field")
+    model = ModelParams(
+        seed=_field(raw_model, "seed", "model", _is_int, "an int", 0),
+        vocab_size=_field(
+            raw_model,
+            "vocab_size",
+            "model",
+            lambda v: _is_int(v) and 2 <= v <= MAX_TOKEN_ID,
+            "an int in [2, 2**63]",
+            64,
+        ),
+        draft_acceptance=_field(
+            raw_model,
+            "draft_acceptance",
+            "model",
+            lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1,
+            "a number in [0, 1]",
+            0.7,
+        ),
+    )
+    raw_events = _field(document, "events", "trace", lambda v: isinstance(v, list), "a list")
+    bounds = _Bounds(config)
+    events = tuple(_event_from_json(e, f"events[{i}]", bounds) for i, e in enumerate(raw_events))
+    note = _field(document, "note", "trace", _is_str, "a string", "")
+    return Trace(config=config, events=events, model=model, note=note)
