@@ -78,7 +78,8 @@ from bench_reference import (
     us,
 )
 
-from schedspec.adapters.vllm.engine import INSTALL_STEP, build_scheduler, vllm_available
+from schedspec.adapters.vllm.config import build_scheduler
+from schedspec.adapters.vllm.runtime import INSTALL_STEP, vllm_available
 from schedspec.engines.fake_model import FakeModel
 from schedspec.engines.pipeline import BatchQueue
 from schedspec.reference import Scheduler

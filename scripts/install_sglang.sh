@@ -30,7 +30,7 @@
 # No torchvision: PyPI's wheels need a CUDA torch and do not load against the CPU one;
 # the adapter stubs the one import of it that SGLang's config code makes.
 #
-# Then the probe: `python -m schedspec.adapters.sglang.probe` builds SGLang's
+# Then the probe: `python -m schedspec.properties.probe sglang` builds SGLang's
 # real Scheduler for every config family the adapter supports (plain and overlap loops,
 # radix cache on and off, page sizes 1 and 4, mixed chunk) and steps each under the
 # harness, with every per-user cache (Hugging Face's, SGLang's, Triton's, the XDG
@@ -71,7 +71,7 @@ RUNTIME_PACKAGES=(
 )
 NO_DEPS=(sglang compressed-tensors)
 EXTRA_PINS=(triton==3.9.0)
-PROBE_MODULE=schedspec.adapters.sglang.probe
+PROBE_ENGINE=sglang
 PROBE_WHAT="SGLang's Scheduler"
 
 install_engine "$@"

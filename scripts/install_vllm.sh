@@ -18,7 +18,7 @@
 #      (scripts/lib/dist_requirements.py: the originals stay as METADATA.orig, the removed
 #      lines are listed in LEFT_OUT), so that later `pip install`s into the venv and
 #      `pip check` stay quiet about them and still check every other requirement.
-# Then the probe: `python -m schedspec.adapters.vllm.probe` builds and steps a
+# Then the probe: `python -m schedspec.properties.probe vllm` builds and steps a
 # real VllmEngine for every config family the adapter supports (no drafts, n-gram and EAGLE
 # drafts; fcfs, priority; prefix caching off, on) with every per-user cache (vLLM's, Hugging
 # Face's, the XDG folders) pointed at an empty temp folder: vLLM caches per user what it
@@ -60,7 +60,7 @@ RUNTIME_PACKAGES=(
 )
 NO_DEPS=(vllm xgrammar)
 EXTRA_PINS=()
-PROBE_MODULE=schedspec.adapters.vllm.probe
+PROBE_ENGINE=vllm
 PROBE_WHAT="a VllmEngine"
 
 install_engine "$@"

@@ -47,14 +47,15 @@ def repeatable_command_seeds(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`schedspec check` or `diff` run without --seed picks a seed at random (and prints
-    it). Run in a test, it picks from a generator seeded by the test's id instead: CI then
-    searches the same examples every time, and a test of a passing engine cannot turn red
-    on a seed no rerun draws again (one did: a CACHE-COMPUTED false alarm, now
+    it; properties/run_plan.py draws it, for the pytest plugin too). Run in a test, it
+    picks from a generator seeded by the test's id instead: CI then searches the same
+    examples every time, and a test of a passing engine cannot turn red on a seed no
+    rerun draws again (one did: a CACHE-COMPUTED false alarm, now
     tests/regression_traces/hit-on-kv-of-an-ended-request-in-flight.json)."""
-    from schedspec.cli import suite_run
+    from schedspec.properties import run_plan
 
     generator = random.Random(zlib.crc32(request.node.nodeid.encode()))
-    monkeypatch.setattr(suite_run, "random", generator)
+    monkeypatch.setattr(run_plan, "random", generator)
 
 
 # pytest-xdist spreads the tests over workers (pyproject.toml's addopts). Tests that must

@@ -13,8 +13,8 @@ from click.testing import CliRunner, Result
 
 from schedspec.cli.check import CheckOptions
 from schedspec.cli.main import main
-from schedspec.cli.suite_run import suite_settings
 from schedspec.engines.events import AddRequest, Step
+from schedspec.properties.run_plan import suite_settings
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import CATALOGUE, in_profile
 from schedspec.traces.trace import Trace
@@ -103,9 +103,9 @@ class TestPassingCheck:
 
     def test_long_profile_from_flag_or_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
         options = CheckOptions(**RUN_SHAPE, engine="reference", long=False, shrink=True)
-        assert suite_settings(options, seed=1).examples == 100
+        assert suite_settings(options.request, seed=1).examples == 100
         monkeypatch.setenv("SCHEDSPEC_LONG", "1")
-        assert suite_settings(options, seed=1).examples == 2000
+        assert suite_settings(options.request, seed=1).examples == 2000
         monkeypatch.delenv("SCHEDSPEC_LONG")
         long_run = CheckOptions(
             **{**RUN_SHAPE, "examples": 7, "seed": 3, "max_steps": 9},
@@ -113,7 +113,7 @@ class TestPassingCheck:
             long=True,
             shrink=False,
         )
-        chosen = suite_settings(long_run, seed=3)
+        chosen = suite_settings(long_run.request, seed=3)
         assert (chosen.examples, chosen.rules_per_example, chosen.shrink) == (7, 9, False)
 
 

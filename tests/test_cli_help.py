@@ -66,26 +66,28 @@ def test_the_group_lists_every_command() -> None:
 
 
 def test_swarm_defaults_in_the_help_are_the_ones_it_uses() -> None:
-    from schedspec.cli.swarm import LONG, QUICK
+    from schedspec.campaign.swarm_plan import SWARM_LONG, SWARM_QUICK
 
     (instances,) = [o for o in options_of("check") if "--instances" in o.opts]
     text = instances.help or ""
-    assert f"--examples counts configs [default: {QUICK[0]}, {LONG[0]} with --long]" in text
-    assert f"--max-steps ticks per config [default: {QUICK[1]}, {LONG[1]} with --long]" in text
+    configs = f"[default: {SWARM_QUICK[0]}, {SWARM_LONG[0]} with --long]"
+    ticks = f"[default: {SWARM_QUICK[1]}, {SWARM_LONG[1]} with --long]"
+    assert f"--examples counts configs {configs}" in text
+    assert f"--max-steps ticks per config {ticks}" in text
 
 
 def test_run_shape_defaults_in_the_help_are_the_suites() -> None:
-    from schedspec.cli.swarm import LONG, QUICK
+    from schedspec.campaign.swarm_plan import SWARM_LONG, SWARM_QUICK
     from schedspec.properties.suite import SuiteSettings
 
     quick, long = SuiteSettings.quick(), SuiteSettings.long()
     helps = {o.opts[0]: o.help or "" for o in options_of("check")}
     assert (
         f"[default: {quick.examples}, {long.examples} with --long; "
-        f"swarm mode: configs, {QUICK[0]}, {LONG[0]} with --long]"
+        f"swarm mode: configs, {SWARM_QUICK[0]}, {SWARM_LONG[0]} with --long]"
     ) in helps["--examples"]
     assert (
         f"[default: {quick.rules_per_example}, {long.rules_per_example} with --long; "
         "swarm mode: ticks per config, the same]"
     ) in helps["--max-steps"]
-    assert (quick.rules_per_example, long.rules_per_example) == (QUICK[1], LONG[1])
+    assert (quick.rules_per_example, long.rules_per_example) == (SWARM_QUICK[1], SWARM_LONG[1])

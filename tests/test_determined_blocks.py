@@ -103,7 +103,8 @@ def test_random_prefix_cached_workloads_agree_block_for_block_with_gpu_impl() ->
 
 def test_random_workloads_agree_block_for_block_with_vllm() -> None:
     factory = _factory("vllm")
-    from schedspec.adapters.vllm.engine import avoid_known_corners, vllm_configs
+    from schedspec.adapters.vllm.config import avoid_known_corners
+    from schedspec.properties.strategies.engine_configs import vllm_configs
 
     settings = SuiteSettings(examples=10, rules_per_example=20, seed=20261201)
     # Caching on, then out of the corners where vLLM and the spec are known to part

@@ -81,7 +81,7 @@ class TestNames:
 
 class TestDefaultConfigs:
     def test_vllm_runs_on_its_own_configs_the_others_on_the_suites(self) -> None:
-        vllm = "schedspec.adapters.vllm.engine:vllm_default_configs"
+        vllm = "schedspec.properties.strategies.engine_configs:vllm_default_configs"
         assert default_configs(("vllm",)) == vllm
         assert default_configs(("reference", "vllm")) == vllm  # a diff against it
         assert default_configs(("reference", "gpu")) is None  # the suite's own

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from schedspec.cli.exit_codes import EXIT_CODES, Outcome
 from schedspec.cli.main import main
 from schedspec.cli.printing.check_report import invariants_of
-from schedspec.cli.printing.reports import EXIT_CODES, Outcome
 from schedspec.engines.boundary import GuardedEngine
 from schedspec.engines.events import AddRequest, Step
 from schedspec.engines.watchdog import StepTimeoutError, Watchdog

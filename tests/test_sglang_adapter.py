@@ -16,18 +16,15 @@ from tests.sglang_required import require_sglang
 
 require_sglang("the SGLang adapter tests")
 
+from schedspec.adapters.engine_import import TINY_VOCAB_SIZE  # noqa: E402
 from schedspec.adapters.reference import reference_engine  # noqa: E402
 from schedspec.adapters.sglang import engine as adapter  # noqa: E402
-from schedspec.adapters.sglang.engine import (  # noqa: E402
-    SGLangEngine,
-    generate_request,
-    server_args,
-    sglang_default_configs,
-    start_scheduler,
-)
-from schedspec.adapters.sglang.runtime import VOCAB_SIZE, load_sglang  # noqa: E402
+from schedspec.adapters.sglang.config import server_args, start_scheduler  # noqa: E402
+from schedspec.adapters.sglang.engine import SGLangEngine, generate_request  # noqa: E402
+from schedspec.adapters.sglang.runtime import load_sglang  # noqa: E402
 from schedspec.properties.checked_engine import replay  # noqa: E402
 from schedspec.properties.differential import DiffOptions, diff_trace  # noqa: E402
+from schedspec.properties.strategies.engine_configs import sglang_default_configs  # noqa: E402
 from schedspec.properties.suite import SuiteSettings, run_suite  # noqa: E402
 from schedspec.spec import (  # noqa: E402
     ConfigError,
@@ -202,7 +199,7 @@ def test_s1_a_chunk_budget_below_the_page_size_admits_nothing_ever() -> None:
     s = start_scheduler(v, args).scheduler
     params = v.SamplingParams(max_new_tokens=2, temperature=0.0)
     params.normalize(None)
-    params.verify(VOCAB_SIZE)
+    params.verify(TINY_VOCAB_SIZE)
     s.handle_generate_request(generate_request(v, "a", list(range(10, 20)), params))
     for _ in range(5):
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
@@ -219,7 +216,7 @@ def test_s2_sglang_aborts_every_rid_the_aborted_one_starts() -> None:
     s = start_scheduler(v, server_args(v, BASE)).scheduler
     params = v.SamplingParams(max_new_tokens=2, temperature=0.0)
     params.normalize(None)
-    params.verify(VOCAB_SIZE)
+    params.verify(TINY_VOCAB_SIZE)
     for rid in ("r1", "r10", "r2"):
         s.handle_generate_request(generate_request(v, rid, [5, 6, 7], params))
     s.abort_request(v.AbortReq(rid="r1"))

@@ -1,7 +1,7 @@
 """The SGLang adapter's pure parts, which need no SGLang: the configs it runs and
 refuses, its request ids, the block ids and free queue it reads from SGLang's pool, the
-in-flight counters it keeps, the probe's families, and the error where SGLang is
-missing. (tests/test_sglang_adapter.py drives SGLang itself.)"""
+in-flight counters it keeps, the probe's plan, and the error where SGLang is missing.
+(tests/test_sglang_adapter.py drives SGLang itself.)"""
 
 from __future__ import annotations
 
@@ -14,16 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedspec.adapters.sglang import runtime as sglang_runtime
-from schedspec.adapters.sglang.engine import (
-    max_running_requests,
-    refusal,
-    sglang_default_configs,
-    sglang_rid,
-    spec_id,
-)
+from schedspec.adapters.sglang.config import max_running_requests, refusal
+from schedspec.adapters.sglang.engine import SGLangEngine
 from schedspec.adapters.sglang.kv import free_block_order, slot_block, table_blocks
 from schedspec.adapters.sglang.output import BatchRow, Pipeline
-from schedspec.adapters.sglang.probe import FAMILIES
+from schedspec.adapters.sglang.probe import CACHE_VARIABLES, FAMILIES, PLAN
+from schedspec.adapters.sglang.requests import sglang_rid, spec_id
+from schedspec.properties import probe as runner
+from schedspec.properties.strategies.engine_configs import sglang_default_configs
 from schedspec.spec import SchedulerConfig
 
 
@@ -148,8 +146,14 @@ def test_the_probe_families_are_every_loop_cache_page_and_mixed_combination() ->
     assert [refusal(f.config()) for f in FAMILIES] == [None] * 16
 
 
+def test_the_probe_plan_is_the_sglang_engine_on_its_families_and_caches() -> None:
+    assert (PLAN.engine, PLAN.build, PLAN.built) == ("SGLang", SGLangEngine, "SGLangEngines")
+    assert (PLAN.families, PLAN.cache_variables) == (FAMILIES, CACHE_VARIABLES)
+    assert runner.PLANS["sglang"] is PLAN
+
+
 def test_missing_sglang_names_the_install_script(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sglang_runtime, "_loaded", None)
+    monkeypatch.setattr(sglang_runtime.SGLANG, "loaded", None)
     monkeypatch.setattr(sglang_runtime, "_stub_torchvision_if_broken", lambda: None)
     # `import sglang...` fails here, also where SGLang's modules were imported already.
     for name in ["sglang", *(m for m in sys.modules if m.startswith("sglang."))]:

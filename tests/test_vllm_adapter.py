@@ -18,19 +18,20 @@ import pytest
 
 from schedspec.adapters.reference import reference_engine
 from schedspec.adapters.vllm import engine as adapter
-from schedspec.adapters.vllm.engine import (
-    VllmEngine,
-    VllmMissingError,
+from schedspec.adapters.vllm import runtime
+from schedspec.adapters.vllm.config import (
     avoid_known_corners,
     expressible,
     unsupported_reason,
-    vllm_default_configs,
     vllm_watermark,
 )
+from schedspec.adapters.vllm.engine import VllmEngine
+from schedspec.adapters.vllm.runtime import VllmMissingError
 from schedspec.engines.fake_model import FakeModel
 from schedspec.engines.pipeline import run_step
 from schedspec.properties.checked_engine import InvariantViolationError, replay
 from schedspec.properties.differential import DiffOptions, diff_trace
+from schedspec.properties.strategies.engine_configs import vllm_default_configs
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.reference import Scheduler as ReferenceScheduler
 from schedspec.spec import (
@@ -326,7 +327,7 @@ def test_drafters_lookahead() -> None:
 
 
 def test_missing_vllm_names_the_install_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(adapter, "_loaded", None)
+    monkeypatch.setattr(runtime.VLLM, "loaded", None)
     monkeypatch.setitem(sys.modules, "vllm.config", None)  # import of it fails
     with pytest.raises(VllmMissingError, match=r"scripts/install_vllm\.sh"):
         VllmEngine(config())
@@ -482,7 +483,8 @@ def test_by_short_name_it_runs_on_its_own_configs_and_passes(
     result = CliRunner().invoke(main, [*args, *flags])
     assert result.exit_code == 0, result.output
     assert says in result.output
-    assert "configs from schedspec.adapters.vllm.engine:vllm_default_configs" in (result.output)
+    default = "schedspec.properties.strategies.engine_configs:vllm_default_configs"
+    assert f"configs from {default}" in result.output
     assert len(built_configs) > 8  # the probe, then one per example
     assert all(unsupported_reason(c) is None for c in built_configs)
     assert all(avoid_known_corners(c) == c for c in built_configs)

@@ -110,7 +110,7 @@ def test_vllms_own_config_resolves_the_mode_and_the_v2_runner(async_scheduling: 
 
 
 def test_a_scheduler_that_is_not_the_configs_mode_is_refused() -> None:
-    from schedspec.adapters.vllm.engine import _check_translation
+    from schedspec.adapters.vllm.config import _check_translation
 
     engine_class = vllm_engine()
     sync = engine_class(config())
@@ -318,7 +318,8 @@ def test_vllm_skips_drafting_only_with_eagle(async_scheduling: bool) -> None:
 @given(st.data())
 @settings(max_examples=200, deadline=None)
 def test_the_default_configs_stay_out_of_the_known_corners(data: st.DataObject) -> None:
-    from schedspec.adapters.vllm.engine import unsupported_reason, vllm_default_configs
+    from schedspec.adapters.vllm.config import unsupported_reason
+    from schedspec.properties.strategies.engine_configs import vllm_default_configs
 
     cfg = data.draw(vllm_default_configs())
     assert unsupported_reason(cfg) is None
@@ -335,7 +336,7 @@ def test_the_default_configs_stay_out_of_the_known_corners(data: st.DataObject) 
 def test_the_default_configs_reach_both_modes_and_every_drafter(
     async_scheduling: bool, drafter: str
 ) -> None:
-    from schedspec.adapters.vllm.engine import vllm_default_configs
+    from schedspec.properties.strategies.engine_configs import vllm_default_configs
 
     def drafter_of(cfg: SchedulerConfig) -> str:
         if cfg.num_speculative_tokens == 0:

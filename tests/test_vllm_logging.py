@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from schedspec.adapters.vllm.engine import (
+from schedspec.adapters.vllm.runtime import (
     QUIETED_LOGGERS,
     VLLM_LOGGING_VARIABLES,
     quiet_vllm_logging,

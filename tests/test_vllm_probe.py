@@ -1,5 +1,6 @@
-"""The probe that scripts/install_vllm.sh trusts: it builds and steps a real VllmEngine
-for every config family, with empty caches, quietly; and it names what fails."""
+"""The probe that scripts/install_vllm.sh trusts (schedspec.properties.probe, on the plan
+adapters/vllm/probe.py declares): it builds and steps a real VllmEngine for every config
+family, with empty caches, quietly; and it names what fails."""
 
 from __future__ import annotations
 
@@ -12,16 +13,12 @@ from pathlib import Path
 import pytest
 
 from schedspec.adapters.reference import ReferenceEngine
-from schedspec.adapters.vllm import probe as vllm_probe
-from schedspec.adapters.vllm.engine import VLLM_LOGGING_VARIABLES, unsupported_reason
-from schedspec.adapters.vllm.probe import (
-    CACHE_VARIABLES,
-    FAMILIES,
-    Family,
-    ProbeError,
-    empty_caches,
-    step_family,
-)
+from schedspec.adapters.vllm.config import unsupported_reason
+from schedspec.adapters.vllm.engine import VllmEngine
+from schedspec.adapters.vllm.probe import CACHE_VARIABLES, FAMILIES, PLAN, Family
+from schedspec.adapters.vllm.runtime import VLLM_LOGGING_VARIABLES
+from schedspec.properties import probe as runner
+from schedspec.properties.probe import ProbeError, empty_caches, step_family
 from schedspec.spec import RequestOutput, SchedulerOutput
 from tests.vllm_required import require_vllm
 
@@ -55,14 +52,19 @@ def test_each_drafter_is_the_config_the_adapter_maps_to_it() -> None:
     )
 
 
-def test_step_family_runs_the_requests_to_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_plan_is_the_vllm_engine_on_its_families_and_caches() -> None:
+    assert (PLAN.engine, PLAN.build, PLAN.built) == ("vLLM", VllmEngine, "VllmEngines")
+    assert (PLAN.families, PLAN.cache_variables) == (FAMILIES, CACHE_VARIABLES)
+    assert runner.PLANS["vllm"] is PLAN
+
+
+def test_step_family_runs_the_requests_to_the_end() -> None:
     # The reference makes vLLM's decisions, so it takes the steps vLLM takes: 42 and 41
     # prompt tokens over a 64-token budget are two steps of prefill (one with a 32-token
     # prefix-cache hit), then decodes, fewer of them with accepted drafts. Async
     # scheduling schedules two steps more: the one scheduled while the last step that
     # samples is in flight, and the one after that, which finds nothing more to do.
-    monkeypatch.setattr(vllm_probe, "VllmEngine", ReferenceEngine)
-    steps = {str(f): step_family(f) for f in FAMILIES}
+    steps = {str(f): step_family(ReferenceEngine, f) for f in FAMILIES}
     assert steps["drafter=none, policy=fcfs, prefix caching off, sync"] == 4
     assert steps["drafter=none, policy=fcfs, prefix caching off, async"] == 6
     assert steps["drafter=none, policy=fcfs, prefix caching on, sync"] == 3
@@ -79,22 +81,21 @@ class _NeverSchedules(ReferenceEngine):
         return {}  # nothing was scheduled
 
 
-def test_requests_left_unfinished_are_a_probe_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_probe, "VllmEngine", _NeverSchedules)
+def test_requests_left_unfinished_are_a_probe_error() -> None:
     with pytest.raises(ProbeError, match="drafter=none, policy=fcfs, prefix caching off, sync: "):
-        step_family(FAMILIES[0])
+        step_family(_NeverSchedules, FAMILIES[0])
 
 
 def test_a_failing_family_is_named_and_the_probe_exits_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def eagle_breaks(family: Family) -> int:
+    def eagle_breaks(build: object, family: Family) -> int:
         if family.drafter == "eagle":
             raise ValueError("Model architectures ['EagleLlamaForCausalLM'] failed")
         return 3
 
-    monkeypatch.setattr(vllm_probe, "step_family", eagle_breaks)
-    assert vllm_probe.main() == 1
+    monkeypatch.setattr(runner, "step_family", eagle_breaks)
+    assert runner.main(["vllm"]) == 1
     printed = capsys.readouterr()
     assert (
         "ProbeError: drafter=eagle, policy=fcfs, prefix caching off, sync: ValueError: "
@@ -103,12 +104,24 @@ def test_a_failing_family_is_named_and_the_probe_exits_1(
     assert printed.out.startswith("vLLM probe: FAILED")
 
 
+@pytest.mark.parametrize("argv", [[], ["vllm", "sglang"], ["nope"]])
+def test_a_command_line_naming_no_engine_is_refused_with_the_usage(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert runner.main(argv) == 2
+    printed = capsys.readouterr()
+    assert (printed.out, printed.err) == (
+        "",
+        "usage: python -m schedspec.properties.probe {vllm,sglang}\n",
+    )
+
+
 def test_empty_caches_gives_each_variable_a_new_empty_folder_then_restores_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("VLLM_CACHE_ROOT", "/home/someone/.cache/vllm")
     monkeypatch.delenv("HF_HOME", raising=False)
-    with empty_caches() as root:
+    with empty_caches(CACHE_VARIABLES, "schedspec-test-") as root:
         folders = [Path(os.environ[name]) for name in CACHE_VARIABLES]
         assert len(set(folders)) == len(CACHE_VARIABLES)
         for folder in folders:
@@ -127,7 +140,7 @@ def test_the_probe_passes_here_quietly_and_leaves_the_users_caches_alone(tmp_pat
     env |= {name: str(user / name.lower()) for name in CACHE_VARIABLES}
     env["PYTHONPATH"] = str(REPO)
     result = subprocess.run(
-        [sys.executable, "-m", "schedspec.adapters.vllm.probe"],
+        [sys.executable, "-m", "schedspec.properties.probe", "vllm"],
         env=env,
         capture_output=True,
         text=True,

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from schedspec.adapters.vllm.engine import INSTALL_STEP
+from schedspec.adapters.vllm.runtime import INSTALL_STEP
 
 
 def require_vllm(what: str) -> None:

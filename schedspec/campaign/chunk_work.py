@@ -26,6 +26,7 @@ from schedspec.engines.registry import load_config_strategy, load_engine_factory
 from schedspec.engines.watchdog import StepTimeoutError, Watchdog
 from schedspec.properties.differential import DiffOptions, LockstepTarget
 from schedspec.properties.harness import SingleEngine, Target
+from schedspec.properties.run_plan import RunPlan
 from schedspec.properties.state_machine import SuiteRecorder
 from schedspec.properties.strategies.configs import ConfigStrategyError
 from schedspec.properties.suite import Chunk, SuiteResult, SuiteSettings, run_target
@@ -72,6 +73,17 @@ class NamedEngines:
     configs: str | None = None  # module:strategy; None: the suite's own
     step_timeout: float | None = None
     compare_block_ids: bool = False
+
+    @staticmethod
+    def of_plan(
+        plan: RunPlan, step_timeout: float | None = None, compare_block_ids: bool = False
+    ) -> NamedEngines:
+        """The plan's engines: `check` of one, `diff` of a pair."""
+        command: Command = "diff" if len(plan.request.engines) == 2 else "check"
+        names = plan.request.names
+        return NamedEngines(
+            command, names, plan.profile, plan.configs, step_timeout, compare_block_ids
+        )
 
     @property
     def trace_stem(self) -> str:

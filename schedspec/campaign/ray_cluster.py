@@ -33,6 +33,7 @@ from pathlib import Path
 
 from schedspec.campaign import ray_reaper
 from schedspec.engines.dependencies import RAY, require
+from schedspec.environment import environment_set
 
 # A local cluster's object store (Ray's least is 75 MiB): results are a chunk's counts
 # and at most one trace, kilobytes each.
@@ -61,11 +62,16 @@ class RayCluster:
         return f"{where} ({self.cpus} CPUs)"
 
 
+def require_ray() -> None:
+    """MissingDependencyError, saying what brings Ray, where it is not installed."""
+    require("--ray", RAY)
+
+
 @contextmanager
 def ray_cluster(address: str | None, cpus: int | None = None) -> Iterator[RayCluster]:
     """Connected to Ray for the duration: the cluster at `address`, or (None) a local one
     of `cpus` CPUs [default: this machine's], started here and shut down on exit."""
-    require("--ray", RAY)
+    require_ray()
     if address is None and "ray" not in sys.modules:
         os.environ.update(LOOPBACK_ONLY)  # before Ray's first import (the module docstring)
     import ray
@@ -84,7 +90,7 @@ def ray_cluster(address: str | None, cpus: int | None = None) -> Iterator[RayClu
     try:
         # The mark stays in this process's environment while the cluster lives: whatever
         # Ray starts from here later (not only during ray.init) is the reaper's too.
-        with _reaper(temp_dir) as marker, _environment(marker):
+        with _reaper(temp_dir) as marker, environment_set(marker):
             with _signal_handlers_kept():
                 _start_local(cpus or os.cpu_count() or 1, temp_dir)
             try:
@@ -134,7 +140,7 @@ def _start_local(cpus: int, temp_dir: str) -> None:
         # The workers import schedspec and the engines as this process does.
         "PYTHONPATH": import_path,
     }
-    with _environment(environment), _interrupts_blocked():
+    with environment_set(environment), _interrupts_blocked():
         # Processes started now inherit the blocked Ctrl-C (a terminal sends it to the
         # whole process group): the driver alone handles it, and shuts them down.
         ray.init(
@@ -194,22 +200,6 @@ def _join(address: str) -> None:
         )
     except (ConnectionError, RuntimeError, ValueError) as err:
         raise RayClusterError(f"could not join the Ray cluster at {address}: {err}") from err
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """os.environ with `values` set for the duration (children started meanwhile keep
-    them), restored after."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 # The signals whose handlers this process keeps through ray.init: Ray's core installs

@@ -15,24 +15,11 @@ from typing import Any
 
 import click
 
+from schedspec.campaign.backend import require_backend
 from schedspec.campaign.chunk_work import NamedEngines
-from schedspec.cli.campaign_run import (
-    campaign_report,
-    echo_campaign,
-    examples_phrase,
-    run_parallel,
-    runs_in_parallel,
-    with_database,
-)
+from schedspec.cli.campaign_run import OnExample, echo_campaign, examples_phrase, run_planned
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import (
-    load_configs,
-    load_engine,
-    pick_family,
-    pick_profile,
-    probe,
-    require_for,
-)
+from schedspec.cli.loading import load_engine, usage_errors
 from schedspec.cli.options import (
     as_profile,
     backend_options,
@@ -41,34 +28,33 @@ from schedspec.cli.options import (
     refuse_flags,
     run_options,
 )
-from schedspec.cli.printing.progress import suite_progress
 from schedspec.cli.printing.reports import RunReport
 from schedspec.cli.suite_run import (
     SuiteRunOptions,
-    choose_seed,
+    configs_phrase,
     echo_checks,
     echo_trace_problem,
-    engine_failed,
     failed_verdict,
+    planned_run,
     prepare_outputs,
     record_result,
     refuse_bad_config_strategy,
     reported,
-    suite_settings,
 )
-from schedspec.engines.boundary import guarded
-from schedspec.engines.dependencies import RAY
-from schedspec.engines.errors import EngineHalt
 from schedspec.engines.protocol import EngineFactory
-from schedspec.engines.watchdog import Watchdog
 from schedspec.properties.failure_report import failure_report
-from schedspec.properties.suite import run_suite
+from schedspec.properties.run_plan import RunPlan, RunRequest, one_engine
+from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
 
 
 @dataclass(frozen=True, kw_only=True)
 class CheckOptions(SuiteRunOptions):
     engine: str
     instances: int = 1  # more than one: swarm mode (gpu engine), swarm.py
+
+    @property
+    def request(self) -> RunRequest:
+        return self.run_request(one_engine(self.engine))
 
 
 # The flags swarm mode refuses, each with why: what it has no use for. It runs on
@@ -121,8 +107,8 @@ def check(
         for flag, reason in NOT_IN_SWARM_MODE.items():
             why = f"not used in swarm mode (--instances {options.instances}): {reason}"
             refuse_flags(ctx, [flag], why)
-    if options.ray is not None:
-        require_for("--ray", RAY)
+    with usage_errors():
+        require_backend(options.request.backend)  # before any output is written
     raise SystemExit(run_check(options))
 
 
@@ -131,7 +117,7 @@ def run_check(options: CheckOptions) -> int:
         factory = _swarm_engine(options)  # before swarm.py, which imports torch
         from schedspec.cli.swarm import run_swarm_check
 
-        return run_swarm_check(options, factory)
+        return run_swarm_check(options, options.request, options.instances, factory)
     prepare_outputs(options)
     report = RunReport(
         "check",
@@ -140,50 +126,29 @@ def run_check(options: CheckOptions) -> int:
         options.seed,
         options={"step_timeout": options.step_timeout},
     )
-    with reported(report, options):
-        factory = load_engine(options.engine)
-        with Watchdog(options.step_timeout) as watchdog:
-            _check(options, guarded(factory, watchdog), report)
+    with reported(report, options), planned_run(options, options.request, report) as plan:
+        if plan is not None:
+            _check(options, plan, report)
     return report.exit_code
 
 
-def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> None:
+def _check(options: CheckOptions, plan: RunPlan, report: RunReport) -> None:
     """The run, filling in the report as it goes."""
-    family = pick_family([options.engine], options.profile)
-    try:
-        claimed = probe(factory, "--engine", family)
-    except click.UsageError:
-        raise
-    except (Exception, EngineHalt) as err:
-        report.error = err
-        engine_failed(err)
-        return
-    profile = report.profile = pick_profile([claimed], options.profile)
-    configs = load_configs(options.configs, [options.engine])
-    seed = report.seed = choose_seed(options.seed)
-    chosen = suite_settings(options, seed)
+    (factory,) = plan.factories
+    profile = plan.profile
     click.echo(
         f"checking {options.engine} against profile {profile}: "
-        f"{examples_phrase(options, chosen)} of up to {chosen.rules_per_example} actions"
-        + configs.described()
+        f"{examples_phrase(plan)} of up to {plan.settings.rules_per_example} actions"
+        + configs_phrase(plan)
     )
-    recipe = NamedEngines("check", (options.engine,), profile, configs.name, options.step_timeout)
-    parallel = None
-    if runs_in_parallel(options):
-        # Chunks of examples over workers (seed, seed + 1, ...): campaign_run.py.
-        parallel = run_parallel(options, recipe, recipe.target([factory]), chosen)
-        result = parallel.campaign.result
-        report.campaign = campaign_report(parallel, options)
-    else:
-        with suite_progress(chosen.examples, options.progress) as on_example:
-            result = run_suite(
-                factory,
-                profile,
-                with_database(chosen, options, recipe),
-                configs.strategy,
-                options.trace_dir,
-                on_example,
-            )
+    recipe = NamedEngines.of_plan(plan, options.step_timeout)
+
+    def in_one_process(settings: SuiteSettings, on_example: OnExample) -> SuiteResult:
+        return run_suite(
+            factory, profile, settings, plan.config_strategy, options.trace_dir, on_example
+        )
+
+    result, parallel = run_planned(options, plan, recipe, report, in_one_process)
     refuse_bad_config_strategy(result)
     replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
     record_result(report, result, replay)
@@ -198,7 +163,7 @@ def _check(options: CheckOptions, factory: EngineFactory, report: RunReport) -> 
     if report.outcome is Outcome.PASSED:
         click.echo(f"PASSED: every invariant of profile {profile} held")
     else:
-        click.echo(failed_verdict(result, failing, seed))
+        click.echo(failed_verdict(result, failing, plan.seed))
 
 
 def _swarm_engine(options: CheckOptions) -> EngineFactory:

@@ -14,55 +14,30 @@ from typing import Any
 
 import click
 
+from schedspec.campaign.backend import require_backend
 from schedspec.campaign.chunk_work import NamedEngines
-from schedspec.cli.campaign_run import (
-    campaign_report,
-    echo_campaign,
-    examples_phrase,
-    run_parallel,
-    runs_in_parallel,
-    with_database,
-)
+from schedspec.cli.campaign_run import OnExample, echo_campaign, examples_phrase, run_planned
 from schedspec.cli.exit_codes import Outcome
-from schedspec.cli.loading import (
-    load_configs,
-    load_engine,
-    pick_family,
-    pick_profile,
-    probe,
-    require_for,
-)
+from schedspec.cli.loading import usage_errors
 from schedspec.cli.options import as_profile, backend_options, pair_options, run_options
 from schedspec.cli.printing.diff_report import diff_failure_report
-from schedspec.cli.printing.progress import suite_progress
 from schedspec.cli.printing.reports import RunReport
 from schedspec.cli.suite_run import (
     SuiteRunOptions,
-    choose_seed,
+    configs_phrase,
     echo_checks,
     echo_trace_problem,
-    engine_failed,
     failed_verdict,
+    planned_run,
     prepare_outputs,
     record_result,
     refuse_bad_config_strategy,
     reported,
-    suite_settings,
-)
-from schedspec.engines.boundary import guarded
-from schedspec.engines.dependencies import RAY
-from schedspec.engines.errors import EngineHalt
-from schedspec.engines.protocol import EngineFactory
-from schedspec.engines.watchdog import (
-    Watchdog,
 )
 from schedspec.properties.differential import DiffOptions, run_diff
-from schedspec.properties.suite import SuiteResult
-from schedspec.spec import Family
+from schedspec.properties.run_plan import RunPlan, RunRequest, engine_pair
+from schedspec.properties.suite import SuiteResult, SuiteSettings
 from schedspec.spec.invariants import Profile
-
-Pair = tuple[EngineFactory, EngineFactory]
-SIDE_FLAGS = (("left", "--left"), ("right", "--right"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +45,10 @@ class DiffCommandOptions(SuiteRunOptions):
     left: str
     right: str
     compare_block_ids: bool = False
+
+    @property
+    def request(self) -> RunRequest:
+        return self.run_request(engine_pair(self.left, self.right))
 
 
 @click.command()
@@ -87,25 +66,9 @@ def diff(profile: str | None, no_shrink: bool, json_path: Path | None, **run: An
     options = DiffCommandOptions(
         profile=as_profile(profile), shrink=not no_shrink, json=json_path, **run
     )
-    if options.ray is not None:
-        require_for("--ray", RAY)
+    with usage_errors():
+        require_backend(options.request.backend)  # before any output is written
     raise SystemExit(run_diff_command(options))
-
-
-def load_pair(left: str, right: str) -> Pair:
-    """Both factories, or a usage error naming the flag at fault."""
-    return load_engine(left, "--left"), load_engine(right, "--right")
-
-
-def probe_pair(pair: Pair, family: Family) -> list[frozenset[Profile]]:
-    """The profiles each engine claims in the family (loading.probe, with its side's flag)."""
-    return [
-        probe(factory, flag, family) for factory, (_, flag) in zip(pair, SIDE_FLAGS, strict=True)
-    ]
-
-
-def pair_profile(claimed: list[frozenset[Profile]], requested: Profile | None) -> Profile:
-    return pick_profile(claimed, requested, [side for side, _ in SIDE_FLAGS])
 
 
 def run_diff_command(options: DiffCommandOptions) -> int:
@@ -116,67 +79,44 @@ def run_diff_command(options: DiffCommandOptions) -> int:
     }
     engines = {"left": options.left, "right": options.right}
     report = RunReport("diff", engines, options.profile, options.seed, options=settings_of_run)
-    with reported(report, options):
-        pair = load_pair(options.left, options.right)
-        with Watchdog(options.step_timeout) as watchdog:
-            guarded_pair = (guarded(pair[0], watchdog), guarded(pair[1], watchdog))
-            _diff(options, guarded_pair, report)
+    with reported(report, options), planned_run(options, options.request, report) as plan:
+        if plan is not None:
+            _diff(options, plan, report)
     return report.exit_code
 
 
-def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
+def _diff(options: DiffCommandOptions, plan: RunPlan, report: RunReport) -> None:
     """The run, filling in the report as it goes."""
-    family = pick_family([options.left, options.right], options.profile)
-    try:
-        claimed = probe_pair(pair, family)
-    except click.UsageError:
-        raise
-    except (Exception, EngineHalt) as err:
-        report.error = err
-        engine_failed(err)
-        return
-    profile = report.profile = pair_profile(claimed, options.profile)
-    configs = load_configs(options.configs, [options.left, options.right])
-    seed = report.seed = choose_seed(options.seed)
-    chosen = suite_settings(options, seed)
+    left, right = plan.factories
+    profile = plan.profile
     click.echo(
         f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
-        f"{profile}: {examples_phrase(options, chosen)} of up to "
-        f"{chosen.rules_per_example} actions" + configs.described()
+        f"{profile}: {examples_phrase(plan)} of up to "
+        f"{plan.settings.rules_per_example} actions" + configs_phrase(plan)
     )
     diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)
-    recipe = NamedEngines(
-        "diff",
-        (options.left, options.right),
-        profile,
-        configs.name,
-        options.step_timeout,
-        options.compare_block_ids,
-    )
-    parallel = None
-    if runs_in_parallel(options):
-        # Chunks of examples over workers (seed, seed + 1, ...): campaign_run.py.
-        parallel = run_parallel(options, recipe, recipe.target(pair), chosen)
-        result = parallel.campaign.result
-        report.campaign = campaign_report(parallel, options)
-    else:
-        with suite_progress(chosen.examples, options.progress) as on_example:
-            result = run_diff(
-                *pair,
-                profile,
-                with_database(chosen, options, recipe),
-                configs.strategy,
-                diff_options,
-                options.trace_dir,
-                on_example,
-            )
+    recipe = NamedEngines.of_plan(plan, options.step_timeout, options.compare_block_ids)
+
+    def in_one_process(settings: SuiteSettings, on_example: OnExample) -> SuiteResult:
+        return run_diff(
+            left,
+            right,
+            profile,
+            settings,
+            plan.config_strategy,
+            diff_options,
+            options.trace_dir,
+            on_example,
+        )
+
+    result, parallel = run_planned(options, plan, recipe, report, in_one_process)
     refuse_bad_config_strategy(result)
     replay = _replay_command(result.trace_path, options, profile)
     record_result(report, result, replay)
     if result.error is not None or result.other_error is not None or result.divergence:
         click.echo()
         names = (options.left, options.right)
-        for line in diff_failure_report(result, *pair, names, diff_options):
+        for line in diff_failure_report(result, left, right, names, diff_options):
             click.echo(line)
         if result.trace_path is not None:
             click.echo(f"replay it: {replay}")
@@ -188,7 +128,7 @@ def _diff(options: DiffCommandOptions, pair: Pair, report: RunReport) -> None:
     )
     if parallel is not None:
         echo_campaign(parallel, options)
-    click.echo(_verdict(report, result, failing, seed))
+    click.echo(_verdict(report, result, failing, plan.seed))
 
 
 def _verdict(report: RunReport, result: SuiteResult, failing: list[str], seed: int) -> str:

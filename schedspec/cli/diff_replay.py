@@ -8,20 +8,19 @@ from pathlib import Path
 
 import click
 
-from schedspec.cli.diff import load_pair, pair_profile, probe_pair
 from schedspec.cli.exit_codes import EXIT_CODES, crash_verdict, outcome_of
-from schedspec.cli.loading import load_trace
+from schedspec.cli.loading import load_factories, load_trace, usage_errors
 from schedspec.cli.options import as_profile, pair_options, step_timeout_option
 from schedspec.cli.printing.diff_report import format_diff_log, replay_header
-from schedspec.cli.suite_run import engine_failed
+from schedspec.cli.suite_run import EngineFailure, engine_step
 from schedspec.engines.boundary import guarded
-from schedspec.engines.errors import EngineHalt
 from schedspec.engines.watchdog import (
     DEFAULT_STEP_TIMEOUT,
     Watchdog,
 )
 from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
 from schedspec.properties.failure_report import plural
+from schedspec.properties.run_plan import RunRequest, claims_in, engine_pair, profile_of
 from schedspec.spec.invariants import Profile
 from schedspec.traces.trace import Trace
 
@@ -52,16 +51,17 @@ def run_diff_replay(
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
 ) -> int:
     trace = load_trace(path)
-    pair = load_pair(left, right)
+    request = RunRequest(engines=engine_pair(left, right), profile=requested)
+    pair = load_factories(request)
     with Watchdog(step_timeout) as watchdog:
         guarded_pair = (guarded(pair[0], watchdog), guarded(pair[1], watchdog))
-        try:
-            claimed = probe_pair(guarded_pair, trace.config.family)
-        except click.UsageError:
-            raise
-        except (Exception, EngineHalt) as err:
-            return engine_failed(err)
-        profile = pair_profile(claimed, requested)
+        # In the trace's family, not the one the engines would run in by default.
+        family = trace.config.family
+        claimed = engine_step(lambda: claims_in(request, guarded_pair, family))
+        if isinstance(claimed, EngineFailure):
+            return claimed.exit_code
+        with usage_errors():
+            profile = profile_of(request, claimed)
         click.echo(
             f"replaying {path} on {left} (left) and {right} (right) in lockstep "
             f"(profile {profile}): {plural(len(trace.events), 'event')}"

@@ -9,11 +9,10 @@ from pathlib import Path
 import click
 
 from schedspec.cli.exit_codes import EXIT_CODES, Outcome, crash_verdict, outcome_of
-from schedspec.cli.loading import build_engine, load_engine, load_trace, pick_profile
+from schedspec.cli.loading import load_factories, load_trace, usage_errors
 from schedspec.cli.options import as_profile, engine_option, profile_option, step_timeout_option
-from schedspec.cli.suite_run import engine_failed
+from schedspec.cli.suite_run import EngineFailure, engine_step
 from schedspec.engines.boundary import guarded
-from schedspec.engines.errors import EngineHalt
 from schedspec.engines.protocol import EngineFactory
 from schedspec.engines.watchdog import (
     DEFAULT_STEP_TIMEOUT,
@@ -21,6 +20,7 @@ from schedspec.engines.watchdog import (
 )
 from schedspec.properties.failure_report import format_config, format_log, plural
 from schedspec.properties.replay_log import ReplayLog, replay_with_log
+from schedspec.properties.run_plan import RunRequest, build_engine, one_engine, profile_of
 from schedspec.spec.invariants import Profile
 from schedspec.traces.trace import Trace
 
@@ -42,21 +42,20 @@ def run_replay(
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
 ) -> int:
     trace = load_trace(path)
-    factory = load_engine(engine_name)
+    request = RunRequest(engines=one_engine(engine_name), profile=requested)
+    (factory,) = load_factories(request)
     with Watchdog(step_timeout) as watchdog:
-        return _replay(path, trace, guarded(factory, watchdog), engine_name, requested)
+        return _replay(path, trace, guarded(factory, watchdog), request)
 
 
-def _replay(
-    path: Path, trace: Trace, factory: EngineFactory, engine_name: str, requested: Profile | None
-) -> int:
-    try:
-        engine, claimed = build_engine(factory, trace.config, "--engine")
-    except click.UsageError:
-        raise
-    except (Exception, EngineHalt) as err:
-        return engine_failed(err)
-    profile = pick_profile([claimed], requested)
+def _replay(path: Path, trace: Trace, factory: EngineFactory, request: RunRequest) -> int:
+    (engine_name,) = request.names
+    built = engine_step(lambda: build_engine("engine", factory, trace.config))
+    if isinstance(built, EngineFailure):
+        return built.exit_code
+    engine, claimed = built
+    with usage_errors():
+        profile = profile_of(request, [claimed])
     click.echo(f"replaying {path} on {engine_name} (profile {profile}): {len(trace.events)} events")
     for line in format_config(trace.config, trace.model):
         click.echo(f"  {line}")

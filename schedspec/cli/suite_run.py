@@ -1,6 +1,8 @@
 """What `check` and `diff` share around a suite run: the outputs checked before it starts,
-the seed, the settings, the closing table and verdict, and the CI report written
-however the run ends.
+the run's plan put into the report as it is resolved (properties/run_plan.py decides;
+here a refusal becomes a usage error, an engine that cannot be built the run's failure,
+and a seed drawn at random is shown), the closing table and verdict, and the CI report
+written however the run ends.
 
 Exit codes as exit_codes.py lists them: 0 all invariants held, 1 a violation, 2 a
 usage error, 3 a divergence (diff only), 4 an engine error, 5 an engine call past
@@ -9,27 +11,39 @@ usage error, 3 a divergence (diff only), 4 an engine error, 5 an engine call pas
 
 from __future__ import annotations
 
-import os
-import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 import click
 
 from schedspec.cli.exit_codes import EXIT_CODES, Outcome, error_outcome
 from schedspec.cli.interrupts import interrupt_name
+from schedspec.cli.loading import load_factories, usage_error, usage_errors
 from schedspec.cli.printing.check_report import format_table, format_totals
 from schedspec.cli.printing.reports import RunReport, write_reports
+from schedspec.engines.boundary import guarded
 from schedspec.engines.errors import EngineHalt
-from schedspec.engines.watchdog import DEFAULT_STEP_TIMEOUT
+from schedspec.engines.watchdog import DEFAULT_STEP_TIMEOUT, Watchdog
 from schedspec.files import OutputPathError, prepare_output_dir, prepare_output_file
 from schedspec.properties.corners import format_corners
 from schedspec.properties.failure_report import crash_report
+from schedspec.properties.run_plan import (
+    BackendChoice,
+    EngineNamed,
+    RunPlan,
+    RunPlanError,
+    RunRequest,
+    choose_run_profile,
+    complete_plan,
+)
 from schedspec.properties.strategies.configs import ConfigStrategyError
-from schedspec.properties.suite import SuiteResult, SuiteSettings
+from schedspec.properties.suite import SuiteResult
 from schedspec.spec.invariants import Profile
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,39 +62,63 @@ class SuiteRunOptions:
     junit: Path | None = None
     json: Path | None = None
     configs: str | None = None  # module:strategy; None: the engines' default, or the suite's
-    # Where and how long (options.backend_options, campaign_run.py).
+    # Where and how long (options.backend_options, campaign/backend.py).
     workers: int | None = None  # None: 1 local process, or the Ray cluster's CPUs
     ray: str | None = None  # a Ray cluster's address, "local" for one started here
     duration: float | None = None  # seconds: a campaign with a time budget
     example_db: Path | None = None  # Hypothesis' example database
 
-
-def is_long(long_flag: bool) -> bool:
-    """--long, or SCHEDSPEC_LONG=1 in the environment."""
-    return long_flag or os.environ.get("SCHEDSPEC_LONG") == "1"
-
-
-def suite_settings(options: SuiteRunOptions, seed: int) -> SuiteSettings:
-    chosen = SuiteSettings.long() if is_long(options.long) else SuiteSettings.quick()
-    return replace(
-        chosen,
-        examples=options.examples if options.examples is not None else chosen.examples,
-        rules_per_example=(
-            options.max_steps if options.max_steps is not None else chosen.rules_per_example
-        ),
-        seed=seed,
-        shrink=options.shrink,
-    )
+    def run_request(self, engines: tuple[EngineNamed, ...]) -> RunRequest:
+        """What these flags name for a run of `engines`, for run_plan to resolve."""
+        backend = BackendChoice(self.workers, self.ray, self.duration, self.example_db)
+        return RunRequest(
+            engines=engines,
+            profile=self.profile,
+            configs=self.configs,
+            seed=self.seed,
+            examples=self.examples,
+            max_steps=self.max_steps,
+            long=self.long,
+            shrink=self.shrink,
+            backend=backend,
+        )
 
 
-def choose_seed(given: int | None) -> int:
-    """The seed is chosen here rather than in run_suite so it is on screen before
-    the run starts: a run killed half-way can still be repeated."""
-    if given is not None:
-        return given
-    seed = random.randrange(2**32)
-    click.echo(f"seed {seed}: rerun with --seed {seed}")
-    return seed
+@contextmanager
+def planned_run(
+    options: SuiteRunOptions, request: RunRequest, report: RunReport
+) -> Iterator[RunPlan | None]:
+    """The run's plan (properties/run_plan.py), its engines guarded for as long as the
+    run lasts (every call under --step-timeout, a failure blamed on the engine), put
+    into the report as it is resolved: the profile once chosen, then the seed, shown
+    before the run starts when drawn. None: an engine could not even be built
+    (engine_step has said so; the report holds the error)."""
+    factories = load_factories(request)
+    with Watchdog(options.step_timeout) as watchdog:
+        guarded_factories = tuple(guarded(factory, watchdog) for factory in factories)
+        chosen = engine_step(lambda: choose_run_profile(request, guarded_factories))
+        if isinstance(chosen, EngineFailure):
+            report.error = chosen.error
+            yield None
+            return
+        report.profile = chosen.profile
+        with usage_errors():
+            plan = complete_plan(request, guarded_factories, chosen)
+        report.seed = plan.seed
+        echo_seed(plan)
+        yield plan
+
+
+def echo_seed(plan: RunPlan) -> None:
+    """A seed drawn at random, shown before the run: a run killed half-way can still be
+    repeated."""
+    if plan.seed_drawn:
+        click.echo(f"seed {plan.seed}: rerun with --seed {plan.seed}")
+
+
+def configs_phrase(plan: RunPlan) -> str:
+    """What a run's first line adds about its configs: nothing for the suite's own."""
+    return "" if plan.configs is None else f", configs from {plan.configs}"
 
 
 def prepare_outputs(options: SuiteRunOptions) -> None:
@@ -122,10 +160,23 @@ def reported(report: RunReport, options: SuiteRunOptions) -> Iterator[RunReport]
             click.echo(f"warning: {problem}", err=True)
 
 
-def engine_failed(err: BaseException) -> int:
-    """An engine that cannot even be built fails the run, but is no usage error."""
-    click.echo("FAILED: " + "\n".join(crash_report(err)))
-    return EXIT_CODES[error_outcome(err)]
+class EngineFailure(NamedTuple):
+    """An engine that could not even be built: the run's failure, but no usage error."""
+
+    error: BaseException
+    exit_code: int
+
+
+def engine_step(step: Callable[[], T]) -> T | EngineFailure:
+    """A step that builds engines (to read what they claim): its refusals are usage
+    errors; whatever else it raises is the engine's failure, printed and returned."""
+    try:
+        return step()
+    except RunPlanError as err:
+        raise usage_error(err) from None
+    except (Exception, EngineHalt) as err:
+        click.echo("FAILED: " + "\n".join(crash_report(err)))
+        return EngineFailure(err, EXIT_CODES[error_outcome(err)])
 
 
 def refuse_bad_config_strategy(result: SuiteResult) -> None:

@@ -70,7 +70,7 @@ ENGINES: dict[str, NamedEngine] = {
         NamedEngine(
             "vllm",
             "schedspec.adapters.vllm.engine:VllmEngine",
-            configs="schedspec.adapters.vllm.engine:vllm_default_configs",
+            configs="schedspec.properties.strategies.engine_configs:vllm_default_configs",
             needs=(VLLM,),
         ),
         # SGLang 0.5.23's Scheduler (plain or overlap loop, as the config says), on the
@@ -78,7 +78,7 @@ ENGINES: dict[str, NamedEngine] = {
         NamedEngine(
             "sglang",
             "schedspec.adapters.sglang.engine:SGLangEngine",
-            configs="schedspec.adapters.sglang.engine:sglang_default_configs",
+            configs="schedspec.properties.strategies.engine_configs:sglang_default_configs",
             needs=(SGLANG,),
             families=("sglang",),
         ),

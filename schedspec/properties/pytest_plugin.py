@@ -15,13 +15,14 @@ enough. Two ways in:
 
       TestMyEngine = fuzz_target("my_adapter:make_engine")
 
-A failure shows the violations, the shrunk counterexample step by step
-and the path of its trace file.
+Each resolves its run as the command line does (properties/run_plan.py: the engine,
+the profile it claims, its default configs, the seed and the settings); a refusal of
+the added item's is a usage error naming the option at fault. A failure shows the
+violations, the shrunk counterexample step by step and the path of its trace file.
 """
 
 from __future__ import annotations
 
-import os
 import unittest
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,10 +31,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from schedspec.engines.registry import ENGINE_FORMS
+from schedspec.properties.run_plan import (
+    RunPlan,
+    RunPlanError,
+    RunRequest,
+    one_engine,
+    resolve_plan,
+)
 
 if TYPE_CHECKING:
-    # The plugin loads in every pytest run of an environment that has
-    # schedspec installed; the harness is imported only when used.
+    # The plugin loads in every pytest run of an environment that has schedspec
+    # installed; the harness (Hypothesis) is imported only when used, and run_plan
+    # imports it only when a plan is completed.
     from schedspec.engines.protocol import EngineFactory
     from schedspec.properties.suite import SuiteResult, SuiteSettings
     from schedspec.spec.invariants import Profile
@@ -90,42 +99,33 @@ class SuiteOptions:
             config.getoption("schedspec_profile"), examples, config.getoption("schedspec_seed")
         )
 
-    def settings(self) -> SuiteSettings:
-        from schedspec.properties.suite import SuiteSettings
-
-        long = os.environ.get("SCHEDSPEC_LONG") == "1"
-        chosen = SuiteSettings.long() if long else SuiteSettings.quick()
-        if self.examples is not None:
-            chosen = replace(chosen, examples=self.examples)
-        return replace(chosen, seed=self.seed)
+    def request(self, engine: str) -> RunRequest:
+        """What the options name for a run of `engine`, for run_plan to resolve."""
+        return RunRequest(
+            engines=one_engine(engine), profile=self.profile, seed=self.seed, examples=self.examples
+        )
 
 
-def resolve_profile(factory: EngineFactory, name: str, requested: Profile | None) -> Profile:
-    """The profile to check; ProfileError (a ValueError) if the engine does not claim
-    the one asked for, or declares none; ValueError if it does not follow the family
-    the profile asks for."""
-    from schedspec.engines.profiles import choose_profile, probe_profiles
-    from schedspec.engines.registry import run_family
-
-    family = run_family([name], requested)
-    return choose_profile([probe_profiles(factory, family)], requested)
+def usage_error(err: ValueError) -> pytest.UsageError:
+    """A refusal to plan the run as a usage error naming the option at fault: the
+    profile is --schedspec-profile's; the engine, what it claims, its default configs,
+    or its refusal to be built in the family are --schedspec-engine's."""
+    at_fault = isinstance(err, RunPlanError) and err.field == "profile"
+    option = "--schedspec-profile" if at_fault else "--schedspec-engine"
+    return pytest.UsageError(f"{option}: {err}")
 
 
-def run_and_report(
-    factory: EngineFactory, name: str, profile: Profile, options: SuiteOptions, trace_dir: Path
-) -> tuple[SuiteResult, str | None]:
-    """Run the suite, on the configs a registered engine runs by default; the failure
-    report as one text, or None when it passed."""
-    from schedspec.engines.registry import default_configs, load_config_strategy
+def run_and_report(plan: RunPlan, trace_dir: Path) -> tuple[SuiteResult, str | None]:
+    """Run the suite as planned; the failure report as one text, or None when it passed."""
     from schedspec.properties.failure_report import failure_report
     from schedspec.properties.suite import run_suite
 
-    configs_name = default_configs((name,))
-    configs = load_config_strategy(configs_name) if configs_name is not None else None
-    result = run_suite(factory, profile, options.settings(), configs, trace_dir)
+    (factory,) = plan.factories
+    (name,) = plan.request.names
+    result = run_suite(factory, plan.profile, plan.settings, plan.config_strategy, trace_dir)
     if result.passed:
         return result, None
-    header = f"schedspec: {name} broke profile {profile} (seed {result.seed})"
+    header = f"schedspec: {name} broke profile {plan.profile} (seed {result.seed})"
     return result, "\n".join([header, *failure_report(result, factory, name)])
 
 
@@ -137,20 +137,15 @@ class SuiteFailedError(Exception):
 
 
 class SchedspecItem(pytest.Item):
-    def __init__(
-        self, *, factory: EngineFactory, engine: str, profile: Profile, **kwargs: Any
-    ) -> None:
+    def __init__(self, *, plan: RunPlan, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # name, parent, nodeid: pytest's own
-        self.factory = factory
-        self.engine = engine
-        self.profile = profile
+        self.plan = plan
 
     def runtest(self) -> None:
         # The invocation directory: where CI picks up artifacts, and where the
         # printed `schedspec replay` command is run from.
         trace_dir = self.config.invocation_params.dir
-        options = SuiteOptions.of(self.config)
-        _, report = run_and_report(self.factory, self.engine, self.profile, options, trace_dir)
+        _, report = run_and_report(self.plan, trace_dir)
         if report is not None:
             raise SuiteFailedError(report)
 
@@ -174,23 +169,12 @@ def pytest_collection_modifyitems(
     engine = config.getoption("schedspec_engine")
     if engine is None:
         return
-    from schedspec.engines.registry import load_engine_factory
-
     try:
-        factory = load_engine_factory(engine)
-        profile = resolve_profile(factory, engine, SuiteOptions.of(config).profile)
+        plan = resolve_plan(SuiteOptions.of(config).request(engine))
     except ValueError as err:
-        # ProfileError's field: "profile" is the option's fault, "profiles" the adapter's.
-        flag = (
-            "--schedspec-profile"
-            if getattr(err, "field", "") == "profile"
-            else "--schedspec-engine"
-        )
-        raise pytest.UsageError(f"{flag}: {err}") from None
-    name = f"schedspec[{engine}:{profile}]"
-    item = SchedspecItem.from_parent(
-        session, name=name, nodeid=name, factory=factory, engine=engine, profile=profile
-    )
+        raise usage_error(err) from None
+    name = f"schedspec[{engine}:{plan.profile}]"
+    item = SchedspecItem.from_parent(session, name=name, nodeid=name, plan=plan)
     items.append(item)
     # No collector produced the item, so report it as one would: the terminal's
     # "collected N items" (and any plugin counting collection) then includes it.
@@ -216,19 +200,19 @@ class SuiteRunner:
         examples: int | None = None,
         seed: int | None = None,
     ) -> SuiteResult:
-        from schedspec.engines.registry import load_engine_factory
-
         if isinstance(factory, str):
-            name, factory = factory, load_engine_factory(factory)
+            name, factories = factory, None
         else:
             name = f"{factory.__module__}:{getattr(factory, '__qualname__', factory)}"
+            factories = (factory,)
         options = replace(
             self.options,
+            profile=profile if profile is not None else self.options.profile,
             examples=examples if examples is not None else self.options.examples,
             seed=seed if seed is not None else self.options.seed,
         )
-        chosen = resolve_profile(factory, name, profile if profile is not None else options.profile)
-        result, report = run_and_report(factory, name, chosen, options, self.trace_dir)
+        plan = resolve_plan(options.request(name), factories)
+        result, report = run_and_report(plan, self.trace_dir)
         if report is not None:
             pytest.fail(report, pytrace=False)
         return result
@@ -269,23 +253,16 @@ def fuzz_target(
     import hypothesis
     from hypothesis import HealthCheck
 
-    from schedspec.engines.registry import (
-        default_configs,
-        load_config_strategy,
-        load_engine_factory,
-    )
     from schedspec.properties.harness import SingleEngine
     from schedspec.properties.state_machine import make_target_machine, rules_for
     from schedspec.properties.suite import ALL_PHASES, NO_SHRINK
 
-    factory = load_engine_factory(engine)
-    chosen_profile = resolve_profile(factory, engine, profile)
-    configs_name = configs if configs is not None else default_configs((engine,))
-    strategy = load_config_strategy(configs_name) if configs_name is not None else None
-    chosen = settings if settings is not None else SuiteOptions(None, None, None).settings()
-    machine = make_target_machine(SingleEngine(factory, chosen_profile), strategy)
+    plan = resolve_plan(RunRequest(engines=one_engine(engine), profile=profile, configs=configs))
+    (factory,) = plan.factories
+    chosen = settings if settings is not None else plan.settings
+    machine = make_target_machine(SingleEngine(factory, plan.profile), plan.config_strategy)
     # Hypothesis names the test after the machine, HypoFuzz its dashboard's entry.
-    machine.__name__ = machine.__qualname__ = f"Schedspec[{engine}:{chosen_profile}]"
+    machine.__name__ = machine.__qualname__ = f"Schedspec[{engine}:{plan.profile}]"
     case: type[unittest.TestCase] = machine.TestCase
     case.settings = hypothesis.settings(  # type: ignore[attr-defined]
         max_examples=chosen.examples,

@@ -11,6 +11,7 @@ invariants.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
@@ -76,6 +77,183 @@ class SuiteRecorder:
             self.first_failure_example = self.examples
 
 
+# The initialize rule's draws besides the config, which is the run's (make_target_machine).
+_MODEL_SEEDS = st.integers(0, 2**16)
+_FIRST_ARRIVALS = st.lists(request_draws, min_size=1, max_size=MAX_INITIAL_ARRIVALS)
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    """The machine's rules, for any target; make_target_machine binds it to one run.
+
+    A run's subclass sets the target, the recorder and the initialize rule around
+    `start`, whose config strategy is the run's. Hypothesis runs only such subclasses:
+    this class has no target, and no initialize rule.
+    """
+
+    target: ClassVar[Target]
+    recorder: ClassVar[SuiteRecorder]
+    checked: Harness | None = None
+    failed = False
+
+    def start(self, config: SchedulerConfig, seed: int, first: list[RequestDraw]) -> None:
+        """The initialize rule: a fresh harness for the example, and its first arrivals."""
+        self.recorder.examples += 1
+        model = ModelParams(seed=seed)
+        try:
+            self.checked = self.target.start(config, model, self.recorder.stats)
+        except KeyboardInterrupt:
+            raise  # the run stops; this example did not fail
+        except BaseException as err:
+            # Failing before any event (two engines that disagree from the
+            # start, an engine that cannot be built) still has a trace to show.
+            self.failed = True
+            self.recorder.failed(Trace(config, (), model, failure_note(err)), err)
+            raise
+        self.next_id = 0
+        for drawn in first:
+            self._arrive(drawn)
+
+    def engine(self) -> Harness:
+        assert self.checked is not None
+        return self.checked
+
+    def apply(self, event: Event) -> None:
+        try:
+            self.engine().apply(event)
+        except KeyboardInterrupt:
+            self.failed = True  # no drain of a half-stepped engine in teardown
+            raise
+        except BaseException as err:
+            # A finding, or an engine crash (or a hang or an exit: an EngineHalt
+            # is no Exception). Mark it, so that teardown does not drain a
+            # half-updated engine and report something else.
+            self.failed = True
+            self.recorder.failed(self.engine().trace(note=failure_note(err)), err)
+            raise
+
+    # One rule, always enabled: each action's first draw picks its kind
+    # (strategies.action_pairs, which also does the swarm testing over
+    # kinds), so Hypothesis spends no choices selecting among rules, nor
+    # retrying rules that its own swarm testing switched off (with four
+    # rules that was about half of all choices). Each kind draws a fixed
+    # shape of choices and applies in every state, so shrinking can delete
+    # actions freely. A rule applies ACTIONS_PER_RULE actions: Hypothesis
+    # spends as much per rule as on a few choices, whatever the rule draws.
+
+    @rule(pair=action_pairs())
+    def act(self, pair: tuple[Action, Action]) -> None:
+        for action in pair:
+            self.take(action)
+
+    def take(self, action: Action) -> None:
+        if isinstance(action, StepAction):
+            self.step(action)
+        elif isinstance(action, ArriveAction):
+            self.add_request(action)
+        elif isinstance(action, CancelAction):
+            self.cancel(action)
+        else:
+            self.propose_drafts(action)
+
+    def step(self, action: StepAction) -> None:
+        # The drawn decisions shape the action's first step; the rest run
+        # with the defaults (no forced stop, greedy verification).
+        self._steps(action.num_steps, Step(self._decisions(action.code)))
+
+    def add_request(self, action: ArriveAction) -> None:
+        if len(self.engine().state.requests) >= MAX_LIVE_REQUESTS:
+            self.apply(Step())  # full: let the engine make room instead
+            return
+        self._arrive(action.drawn)
+        self._steps(action.then_steps)
+
+    def _arrive(self, drawn: RequestDraw) -> None:
+        checked = self.engine()
+        live = checked.state.requests
+        priorities = [r.priority for r in live.values()]
+        event = build_add_request(checked.config, f"r{self.next_id}", live, drawn, priorities)
+        self.apply(event)
+        self.next_id += 1
+
+    def cancel(self, action: CancelAction) -> None:
+        """Abort a live request (now and then with an unknown id, which is ignored);
+        with action.retry, send the aborted request again under its id at once: under
+        async scheduling the old request's step may still be in flight, and its output
+        must not reach the new one (DELIVERY)."""
+        requests = self.engine().state.requests
+        live = sorted(requests)
+        picked = requests[live[action.pick % len(live)]] if live else None
+        ids = (picked.request_id,) if picked is not None else ()
+        if action.unknown == 3 or not ids:
+            ids = (*ids, "no-such-request")
+        self.apply(Abort(ids))
+        if action.retry and picked is not None:
+            self.apply(resent(picked))
+        self._steps(action.then_steps)
+
+    def propose_drafts(self, action: DraftsAction) -> None:
+        """The drafter proposes the same number of drafts for every running request
+        (a synchronous engine only: see below).
+
+        One count for all keeps the draw independent of which requests run,
+        so deleting an earlier action while shrinking does not change it.
+        """
+        checked = self.engine()
+        limit = checked.config.num_speculative_tokens
+        # Under async scheduling the model runner proposes the drafts itself (as
+        # placeholders): vLLM's engine core never calls update_draft_token_ids.
+        if limit and not checked.config.async_scheduling:
+            # Counts 0-6 propose 1-K drafts, 7 none. Wrapped (count mod K + 1),
+            # a third to a half of the proposals were empty, and some CI runs never
+            # proposed drafts for a request mid-prefill (corners.py, measured by
+            # benchmarks/bench_corners.py).
+            drafts = 0 if action.count == DRAFT_COUNTS - 1 else 1 + action.count % limit
+            self.apply(ProposeDrafts(dict.fromkeys(checked.state.running, drafts)))
+        self._steps(action.then_steps)
+
+    def _steps(self, count: int, first: Step | None = None) -> None:
+        """Up to `count` engine steps, stopping once the engine is idle: it has
+        nothing more to show this rule. A step rule's own first step (`first`)
+        runs even on an idle engine, which must then schedule nothing."""
+        for index in range(count):
+            if (index or first is None) and not self.engine().state.requests:
+                break
+            self.apply(first if index == 0 and first is not None else Step())
+
+    def _decisions(self, code: int) -> StepDecisions:
+        """Which running request emits a stop token, and how many drafts pass.
+
+        Decoded from one drawn integer (cheap to draw; 0, where shrinking
+        goes, means no forced stop and greedy verification): bits 0-1 == 3
+        force a stop, on the stoppable running request picked by bits 4-6;
+        bit 2 fixes every request's accepted drafts to bits 7-9 (capped).
+        """
+        checked = self.engine()
+        running = [checked.state.requests[r] for r in checked.state.running]
+        stops: dict[str, int] = {}
+        stoppable = [r for r in running if r.eos_token_id is not None or r.stop_token_ids]
+        if stoppable and code & 3 == 3:
+            request = stoppable[(code >> 4 & 7) % len(stoppable)]
+            stop = request.eos_token_id
+            stops[request.request_id] = stop if stop is not None else request.stop_token_ids[0]
+        accepted: dict[str, int] = {}
+        if code & 4:
+            count = min(code >> 7 & 7, checked.config.num_speculative_tokens)
+            accepted = {r.request_id: count for r in running if r.spec_token_ids}
+        return StepDecisions(stops=stops, accepted=accepted)
+
+    def teardown(self) -> None:
+        try:
+            if self.checked is not None and not self.failed:
+                self.apply(Drain())
+        finally:
+            # Hypothesis' per-example objects hold this machine in reference
+            # cycles, which only the garbage collector undoes: let go of the
+            # engine, its states and its events now, so that reference counting
+            # frees them (the collector's scans were a tenth of a suite run).
+            self.checked = None
+
+
 def make_state_machine(
     factory: EngineFactory,
     profile: Profile,
@@ -91,181 +269,27 @@ def make_target_machine(
     config_strategy: st.SearchStrategy[SchedulerConfig] | None = None,
     recorder: SuiteRecorder | None = None,
 ) -> type[RuleBasedStateMachine]:
-    """The same machine for any target: one engine, or two in lockstep (differential.py)."""
+    """The same machine for any target: one engine, or two in lockstep (differential.py).
+
+    Each call makes a SchedulerMachine subclass of its own, which carries the run's
+    target, recorder and initialize rule (and which the pytest plugin renames).
+    """
     chosen_configs: st.SearchStrategy[SchedulerConfig] = (
         checked_configs(config_strategy)
         if config_strategy is not None
         else family_configs(family_of(target.profile) or "vllm")
     )
-    record = recorder if recorder is not None else SuiteRecorder()
-
-    class SchedulerMachine(RuleBasedStateMachine):
-        checked: Harness | None = None
-        failed = False
-
-        @initialize(
-            config=chosen_configs,
-            seed=st.integers(0, 2**16),
-            first=st.lists(request_draws, min_size=1, max_size=MAX_INITIAL_ARRIVALS),
-        )
-        def start(self, config: SchedulerConfig, seed: int, first: list[RequestDraw]) -> None:
-            record.examples += 1
-            model = ModelParams(seed=seed)
-            try:
-                self.checked = target.start(config, model, record.stats)
-            except KeyboardInterrupt:
-                raise  # the run stops; this example did not fail
-            except BaseException as err:
-                # Failing before any event (two engines that disagree from the
-                # start, an engine that cannot be built) still has a trace to show.
-                self.failed = True
-                record.failed(Trace(config, (), model, failure_note(err)), err)
-                raise
-            self.next_id = 0
-            for drawn in first:
-                self._arrive(drawn)
-
-        def engine(self) -> Harness:
-            assert self.checked is not None
-            return self.checked
-
-        def apply(self, event: Event) -> None:
-            try:
-                self.engine().apply(event)
-            except KeyboardInterrupt:
-                self.failed = True  # no drain of a half-stepped engine in teardown
-                raise
-            except BaseException as err:
-                # A finding, or an engine crash (or a hang or an exit: an EngineHalt
-                # is no Exception). Mark it, so that teardown does not drain a
-                # half-updated engine and report something else.
-                self.failed = True
-                record.failed(self.engine().trace(note=failure_note(err)), err)
-                raise
-
-        # One rule, always enabled: each action's first draw picks its kind
-        # (strategies.action_pairs, which also does the swarm testing over
-        # kinds), so Hypothesis spends no choices selecting among rules, nor
-        # retrying rules that its own swarm testing switched off (with four
-        # rules that was about half of all choices). Each kind draws a fixed
-        # shape of choices and applies in every state, so shrinking can delete
-        # actions freely. A rule applies ACTIONS_PER_RULE actions: Hypothesis
-        # spends as much per rule as on a few choices, whatever the rule draws.
-
-        @rule(pair=action_pairs())
-        def act(self, pair: tuple[Action, Action]) -> None:
-            for action in pair:
-                self.take(action)
-
-        def take(self, action: Action) -> None:
-            if isinstance(action, StepAction):
-                self.step(action)
-            elif isinstance(action, ArriveAction):
-                self.add_request(action)
-            elif isinstance(action, CancelAction):
-                self.cancel(action)
-            else:
-                self.propose_drafts(action)
-
-        def step(self, action: StepAction) -> None:
-            # The drawn decisions shape the action's first step; the rest run
-            # with the defaults (no forced stop, greedy verification).
-            self._steps(action.num_steps, Step(self._decisions(action.code)))
-
-        def add_request(self, action: ArriveAction) -> None:
-            if len(self.engine().state.requests) >= MAX_LIVE_REQUESTS:
-                self.apply(Step())  # full: let the engine make room instead
-                return
-            self._arrive(action.drawn)
-            self._steps(action.then_steps)
-
-        def _arrive(self, drawn: RequestDraw) -> None:
-            checked = self.engine()
-            live = checked.state.requests
-            priorities = [r.priority for r in live.values()]
-            event = build_add_request(checked.config, f"r{self.next_id}", live, drawn, priorities)
-            self.apply(event)
-            self.next_id += 1
-
-        def cancel(self, action: CancelAction) -> None:
-            """Abort a live request (now and then with an unknown id, which is ignored);
-            with action.retry, send the aborted request again under its id at once: under
-            async scheduling the old request's step may still be in flight, and its output
-            must not reach the new one (DELIVERY)."""
-            requests = self.engine().state.requests
-            live = sorted(requests)
-            picked = requests[live[action.pick % len(live)]] if live else None
-            ids = (picked.request_id,) if picked is not None else ()
-            if action.unknown == 3 or not ids:
-                ids = (*ids, "no-such-request")
-            self.apply(Abort(ids))
-            if action.retry and picked is not None:
-                self.apply(resent(picked))
-            self._steps(action.then_steps)
-
-        def propose_drafts(self, action: DraftsAction) -> None:
-            """The drafter proposes the same number of drafts for every running request
-            (a synchronous engine only: see below).
-
-            One count for all keeps the draw independent of which requests run,
-            so deleting an earlier action while shrinking does not change it.
-            """
-            checked = self.engine()
-            limit = checked.config.num_speculative_tokens
-            # Under async scheduling the model runner proposes the drafts itself (as
-            # placeholders): vLLM's engine core never calls update_draft_token_ids.
-            if limit and not checked.config.async_scheduling:
-                # Counts 0-6 propose 1-K drafts, 7 none. Wrapped (count mod K + 1),
-                # a third to a half of the proposals were empty, and some CI runs never
-                # proposed drafts for a request mid-prefill (corners.py, measured by
-                # benchmarks/bench_corners.py).
-                drafts = 0 if action.count == DRAFT_COUNTS - 1 else 1 + action.count % limit
-                self.apply(ProposeDrafts(dict.fromkeys(checked.state.running, drafts)))
-            self._steps(action.then_steps)
-
-        def _steps(self, count: int, first: Step | None = None) -> None:
-            """Up to `count` engine steps, stopping once the engine is idle: it has
-            nothing more to show this rule. A step rule's own first step (`first`)
-            runs even on an idle engine, which must then schedule nothing."""
-            for index in range(count):
-                if (index or first is None) and not self.engine().state.requests:
-                    break
-                self.apply(first if index == 0 and first is not None else Step())
-
-        def _decisions(self, code: int) -> StepDecisions:
-            """Which running request emits a stop token, and how many drafts pass.
-
-            Decoded from one drawn integer (cheap to draw; 0, where shrinking
-            goes, means no forced stop and greedy verification): bits 0-1 == 3
-            force a stop, on the stoppable running request picked by bits 4-6;
-            bit 2 fixes every request's accepted drafts to bits 7-9 (capped).
-            """
-            checked = self.engine()
-            running = [checked.state.requests[r] for r in checked.state.running]
-            stops: dict[str, int] = {}
-            stoppable = [r for r in running if r.eos_token_id is not None or r.stop_token_ids]
-            if stoppable and code & 3 == 3:
-                request = stoppable[(code >> 4 & 7) % len(stoppable)]
-                stop = request.eos_token_id
-                stops[request.request_id] = stop if stop is not None else request.stop_token_ids[0]
-            accepted: dict[str, int] = {}
-            if code & 4:
-                count = min(code >> 7 & 7, checked.config.num_speculative_tokens)
-                accepted = {r.request_id: count for r in running if r.spec_token_ids}
-            return StepDecisions(stops=stops, accepted=accepted)
-
-        def teardown(self) -> None:
-            try:
-                if self.checked is not None and not self.failed:
-                    self.apply(Drain())
-            finally:
-                # Hypothesis' per-example objects hold this machine in reference
-                # cycles, which only the garbage collector undoes: let go of the
-                # engine, its states and its events now, so that reference counting
-                # frees them (the collector's scans were a tenth of a suite run).
-                self.checked = None
-
-    return SchedulerMachine
+    # @initialize takes its strategies when it makes the rule, and the configs are the
+    # run's: so the rule around SchedulerMachine.start is made here, once per run.
+    start = initialize(config=chosen_configs, seed=_MODEL_SEEDS, first=_FIRST_ARRIVALS)
+    run: dict[str, object] = {
+        "target": target,
+        "recorder": recorder if recorder is not None else SuiteRecorder(),
+        "start": start(SchedulerMachine.start),
+    }
+    # The subclass keeps the name Hypothesis prints in a failing example
+    # (`state = SchedulerMachine()`).
+    return type(SchedulerMachine.__name__, (SchedulerMachine,), run)
 
 
 def resent(request: RequestState) -> AddRequest:

@@ -8,7 +8,8 @@
 #   RUNTIME_PACKAGES  what building and stepping its scheduler imports
 #   NO_DEPS           DIST, then packages installed at DIST's pin with --no-deps
 #   EXTRA_PINS        pins DIST's METADATA does not give (may be empty)
-#   PROBE_MODULE      the probe (python -m), which must pass for the install to be done
+#   PROBE_ENGINE      the engine's name for the probe, `python -m $PROBE_MODULE $PROBE_ENGINE`
+#                     (vllm), which must pass for the install to be done
 #   PROBE_WHAT        what the probe builds, for messages
 # Steps (each named when it fails; rerun keeps finished ones): a venv that already has
 # DIST==VERSION, torch TORCH_VERSION, trimmed METADATA and passes the probe needs nothing;
@@ -18,6 +19,11 @@
 # dependencies do not import, the NO_DEPS' METADATA trimmed of what is left out on purpose
 # (pip check then quiet about them), and the probe.
 # Needs REPO (the checkout) and scripts/lib/pip_install.sh sourced.
+
+# The one probe runner (schedspec/properties/probe.py): it builds and steps every config
+# family the engine's adapter declares, with empty per-user caches; exit status 0 when
+# all of them work, 1 (naming the family) when one does not.
+PROBE_MODULE=schedspec.properties.probe
 
 die() {
     echo "$SCRIPT: error: $*" >&2
@@ -52,7 +58,7 @@ in_checkout() {
 }
 
 probe() {
-    in_checkout "$PY" -m "$PROBE_MODULE"
+    in_checkout "$PY" -m "$PROBE_MODULE" "$PROBE_ENGINE"
 }
 
 trimmed() {

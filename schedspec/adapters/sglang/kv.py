@@ -1,5 +1,6 @@
 """SGLang's token-slot pool and radix cache seen as the spec's blocks (docs/SPEC.md, "Two
-families"): block ids, tables, the free queue, and what each cached block holds.
+families"): block ids, tables, the free queue, what each cached block holds, and the
+KVState they make (`kv_state`).
 
 Nothing here imports SGLang: the functions read SGLang's objects (typed Any) that the
 adapter (adapters/sglang/engine.py) hands them.
@@ -22,11 +23,11 @@ the requests wrote is refused instead of mapped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedspec.spec import BlockHash, extend_block_hashes
+from schedspec.spec import BlockHash, KVState, RequestState, extend_block_hashes
 
 
 def slot_block(slot: int, page_size: int) -> int:
@@ -149,3 +150,39 @@ def free_block_order(allocator: Any, evictable: Sequence[int]) -> tuple[int, ...
     if released is not None:
         blocks += _ints(released - 1)
     return (*blocks, *evictable)
+
+
+def kv_state(
+    scheduler: Any,
+    num_blocks: int,
+    contents: SlotContents,
+    requests: Mapping[str, RequestState],
+) -> KVState:
+    """The spec's KVState of SGLang's pool and radix cache: each block's holders counted
+    from the requests' tables, the radix cache's blocks with the content their holders
+    wrote (the tree held to it first: TreeWalk.check), the free queue (free_block_order)."""
+    page_size = contents.page_size
+    held = [0] * num_blocks
+    for request in requests.values():
+        for block in request.block_ids:
+            if 0 <= block < num_blocks:
+                held[block] += 1
+    hashes: list[int | None] = [None] * num_blocks
+    cached: dict[int, list[int]] = {}
+    evictable: tuple[int, ...] = ()
+    if not scheduler.tree_cache.disable:
+        core = scheduler.tree_cache.tree_core
+        walk = TreeWalk.of(core, unlocked_only=False)
+        walk.check(contents)
+        for block in walk.blocks(page_size):
+            content = contents.content_of(block)
+            hashes[block] = content
+            cached.setdefault(content, []).append(block)
+        evictable = TreeWalk.of(core, unlocked_only=True).blocks(page_size)
+    return KVState(
+        num_blocks=num_blocks,
+        free_block_ids=free_block_order(scheduler.token_to_kv_pool_allocator, evictable),
+        ref_counts=tuple(held),
+        block_hashes=tuple(hashes),
+        prefix_cache=tuple((h, tuple(blocks)) for h, blocks in cached.items()),
+    )

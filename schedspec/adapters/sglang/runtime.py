@@ -1,6 +1,7 @@
 """SGLang's real Scheduler, built in this process on CPU: the couplings to a GPU build undone.
 
-SGLang is imported only here, and only when an engine is built; install it with
+SGLang is imported only here, once, offline and quiet (adapters/engine_import.py says
+what every engine's import shares), and only when an engine is built; install it with
 `scripts/install_sglang.sh VENV_DIR` (a venv of its own: its pins exclude vLLM's). What
 is real: `sglang.srt.managers.scheduler.Scheduler`, built by its own __init__ from
 ServerArgs, with its TpModelWorker, ModelRunner, Sampler, token and request pools, radix
@@ -29,48 +30,32 @@ edited; each is an extension point SGLang offers or a module attribute replaced)
 
 from __future__ import annotations
 
-import atexit
 import importlib.abc
 import importlib.machinery
-import json
 import logging
-import os
-import shutil
 import sys
-import tempfile
 import types
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from schedspec.adapters import engine_import
+
 INSTALL_STEP = "scripts/install_sglang.sh VENV_DIR"
-# The tiny model's vocabulary: the harness's token ids (FakeModel's default vocab_size)
-# must be below it, since SGLang checks stop token ids against it.
-VOCAB_SIZE = 32000
-# max_position_embeddings of the tiny model: the largest context length we can ask for.
-MAX_CONTEXT_LENGTH = 1 << 20
-_TINY_MODEL: dict[str, object] = {
-    "architectures": ["HarnessModel"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": VOCAB_SIZE,
-    "max_position_embeddings": MAX_CONTEXT_LENGTH,
-    "torch_dtype": "float32",
-    "rms_norm_eps": 1e-6,
+_TINY_MODEL_ARCHITECTURE = "HarnessModel"
+_TINY_MODEL = engine_import.tiny_llama(
+    _TINY_MODEL_ARCHITECTURE,
+    rms_norm_eps=1e-6,
     # No model EOS: a request's EOS is its own (the spec's eos_token_id), never the
     # model's, so SGLang stops a request only on the stop tokens the harness gave it.
     # Stated as null: left out, transformers' LlamaConfig defaults it to 2 (and BOS to
     # 1), and SGLang would stop every request that samples token 2.
-    "eos_token_id": None,
-    "bos_token_id": None,
-}
+    eos_token_id=None,
+    bos_token_id=None,
+)
 
 
-class SglangMissingError(ImportError):
+class SglangMissingError(engine_import.EngineMissingError):
     """SGLang is not importable in this environment."""
 
 
@@ -155,18 +140,12 @@ class Sglang:
     model_dir: str
 
 
-_loaded: Sglang | None = None
-
-
-def load_sglang() -> Sglang:
-    """Import SGLang once, offline and quiet, with the tiny model registered."""
-    global _loaded
-    if _loaded is not None:
-        return _loaded
-    # Read when huggingface_hub is imported: the tiny model is a local folder.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+def _import_sglang() -> Sglang:
+    """Import SGLang, quiet, and register and write the tiny model."""
     quiet_sglang_logging()
-    try:
+    with engine_import.importing(
+        "SGLang", f"into a venv of its own with `{INSTALL_STEP}`", SglangMissingError
+    ):
         _stub_torchvision_if_broken()
         import torch
         import zmq
@@ -183,19 +162,11 @@ def load_sglang() -> Sglang:
         from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
         from sglang.srt.sampling.sampling_params import SamplingParams
         from sglang.srt.server_args import PortArgs, ServerArgs
-    except ImportError as err:
-        raise SglangMissingError(
-            f"the SGLang adapter needs SGLang, which cannot be imported here ({err}); "
-            f"install it into a venv of its own with `{INSTALL_STEP}`"
-        ) from err
     _run_parallel_runtime_once(bootstrap)
     ModelRegistry._load_default_models()
     ModelRegistry.models[_TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
-    root = tempfile.mkdtemp(prefix="schedspec-sglang-")
-    atexit.register(shutil.rmtree, root, True)
-    with open(os.path.join(root, "config.json"), "w") as f:
-        json.dump(_TINY_MODEL, f)
-    _loaded = Sglang(
+    folders = engine_import.tiny_model_folders("schedspec-sglang-", {"model": _TINY_MODEL})
+    return Sglang(
         Scheduler=Scheduler,
         ServerArgs=ServerArgs,
         PortArgs=PortArgs,
@@ -211,12 +182,16 @@ def load_sglang() -> Sglang:
         spawn_world_rank=spawn_world_rank,
         torch=torch,
         zmq=zmq,
-        model_dir=root,
+        model_dir=folders["model"],
     )
-    return _loaded
 
 
-_TINY_MODEL_ARCHITECTURE = "HarnessModel"
+SGLANG = engine_import.ImportedOnce(_import_sglang)
+
+
+def load_sglang() -> Sglang:
+    """Import SGLang once, offline and quiet, with the tiny model registered."""
+    return SGLANG.get()
 
 
 def _harness_model_class(torch: Any) -> type:
@@ -271,23 +246,14 @@ SGLANG_LOGGING_VARIABLES = ("SGLANG_LOGGING_CONFIG_PATH", "SGLANG_LOG_LEVEL")
 
 
 def quiet_sglang_logging() -> None:
-    """Keep only critical records from SGLang's loggers, and drop the warnings its modules give at
-    import time about CUDA-only kernels this CPU path never runs (AWQ, GGUF, Triton),
-    unless the user configured SGLang's logging (a SGLANG_LOGGING_VARIABLES variable
-    set) or gave the logger a level."""
-    if any(name in os.environ for name in SGLANG_LOGGING_VARIABLES):
-        return
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")
-    for name in QUIETED_LOGGERS:
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET:
-            logger.setLevel(logging.CRITICAL)
+    """Keep only critical records from SGLang's loggers, and drop the warnings its modules
+    give at import time about CUDA-only kernels this CPU path never runs (AWQ, GGUF,
+    Triton), unless the user configured SGLang's logging (a SGLANG_LOGGING_VARIABLES
+    variable set) or gave the logger a level."""
+    if engine_import.quiet_loggers(QUIETED_LOGGERS, logging.CRITICAL, SGLANG_LOGGING_VARIABLES):
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang\.")
 
 
 def sglang_available() -> bool:
     """Whether SGLang can be imported (and so an SGLang engine built)."""
-    try:
-        load_sglang()
-    except SglangMissingError:
-        return False
-    return True
+    return SGLANG.available()

@@ -1,38 +1,24 @@
-"""Does vLLM's scheduler work in this environment? Build and step a real VllmEngine.
-
-    python -m schedspec.adapters.vllm.probe
-
-builds a `VllmEngine` for every config family the adapter supports (no drafts, n-gram
-drafts, EAGLE drafts; fcfs and priority; prefix caching on and off; sync and async
-scheduling) and steps each one under the harness (the engine core's order of calls, the
-safety invariants checked) until its requests finish, with every per-user cache vLLM,
-Hugging Face and the XDG folders point at replaced by an empty temporary folder. Exit
-status 0 when all of them work; 1, with the family and the error, when one does not.
+"""What the install probe builds for vLLM, which `python -m schedspec.properties.probe
+vllm` runs (scripts/install_vllm.sh runs it): a VllmEngine for every config family the
+adapter supports (no drafts, n-gram drafts, EAGLE drafts; fcfs and priority; prefix
+caching on and off; sync and async scheduling), with every per-user cache vLLM, Hugging
+Face and the XDG folders point at replaced by an empty temporary folder.
 
 The empty caches are the point: vLLM inspects a model's architecture in a subprocess
 (`python -m vllm.model_executor.models.registry`) that imports the model's code, and
 caches the answer per user (~/.cache/vllm). A warm cache from another venv hides a
 package that only that import needs (einops, once), so a probe that reads it says yes
 to a venv in which no engine can be built.
-
-scripts/install_vllm.sh runs this before installing (a venv that passes needs nothing)
-and after (the install is done only when it passes).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import sys
-import time
-import traceback
 from dataclasses import dataclass
 from typing import Literal
 
-from schedspec.adapters import empty_caches as caches
+from schedspec.adapters.probe_plan import ProbePlan
 from schedspec.adapters.vllm.engine import VllmEngine
-from schedspec.engines.events import AddRequest, Drain, ProposeDrafts, Step
-from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.config import POLICIES, Policy
 
@@ -47,9 +33,6 @@ CACHE_VARIABLES = (
 )
 Drafter = Literal["none", "ngram", "eagle"]
 DRAFTERS: tuple[Drafter, ...] = ("none", "ngram", "eagle")
-# Steps with drafts proposed between them (a synchronous engine core's drafter), before
-# the drain runs the requests to the end.
-NUM_DRAFTING_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -92,70 +75,11 @@ FAMILIES = tuple(
         DRAFTERS, POLICIES, (False, True), (False, True)
     )
 )
-
-
-class ProbeError(RuntimeError):
-    """A family's engine was built but did not do its work."""
-
-
-def step_family(family: Family) -> int:
-    """Build the family's engine and run two requests that share a prefix to the end
-    under the harness; return the schedule() calls it took. Raises whatever vLLM raises,
-    or ProbeError when an invariant breaks (a request left unfinished among them)."""
-    config = family.config()
-    checked = CheckedEngine(VllmEngine(config), config, "safety")
-    shared = tuple(range(40))  # over two blocks: the second request's prefix-cache hit
-    try:
-        checked.apply(AddRequest("a", (*shared, 7, 8), max_tokens=3, priority=1))
-        checked.apply(AddRequest("b", (*shared, 9), max_tokens=3, priority=0))
-        for _ in range(NUM_DRAFTING_STEPS):
-            checked.apply(Step())
-            if config.num_speculative_tokens:
-                # The harness skips this under async scheduling, as vLLM's engine core does.
-                k = config.num_speculative_tokens
-                checked.apply(ProposeDrafts(dict.fromkeys(checked.state.running, k)))
-        checked.apply(Drain())
-    except InvariantViolationError as err:
-        raise ProbeError(f"{family}: {err}") from err
-    return checked.stats.steps
-
-
-def empty_caches() -> contextlib.AbstractContextManager[str]:
-    """Each of CACHE_VARIABLES names its own new empty folder (under the folder yielded)
-    until the block ends; then the folders go and the variables are as they were."""
-    return caches.empty_caches(CACHE_VARIABLES, "schedspec-vllm-probe-")
-
-
-def probe() -> None:
-    """Step every family's engine in this process; raise ProbeError on the first that
-    fails, naming the family."""
-    for family in FAMILIES:
-        try:
-            step_family(family)
-        except Exception as err:
-            raise ProbeError(f"{family}: {type(err).__name__}: {err}") from err
-
-
-def main() -> int:
-    """The probe with empty caches: 0 if every family works, 1 (and why) if not.
-
-    Meant for a fresh process (`python -m`): vLLM and huggingface_hub read some of the
-    cache variables once, when first imported."""
-    start = time.monotonic()
-    with empty_caches():
-        try:
-            probe()
-        except ProbeError:
-            traceback.print_exc()
-            print("vLLM probe: FAILED (the last line of the traceback names the config family)")
-            return 1
-    print(
-        f"vLLM probe: built and stepped {len(FAMILIES)} VllmEngines (drafters none, ngram, "
-        f"eagle; fcfs, priority; prefix caching off, on; sync, async) with empty caches in "
-        f"{time.monotonic() - start:.0f} s"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+PLAN = ProbePlan(
+    engine="vLLM",
+    build=VllmEngine,
+    built="VllmEngines",
+    families=FAMILIES,
+    spans="drafters none, ngram, eagle; fcfs, priority; prefix caching off, on; sync, async",
+    cache_variables=CACHE_VARIABLES,
+)

@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schedspec.cli.exit_codes import EXIT_CODES as EXIT_CODES  # swarm mode reads them here
-from schedspec.cli.exit_codes import Outcome as Outcome
-from schedspec.cli.exit_codes import error_outcome, exit_code_of, outcome_of
+from schedspec.cli.exit_codes import Outcome, error_outcome, exit_code_of, outcome_of
 from schedspec.cli.interrupts import interrupt_name
 from schedspec.cli.printing.check_report import invariants_of
 from schedspec.engines.watchdog import StepTimeoutError

@@ -1,13 +1,12 @@
 """The invariant catalogue: named pure predicates over abstract states and transitions.
 
 Each predicate returns the list of violations it finds (empty when it holds).
-Profiles, a folder each: `safety/` holds for any correct engine; `vllm/` (profile vllm-v1)
-adds vLLM V1's exact decisions and `sglang/` SGLang's (an engine claims at most one family profile).
+Profiles, a folder each: `safety/` holds for any correct engine; `vllm/` (profile
+vllm-v1) adds vLLM V1's exact decisions and `sglang/` SGLang's (an engine claims at most
+one family profile).
 The ids are the ones docs/SPEC.md, failure messages and traces use.
 """
 
-# Importing a module registers its checks; this order fixes the catalogue's (the order of
-# the check table and of the violations a step reports).
 # Importing a module registers its checks, and this order fixes the catalogue's: the
 # order of the check table and of the violations a step reports.
 # isort: off

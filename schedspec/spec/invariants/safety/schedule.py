@@ -404,10 +404,20 @@ def _swapped_for_same_content(
     "reuse).",
 )
 def check_cache_content(t: ScheduleTransition) -> list[Violation]:
+    return [
+        *_hits_are_own_prefix(t),
+        *_registrations_are_held(t),
+        *_held_blocks_carry_own_hashes(t),
+    ]
+
+
+def _hits_are_own_prefix(t: ScheduleTransition) -> list[Violation]:
+    """CACHE-CONTENT on each admission: its hit is whole blocks short of the last token,
+    and each hit block carries the request's own content hash."""
     bs = t.post.config.block_size
-    out: list[Violation] = []
     before = t.computed_before
     hashes = t.post.kv.block_hashes
+    out: list[Violation] = []
     for rid in t.admitted:
         post = t.post.requests.get(rid)
         if post is None or rid not in before:
@@ -439,45 +449,60 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
                         block,
                     )
                 )
-    # Registrations made by this step: each must belong to a live holder, or to
-    # tokens a step scheduled before this one computes (async: a request preempted
-    # now whose earlier step is still in flight; that step still runs).
+    return out
+
+
+def _registrations_are_held(t: ScheduleTransition) -> list[Violation]:
+    """CACHE-CONTENT on this step's registrations: each belongs to a live holder, or to
+    tokens a step scheduled before this one computes (async: a request preempted now
+    whose earlier step is still in flight; that step still runs)."""
+    hashes = t.post.kv.block_hashes
     pre_hashes = t.pre.kv.block_hashes
-    registered = (
-        [
-            block
-            for block, block_hash in enumerate(hashes[: len(pre_hashes)])
-            if block_hash is not None and block_hash != pre_hashes[block]
-        ]
-        if hashes != pre_hashes
-        else []
-    )
-    if registered:  # most steps register nothing: the holders are worked out only if so
-        held = {b for request in t.post.requests.values() for b in request.block_ids}
-        computed_before_this_step = {
-            block
-            for request in t.pre.requests.values()
-            for index, block in enumerate(request.block_ids)
-            if (index + 1) * bs <= min(request.num_computed_tokens, request.num_tokens)
-        }
-        for block in registered:
-            if block not in held and block not in computed_before_this_step:
-                out.append(
-                    Violation(
-                        "CACHE-CONTENT",
-                        "registered by this step but held by no "
-                        "live request (its KV will never be computed)",
-                        None,
-                        block,
-                    )
-                )
-    # Every cached block a live request holds carries that request's own
-    # content hash at that position: fresh registrations, and stale ones (a
-    # reused block whose old hash was never evicted).
+    # Most steps register nothing: one comparison of the hash tuples tells, and the
+    # holders are worked out only for a step that did register.
+    if hashes == pre_hashes:
+        return []
+    registered = [
+        block
+        for block, block_hash in enumerate(hashes[: len(pre_hashes)])
+        if block_hash is not None and block_hash != pre_hashes[block]
+    ]
+    if not registered:
+        return []
+    bs = t.post.config.block_size
+    held = {b for request in t.post.requests.values() for b in request.block_ids}
+    computed_before_this_step = {
+        block
+        for request in t.pre.requests.values()
+        for index, block in enumerate(request.block_ids)
+        if (index + 1) * bs <= min(request.num_computed_tokens, request.num_tokens)
+    }
+    return [
+        Violation(
+            "CACHE-CONTENT",
+            "registered by this step but held by no live request (its KV will never be computed)",
+            None,
+            block,
+        )
+        for block in registered
+        if block not in held and block not in computed_before_this_step
+    ]
+
+
+def _held_blocks_carry_own_hashes(t: ScheduleTransition) -> list[Violation]:
+    """CACHE-CONTENT on every cached block a live request holds: it carries that request's
+    own content hash at that position, whether registered by this step (and then only
+    once its tokens are known and scheduled) or before it (a reused block whose old hash
+    was never evicted is a stale entry)."""
+    bs = t.post.config.block_size
+    hashes = t.post.kv.block_hashes
+    pre_hashes = t.pre.kv.block_hashes
+    out: list[Violation] = []
     for rid, post in t.post.requests.items():
         if _holds_only_its_own_old_hashes(post, t.post.kv, t.pre.kv, t.hashes):
             continue
         known = min(post.num_computed_tokens, post.num_tokens)
+        # Worked out at the first hashed block that needs it, not for every request.
         content: list[BlockHash] | None = None
         for index, block in enumerate(post.block_ids):
             if not 0 <= block < len(hashes):
@@ -514,9 +539,10 @@ def check_cache_content(t: ScheduleTransition) -> list[Violation]:
 def _holds_only_its_own_old_hashes(
     request: RequestState, post: KVState, pre: KVState, chain: ChainHashes
 ) -> bool:
-    """The common case of CACHE-CONTENT's last rule, in C loops: the request's blocks (ids
-    in range) carry the hashes they carried before the step (no fresh registration), its
-    own content's at the leading ones and none after. False means: look block by block."""
+    """The common case of _held_blocks_carry_own_hashes, in C loops: the request's blocks
+    (ids in range) carry the hashes they carried before the step (no fresh registration),
+    its own content's at the leading ones and none after. False means: look block by
+    block."""
     carried = post.hashes_carried(request.block_ids)
     if carried is None or carried != pre.hashes_carried(request.block_ids):
         return False

@@ -1,0 +1,169 @@
+"""The spec's SchedulerConfig as SGLang's ServerArgs, SGLang's Scheduler built from
+them, and the configs the adapter cannot run.
+
+Translation of the config (family "sglang", docs/SPEC.md "Two families"): page_size =
+block_size; max_total_tokens = num_blocks * block_size; context_length = max_model_len;
+max_running_requests = max_num_seqs; with chunked prefill chunked_prefill_size =
+max_num_batched_tokens (max_prefill_tokens left at SGLang's 16384, never the tighter
+bound here), without it chunked_prefill_size = -1 and max_prefill_tokens =
+max_num_batched_tokens (SGLang then bounds a prefill batch by that); disable_radix_cache
+= not enable_prefix_caching; schedule_conservativeness and enable_mixed_chunk as they
+are; the overlap scheduler exactly when async_scheduling (disable_overlap_schedule
+otherwise); schedule_policy fcfs. `_check_translation` refuses to go on if SGLang's
+argument resolution changed any of these.
+
+The rest of ServerArgs is what SGLang's scheduler needs on CPU with the tiny model
+(adapters/sglang/runtime.py): device cpu, no tokenizer, dummy weights, no CUDA graphs,
+the torch-native attention backend, SGLang's logging at errors, random seed 0.
+
+What is refused (`refusal`, raised by `build_scheduler` as a ConfigError), and the
+configs SGLang runs instead:
+
+- a max_model_len above TINY_MAX_POSITIONS, the tiny model's position limit;
+- more running requests than SGLang allows the pool: it caps max_running_requests at
+  half the pool's tokens (`max_running_requests`) whatever was asked, so the spec's
+  max_num_seqs would not be SGLang's. `within_sglangs_caps` lowers max_num_seqs to
+  the cap, for configs drawn without SGLang in mind (the default configs:
+  schedspec/properties/strategies/engine_configs.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from schedspec.adapters.engine_import import TINY_MAX_POSITIONS
+from schedspec.adapters.sglang.runtime import Sglang
+from schedspec.spec import ConfigError, SchedulerConfig
+
+# SGLang's prefill budget when chunked prefill is on (its max_prefill_tokens default).
+SGLANG_MAX_PREFILL_TOKENS = 16384
+# SGLang's initial new_token_ratio, before schedule_conservativeness scales it.
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+
+
+def max_running_requests(config: SchedulerConfig) -> int:
+    """The most running requests SGLang allows with this pool: it caps
+    max_running_requests at half the pool's tokens (KVCacheConfigurator.
+    resolve_max_num_reqs), whatever was asked."""
+    return config.num_blocks * config.block_size // 2
+
+
+def refusal(config: SchedulerConfig) -> ConfigError | None:
+    """Why the adapter cannot run this config as the spec states it (the field at fault
+    and the reason), or None if it can."""
+    if config.max_model_len > TINY_MAX_POSITIONS:
+        return ConfigError(
+            "max_model_len", f"above {TINY_MAX_POSITIONS}, the tiny model's position limit"
+        )
+    cap = max_running_requests(config)
+    if config.max_num_seqs > cap:
+        return ConfigError(
+            "max_num_seqs",
+            f"SGLang caps max_running_requests at half the pool's tokens, {cap} here: "
+            f"got {config.max_num_seqs}",
+        )
+    return None
+
+
+def within_sglangs_caps(config: SchedulerConfig) -> SchedulerConfig:
+    """The config with max_num_seqs lowered to what SGLang allows its pool."""
+    return replace(config, max_num_seqs=min(config.max_num_seqs, max_running_requests(config)))
+
+
+def server_args(v: Sglang, config: SchedulerConfig) -> Any:
+    """SGLang's ServerArgs for the config (the module docstring's translation)."""
+    chunked = config.enable_chunked_prefill
+    return v.ServerArgs(
+        model_path=v.model_dir,
+        device="cpu",
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        disable_cuda_graph=True,
+        attention_backend="torch_native",
+        log_level="error",
+        random_seed=0,
+        page_size=config.block_size,
+        max_total_tokens=config.num_blocks * config.block_size,
+        context_length=config.max_model_len,
+        chunked_prefill_size=config.max_num_batched_tokens if chunked else -1,
+        max_prefill_tokens=(
+            SGLANG_MAX_PREFILL_TOKENS if chunked else config.max_num_batched_tokens
+        ),
+        max_running_requests=config.max_num_seqs,
+        schedule_policy="fcfs",
+        schedule_conservativeness=config.schedule_conservativeness,
+        enable_mixed_chunk=config.enable_mixed_chunk,
+        disable_radix_cache=not config.enable_prefix_caching,
+        disable_overlap_schedule=not config.async_scheduling,
+    )
+
+
+@dataclass(frozen=True)
+class _Built:
+    scheduler: Any
+    outputs: Any  # the PULL socket standing in for the tokenizer manager
+
+
+def build_scheduler(v: Sglang, config: SchedulerConfig) -> _Built:
+    """SGLang's Scheduler for the config, built by its own __init__ (runtime.py)."""
+    refused = refusal(config)
+    if refused is not None:
+        raise refused
+    built = start_scheduler(v, server_args(v, config))
+    _check_translation(built.scheduler, config)
+    return built
+
+
+def start_scheduler(v: Sglang, args: Any) -> _Built:
+    """SGLang's Scheduler for its ServerArgs `args`, with the socket that stands in for
+    the tokenizer manager (build_scheduler's, for a config; tests give SGLang arguments
+    no config expresses)."""
+    ports = v.PortArgs.init_new(args)
+    # Bound before the scheduler connects (adapters/sglang/runtime.py, 4).
+    outputs = v.zmq.Context.instance().socket(v.zmq.PULL)
+    outputs.setsockopt(v.zmq.LINGER, 0)
+    outputs.bind(ports.tokenizer_ipc_name)
+    ranks = v.SpawnRanks(
+        world_rank=v.spawn_world_rank(args, tp_rank=0, pp_rank=0), dp_rank=None, gpu_id=0
+    )
+    v.publish(args, role="scheduler", ranks=ranks)
+    return _Built(v.Scheduler(args, ports), outputs)
+
+
+def _check_translation(scheduler: Any, config: SchedulerConfig) -> None:
+    """SGLang's argument resolution may rewrite a value; refuse to test anything but ours."""
+    chunked = config.enable_chunked_prefill
+    seen = {
+        "page_size": scheduler.page_size,
+        "max_total_num_tokens": scheduler.max_total_num_tokens,
+        "available_tokens": scheduler.token_to_kv_pool_allocator.available_size(),
+        "context_len": scheduler.model_config.context_len,
+        "chunked_prefill_size": scheduler.chunked_prefill_size,
+        "max_prefill_tokens": scheduler.max_prefill_tokens,
+        "max_running_requests": scheduler.max_running_requests,
+        "radix_cache": not scheduler.tree_cache.disable,
+        "mixed_chunk": scheduler.is_mixed_chunk,
+        "overlap": scheduler.enable_overlap,
+        "initial_new_token_ratio": scheduler.new_token_ratio_tracker.init,
+    }
+    wanted = {
+        "page_size": config.block_size,
+        "max_total_num_tokens": config.num_blocks * config.block_size,
+        "available_tokens": config.num_blocks * config.block_size,
+        "context_len": config.max_model_len,
+        "chunked_prefill_size": config.max_num_batched_tokens if chunked else None,
+        "max_prefill_tokens": (
+            SGLANG_MAX_PREFILL_TOKENS if chunked else config.max_num_batched_tokens
+        ),
+        "max_running_requests": config.max_num_seqs,
+        "radix_cache": config.enable_prefix_caching,
+        "mixed_chunk": config.enable_mixed_chunk,
+        "overlap": config.async_scheduling,
+        "initial_new_token_ratio": min(
+            SGLANG_INIT_NEW_TOKEN_RATIO * config.schedule_conservativeness, 1.0
+        ),
+    }
+    differ = {name: (wanted[name], got) for name, got in seen.items() if got != wanted[name]}
+    if differ:
+        raise RuntimeError(f"SGLang did not take the config as given (wanted, got): {differ}")

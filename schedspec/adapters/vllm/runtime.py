@@ -1,0 +1,150 @@
+"""vLLM imported into this process: once, offline and quiet, with its tiny model folders
+written (adapters/engine_import.py says what every engine's import shares).
+
+vLLM is imported only here, and only when an engine is built; install it with
+`scripts/install_vllm.sh VENV_DIR`. The names the adapter uses are `Vllm`'s fields, all
+Any: vLLM ships no type stubs.
+
+The tiny models (no tokenizer, no weights, HF_HUB_OFFLINE=1): a Llama `config.json`
+that the ModelConfig points at, and a one-layer EAGLE drafter's, which an EAGLE
+SpeculativeConfig points at (adapters/vllm/config.py). Their max_position_embeddings
+(engine_import.TINY_MAX_POSITIONS) is the largest max_model_len the adapter can ask for.
+
+Quiet: only errors from QUIETED_LOGGERS, unless the user configured vLLM's logging (a
+VLLM_LOGGING_VARIABLES variable set) or gave such a logger a level. vLLM's own logger
+warns about every tiny config (block sizes, budgets); torch's custom-op registry warns
+"Triton not available" whenever vLLM imports its Triton kernels on a machine without
+Triton (an engine build that misses vLLM's model-info cache does, to write the cache).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from schedspec.adapters import engine_import
+
+INSTALL_STEP = "scripts/install_vllm.sh VENV_DIR"
+_LLAMA = engine_import.tiny_llama("LlamaForCausalLM")
+_EAGLE = engine_import.tiny_llama("EagleLlamaForCausalLM", num_hidden_layers=1)
+QUIETED_LOGGERS = ("vllm", "torch._library.triton")
+# Any of these set means the user configured vLLM's logging and wants to see it.
+VLLM_LOGGING_VARIABLES = (
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_LOGGING_CONFIG_PATH",
+    "VLLM_CONFIGURE_LOGGING",
+)
+
+
+class VllmMissingError(engine_import.EngineMissingError):
+    """vLLM is not importable in this environment."""
+
+
+@dataclass(frozen=True)
+class Vllm:
+    """The vLLM names the adapter uses (all Any: vLLM ships no type stubs)."""
+
+    CacheConfig: Any
+    DeviceConfig: Any
+    ModelConfig: Any
+    ParallelConfig: Any
+    SchedulerConfig: Any
+    SpeculativeConfig: Any
+    VllmConfig: Any
+    Scheduler: Any
+    FullAttentionSpec: Any
+    KVCacheConfig: Any
+    KVCacheGroupSpec: Any
+    StructuredOutputManager: Any
+    register_all_kvcache_specs: Any
+    get_request_block_hasher: Any
+    init_none_hash: Any
+    get_hash_fn_by_name: Any
+    Request: Any
+    RequestStatus: Any
+    SamplingParams: Any
+    ModelRunnerOutput: Any
+    DraftTokenIds: Any
+    float32: Any
+    model_dir: str
+    eagle_dir: str
+
+
+def _import_vllm() -> Vllm:
+    """Import vLLM, quiet, and write the tiny model folders."""
+    quiet_vllm_logging()
+    with engine_import.importing("vLLM", f"into this venv with `{INSTALL_STEP}`", VllmMissingError):
+        import torch
+        from vllm.config import (
+            CacheConfig,
+            DeviceConfig,
+            ModelConfig,
+            ParallelConfig,
+            SpeculativeConfig,
+            VllmConfig,
+        )
+        from vllm.config import SchedulerConfig as VllmSchedulerConfig
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+        )
+        from vllm.v1.outputs import DraftTokenIds
+        from vllm.v1.outputs import ModelRunnerOutput as VllmModelRunnerOutput
+        from vllm.v1.request import Request as VllmRequest
+        from vllm.v1.request import RequestStatus as VllmRequestStatus
+        from vllm.v1.structured_output import StructuredOutputManager
+    folders = engine_import.tiny_model_folders(
+        "schedspec-vllm-", {"model": _LLAMA, "eagle": _EAGLE}
+    )
+    return Vllm(
+        CacheConfig=CacheConfig,
+        DeviceConfig=DeviceConfig,
+        ModelConfig=ModelConfig,
+        ParallelConfig=ParallelConfig,
+        SchedulerConfig=VllmSchedulerConfig,
+        SpeculativeConfig=SpeculativeConfig,
+        VllmConfig=VllmConfig,
+        Scheduler=Scheduler,
+        FullAttentionSpec=FullAttentionSpec,
+        KVCacheConfig=KVCacheConfig,
+        KVCacheGroupSpec=KVCacheGroupSpec,
+        StructuredOutputManager=StructuredOutputManager,
+        register_all_kvcache_specs=register_all_kvcache_specs,
+        get_request_block_hasher=get_request_block_hasher,
+        init_none_hash=init_none_hash,
+        get_hash_fn_by_name=get_hash_fn_by_name,
+        Request=VllmRequest,
+        RequestStatus=VllmRequestStatus,
+        SamplingParams=SamplingParams,
+        ModelRunnerOutput=VllmModelRunnerOutput,
+        DraftTokenIds=DraftTokenIds,
+        float32=torch.float32,
+        model_dir=folders["model"],
+        eagle_dir=folders["eagle"],
+    )
+
+
+VLLM = engine_import.ImportedOnce(_import_vllm)
+
+
+def load_vllm() -> Vllm:
+    """Import vLLM once, offline and quiet, with the tiny model folders written."""
+    return VLLM.get()
+
+
+def vllm_available() -> bool:
+    """Whether vLLM can be imported (and so a VllmEngine built)."""
+    return VLLM.available()
+
+
+def quiet_vllm_logging() -> None:
+    """Keep only errors from QUIETED_LOGGERS, unless the user configured vLLM's logging
+    (a VLLM_LOGGING_VARIABLES variable set) or already gave that logger a level."""
+    engine_import.quiet_loggers(QUIETED_LOGGERS, logging.ERROR, VLLM_LOGGING_VARIABLES)
