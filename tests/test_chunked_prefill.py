@@ -83,3 +83,38 @@ def test_without_chunked_prefill_the_blocked_prompt_runs_whole_next_step() -> No
     add(scheduler, "y", 10, max_tokens=1)
     step(scheduler)
     assert dict(step(scheduler).num_scheduled_tokens) == {"y": 10}
+
+
+# The release knob: vLLM 0.34.0 ignores the cap with chunked prefill off (the default,
+# long_prefill_needs_chunked_prefill=True); 0.33.0 capped either way.
+
+
+def _first_step_with_chunking_off(needs_chunked_prefill: bool) -> dict[str, int]:
+    scheduler = make_scheduler(
+        enable_chunked_prefill=False,
+        long_prefill_token_threshold=4,
+        long_prefill_needs_chunked_prefill=needs_chunked_prefill,
+        max_num_batched_tokens=256,
+    )
+    add(scheduler, "a", 10)
+    add(scheduler, "b", 10)
+    return dict(scheduler.schedule().num_scheduled_tokens)
+
+
+def test_chunked_prefill_off_ignores_the_cap_under_the_034_rule() -> None:
+    assert _first_step_with_chunking_off(needs_chunked_prefill=True) == {"a": 10, "b": 10}
+
+
+def test_chunked_prefill_off_still_caps_under_the_033_rule() -> None:
+    # 0.33.0 applied the cap before its chunking-off check: prompts ran in capped chunks.
+    assert _first_step_with_chunking_off(needs_chunked_prefill=False) == {"a": 4, "b": 4}
+
+
+def test_with_chunked_prefill_on_both_rules_cap() -> None:
+    for rule in (True, False):
+        scheduler = make_scheduler(
+            long_prefill_token_threshold=4, long_prefill_needs_chunked_prefill=rule
+        )
+        add(scheduler, "a", 10)
+        add(scheduler, "b", 10)
+        assert dict(scheduler.schedule().num_scheduled_tokens) == {"a": 4, "b": 4}

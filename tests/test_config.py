@@ -20,6 +20,10 @@ def test_defaults_match_vllm() -> None:
     assert config.policy == "fcfs"
     assert config.num_speculative_tokens == 0
     assert config.lookahead_tokens == 0
+    # The newest supported release's rules (vLLM 0.34.0) and vLLM's own defaults.
+    assert config.long_prefill_needs_chunked_prefill is True
+    assert config.cache_aware_admission_window == 0
+    assert config.cache_aware_admission_threshold == 0.5
 
 
 def test_lookahead_defaults_to_num_speculative_tokens_and_can_be_zero() -> None:
@@ -89,6 +93,11 @@ def test_config_is_frozen() -> None:
             ">= 1 + num_speculative_tokens (3)",
         ),
         ({"async_scheduling": 1}, "async_scheduling", "bool"),
+        # vLLM 0.34.0's knobs.
+        ({"long_prefill_needs_chunked_prefill": 0}, "long_prefill_needs_chunked_prefill", "bool"),
+        ({"cache_aware_admission_window": -1}, "cache_aware_admission_window", ">= 0"),
+        ({"cache_aware_admission_threshold": 1.01}, "cache_aware_admission_threshold", "[0, 1]"),
+        ({"cache_aware_admission_threshold": -0.5}, "cache_aware_admission_threshold", "[0, 1]"),
     ],
 )
 def test_bad_values_name_field_and_bound(overrides: dict[str, Any], field: str, bound: str) -> None:

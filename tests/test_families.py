@@ -198,7 +198,7 @@ class TestStateAndTraces:
         path = tmp_path / "t.json"
         Trace(config=replace(SGLANG, schedule_conservativeness=0.3), events=()).save(path)
         document = json.loads(path.read_text())
-        assert document["version"] == 3
+        assert document["version"] == 4
         loaded = Trace.load(path)
         assert loaded.config.family == "sglang"
         assert loaded.config.schedule_conservativeness == 0.3

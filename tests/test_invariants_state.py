@@ -15,6 +15,7 @@ from schedspec.spec import Request, RequestState, RequestStatus, State
 from schedspec.spec.invariants import CATALOGUE
 from tests import (
     test_invariants_allocation,
+    test_invariants_cache_aware,
     test_invariants_completeness,
     test_invariants_families,
     test_invariants_pipeline,
@@ -363,6 +364,7 @@ def test_every_catalogue_id_has_a_bad_case() -> None:
         | test_invariants_allocation.cases.ids()
         | test_invariants_families.cases.ids()
         | test_invariants_completeness.cases.ids()
+        | test_invariants_cache_aware.cases.ids()
     )
     missing = sorted(set(CATALOGUE) - covered)
     assert not missing, f"invariants with no bad-state case: {missing}"
@@ -377,6 +379,7 @@ def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
         test_invariants_allocation.cases,
         test_invariants_families.cases,
         test_invariants_completeness.cases,
+        test_invariants_cache_aware.cases,
     )
     for registry in registries:
         for invariant_id, build in registry.builders:

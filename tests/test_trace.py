@@ -136,6 +136,9 @@ def test_a_version_1_trace_replays_as_a_synchronous_one() -> None:
         "family",
         "schedule_conservativeness",
         "enable_mixed_chunk",
+        "long_prefill_needs_chunked_prefill",
+        "cache_aware_admission_window",
+        "cache_aware_admission_threshold",
     ):
         del document["config"][name]
     loaded = trace_from_json(document)
@@ -148,8 +151,87 @@ def test_the_repositorys_version_1_traces_still_load() -> None:
     paths = sorted((REPO / "docs" / "findings").glob("*.json"))
     assert paths
     for path in paths:
-        assert json.loads(path.read_text())["version"] in (1, 2, 3)
+        assert json.loads(path.read_text())["version"] in (1, 2, 3, 4)
         Trace.load(path)
+
+
+# Version 4: vLLM 0.34.0's knobs. Every older trace was recorded under 0.33.0's rules.
+RELEASE_KNOBS = (
+    "long_prefill_needs_chunked_prefill",
+    "cache_aware_admission_window",
+    "cache_aware_admission_threshold",
+)
+
+
+def _version_3(config: SchedulerConfig) -> dict[str, Any]:
+    document = dataclasses.replace(_trace(), config=config).to_json()
+    document["version"] = 3
+    for name in RELEASE_KNOBS:
+        del document["config"][name]
+    return document
+
+
+def test_a_version_3_trace_loads_under_the_033_long_prefill_rule() -> None:
+    """A trace without the knob was recorded when the cap applied with chunked prefill
+    off too (0.33.0): it loads so, and replays as it was recorded. No cache-aware
+    admission then either: the window is 0."""
+    config = dataclasses.replace(
+        _trace().config, enable_chunked_prefill=False, long_prefill_token_threshold=3
+    )
+    loaded = trace_from_json(_version_3(config))
+    assert loaded.config == dataclasses.replace(config, long_prefill_needs_chunked_prefill=False)
+    assert loaded.config.cache_aware_admission_window == 0
+    replay(loaded, reference_engine, "vllm-v1")
+
+
+def test_a_version_3_sglang_trace_keeps_the_default_rule() -> None:
+    """SGLang has no long-prefill cap: its traces keep the vLLM knobs' defaults, as the
+    family requires."""
+    sglang = SchedulerConfig(
+        family="sglang", block_size=1, num_blocks=16, max_num_batched_tokens=16,
+        max_num_seqs=2, max_model_len=16,
+    )  # fmt: skip
+    document = Trace(sglang, ()).to_json()
+    document["version"] = 3
+    for name in RELEASE_KNOBS:
+        del document["config"][name]
+    assert trace_from_json(document).config == sglang
+
+
+@pytest.mark.parametrize("name", RELEASE_KNOBS)
+def test_a_version_3_trace_cannot_carry_a_034_knob(name: str) -> None:
+    document = _version_3(make_config())
+    document["config"][name] = getattr(make_config(), name)
+    with pytest.raises(TraceError) as info:
+        trace_from_json(document)
+    assert info.value.field == f"config.{name}"
+
+
+def test_a_version_4_trace_keeps_its_release_knobs() -> None:
+    config = dataclasses.replace(
+        _trace().config,
+        long_prefill_needs_chunked_prefill=False,
+        cache_aware_admission_window=3,
+        cache_aware_admission_threshold=0.25,
+    )
+    trace = dataclasses.replace(_trace(), config=config)
+    document = trace.to_json()
+    assert document["version"] == VERSION == 4
+    assert trace_from_json(document) == trace
+    replay(trace, reference_engine, "vllm-v1")
+
+
+def test_the_repositorys_older_traces_load_under_the_033_rule() -> None:
+    """The findings, regression, formal and mutant traces were all recorded before
+    version 4: each vLLM-family one replays under 0.33.0's long-prefill rule."""
+    folders = ("docs/findings", "tests/regression_traces", "tests/formal_traces")
+    paths = [p for f in folders for p in sorted((REPO / f).glob("*.json"))]
+    paths += sorted((REPO / "tests" / "mutants" / "traces").glob("*.json"))
+    older = [p for p in paths if json.loads(p.read_text())["version"] < 4]
+    assert older
+    for path in older:
+        config = Trace.load(path).config
+        assert config.long_prefill_needs_chunked_prefill is (config.family != "vllm"), path
 
 
 def test_a_version_1_trace_cannot_claim_async_scheduling() -> None:

@@ -26,6 +26,7 @@ from schedspec.adapters.vllm.config import (
     vllm_watermark,
 )
 from schedspec.adapters.vllm.engine import VllmEngine
+from schedspec.adapters.vllm.releases import SUPPORTED, current_release
 from schedspec.adapters.vllm.runtime import VllmMissingError
 from schedspec.engines.fake_model import FakeModel
 from schedspec.engines.pipeline import run_step
@@ -59,6 +60,25 @@ if os.environ.get("CI") and importlib.util.find_spec("vllm") is None:
 pytest.importorskip("vllm", reason=f"vLLM is not installed: run {INSTALL} to run these tests")
 
 FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
+# Whether each finding of docs/FINDINGS.md still stands, per supported release: its
+# replay below expects what the installed release does. A release that fixes one flips
+# its entry, and the replay then expects vLLM to hold where it broke.
+STANDS: dict[str, dict[str, bool]] = {
+    "F1": {"0.33.0": True, "0.34.0": True},  # padding with placeholder drafts
+    "F2": {"0.33.0": True, "0.34.0": True},  # a priority victim keeps its registrations
+    "F3": {"0.33.0": True, "0.34.0": True},  # the long-prefill cap cuts padding: assert
+    "G1": {"0.33.0": True, "0.34.0": True},  # EAGLE's lookahead hashes (the reference's gap)
+}
+
+
+def stands(finding: str) -> bool:
+    """Whether `finding` stands on the installed release."""
+    return STANDS[finding][current_release().version]
+
+
+def test_every_finding_says_how_it_stands_on_every_supported_release() -> None:
+    releases = {release.version for release in SUPPORTED}
+    assert all(set(per_release) == releases for per_release in STANDS.values())
 
 
 DEFAULTS: dict[str, Any] = {
@@ -358,6 +378,9 @@ def test_f1_padding_is_legal_under_pad_spec_decode_and_refused_without() -> None
     trace = Trace.load(FINDINGS / "vllm-spec-decode-padding.json")
     assert trace.config.pad_spec_decode
     result = diff_trace(trace, reference_engine, VllmEngine, "vllm-v1", DiffOptions(True))
+    if not stands("F1"):  # the reference pads under pad_spec_decode; vLLM would not
+        assert not result.passed
+        return
     assert result.passed, result.divergence or result.violation or result.error
     padded = result.entries[3].outputs[1][0]
     assert padded.num_scheduled_tokens["r1"] == 3
@@ -382,10 +405,13 @@ def test_f2_priority_victim_keeps_its_registration() -> None:
     """FINDING F2: the trace still breaks CACHE-CONTENT on vLLM, not on the reference,
     and its config is a corner the default configs leave out."""
     trace = Trace.load(FINDINGS / "vllm-priority-victim-keeps-cache-registration.json")
+    replay(trace, reference_engine, "safety")
+    if not stands("F2"):
+        replay(trace, VllmEngine, "safety")
+        return
     with pytest.raises(InvariantViolationError) as caught:
         replay(trace, VllmEngine, "safety")
     assert {v.invariant for v in caught.value.violations} == {"CACHE-CONTENT"}
-    replay(trace, reference_engine, "safety")
     moved = avoid_known_corners(trace.config)
     assert (moved.policy, moved.enable_prefix_caching) == ("priority", False)
 
@@ -394,12 +420,36 @@ def test_f3_padding_cut_by_the_long_prefill_cap_crashes_vllm() -> None:
     """FINDING F3: vLLM's own assertion fails inside schedule(); the reference does not
     pad there. The default configs raise such a cap to 1 + K."""
     trace = Trace.load(FINDINGS / "vllm-padding-cut-by-long-prefill-cap-crashes.json")
+    replay(trace, reference_engine, "safety")
+    if not stands("F3"):
+        replay(trace, VllmEngine, "safety")
+        return
     with pytest.raises(AssertionError) as caught:
         replay(trace, VllmEngine, "safety")
     assert not isinstance(caught.value, InvariantViolationError)
     assert str(caught.traceback[-1].path).endswith("vllm/v1/core/sched/scheduler.py")
-    replay(trace, reference_engine, "safety")
     assert avoid_known_corners(trace.config).long_prefill_token_threshold == 3
+
+
+def test_f4_cache_aware_admission_keeps_cold_waiting_as_the_reference_does() -> None:
+    """FINDING F4 (vLLM 0.34.0's cache-aware admission, found on the reference): vLLM makes
+    the reference's decisions step for step, block ids included: each warm arrival takes
+    the seat ahead of `cold`, which runs only in the drain. 0.33.0 has no such window."""
+    trace = Trace.load(FINDINGS / "vllm-cache-aware-admission-starves-a-request.json")
+    if not current_release().cache_aware_admission:
+        with pytest.raises(ConfigError, match="cache_aware_admission_window"):
+            replay(trace, VllmEngine, "safety")
+        return
+    result = diff_trace(trace, reference_engine, VllmEngine, "vllm-v1", DiffOptions(True))
+    assert result.passed, result.divergence or result.violation or result.error
+    admitted = [
+        d.request_id
+        for entry in result.entries
+        for output in entry.outputs[1]
+        for d in output.scheduled_new_reqs
+    ]
+    assert admitted[-1] == "cold"
+    assert admitted[:-1] == ["hog", *(f"warm{i}" for i in range(8))]
 
 
 def eagle_hash_trace() -> Trace:
@@ -416,6 +466,9 @@ def test_g1_eagle_hashes_part_vllm_from_the_reference_and_are_left_out() -> None
     trace = eagle_hash_trace()
     replay(trace, VllmEngine, "safety")
     result = diff_trace(trace, reference_engine, VllmEngine, "vllm-v1")
+    if not stands("G1"):
+        assert result.passed, result.divergence or result.violation or result.error
+        return
     assert result.violation is not None
     # EAGLE's shifted hashes also leave vLLM's registrations unlike the spec's own
     # content hashes, which CACHE-COMPLETE sees: the same gap.
@@ -425,6 +478,7 @@ def test_g1_eagle_hashes_part_vllm_from_the_reference_and_are_left_out() -> None
 
 
 @pytest.mark.xfail(
+    stands("G1"),
     strict=True,
     reason="GAP G1 (docs/FINDINGS.md): the reference does not model vLLM's EAGLE lookahead "
     "hashes; when it does, drop G1 from avoid_known_corners",

@@ -16,6 +16,7 @@ from schedspec.adapters.reference import ReferenceEngine
 from schedspec.adapters.vllm.config import unsupported_reason
 from schedspec.adapters.vllm.engine import VllmEngine
 from schedspec.adapters.vllm.probe import CACHE_VARIABLES, FAMILIES, PLAN, Family
+from schedspec.adapters.vllm.releases import current_release, describe_installed
 from schedspec.adapters.vllm.runtime import VLLM_LOGGING_VARIABLES
 from schedspec.properties import probe as runner
 from schedspec.properties.probe import ProbeError, empty_caches, step_family
@@ -52,8 +53,19 @@ def test_each_drafter_is_the_config_the_adapter_maps_to_it() -> None:
     )
 
 
+def test_each_family_has_the_installed_releases_knobs() -> None:
+    release = current_release()
+    configs = [f.config() for f in FAMILIES]
+    assert all(release.knobs(c) == c for c in configs)
+    # Cache-aware admission where the release has it and prefix caching is on.
+    windows = {c.cache_aware_admission_window for c in configs if c.enable_prefix_caching}
+    assert windows == ({4} if release.cache_aware_admission else {0})
+
+
 def test_the_plan_is_the_vllm_engine_on_its_families_and_caches() -> None:
-    assert (PLAN.engine, PLAN.build, PLAN.built) == ("vLLM", VllmEngine, "VllmEngines")
+    # Named for the release installed ("vLLM 0.34.0"), so its lines say which one.
+    assert PLAN.engine == describe_installed()
+    assert (PLAN.build, PLAN.built) == (VllmEngine, "VllmEngines")
     assert (PLAN.families, PLAN.cache_variables) == (FAMILIES, CACHE_VARIABLES)
     assert runner.PLANS["vllm"] is PLAN
 
@@ -101,7 +113,7 @@ def test_a_failing_family_is_named_and_the_probe_exits_1(
         "ProbeError: drafter=eagle, policy=fcfs, prefix caching off, sync: ValueError: "
         "Model architectures ['EagleLlamaForCausalLM'] failed"
     ) in printed.err
-    assert printed.out.startswith("vLLM probe: FAILED")
+    assert printed.out.startswith(f"{describe_installed()} probe: FAILED")
 
 
 @pytest.mark.parametrize("argv", [[], ["vllm", "sglang"], ["nope"]])
@@ -148,7 +160,9 @@ def test_the_probe_passes_here_quietly_and_leaves_the_users_caches_alone(tmp_pat
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("vLLM probe: built and stepped 24 VllmEngines")
+    assert result.stdout.startswith(
+        f"{describe_installed()} probe: built and stepped 24 VllmEngines"
+    )
     # Not a line of vLLM's config warnings, nor torch's "Triton not available".
     assert result.stderr == ""
     assert not user.exists()

@@ -11,7 +11,7 @@ Ray can ship it to another machine, where the engines are loaded again by name).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -22,7 +22,8 @@ from schedspec.campaign.workers import report_progress
 from schedspec.engines.boundary import guarded
 from schedspec.engines.errors import engine_call_of
 from schedspec.engines.protocol import EngineFactory
-from schedspec.engines.registry import load_config_strategy, load_engine_factory
+from schedspec.engines.registry import load_config_strategy
+from schedspec.engines.remote.engine import RemoteEngineFactory, engine_factory
 from schedspec.engines.watchdog import StepTimeoutError, Watchdog
 from schedspec.properties.differential import DiffOptions, LockstepTarget
 from schedspec.properties.harness import SingleEngine, Target
@@ -65,7 +66,9 @@ class BuiltTarget:
 class NamedEngines:
     """`check` of one engine or `diff` of two, by name (engines/registry.py), as a
     plain value: each worker loads the engines and the configs again and guards every
-    engine call with a step time limit of its own."""
+    engine call with a step time limit of its own. An engine given another interpreter
+    runs in a process of it that the worker starts for the chunk and ends after it
+    (engines/remote/; on Ray, the interpreter's path must exist on every node)."""
 
     command: Command
     engines: tuple[str, ...]  # one for check; left and right for diff
@@ -73,6 +76,9 @@ class NamedEngines:
     configs: str | None = None  # module:strategy; None: the suite's own
     step_timeout: float | None = None
     compare_block_ids: bool = False
+    # The interpreter of each engine, in the order of `engines` (None: the worker's
+    # own); empty: all in the worker's own.
+    pythons: tuple[str | None, ...] = ()
 
     @staticmethod
     def of_plan(
@@ -81,8 +87,15 @@ class NamedEngines:
         """The plan's engines: `check` of one, `diff` of a pair."""
         command: Command = "diff" if len(plan.request.engines) == 2 else "check"
         names = plan.request.names
+        pythons = tuple(engine.python for engine in plan.request.engines)
         return NamedEngines(
-            command, names, plan.profile, plan.configs, step_timeout, compare_block_ids
+            command,
+            names,
+            plan.profile,
+            plan.configs,
+            step_timeout,
+            compare_block_ids,
+            pythons if any(pythons) else (),  # all here: the recipe as it always was
         )
 
     @property
@@ -100,11 +113,18 @@ class NamedEngines:
 
     @contextmanager
     def opened(self) -> Iterator[tuple[Target, Configs]]:
-        factories = [load_engine_factory(name) for name in self.engines]
-        configs = load_config_strategy(self.configs) if self.configs is not None else None
-        with Watchdog(self.step_timeout) as watchdog:
-            guarded_factories = [guarded(factory, watchdog) for factory in factories]
-            yield self.target(guarded_factories), configs
+        pythons = self.pythons or (None,) * len(self.engines)
+        with ExitStack() as processes:
+            factories = []
+            for name, python in zip(self.engines, pythons, strict=True):
+                factory = engine_factory(name, python)
+                if isinstance(factory, RemoteEngineFactory):  # its process ends with the chunk
+                    processes.enter_context(factory)
+                factories.append(factory)
+            configs = load_config_strategy(self.configs) if self.configs is not None else None
+            with Watchdog(self.step_timeout) as watchdog:
+                guarded_factories = [guarded(factory, watchdog) for factory in factories]
+                yield self.target(guarded_factories), configs
 
 
 class ChunkProgress(NamedTuple):

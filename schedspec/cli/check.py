@@ -24,7 +24,9 @@ from schedspec.cli.options import (
     as_profile,
     backend_options,
     engine_option,
+    interpreter_flags,
     profile_option,
+    python_option,
     refuse_flags,
     run_options,
 )
@@ -51,10 +53,11 @@ from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
 class CheckOptions(SuiteRunOptions):
     engine: str
     instances: int = 1  # more than one: swarm mode (gpu engine), swarm.py
+    python: str | None = None  # another interpreter for the engine (engines/remote/)
 
     @property
     def request(self) -> RunRequest:
-        return self.run_request(one_engine(self.engine))
+        return self.run_request(one_engine(self.engine, self.python))
 
 
 # The flags swarm mode refuses, each with why: what it has no use for. It runs on
@@ -64,11 +67,13 @@ NOT_IN_SWARM_MODE = {
     "--json": "swarm mode writes no CI reports",
     "--step-timeout": "swarm mode's device checks are no engine calls to time",
     "--example-db": "swarm mode draws configs only, and keeps its findings as traces",
+    "--python": "swarm mode steps gpu_impl's tensors in this process",
 }
 
 
 @click.command()
 @engine_option
+@python_option("--python", "the engine")
 @profile_option
 @click.option(
     "--instances",
@@ -124,7 +129,8 @@ def run_check(options: CheckOptions) -> int:
         {"engine": options.engine},
         options.profile,
         options.seed,
-        options={"step_timeout": options.step_timeout},
+        options={"step_timeout": options.step_timeout}
+        | ({"python": options.python} if options.python is not None else {}),
     )
     with reported(report, options), planned_run(options, options.request, report) as plan:
         if plan is not None:
@@ -137,7 +143,7 @@ def _check(options: CheckOptions, plan: RunPlan, report: RunReport) -> None:
     (factory,) = plan.factories
     profile = plan.profile
     click.echo(
-        f"checking {options.engine} against profile {profile}: "
+        f"checking {options.engine}{_in_python(options.python)} against profile {profile}: "
         f"{examples_phrase(plan)} of up to {plan.settings.rules_per_example} actions"
         + configs_phrase(plan)
     )
@@ -150,11 +156,13 @@ def _check(options: CheckOptions, plan: RunPlan, report: RunReport) -> None:
 
     result, parallel = run_planned(options, plan, recipe, report, in_one_process)
     refuse_bad_config_strategy(result)
-    replay = f"schedspec replay {result.trace_path} --engine {options.engine} --profile {profile}"
+    # The engine as the command line names it, its interpreter included.
+    engine = f"{options.engine} {interpreter_flags(python=options.python)}".rstrip()
+    replay = f"schedspec replay {result.trace_path} --engine {engine} --profile {profile}"
     record_result(report, result, replay)
     if result.error is not None or result.other_error is not None:
         click.echo()
-        for line in failure_report(result, factory, options.engine):
+        for line in failure_report(result, factory, engine):
             click.echo(line)
     echo_trace_problem(result)
     failing = echo_checks(result, profile)
@@ -175,3 +183,8 @@ def _swarm_engine(options: CheckOptions) -> EngineFactory:
             param_hint="'--instances'",
         )
     return load_engine(options.engine)
+
+
+def _in_python(python: str | None) -> str:
+    """What a first line adds for an engine in another interpreter."""
+    return "" if python is None else f" (in {python})"

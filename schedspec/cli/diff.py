@@ -19,7 +19,14 @@ from schedspec.campaign.chunk_work import NamedEngines
 from schedspec.cli.campaign_run import OnExample, echo_campaign, examples_phrase, run_planned
 from schedspec.cli.exit_codes import Outcome
 from schedspec.cli.loading import usage_errors
-from schedspec.cli.options import as_profile, backend_options, pair_options, run_options
+from schedspec.cli.options import (
+    as_profile,
+    backend_options,
+    interpreter_flags,
+    pair_options,
+    run_options,
+    side_phrase,
+)
 from schedspec.cli.printing.diff_report import diff_failure_report
 from schedspec.cli.printing.reports import RunReport
 from schedspec.cli.suite_run import (
@@ -45,10 +52,19 @@ class DiffCommandOptions(SuiteRunOptions):
     left: str
     right: str
     compare_block_ids: bool = False
+    left_python: str | None = None  # another interpreter for an engine (engines/remote/)
+    right_python: str | None = None
 
     @property
     def request(self) -> RunRequest:
-        return self.run_request(engine_pair(self.left, self.right))
+        return self.run_request(
+            engine_pair(self.left, self.right, self.left_python, self.right_python)
+        )
+
+    @property
+    def interpreter_flags(self) -> str:
+        """The --left-python and --right-python given, as the command line spells them."""
+        return interpreter_flags(left_python=self.left_python, right_python=self.right_python)
 
 
 @click.command()
@@ -77,6 +93,9 @@ def run_diff_command(options: DiffCommandOptions) -> int:
         "compare_block_ids": options.compare_block_ids,
         "step_timeout": options.step_timeout,
     }
+    pythons = {"left_python": options.left_python, "right_python": options.right_python}
+    # Only those given: a report of a run in one interpreter reads as it always has.
+    settings_of_run |= {name: path for name, path in pythons.items() if path is not None}
     engines = {"left": options.left, "right": options.right}
     report = RunReport("diff", engines, options.profile, options.seed, options=settings_of_run)
     with reported(report, options), planned_run(options, options.request, report) as plan:
@@ -89,9 +108,11 @@ def _diff(options: DiffCommandOptions, plan: RunPlan, report: RunReport) -> None
     """The run, filling in the report as it goes."""
     left, right = plan.factories
     profile = plan.profile
+    left_side = side_phrase("left", options.left_python)
+    right_side = side_phrase("right", options.right_python)
     click.echo(
-        f"diffing {options.left} (left) and {options.right} (right) in lockstep, profile "
-        f"{profile}: {examples_phrase(plan)} of up to "
+        f"diffing {options.left} ({left_side}) and {options.right} ({right_side}) in "
+        f"lockstep, profile {profile}: {examples_phrase(plan)} of up to "
         f"{plan.settings.rules_per_example} actions" + configs_phrase(plan)
     )
     diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)
@@ -143,6 +164,6 @@ def _verdict(report: RunReport, result: SuiteResult, failing: list[str], seed: i
 def _replay_command(trace_path: Path | None, options: DiffCommandOptions, profile: Profile) -> str:
     command = (
         f"schedspec diff-replay {trace_path} --left {options.left} --right {options.right} "
-        f"--profile {profile}"
+        f"{options.interpreter_flags}--profile {profile}"
     )
     return command + (" --compare-block-ids" if options.compare_block_ids else "")

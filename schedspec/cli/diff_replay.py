@@ -10,7 +10,7 @@ import click
 
 from schedspec.cli.exit_codes import EXIT_CODES, crash_verdict, outcome_of
 from schedspec.cli.loading import load_factories, load_trace, usage_errors
-from schedspec.cli.options import as_profile, pair_options, step_timeout_option
+from schedspec.cli.options import as_profile, pair_options, side_phrase, step_timeout_option
 from schedspec.cli.printing.diff_report import format_diff_log, replay_header
 from schedspec.cli.suite_run import EngineFailure, engine_step
 from schedspec.engines.boundary import guarded
@@ -20,7 +20,13 @@ from schedspec.engines.watchdog import (
 )
 from schedspec.properties.differential import DiffOptions, DiffResult, diff_trace
 from schedspec.properties.failure_report import plural
-from schedspec.properties.run_plan import RunRequest, claims_in, engine_pair, profile_of
+from schedspec.properties.run_plan import (
+    EngineNamed,
+    RunRequest,
+    claims_in,
+    engine_pair,
+    profile_of,
+)
 from schedspec.spec.invariants import Profile
 from schedspec.traces.trace import Trace
 
@@ -33,25 +39,29 @@ def diff_replay(
     trace: Path,
     left: str,
     right: str,
+    left_python: str | None,
+    right_python: str | None,
     profile: str | None,
     compare_block_ids: bool,
     step_timeout: float,
 ) -> None:
     """Re-run a trace file on two engines in lockstep, side by side, to the first divergence."""
-    code = run_diff_replay(trace, left, right, as_profile(profile), compare_block_ids, step_timeout)
+    engines = engine_pair(left, right, left_python, right_python)
+    code = run_diff_replay(trace, engines, as_profile(profile), compare_block_ids, step_timeout)
     raise SystemExit(code)
 
 
 def run_diff_replay(
     path: Path,
-    left: str,
-    right: str,
+    engines: tuple[EngineNamed, EngineNamed],
     requested: Profile | None,
     compare_block_ids: bool = False,
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
 ) -> int:
+    """`engines`: run_plan.engine_pair's, each with the interpreter it runs in."""
     trace = load_trace(path)
-    request = RunRequest(engines=engine_pair(left, right), profile=requested)
+    request = RunRequest(engines=engines, profile=requested)
+    left, right = request.names
     pair = load_factories(request)
     with Watchdog(step_timeout) as watchdog:
         guarded_pair = (guarded(pair[0], watchdog), guarded(pair[1], watchdog))
@@ -62,8 +72,9 @@ def run_diff_replay(
             return claimed.exit_code
         with usage_errors():
             profile = profile_of(request, claimed)
+        sides = [side_phrase(engine.field, engine.python) for engine in engines]
         click.echo(
-            f"replaying {path} on {left} (left) and {right} (right) in lockstep "
+            f"replaying {path} on {left} ({sides[0]}) and {right} ({sides[1]}) in lockstep "
             f"(profile {profile}): {plural(len(trace.events), 'event')}"
         )
         for line in replay_header(trace):

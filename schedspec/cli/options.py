@@ -8,6 +8,7 @@ module stays light (no Hypothesis, torch, z3 or matplotlib): main.py's
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -239,9 +240,37 @@ backend_options = stack(
     ),
 )
 
+
+def python_option(flag: str, engine: str) -> Callable[[F], F]:
+    """--python, --left-python or --right-python: the interpreter `engine` runs in."""
+    return click.option(
+        flag,
+        default=None,
+        metavar="PATH",
+        help=f"Run {engine} in this Python (another venv's bin/python with the same "
+        "schedspec installed), in a process of its own over a pipe, loaded there by name "
+        "[default: this process].",
+    )
+
+
+def interpreter_flags(**pythons: str | None) -> str:
+    """The interpreter flags given (keyword: the flag, `_` for `-`), as a command line
+    spells them, each followed by a space: for a printed replay command."""
+    given = [(flag, path) for flag, path in pythons.items() if path is not None]
+    return "".join(f"--{flag.replace('_', '-')} {shlex.quote(path)} " for flag, path in given)
+
+
+def side_phrase(side: str, python: str | None) -> str:
+    """How a first line names an engine's side: "left", or "left, in PATH" for one in
+    another interpreter."""
+    return side if python is None else f"{side}, in {python}"
+
+
 pair_options = stack(
     click.option("--left", default="reference", show_default=True, help=ENGINE_HELP),
     click.option("--right", required=True, help=ENGINE_HELP),
+    python_option("--left-python", "the left engine"),
+    python_option("--right-python", "the right engine"),
     click.option("--profile", type=click.Choice(PROFILES), default=None, help=PAIR_PROFILE_HELP),
     click.option(
         "--compare-block-ids",

@@ -10,7 +10,13 @@ import click
 
 from schedspec.cli.exit_codes import EXIT_CODES, Outcome, crash_verdict, outcome_of
 from schedspec.cli.loading import load_factories, load_trace, usage_errors
-from schedspec.cli.options import as_profile, engine_option, profile_option, step_timeout_option
+from schedspec.cli.options import (
+    as_profile,
+    engine_option,
+    profile_option,
+    python_option,
+    step_timeout_option,
+)
 from schedspec.cli.suite_run import EngineFailure, engine_step
 from schedspec.engines.boundary import guarded
 from schedspec.engines.protocol import EngineFactory
@@ -28,11 +34,14 @@ from schedspec.traces.trace import Trace
 @click.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @engine_option
+@python_option("--python", "the engine")
 @profile_option
 @step_timeout_option
-def replay(trace: Path, engine: str, profile: str | None, step_timeout: float) -> None:
+def replay(
+    trace: Path, engine: str, python: str | None, profile: str | None, step_timeout: float
+) -> None:
     """Re-run a trace file on an engine and name the first event that breaks an invariant."""
-    raise SystemExit(run_replay(trace, engine, as_profile(profile), step_timeout))
+    raise SystemExit(run_replay(trace, engine, as_profile(profile), step_timeout, python))
 
 
 def run_replay(
@@ -40,9 +49,11 @@ def run_replay(
     engine_name: str,
     requested: Profile | None,
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
+    python: str | None = None,
 ) -> int:
+    """`python`: the interpreter the engine runs in (None: this one)."""
     trace = load_trace(path)
-    request = RunRequest(engines=one_engine(engine_name), profile=requested)
+    request = RunRequest(engines=one_engine(engine_name, python), profile=requested)
     (factory,) = load_factories(request)
     with Watchdog(step_timeout) as watchdog:
         return _replay(path, trace, guarded(factory, watchdog), request)

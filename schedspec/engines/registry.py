@@ -61,12 +61,19 @@ ENGINES: dict[str, NamedEngine] = {
             families=("vllm", "sglang"),
         ),
         # gpu_impl with B = 1, on the suite's own configs (async scheduling and
-        # spec-decode padding included).
-        NamedEngine("gpu", "schedspec.adapters.gpu:gpu_engine", needs=(TORCH,)),
-        # vLLM 0.33.0's scheduler (AsyncScheduler or Scheduler, as its engine core picks),
-        # on configs as vLLM runs them: sync and async, with and without drafts, padding
-        # on with drafts, and the corners of its known findings (docs/FINDINGS.md F2, F3)
-        # left out, so a run fails only on something new.
+        # spec-decode padding included) less the vLLM 0.34.0 rules it does not
+        # implement yet (adapters/gpu.py refuses them).
+        NamedEngine(
+            "gpu",
+            "schedspec.adapters.gpu:gpu_engine",
+            configs="schedspec.properties.strategies.configs:gpu_impl_configs",
+            needs=(TORCH,),
+        ),
+        # vLLM's scheduler, the installed release (0.33.0 to 0.34.0: adapters/vllm/
+        # releases.py), AsyncScheduler or Scheduler as its engine core picks, on configs
+        # as that release runs them: its knob values, sync and async, with and without
+        # drafts, padding on with drafts, and the corners of its known findings
+        # (docs/FINDINGS.md F2, F3, G1) left out, so a run fails only on something new.
         NamedEngine(
             "vllm",
             "schedspec.adapters.vllm.engine:VllmEngine",

@@ -15,7 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-from schedspec.spec.invariants import DraftsTransition, ScheduleTransition, UpdateTransition
+from schedspec.spec.invariants import (
+    DraftsTransition,
+    ScheduleTransition,
+    UpdateTransition,
+    waiting_phase,
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,11 @@ CORNERS: tuple[Corner, ...] = (
         "max-tokens-in-flight",
         "async: a request whose step in flight is sure to reach max_tokens (PR #27922)",
     ),
+    Corner(
+        "cache-aware-reorder",
+        "a step whose cache-aware admission moved a waiting request with a deeper cached "
+        "prefix ahead (vLLM 0.34.0)",
+    ),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
 
@@ -96,6 +106,9 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
             pre.requests[r].num_in_flight_tokens for r in preempted if r in pre.requests
         ):
             _bump(counts, "preempted-with-output-in-flight")
+    # The reorder runs before any admission, so a step that admits nothing counts too.
+    if config.cache_aware_admission_window and waiting_phase(t).moved:
+        _bump(counts, "cache-aware-reorder")
     if not scheduled:
         return
     free = len(post.kv.free_block_ids)

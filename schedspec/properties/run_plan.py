@@ -11,8 +11,9 @@ strategy loaded, the seed chosen and the SuiteSettings built. The callers only
 translate a refusal into their own usage error and print.
 
 Refusals are RunPlanError, a ValueError whose `field` names the RunRequest field at
-fault (an engine by its EngineNamed.field), its message the library's own refusal
-(engines/registry.py, engines/profiles.py, engines/dependencies.py) unchanged. Whatever
+fault (an engine by its EngineNamed.field, the interpreter it runs in by its
+python_field), its message the library's own refusal (engines/registry.py,
+engines/profiles.py, engines/dependencies.py, engines/remote/) unchanged. Whatever
 else building an engine raises is the engine's own failure, raised as it is.
 
 The commands resolve the plan in steps. They record the profile in their report
@@ -39,9 +40,10 @@ from schedspec.engines.profiles import (
 from schedspec.engines.registry import (
     default_configs,
     load_config_strategy,
-    load_engine_factory,
     run_family,
 )
+from schedspec.engines.remote.engine import engine_factory
+from schedspec.engines.remote.errors import RemoteSetupError
 from schedspec.spec import Family, SchedulerConfig
 from schedspec.spec.invariants import Profile
 
@@ -60,7 +62,8 @@ ENGINES_FIELD = "engines"
 
 class RunPlanError(ValueError):
     """A request that cannot be planned. `field` names the RunRequest field at fault:
-    an engine's field ("engine"; "left" or "right"), "profile", "configs", "ray", or
+    an engine's field ("engine"; "left" or "right") or its interpreter's ("python";
+    "left_python" or "right_python"), "profile", "configs", "ray", or
     ENGINES_FIELD when no one field is. `needs_choice`: the field was left to its
     default and no default fits (the engines' defaults differ), so it must be given."""
 
@@ -71,20 +74,29 @@ class RunPlanError(ValueError):
 
 
 class EngineNamed(NamedTuple):
-    """An engine of the request: the field that names it, and the name."""
+    """An engine of the request: the field that names it, the name, and the Python it
+    runs in (engines/remote/: None, this process)."""
 
     field: str  # "engine"; "left" and "right" for a pair
     name: str  # as engines/registry.py reads it: a registered engine or module:factory
+    python: str | None = None  # another interpreter (a venv's bin/python)
+
+    @property
+    def python_field(self) -> str:
+        """The field naming its interpreter: "python"; "left_python", "right_python"."""
+        return "python" if self.field == "engine" else f"{self.field}_python"
 
 
-def one_engine(name: str) -> tuple[EngineNamed]:
+def one_engine(name: str, python: str | None = None) -> tuple[EngineNamed]:
     """The engines of a run that checks one engine."""
-    return (EngineNamed("engine", name),)
+    return (EngineNamed("engine", name, python),)
 
 
-def engine_pair(left: str, right: str) -> tuple[EngineNamed, EngineNamed]:
+def engine_pair(
+    left: str, right: str, left_python: str | None = None, right_python: str | None = None
+) -> tuple[EngineNamed, EngineNamed]:
     """The engines of a run that drives two in lockstep."""
-    return EngineNamed("left", left), EngineNamed("right", right)
+    return EngineNamed("left", left, left_python), EngineNamed("right", right, right_python)
 
 
 @dataclass(frozen=True)
@@ -155,11 +167,16 @@ def resolve_plan(request: RunRequest, factories: Sequence[EngineFactory] | None 
 
 
 def load_engines(request: RunRequest) -> tuple[EngineFactory, ...]:
-    """Step one: the factory of each engine named (engines/registry.py), none built yet."""
+    """Step one: the factory of each engine named (engines/registry.py), none built yet;
+    an engine in another interpreter has its process started and the engine loaded
+    there (engines/remote/), so what that interpreter lacks is refused here too."""
     factories = []
     for engine in request.engines:
         try:
-            factories.append(load_engine_factory(engine.name))
+            factories.append(engine_factory(engine.name, engine.python))
+        except RemoteSetupError as err:
+            at_fault = engine.field if err.blame == "engine" else engine.python_field
+            raise RunPlanError(at_fault, str(err)) from err
         except ValueError as err:  # MissingDependencyError too: the engine needs it
             raise RunPlanError(engine.field, str(err)) from err
     return tuple(factories)

@@ -75,6 +75,10 @@ class SchedulerConfig:
     max_model_len: int  # most tokens (prompt + output) a request may hold
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0  # 0 = no per-request cap
+    # Which release's rule gates that cap (vLLM has no knob for it; see
+    # Scheduler._long_prefill_cap). True: only with enable_chunked_prefill on
+    # (vLLM 0.34.0). False: with chunked prefill on or off (vLLM 0.33.0).
+    long_prefill_needs_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     watermark: float = 0.0  # fraction of num_blocks kept spare at admission
     policy: Policy = "fcfs"
@@ -90,6 +94,14 @@ class SchedulerConfig:
     # compute is scheduled as 1 + num_speculative_tokens tokens, its drafts
     # placeholders (PLACEHOLDER_TOKEN_ID), so batches keep a uniform shape.
     pad_spec_decode: bool = False
+    # vLLM 0.34.0's cache-aware admission: at the start of the waiting phase, the
+    # plain waiting requests among the first cache_aware_admission_window of the
+    # queue are reordered deepest cached prefix first, when KV usage is at least
+    # cache_aware_admission_threshold. 0 = off (every release before 0.34.0). Like
+    # vLLM, the window is accepted and ignored under priority or without prefix
+    # caching (Scheduler._reorder_waiting_by_cached_prefix).
+    cache_aware_admission_window: int = 0
+    cache_aware_admission_threshold: float = 0.5  # a fraction of num_blocks in use
     # Whose policy decides each step; the fields below are SGLang's own knobs.
     family: Family = "vllm"
     # SGLang: scales the new_token_ratio that admission reserves for the running
@@ -107,6 +119,7 @@ class SchedulerConfig:
         # A prompt needs one token and must leave room for one output token.
         _require_int("max_model_len", self.max_model_len, 2, MAX_MODEL_LEN, _WHY_LENGTH)
         _require_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        _require_int("cache_aware_admission_window", self.cache_aware_admission_window, 0)
         _require_int(
             "num_speculative_tokens",
             self.num_speculative_tokens,
@@ -116,6 +129,7 @@ class SchedulerConfig:
         )
         for flag in (
             "enable_chunked_prefill",
+            "long_prefill_needs_chunked_prefill",
             "enable_prefix_caching",
             "async_scheduling",
             "pad_spec_decode",
@@ -129,6 +143,16 @@ class SchedulerConfig:
             raise ConfigError("watermark", f"must be a float, got {shown(self.watermark)}")
         if not 0.0 <= self.watermark < 1.0:
             raise ConfigError("watermark", f"must be in [0, 1), got {self.watermark}")
+        threshold = self.cache_aware_admission_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise ConfigError(
+                "cache_aware_admission_threshold", f"must be a float, got {shown(threshold)}"
+            )
+        # A KV usage: 0 reorders on every step, 1 only when no block is free.
+        if not 0.0 <= threshold <= 1.0:
+            raise ConfigError(
+                "cache_aware_admission_threshold", f"must be in [0, 1], got {threshold}"
+            )
         if self.family not in FAMILIES:
             raise ConfigError("family", f"must be one of {FAMILIES}, got {shown(self.family)}")
         conservativeness = self.schedule_conservativeness
@@ -269,10 +293,13 @@ def require_family(config: SchedulerConfig, engine: str, families: tuple[Family,
 _VLLM_ONLY: tuple[tuple[str, object], ...] = (
     ("watermark", 0.0),
     ("long_prefill_token_threshold", 0),
+    ("long_prefill_needs_chunked_prefill", True),
     ("policy", "fcfs"),
     ("num_speculative_tokens", 0),
     ("num_lookahead_tokens", 0),
     ("pad_spec_decode", False),
+    ("cache_aware_admission_window", 0),
+    ("cache_aware_admission_threshold", 0.5),
 )
 _SGLANG_ONLY: tuple[tuple[str, object], ...] = (
     ("schedule_conservativeness", 1.0),

@@ -33,6 +33,7 @@ def reached_config(reached: Reached) -> SchedulerConfig:
         max_model_len=c.max_model_len,
         enable_chunked_prefill=c.enable_chunked_prefill,
         long_prefill_token_threshold=c.long_prefill_token_threshold,
+        long_prefill_needs_chunked_prefill=c.long_prefill_needs_chunked_prefill,
         enable_prefix_caching=False,
         watermark=0.0,
         policy="fcfs",

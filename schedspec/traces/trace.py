@@ -6,6 +6,11 @@ CI artifact, a hand edit, a fuzzer), and a value past what the harness can act o
 billion drafts, a prompt longer than the config's max_model_len) must be refused here,
 not hang the harness later. The file itself is read through schedspec.files: at most
 MAX_TRACE_BYTES of UTF-8 JSON.
+
+A trace holds its config, and an older trace loads under the rules it was recorded
+with: a config field added in a later version gets the value of the release the trace
+was recorded on, which is not always the field's default (VERSION says which: before
+version 4, vLLM 0.33.0's long-prefill rule).
 """
 
 from __future__ import annotations
@@ -29,8 +34,14 @@ FORMAT = "schedspec-trace"
 # (pipeline.BatchQueue), whose decisions shape the output that lands in it. A version 1
 # trace is a synchronous one and replays unchanged. Version 3 added the policy family
 # (family, schedule_conservativeness, enable_mixed_chunk); older traces are vLLM's.
-VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)
+# Version 4 added vLLM 0.34.0's knobs (long_prefill_needs_chunked_prefill,
+# cache_aware_admission_window, cache_aware_admission_threshold). Every older trace
+# was recorded under vLLM 0.33.0's rules, so a vLLM-family one loads with
+# long_prefill_needs_chunked_prefill=False (the cap applied with chunked prefill off
+# too) and replays as it was recorded; the cache-aware knobs keep their defaults
+# (window 0: off, as before 0.34.0).
+VERSION = 4
+SUPPORTED_VERSIONS = (1, 2, 3, 4)
 # Config fields an older trace cannot carry (they did not exist), by the version
 # that added them.
 _FIELD_SINCE_VERSION: dict[str, int] = {
@@ -39,6 +50,14 @@ _FIELD_SINCE_VERSION: dict[str, int] = {
     "family": 3,
     "schedule_conservativeness": 3,
     "enable_mixed_chunk": 3,
+    "long_prefill_needs_chunked_prefill": 4,
+    "cache_aware_admission_window": 4,
+    "cache_aware_admission_threshold": 4,
+}
+# What an older trace's vLLM-family config gets for a field it cannot carry, where that
+# is not SchedulerConfig's default: the value of the release the trace was recorded on.
+_BEFORE_VERSION: dict[str, tuple[int, object]] = {
+    "long_prefill_needs_chunked_prefill": (4, False),
 }
 
 # The names commands give the traces they write (in --trace-dir, the current
@@ -248,6 +267,9 @@ def trace_from_json(document: Any) -> Trace:
     for name, since in _FIELD_SINCE_VERSION.items():
         if name in raw_config and version < since:
             raise TraceError(f"config.{name}", f"not a field of version {version} traces")
+    if raw_config.get("family", "vllm") == "vllm":
+        older = {n: v for n, (since, v) in _BEFORE_VERSION.items() if version < since}
+        raw_config = {**raw_config, **older}
     known = {f.name for f in dataclasses.fields(SchedulerConfig)}
     unknown_fields = sorted(set(raw_config) - known)
     if unknown_fields:

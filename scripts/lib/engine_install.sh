@@ -2,7 +2,7 @@
 # scheduler into a venv with --no-deps and only the packages its scheduler imports, held
 # to the engine's own pins, then probe it. The caller sets, then calls `install_engine "$@"`:
 #   SCRIPT            the script's name, for messages (install_vllm.sh)
-#   DIST, VERSION     the engine's distribution and pinned version (vllm, 0.33.0)
+#   DIST, VERSION     the engine's distribution and pinned version (sglang, 0.5.23)
 #   TORCH_VERSION     the torch the venv keeps (its CPU build if it has none)
 #   OVERRIDDEN        the engine's pins the venv does not follow (its CUDA torch's)
 #   RUNTIME_PACKAGES  what building and stepping its scheduler imports
@@ -11,12 +11,24 @@
 #   PROBE_ENGINE      the engine's name for the probe, `python -m $PROBE_MODULE $PROBE_ENGINE`
 #                     (vllm), which must pass for the install to be done
 #   PROBE_WHAT        what the probe builds, for messages
+# An engine whose adapter runs several releases sets, instead of VERSION:
+#   SUPPORTED_VERSIONS  those releases, oldest first. The script then takes `--version X`
+#                       (or VERSION=X from the environment; the flag wins), installs the
+#                       newest by default, and refuses any other version naming the
+#                       range, unless `--any-version` (scripts/try_newest_vllm.sh): then
+#                       ANY_VERSION_VARIABLE=1 is exported, which the adapter reads as
+#                       "run it anyway".
+#   ANY_VERSION_VARIABLE  that variable's name
+#   release_packages    optional function: given VERSION, it may change RUNTIME_PACKAGES
+#                       (a release whose scheduler imports other packages)
+# `--no-probe` skips the last step, the probe (the caller runs it: try_newest_vllm.sh).
 # Steps (each named when it fails; rerun keeps finished ones): a venv that already has
-# DIST==VERSION, torch TORCH_VERSION, trimmed METADATA and passes the probe needs nothing;
+# DIST==VERSION, torch TORCH_VERSION, trimmed METADATA, schedspec's own dependencies and
+# passes the probe (unless --no-probe) needs nothing;
 # else torch (scripts/install_torch_cpu.sh), DIST --no-deps, a constraints file from DIST's
 # Requires-Dist (scripts/lib/dist_requirements.py) plus EXTRA_PINS, RUNTIME_PACKAGES under
 # it, the other NO_DEPS at their pins with --no-deps, schedspec itself if its own
-# dependencies do not import, the NO_DEPS' METADATA trimmed of what is left out on purpose
+# dependencies are not all installed, the NO_DEPS' METADATA trimmed of what is left out on purpose
 # (pip check then quiet about them), and the probe.
 # Needs REPO (the checkout) and scripts/lib/pip_install.sh sourced.
 
@@ -24,10 +36,52 @@
 # family the engine's adapter declares, with empty per-user caches; exit status 0 when
 # all of them work, 1 (naming the family) when one does not.
 PROBE_MODULE=schedspec.properties.probe
+# Unset unless the caller runs several releases (its value replaces this one).
+SUPPORTED_VERSIONS=()
 
 die() {
     echo "$SCRIPT: error: $*" >&2
     exit 1
+}
+
+# Sets VENV, VERSION (for an engine with SUPPORTED_VERSIONS), ANY_VERSION and NO_PROBE from
+# the command line; a bad one dies with the usage before anything is touched.
+parse_command_line() {
+    local several=0
+    [[ ${#SUPPORTED_VERSIONS[@]} -gt 0 ]] && several=1
+    local usage="usage: scripts/$SCRIPT VENV_DIR"
+    ((several)) && usage="usage: scripts/$SCRIPT [--version X] VENV_DIR"
+    local version=${VERSION:-}
+    VENV="" ANY_VERSION=0 NO_PROBE=0
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+        --version)
+            ((several)) && [[ $# -ge 2 ]] || die "$usage"
+            version=$2
+            shift
+            ;;
+        --version=*) ((several)) && version=${1#--version=} || die "$usage" ;;
+        --any-version) ((several)) && ANY_VERSION=1 || die "$usage" ;;
+        --no-probe) NO_PROBE=1 ;;
+        -*) die "$usage" ;;
+        *) [[ -z $VENV ]] && VENV=$1 || die "$usage" ;;
+        esac
+        shift
+    done
+    [[ -n $VENV ]] || die "$usage"
+    ((several)) || return 0
+    VERSION=${version:-${SUPPORTED_VERSIONS[-1]}}
+    local supported
+    for supported in "${SUPPORTED_VERSIONS[@]}"; do
+        [[ $VERSION == "$supported" ]] && return 0
+    done
+    local range="${SUPPORTED_VERSIONS[0]} to ${SUPPORTED_VERSIONS[-1]}"
+    if ((ANY_VERSION)); then
+        echo "$SCRIPT: $DIST $VERSION is outside the supported range ($range); installing it anyway (--any-version)"
+        export "$ANY_VERSION_VARIABLE=1"
+        return 0
+    fi
+    die "$DIST $VERSION is not supported; schedspec supports $range (--version: one of ${SUPPORTED_VERSIONS[*]}; --any-version installs another one anyway, as scripts/try_newest_vllm.sh does)"
 }
 
 # "torch" if the venv lacks torch $TORCH_VERSION (any build), else "$DIST" if it lacks
@@ -50,6 +104,27 @@ if version("torch").split("+")[0] != torch_wanted:
     print("torch")
 elif version(dist) != wanted:
     print(dist)
+PYTHON
+}
+
+# Whether every one of schedspec's own dependencies (pyproject.toml's [project]
+# dependencies) is installed in the venv: the probe imports only some of them, and
+# `schedspec check` all (Hypothesis, once, was missing and only the check found out).
+schedspec_dependencies_installed() {
+    "$PY" - "$REPO/pyproject.toml" <<'PYTHON'
+import importlib.metadata as md
+import re
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as file:
+    dependencies = tomllib.load(file)["project"]["dependencies"]
+for dependency in dependencies:
+    name = re.match(r"[A-Za-z0-9_.-]+", dependency)
+    try:
+        md.version(name.group() if name else dependency)
+    except md.PackageNotFoundError:
+        sys.exit(1)
 PYTHON
 }
 
@@ -77,8 +152,10 @@ engine_conflicts() {
 }
 
 install_engine() {
-    [[ $# -eq 1 ]] || die "usage: scripts/$SCRIPT VENV_DIR"
-    VENV=$1
+    parse_command_line "$@"
+    if declare -F release_packages >/dev/null; then
+        release_packages "$VERSION"
+    fi
     STEP="start"
     trap 'echo "$SCRIPT: error: step \"$STEP\" failed (see the output above); fix that and rerun: finished steps are kept" >&2' ERR
     # What pip's resolver says about NO_DEPS until their METADATA is trimmed.
@@ -94,7 +171,8 @@ install_engine() {
     fi
     PY="$VENV/bin/python"
 
-    if [[ -z $(missing_version) ]] && trimmed && probe >/dev/null 2>&1; then
+    if [[ -z $(missing_version) ]] && trimmed && schedspec_dependencies_installed &&
+        { ((NO_PROBE)) || probe >/dev/null 2>&1; }; then
         echo "$SCRIPT: $DIST==$VERSION already works in $VENV; nothing to do"
         exit 0
     fi
@@ -134,7 +212,7 @@ install_engine() {
         pip_install -q --no-deps "$pin"
     done
 
-    if ! in_checkout "$PY" -c "import $PROBE_MODULE" 2>/dev/null; then
+    if ! schedspec_dependencies_installed || ! in_checkout "$PY" -c "import $PROBE_MODULE" 2>/dev/null; then
         STEP="schedspec's own dependencies (pip install -e $REPO)"
         echo "== $STEP"
         pip_install -q -c "$CONSTRAINTS" -e "$REPO"
@@ -163,6 +241,10 @@ install_engine() {
     [[ -z $conflicts ]] || die "pip check still finds unmet requirements of ${NO_DEPS[*]}:
 $conflicts"
 
+    if ((NO_PROBE)); then
+        echo "$SCRIPT: $DIST==$VERSION installed in $VENV (not probed: --no-probe)"
+        return 0
+    fi
     STEP="probe: build and step $PROBE_WHAT per config family, with empty caches"
     echo "== $STEP"
     local output

@@ -14,6 +14,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from schedspec.properties.strategies.configs import configs
+from schedspec.properties.strategies.regimes import cache_aware_reorder
 from schedspec.spec import SchedulerConfig
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
@@ -228,6 +229,40 @@ def cached_spec_decode() -> st.SearchStrategy[SchedulerConfig]:
     """Synchronous drafts on long requests, prefix caching, small blocks: accepted
     drafts fill blocks that only update_from_output can register."""
     return spec_decode().map(_small_cached_blocks)
+
+
+def cache_aware() -> st.SearchStrategy[SchedulerConfig]:
+    """vLLM 0.34.0's cache-aware admission in effect on every config (the suite's
+    cache-aware-reorder regime: fcfs, prefix caching, a window of at least four, a
+    threshold of 0, at most two seats)."""
+    return configs().map(cache_aware_reorder)
+
+
+def cache_aware_half_full() -> st.SearchStrategy[SchedulerConfig]:
+    """cache_aware with vLLM's default threshold (0.5): the reorder runs only while at
+    least half the blocks are held, so both sides of the threshold come up."""
+    return cache_aware().map(lambda c: dataclasses.replace(c, cache_aware_admission_threshold=0.5))
+
+
+def cache_aware_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
+    """cache_aware with the tightest cache: preempted requests wait at the head of the
+    queue, inside the window, beside plain waiting ones."""
+    return cache_aware().map(_tight_kv)
+
+
+def long_prefill_chunking_off() -> st.SearchStrategy[SchedulerConfig]:
+    """Chunked prefill off with a long-prefill threshold under vLLM 0.34.0's rule (which
+    ignores it there) and several seats: a prompt longer than the threshold is admitted
+    whole, never capped."""
+    return configs(long_prefill_needs_chunked_prefill=True).map(
+        lambda c: dataclasses.replace(
+            c,
+            enable_chunked_prefill=False,
+            max_num_seqs=max(c.max_num_seqs, 2),
+            max_num_batched_tokens=max(c.max_model_len, c.max_num_seqs, 2),
+            long_prefill_token_threshold=max(1, c.max_model_len // 4),
+        )
+    )
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -738,5 +773,77 @@ MUTANTS: tuple[Mutant, ...] = (
         "unpadded, where vLLM holds it for a later step.",
         {"GREEDY-BUDGET"},
         configs=padded_tight_budget,
+    ),
+    # ------------------------------------------------ vLLM 0.34.0's rules (issue #30)
+    mutant(
+        "long-prefill-cap-without-chunking",
+        "vllm/scheduler.py",
+        "        if config.long_prefill_needs_chunked_prefill and not "
+        "config.enable_chunked_prefill:\n            return 0\n",
+        "",
+        "The long-prefill cap applies with chunked prefill off under vLLM 0.34.0's rule, "
+        "which ignores it there (0.33.0's rule kept by mistake).",
+        {"GREEDY-BUDGET"},
+        configs=long_prefill_chunking_off,
+    ),
+    mutant(
+        "reorder-moves-preempted",
+        "vllm/scheduler.py",
+        "            if request.status is RequestStatus.WAITING and not "
+        "request.num_computed_tokens\n",
+        "            if not request.num_computed_tokens\n",
+        "Cache-aware admission moves a preempted request too (it has no computed tokens "
+        "either), so a fresh request with a cached prefix jumps the victim that must "
+        "resume first.",
+        {"CACHE-AWARE-KEEP", "QUEUE-ORDER", "SCHEDULE-ORDER"},
+        configs=cache_aware_tight_kv,
+    ),
+    mutant(
+        "reorder-past-the-window",
+        "vllm/scheduler.py",
+        "        head = waiting.head(self._cache_aware_window)\n",
+        "        head = waiting.head(len(waiting))\n",
+        "Cache-aware admission ranks the whole queue, not the first window requests.",
+        {"CACHE-AWARE-KEEP", "QUEUE-ORDER", "SCHEDULE-ORDER"},
+        configs=cache_aware,
+    ),
+    mutant(
+        "reorder-below-threshold",
+        "vllm/scheduler.py",
+        "        if len(waiting) < 2 or kv.usage < self.config.cache_aware_admission_threshold:\n",
+        "        if len(waiting) < 2:\n",
+        "Cache-aware admission reorders while KV usage is below the threshold, where there "
+        "is room for every prompt and the reorder only costs fairness.",
+        {"CACHE-AWARE-KEEP", "QUEUE-ORDER", "SCHEDULE-ORDER"},
+        configs=cache_aware_half_full,
+    ),
+    mutant(
+        "reorder-shallowest-first",
+        "vllm/scheduler.py",
+        "        order = sorted(slots, key=lambda i: (-cached[i], i))\n",
+        "        order = sorted(slots, key=lambda i: (cached[i], i))\n",
+        "Cache-aware admission puts the shallowest cached prefix first.",
+        {"CACHE-AWARE-ORDER", "QUEUE-ORDER", "SCHEDULE-ORDER"},
+        configs=cache_aware,
+    ),
+    mutant(
+        "reorder-before-running-loop",
+        "vllm/scheduler.py",
+        "        cap = self._long_prefill_cap()\n        self._schedule_running(step, cap)\n",
+        "        cap = self._long_prefill_cap()\n"
+        "        if self._cache_aware_window:\n"
+        "            self._reorder_waiting_by_cached_prefix()\n"
+        "        self._schedule_running(step, cap)\n",
+        "Cache-aware admission runs at the start of the step, before the running requests "
+        "take their blocks and whether or not the step preempts: it reads an older usage "
+        "and cache, and reorders in steps that admit nothing.",
+        {"CACHE-AWARE-KEEP", "CACHE-AWARE-ORDER", "QUEUE-ORDER", "SCHEDULE-ORDER"},
+        (
+            "        if self._cache_aware_window:\n"
+            "            self._reorder_waiting_by_cached_prefix()\n"
+            "        skipped: list[Request] = []\n",
+            "        skipped: list[Request] = []\n",
+        ),
+        configs=cache_aware_tight_kv,
     ),
 )

@@ -40,8 +40,14 @@ Translation of the config (`SchedulerConfig` -> vLLM):
   its Triton check and so resolves as on a GPU. Elsewhere (a vLLM CPU
   build without Triton, or VLLM_USE_V2_MODEL_RUNNER=0) it resolves to V1,
   which the adapter refuses rather than test a layout no GPU runs; set
-  VLLM_USE_V2_MODEL_RUNNER=1 there. The V2 runner's layout is translated
-  back (adapters/vllm/engine.py, schedule()).
+  VLLM_USE_V2_MODEL_RUNNER=1 there. 0.34.0 removed the V1 runner, and with
+  it the scheduler's `use_v2_model_runner` (feature detection: absent means
+  V2). The V2 runner's layout is translated back (adapters/vllm/output.py).
+- the release's knobs (adapters/vllm/releases.py): `refusal` refuses a config
+  whose long-prefill rule or cache-aware admission the installed release
+  does not have; 0.34.0's `cache_aware_admission_window` and `_threshold`
+  are passed to vLLM's SchedulerConfig as they are (vLLM's KV usage, free
+  blocks over all but the null block, is the spec's).
 - prefix caching hashes with SHA-256, as vLLM's engine does by default;
   with an EAGLE drafter vLLM's block hashes also cover the token after each
   block (its "lookahead hashes"), as in production.
@@ -52,11 +58,13 @@ What is refused, and the configs vLLM runs instead:
 
 - `refusal` (and `unsupported_reason`, the same as one line): a lookahead without
   drafts or other than 0 or K, an EAGLE config whose budget is <= K (vLLM refuses it),
-  drafts without padding (F1), and a max_model_len above TINY_MAX_POSITIONS, the tiny
-  model's position limit. `build_scheduler` raises it as a ConfigError.
-- `expressible`: the nearest config vLLM can run (an inexpressible lookahead becomes
-  the n-gram drafter's 0, a drafter vLLM cannot build goes, padding on exactly when it
-  speculates), for configs drawn without vLLM in mind.
+  drafts without padding (F1), a max_model_len above TINY_MAX_POSITIONS, the tiny
+  model's position limit, and knob values the installed release does not have
+  (`Release.refusal`). `build_scheduler` raises it as a ConfigError; an installed
+  release outside releases.SUPPORTED is UnsupportedVllmError, before vLLM is imported.
+- `expressible`: the nearest config vLLM can run (the release's knob values, an
+  inexpressible lookahead becomes the n-gram drafter's 0, a drafter vLLM cannot build
+  goes, padding on exactly when it speculates), for configs drawn without vLLM in mind.
 - `avoid_known_corners`: the config moved out of the corners where vLLM and the spec
   are known to part (docs/FINDINGS.md F2, F3, G1), so a default run fails only on
   something new; its docstring says how each corner is left.
@@ -71,14 +79,16 @@ from dataclasses import replace
 from typing import Any
 
 from schedspec.adapters.engine_import import TINY_MAX_POSITIONS
+from schedspec.adapters.vllm.releases import Release, current_release
 from schedspec.adapters.vllm.runtime import Vllm, load_vllm
 from schedspec.engines.pipeline import BatchQueue
 from schedspec.spec import ConfigError, SchedulerConfig
 
 
-def refusal(config: SchedulerConfig) -> ConfigError | None:
-    """Why vLLM cannot run this config as the spec states it (the field at fault and
-    the reason), or None if it can."""
+def refusal(config: SchedulerConfig, release: Release | None = None) -> ConfigError | None:
+    """Why vLLM (`release`, by default the installed one: releases.current_release)
+    cannot run this config as the spec states it (the field at fault and the reason),
+    or None if it can."""
     k = config.num_speculative_tokens
     lookahead = config.lookahead_tokens
     if k == 0 and lookahead:
@@ -110,25 +120,28 @@ def refusal(config: SchedulerConfig) -> ConfigError | None:
         return ConfigError(
             "max_model_len", f"above {TINY_MAX_POSITIONS}, the tiny model's position limit"
         )
-    return None
+    return (release or current_release()).refusal(config)
 
 
-def unsupported_reason(config: SchedulerConfig) -> str | None:
+def unsupported_reason(config: SchedulerConfig, release: Release | None = None) -> str | None:
     """`refusal` as one line ("field: reason"), or None if vLLM can run the config."""
-    refused = refusal(config)
+    refused = refusal(config, release)
     return None if refused is None else str(refused)
 
 
-def expressible(config: SchedulerConfig) -> SchedulerConfig:
-    """The nearest config vLLM can run: an inexpressible lookahead becomes 0 (n-gram),
-    a drafter vLLM cannot build goes, and padding is on exactly when it speculates."""
-    if unsupported_reason(config) is None:
+def expressible(config: SchedulerConfig, release: Release | None = None) -> SchedulerConfig:
+    """The nearest config vLLM (`release`, by default the installed one) can run: the
+    release's knob values, an inexpressible lookahead becomes 0 (n-gram), a drafter
+    vLLM cannot build goes, and padding is on exactly when it speculates."""
+    release = release or current_release()
+    if refusal(config, release) is None:
         return config
+    config = release.knobs(config)
     padded = replace(config, pad_spec_decode=config.num_speculative_tokens > 0)
-    if unsupported_reason(padded) is None:
+    if refusal(padded, release) is None:
         return padded
     ngram = replace(padded, num_lookahead_tokens=0)
-    if unsupported_reason(ngram) is None:
+    if refusal(ngram, release) is None:
         return ngram
     return replace(ngram, num_speculative_tokens=0, pad_spec_decode=False)
 
@@ -181,7 +194,8 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
     the Scheduler less KV cache than max_model_len needs, which vLLM's engine
     refuses at start-up (and SchedulerConfig refuses too).
     """
-    refused = refusal(config)
+    release = current_release()  # UnsupportedVllmError before vLLM is imported
+    refused = refusal(config, release)
     if refused is not None:
         raise refused
     v = load_vllm()
@@ -203,6 +217,7 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
         policy=config.policy,
         # Explicit: left unset, VllmConfig turns it on wherever the executor can.
         async_scheduling=config.async_scheduling,
+        **_cache_aware_admission(release, config),
     )
     cache_config = v.CacheConfig(
         block_size=config.block_size,
@@ -245,6 +260,18 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
     return scheduler
 
 
+def _cache_aware_admission(release: Release, config: SchedulerConfig) -> dict[str, Any]:
+    """The cache-aware admission knobs for vLLM's SchedulerConfig, where the release
+    has them (0.34.0 on); vLLM applies the window only under FCFS with prefix caching
+    (Scheduler.__init__), as the spec does, so it is passed whatever the policy."""
+    if not release.cache_aware_admission:
+        return {}
+    return {
+        "cache_aware_admission_window": config.cache_aware_admission_window,
+        "cache_aware_admission_threshold": config.cache_aware_admission_threshold,
+    }
+
+
 def _speculative_config(v: Vllm, config: SchedulerConfig, model_config: Any) -> Any:
     k = config.num_speculative_tokens
     if k == 0:
@@ -265,6 +292,9 @@ def _check_translation(
 ) -> None:
     """vLLM's platform hooks may rewrite a config; refuse to test anything but ours."""
     kv = scheduler.kv_cache_manager
+    sc = vllm_config.scheduler_config
+    # Absent before 0.34.0, which has no cache-aware admission: a window of 0.
+    window = getattr(sc, "cache_aware_admission_window", 0)
     seen = {
         "block_size": scheduler.block_size,
         "num_blocks": len(kv.block_pool.blocks) - 1,
@@ -288,11 +318,14 @@ def _check_translation(
         "pad_spec_decode": scheduler.num_spec_tokens > 0
         and scheduler.dynamic_sd_lookup is None
         and scheduler.num_sampled_tokens_per_step > 0,
-        "async_scheduling": vllm_config.scheduler_config.async_scheduling,
+        "async_scheduling": sc.async_scheduling,
         "scheduler_class": type(scheduler).__name__,
         "max_concurrent_batches": vllm_config.max_concurrent_batches,
-        # What a GPU deployment runs; the scheduler reads it once, when built.
-        "use_v2_model_runner": scheduler.use_v2_model_runner,
+        # (window, threshold): the threshold means nothing without a window.
+        "cache_aware_admission": (window, sc.cache_aware_admission_threshold if window else None),
+        # What a GPU deployment runs; the scheduler reads it once, when built. 0.34.0
+        # removed the V1 runner and this attribute with it: absent is V2.
+        "use_v2_model_runner": getattr(scheduler, "use_v2_model_runner", True),
     }
     wanted = {
         "block_size": config.block_size,
@@ -313,13 +346,17 @@ def _check_translation(
         "async_scheduling": config.async_scheduling,
         "scheduler_class": "AsyncScheduler" if config.async_scheduling else "Scheduler",
         "max_concurrent_batches": BatchQueue(config).size,
+        "cache_aware_admission": (
+            config.cache_aware_admission_window,
+            config.cache_aware_admission_threshold if config.cache_aware_admission_window else None,
+        ),
         "use_v2_model_runner": True,
     }
     differ = {name: (wanted[name], got) for name, got in seen.items() if got != wanted[name]}
     if differ:
         hint = (
-            " (the adapter runs the V2 model runner, as a GPU deployment of vLLM 0.33.0 "
-            "does: set VLLM_USE_V2_MODEL_RUNNER=1)"
+            " (the adapter runs the V2 model runner, as a GPU deployment of vLLM does: "
+            "set VLLM_USE_V2_MODEL_RUNNER=1)"
             if "use_v2_model_runner" in differ
             else ""
         )

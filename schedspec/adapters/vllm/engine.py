@@ -5,8 +5,11 @@ The adapter drives the scheduler class vLLM's engine core would build for the co
 and BlockPool. Where the parts are: adapters/vllm/runtime.py imports vLLM (only when an
 engine is built; install it with `scripts/install_vllm.sh VENV_DIR`);
 adapters/vllm/config.py translates the config, builds the scheduler and says which
-configs are refused and why; adapters/vllm/output.py translates vLLM's SchedulerOutput;
-this module translates each call and reads vLLM's state as the spec's.
+configs are refused and why; adapters/vllm/releases.py says which releases it runs (0.33.0
+and 0.34.0) and maps each to the spec's knobs; adapters/vllm/output.py translates vLLM's
+SchedulerOutput; this module translates each call and reads vLLM's state as the spec's.
+What differs between releases' APIs is found where it is read (feature detection: the
+output layout, ModelRunnerOutput's fields, the prefix-cache map, each named there).
 
 Translation of the calls: add_request applies the checks vLLM makes above
 the Scheduler (the front end's prompt-length check, duplicate ids) through
@@ -58,9 +61,10 @@ num_preemptions, priority and arrival index, and the async pipeline's
 counters (num_in_flight_tokens, num_output_placeholders,
 num_stale_output_tokens, drop_stale_output, is_prefill_chunk); the waiting
 queue in the order vLLM pops it (kv-holding queue first, then the FCFS deque
-or the priority heap drained in order); the running list; the free queue
-front to back; each block's ref count and cached hash; the prefix-cache map.
-vLLM names a block's content by SHA-256 over pickled tokens, the spec by
+or the priority heap drained in order; 0.34.0's async_kv_waiting holds only
+requests a KV connector may load, and the adapter runs none); the running
+list; the free queue front to back; each block's ref count and cached hash;
+the prefix-cache map. vLLM names a block's content by SHA-256 over pickled tokens, the spec by
 chained BLAKE2b: each vLLM request carries its own block hashes, computed
 from its tokens, so the adapter pairs vLLM hash i of a request with the spec
 hash of the same request's block i (from its tokens, independent of any
@@ -72,7 +76,7 @@ different next token; the prefix-cache map then lists that spec hash twice.)
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from schedspec.adapters.in_flight import check_landing
@@ -84,7 +88,7 @@ from schedspec.adapters.vllm.output import (
     spec_block_ids,
     spec_output,
 )
-from schedspec.adapters.vllm.runtime import load_vllm
+from schedspec.adapters.vllm.runtime import load_vllm, vllm_runner_output
 from schedspec.spec import (
     BlockHash,
     KVState,
@@ -133,8 +137,9 @@ class VllmEngine:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
         require_family(config, "vLLM's scheduler", ("vllm",))
         self.config = config
-        self._v = load_vllm()
+        # First: it refuses an unsupported release before vLLM is imported.
         self.scheduler: Any = build_scheduler(config, num_blocks)
+        self._v = load_vllm()
         self._block_hasher: Any = None
         if config.enable_prefix_caching:
             # As vLLM's EngineCore does: the configured hash, vLLM's hash lookahead.
@@ -207,10 +212,8 @@ class VllmEngine:
         check_landing(oldest, scheduler_output, sampled)
         out = self._in_flight.popleft()[1]
         req_ids = list(out.num_scheduled_tokens)  # vLLM's ids of this step's requests
-        runner_output = self._v.ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=[list(sampled.get(external_id(rid), ())) for rid in req_ids],
+        runner_output = vllm_runner_output(
+            self._v, req_ids, [list(sampled.get(external_id(rid), ())) for rid in req_ids]
         )
         reported = self.scheduler.update_from_output(out, runner_output)
         self._learn_tracked()
@@ -225,6 +228,9 @@ class VllmEngine:
         }
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
+        # vLLM passes the drafts through its structured-output manager (0.33.0's
+        # validate_tokens, 0.34.0's trim_spec_tokens), which changes them only for a
+        # request with a grammar; the harness gives none, so both releases keep them.
         live = [(self._live_id(rid), drafts) for rid, drafts in draft_token_ids.items()]
         known = [(rid, drafts) for rid, drafts in live if rid is not None]
         self.scheduler.update_draft_token_ids(
@@ -297,8 +303,8 @@ class VllmEngine:
                     None if b.block_hash is None else self._spec_of(b.block_hash) for b in blocks
                 ),
                 prefix_cache=tuple(
-                    (self._spec_of(key), self._held_ids(held))
-                    for key, held in pool.cached_block_hash_to_block._cache.items()
+                    (self._spec_of(key), held)
+                    for key, held in _prefix_cache_entries(pool.cached_block_hash_to_block)
                 ),
             ),
         )
@@ -322,13 +328,6 @@ class VllmEngine:
             # Errors and repetition detection need inputs the harness never gives.
             raise RuntimeError(f"vLLM finish reason {reason.name}")
         return status
-
-    @staticmethod
-    def _held_ids(held: Any) -> tuple[int, ...]:
-        """One prefix-cache entry's blocks: a single block, or {block_id: block}."""
-        if isinstance(held, dict):
-            return tuple(block_id - 1 for block_id in held)
-        return (held.block_id - 1,)
 
     # ------------------------------------------------------ hash translation
 
@@ -365,3 +364,18 @@ class VllmEngine:
         if found is None:
             raise RuntimeError("a vLLM block carries a hash no request's tokens produce")
         return found
+
+
+def _prefix_cache_entries(cache: Any) -> Iterator[tuple[bytes, tuple[int, ...]]]:
+    """vLLM's BlockHashToBlockMap as (key, the spec's ids of the blocks under it), in
+    its insertion order, the block a lookup takes first. Feature detection: 0.34.0
+    keeps one block id per key in `_cache` and every id of a key that several blocks
+    hold in `_dup_ids` (the first is `_cache`'s); 0.33.0 keeps a block, or
+    {block_id: block} for several, in `_cache`."""
+    duplicates = getattr(cache, "_dup_ids", None)
+    for key, held in cache._cache.items():
+        if duplicates is not None:
+            ids = duplicates.get(key) or (held,)
+        else:
+            ids = held if isinstance(held, dict) else (held.block_id,)
+        yield key, tuple(block_id - 1 for block_id in ids)

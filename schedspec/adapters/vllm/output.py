@@ -3,17 +3,18 @@
 Nothing here imports vLLM: the functions read vLLM's objects (typed Any, vLLM
 ships no stubs) that the adapter (adapters/vllm/engine.py) hands them.
 
-The layout. vLLM 0.33.0 builds its output for the model runner it runs. The
-V2 runner, which a GPU deployment runs, learns a resumed request whole again:
-vLLM lists it among scheduled_new_reqs, with its whole block table and all
-its token ids (`prefill_token_ids`: the prompt, then the outputs it kept).
+The layout. vLLM 0.33.0 builds its output for the model runner it runs; 0.34.0
+has only the V2 runner's layout. The V2 runner, which a GPU deployment runs,
+learns a resumed request whole again: vLLM lists it among scheduled_new_reqs,
+with its whole block table and all its token ids (`prefill_token_ids`: the
+prompt, then the outputs it kept).
 The spec says what the V1 runner is told: a resumed request is a
 CachedRequestData with resumed=True, its whole table, its computed count
 before the step, and num_output_tokens = its outputs plus placeholders (a
 resumed request has none: preemption zeroed them). A request in vLLM's
 scheduled_new_reqs is resumed exactly when it was PREEMPTED before the step,
 and only a preemption makes a request so: its num_preemptions says which.
-Cached entries that vLLM itself marks resumed (the V1 layout) keep the mark.
+Cached entries that 0.33.0 itself marks resumed (the V1 layout) keep the mark.
 """
 
 from __future__ import annotations
@@ -91,10 +92,14 @@ def spec_output(out: Any, requests: Mapping[str, Any]) -> SchedulerOutput:
                 )
             )
     cached = out.scheduled_cached_reqs
+    # Feature detection: 0.34.0's CachedRequestData has no resumed_req_ids (every
+    # resumed request is a new entry); 0.33.0's lists there what it resumed in the
+    # V1 layout, which the adapter refuses to run, so it is empty in practice.
+    marked_resumed = getattr(cached, "resumed_req_ids", ())
     running = [
         CachedRequestData(
             external_id(rid),
-            rid in cached.resumed_req_ids,
+            rid in marked_resumed,
             spec_block_ids(cached.new_block_ids[i]),
             cached.num_computed_tokens[i],
             cached.num_output_tokens[i],

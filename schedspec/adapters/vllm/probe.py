@@ -2,7 +2,11 @@
 vllm` runs (scripts/install_vllm.sh runs it): a VllmEngine for every config family the
 adapter supports (no drafts, n-gram drafts, EAGLE drafts; fcfs and priority; prefix
 caching on and off; sync and async scheduling), with every per-user cache vLLM, Hugging
-Face and the XDG folders point at replaced by an empty temporary folder.
+Face and the XDG folders point at replaced by an empty temporary folder. Each config has
+the installed release's knob values (adapters/vllm/releases.py), with cache-aware
+admission on where the release has it and vLLM applies it (fcfs, prefix caching); the
+plan's name says which release it is ("vLLM 0.34.0"), and an unsupported one fails
+every family with the supported range.
 
 The empty caches are the point: vLLM inspects a model's architecture in a subprocess
 (`python -m vllm.model_executor.models.registry`) that imports the model's code, and
@@ -19,6 +23,7 @@ from typing import Literal
 
 from schedspec.adapters.probe_plan import ProbePlan
 from schedspec.adapters.vllm.engine import VllmEngine
+from schedspec.adapters.vllm.releases import current_release, describe_installed
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.config import POLICIES, Policy
 
@@ -47,7 +52,9 @@ class Family:
 
     def config(self) -> SchedulerConfig:
         drafts = 0 if self.drafter == "none" else 2
-        return SchedulerConfig(
+        release = current_release()  # UnsupportedVllmError for an unsupported one
+        reorders = release.cache_aware_admission and self.prefix_caching
+        config = SchedulerConfig(
             block_size=16,
             num_blocks=32,
             max_num_batched_tokens=64,
@@ -61,7 +68,12 @@ class Family:
             async_scheduling=self.async_scheduling,
             # vLLM pads whenever it speculates.
             pad_spec_decode=drafts > 0,
+            # Threshold 0: it reorders on every step with two waiting (ignored under
+            # priority, as vLLM ignores it).
+            cache_aware_admission_window=4 if reorders else 0,
+            cache_aware_admission_threshold=0.0 if reorders else 0.5,
         )
+        return release.knobs(config)
 
     def __str__(self) -> str:
         caching = "prefix caching on" if self.prefix_caching else "prefix caching off"
@@ -76,10 +88,11 @@ FAMILIES = tuple(
     )
 )
 PLAN = ProbePlan(
-    engine="vLLM",
+    engine=describe_installed(),  # "vLLM 0.34.0": its probe's lines name the release
     build=VllmEngine,
     built="VllmEngines",
     families=FAMILIES,
-    spans="drafters none, ngram, eagle; fcfs, priority; prefix caching off, on; sync, async",
+    spans="drafters none, ngram, eagle; fcfs, priority; prefix caching off, on; sync, async; "
+    "the release's knobs",
     cache_variables=CACHE_VARIABLES,
 )

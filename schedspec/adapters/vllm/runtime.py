@@ -19,7 +19,9 @@ Triton (an engine build that misses vLLM's model-info cache does, to write the c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +71,8 @@ class Vllm:
     float32: Any
     model_dir: str
     eagle_dir: str
+    # Whether ModelRunnerOutput takes req_id_to_index (0.33.0; 0.34.0 dropped it).
+    runner_output_indexed: bool
 
 
 def _import_vllm() -> Vllm:
@@ -128,6 +132,8 @@ def _import_vllm() -> Vllm:
         float32=torch.float32,
         model_dir=folders["model"],
         eagle_dir=folders["eagle"],
+        runner_output_indexed="req_id_to_index"
+        in {f.name for f in dataclasses.fields(VllmModelRunnerOutput)},
     )
 
 
@@ -137,6 +143,18 @@ VLLM = engine_import.ImportedOnce(_import_vllm)
 def load_vllm() -> Vllm:
     """Import vLLM once, offline and quiet, with the tiny model folders written."""
     return VLLM.get()
+
+
+def vllm_runner_output(v: Vllm, req_ids: list[str], sampled: Sequence[list[int]]) -> Any:
+    """vLLM's ModelRunnerOutput for one step: `sampled[i]` is what request `req_ids[i]`
+    sampled. 0.33.0's Scheduler.update_from_output finds a request's row through
+    req_id_to_index; 0.34.0's through the order of req_ids, and has no such field."""
+    index = {"req_id_to_index": {rid: i for i, rid in enumerate(req_ids)}}
+    return v.ModelRunnerOutput(
+        req_ids=req_ids,
+        sampled_token_ids=list(sampled),
+        **(index if v.runner_output_indexed else {}),
+    )
 
 
 def vllm_available() -> bool:

@@ -36,6 +36,13 @@ _CONSERVATIVENESS_DRAWS = st.sampled_from([1.0, 0.3, 0.1])
 # None: lookahead slots for every draft (vLLM's EAGLE-style proposers), which is
 # where slots are capped at max_model_len; 0: none (n-gram).
 _LOOKAHEAD_DRAWS = st.sampled_from([None, None, 0])
+# vLLM 0.34.0's long-prefill rule first (where shrinking goes), 0.33.0's beside it.
+_LONG_PREFILL_RULE_DRAWS = st.sampled_from([True, False])
+# Cache-aware admission: off (0, vLLM's default) half the time, else a window of one
+# (a legal no-op) to eight; the threshold where it engages from an empty cache (0.0),
+# vLLM's default (0.5), and the edges.
+_WINDOW_DRAWS = st.sampled_from([0, 0, 0, 0, 1, 2, 3, 8])
+_ADMISSION_THRESHOLD_DRAWS = st.sampled_from([0.0, 0.0, 0.5, 0.25, 1.0])
 # None (first, where shrinking goes): the config as drawn; else the regime that
 # narrows it (strategies/regimes.py), each as often as its weight.
 _REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
@@ -79,10 +86,13 @@ def configs(
     max_model_len_cap: int = 96,
     async_scheduling: bool | None = None,
     pad_spec_decode: bool | None = None,
+    long_prefill_needs_chunked_prefill: bool | None = None,
+    cache_aware_admission: bool = True,
 ) -> SchedulerConfig:
-    """Small configs; async_scheduling and pad_spec_decode are drawn unless fixed (an
-    engine that runs only some modes narrows them here rather than by filtering).
-    Half of them narrowed by a regime (strategies/regimes.py) into a bug's corner."""
+    """Small configs; async_scheduling, pad_spec_decode and the long-prefill rule are
+    drawn unless fixed, and cache-aware admission unless turned off (an engine that runs
+    only some modes or releases narrows them here rather than by filtering). Half of
+    them narrowed by a regime (strategies/regimes.py) into a bug's corner."""
     regime = draw(_REGIME_DRAWS)
     block_size = draw(_BLOCK_SIZE_DRAWS)
     max_model_len = draw(_integers(2, max_model_len_cap))
@@ -105,6 +115,13 @@ def configs(
     pad = num_spec > 0 and (draw(st.booleans()) if pad_spec_decode is None else pad_spec_decode)
     if pad:
         budget = max(budget, 1 + num_spec)  # a padded admission must fit the budget
+    needs_chunked = (
+        draw(_LONG_PREFILL_RULE_DRAWS)
+        if long_prefill_needs_chunked_prefill is None
+        else long_prefill_needs_chunked_prefill
+    )
+    window = draw(_WINDOW_DRAWS) if cache_aware_admission else 0
+    admission_threshold = draw(_ADMISSION_THRESHOLD_DRAWS) if window else 0.5
     drawn = SchedulerConfig(
         block_size=block_size,
         num_blocks=num_blocks,
@@ -120,13 +137,28 @@ def configs(
         num_lookahead_tokens=lookahead,
         async_scheduling=pipelined,
         pad_spec_decode=pad,
+        long_prefill_needs_chunked_prefill=needs_chunked,
+        cache_aware_admission_window=window,
+        cache_aware_admission_threshold=admission_threshold,
     )
     if regime is None:
         return drawn
     narrowed = regime.narrow(drawn)
     if pad_spec_decode is False and narrowed.pad_spec_decode:
         narrowed = dataclasses.replace(narrowed, pad_spec_decode=False)
+    if not cache_aware_admission and narrowed.cache_aware_admission_window:
+        narrowed = dataclasses.replace(
+            narrowed, cache_aware_admission_window=0, cache_aware_admission_threshold=0.5
+        )
     return narrowed
+
+
+def gpu_impl_configs() -> st.SearchStrategy[SchedulerConfig]:
+    """`--engine gpu`'s default configs (and swarm mode's): the suite's own, with what
+    gpu_impl does not implement yet left out. It runs vLLM 0.33.0's long-prefill rule (the
+    cap with chunked prefill on or off) and no cache-aware admission
+    (adapters/gpu.py refuses the rest)."""
+    return configs(long_prefill_needs_chunked_prefill=False, cache_aware_admission=False)
 
 
 @st.composite

@@ -67,6 +67,19 @@ class KVCacheManager:
         """
         if not self.enable_caching:
             return [], 0
+        hits = self._longest_cache_hit(request)
+        return hits, len(hits) * self.block_size
+
+    def get_num_cached_tokens(self, request: Request) -> int:
+        """How many tokens get_computed_blocks would hit now, as a pure probe: no block
+        is touched, so cache-aware admission can rank requests it may not admit (vLLM
+        0.34.0's KVCacheManager.get_num_cached_tokens: the same lookup, capped at
+        num_tokens - 1 the same way)."""
+        if not self.enable_caching:
+            return 0
+        return len(self._longest_cache_hit(request)) * self.block_size
+
+    def _longest_cache_hit(self, request: Request) -> list[KVCacheBlock]:
         max_hit_blocks = max_prefix_hit_blocks(request.num_tokens, self.block_size)
         hits: list[KVCacheBlock] = []
         for block_hash in islice(self.block_hashes(request), max_hit_blocks):
@@ -74,7 +87,16 @@ class KVCacheManager:
             if block is None:
                 break  # hashes are chained: nothing after a miss can hit
             hits.append(block)
-        return hits, len(hits) * self.block_size
+        return hits
+
+    @property
+    def usage(self) -> float:
+        """The fraction of blocks held by some request (free cached blocks count as free).
+
+        vLLM 0.34.0's BlockPool.get_usage divides by its blocks less the null block,
+        which is num_blocks here; the same expression, so a threshold compares alike.
+        """
+        return self.block_pool.get_usage()
 
     def record_prefix_cache_lookup(self, request: Request, num_hit_tokens: int) -> None:
         if self.enable_caching:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Protocol
 
 from schedspec.spec import Request
@@ -41,6 +42,17 @@ class FCFSQueue:
 
     def remove(self, request_ids: set[str]) -> None:
         self._queue = deque(r for r in self._queue if r.request_id not in request_ids)
+
+    def head(self, n: int) -> list[Request]:
+        """The first n requests (fewer if the queue is shorter), head first."""
+        return list(islice(self._queue, min(n, len(self._queue))))
+
+    def replace_head(self, head: Sequence[Request]) -> None:
+        """Put head, a reordering of the first len(head) requests, in their place; the
+        rest of the queue stays as it is. Only a FCFS queue has places to reorder."""
+        for _ in head:
+            self._queue.popleft()
+        self._queue.extendleft(reversed(head))
 
     def __len__(self) -> int:
         return len(self._queue)

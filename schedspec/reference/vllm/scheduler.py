@@ -26,7 +26,7 @@ from schedspec.reference.sizing import (
     sure_to_reach_max_tokens,
 )
 from schedspec.reference.vllm.kv_cache_manager import BLOCK_ID, KVCacheManager
-from schedspec.reference.vllm.request_queue import WaitingQueue, make_waiting_queue
+from schedspec.reference.vllm.request_queue import FCFSQueue, WaitingQueue, make_waiting_queue
 from schedspec.reference.vllm.step_plan import StepPlan
 from schedspec.reference.vllm.stop_checker import append_output_tokens
 from schedspec.spec import (
@@ -64,6 +64,14 @@ class Scheduler:
         # requests each scheduled: an id can be aborted and reused meanwhile.
         self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
         self._drafting = config.num_speculative_tokens > 0
+        # Cache-aware admission reorders by queue position among requests ranked by
+        # their cached prefix: it needs a FCFS queue and a prefix cache, and like
+        # vLLM's Scheduler.__init__ the window is 0 (off) without either.
+        self._cache_aware_window = (
+            config.cache_aware_admission_window
+            if config.policy == "fcfs" and config.enable_prefix_caching
+            else 0
+        )
 
     # ----------------------------------------------------------------- requests
 
@@ -152,9 +160,16 @@ class Scheduler:
         """Per-request token cap for this step; 0 (no cap) when only one request exists.
 
         A lone request has nobody to be fair to, so it may use the whole budget.
+        Under long_prefill_needs_chunked_prefill (vLLM 0.34.0, where Scheduler.schedule
+        computes the threshold beside num_eligible_reqs) the cap is also 0 with chunked
+        prefill off; vLLM 0.33.0 capped either way, so a capped prompt ran in chunks
+        even with chunking off.
         """
+        config = self.config
+        if config.long_prefill_needs_chunked_prefill and not config.enable_chunked_prefill:
+            return 0
         if len(self.running) + len(self.waiting) > 1:
-            return self.config.long_prefill_token_threshold
+            return config.long_prefill_token_threshold
         return 0
 
     def _schedule_running(self, step: StepPlan, cap: int) -> None:
@@ -303,7 +318,40 @@ class Scheduler:
         resumed now, it would compute again a position that output delivers."""
         return request.num_stale_output_tokens > 0 and not request.drop_stale_output
 
+    def _reorder_waiting_by_cached_prefix(self) -> None:
+        """Cache-aware admission (vLLM 0.34.0): among the first cache_aware_window requests
+        of the queue, the plain waiting ones (never run, nothing computed) trade places so
+        that the deepest cached prefix comes first, queue position breaking ties. A
+        preempted request keeps its exact place (a moving one may jump over it). Skipped
+        while fewer than two wait, or while KV usage is below the threshold (there is
+        room for every prompt, so nothing would be evicted). The queue stays reordered."""
+        waiting = self.waiting
+        assert isinstance(waiting, FCFSQueue)  # the window is 0 under priority
+        kv = self.kv_cache_manager
+        if len(waiting) < 2 or kv.usage < self.config.cache_aware_admission_threshold:
+            return
+        head = waiting.head(self._cache_aware_window)
+        slots = [
+            i
+            for i, request in enumerate(head)
+            if request.status is RequestStatus.WAITING and not request.num_computed_tokens
+        ]
+        if len(slots) < 2:
+            return
+        cached = {i: kv.get_num_cached_tokens(head[i]) for i in slots}
+        order = sorted(slots, key=lambda i: (-cached[i], i))
+        if order == slots:
+            return
+        reordered = list(head)
+        for slot, source in zip(slots, order, strict=True):
+            reordered[slot] = head[source]
+        waiting.replace_head(reordered)
+
     def _schedule_waiting(self, step: StepPlan, cap: int) -> None:
+        # At the start of the waiting phase, after the running requests took their
+        # blocks: the usage and the cache it reads are this step's.
+        if self._cache_aware_window:
+            self._reorder_waiting_by_cached_prefix()
         skipped: list[Request] = []
         try:
             self._admit_waiting(step, cap, skipped)

@@ -53,6 +53,7 @@ class ReachedConfig:
     max_model_len: int
     enable_chunked_prefill: bool
     long_prefill_token_threshold: int
+    long_prefill_needs_chunked_prefill: bool
     num_speculative_tokens: int
     num_lookahead_tokens: int
     async_scheduling: bool
@@ -193,6 +194,7 @@ def _search(
             max_model_len=int(value(model, cfg.max_model_len)),
             enable_chunked_prefill=bool(value(model, cfg.chunked)),
             long_prefill_token_threshold=int(value(model, cfg.threshold)),
+            long_prefill_needs_chunked_prefill=bool(value(model, cfg.cap_needs_chunked)),
             num_speculative_tokens=int(value(model, cfg.num_spec)),
             num_lookahead_tokens=int(value(model, cfg.lookahead)),
             async_scheduling=bool(value(model, cfg.async_scheduling)),

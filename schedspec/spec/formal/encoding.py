@@ -44,6 +44,8 @@ class ConfigTerms:
     max_model_len: IntTerm
     chunked: BoolTerm  # enable_chunked_prefill
     threshold: IntTerm  # long_prefill_token_threshold, 0 = none
+    # long_prefill_needs_chunked_prefill: the cap applies only with chunking on (0.34.0)
+    cap_needs_chunked: BoolTerm
     prefix_caching: BoolTerm  # enable_prefix_caching
     watermark_blocks: IntTerm  # int(watermark * num_blocks)
     lookahead: IntTerm  # lookahead_tokens
@@ -93,6 +95,7 @@ def symbolic_config(prefix: str = "") -> ConfigTerms:
     }
     return ConfigTerms(
         chunked=z3.Bool(prefix + "chunked"),
+        cap_needs_chunked=z3.Bool(prefix + "cap_needs_chunked"),
         prefix_caching=z3.Bool(prefix + "prefix_caching"),
         async_scheduling=z3.Bool(prefix + "async_scheduling"),
         pad_spec_decode=z3.Bool(prefix + "pad_spec_decode"),
@@ -112,6 +115,7 @@ def concrete_config(config: SchedulerConfig) -> ConfigTerms:
         max_model_len=z3.IntVal(config.max_model_len),
         chunked=z3.BoolVal(config.enable_chunked_prefill),
         threshold=z3.IntVal(config.long_prefill_token_threshold),
+        cap_needs_chunked=z3.BoolVal(config.long_prefill_needs_chunked_prefill),
         prefix_caching=z3.BoolVal(config.enable_prefix_caching),
         watermark_blocks=z3.IntVal(config.watermark_blocks),
         lookahead=z3.IntVal(config.lookahead_tokens),

@@ -26,8 +26,10 @@ from schedspec.spec.formal.variants import Bug, Variant
 
 
 def long_prefill_cap(cfg: ConfigTerms, num_requests: IntTerm) -> IntTerm:
-    """Scheduler._long_prefill_cap: the threshold only when more than one request exists."""
-    return z3.If(num_requests > 1, cfg.threshold, 0)
+    """Scheduler._long_prefill_cap: the threshold only when more than one request exists,
+    and under long_prefill_needs_chunked_prefill (vLLM 0.34.0) only with chunking on."""
+    ignored = z3.And(cfg.cap_needs_chunked, z3.Not(cfg.chunked))
+    return z3.If(z3.And(num_requests > 1, z3.Not(ignored)), cfg.threshold, 0)
 
 
 def apply_cap(num_tokens: IntTerm, cap: IntTerm) -> IntTerm:

@@ -22,6 +22,7 @@ from schedspec.spec.invariants.sglang import policy as sglang_policy  # noqa: F4
 from schedspec.spec.invariants.safety import state  # noqa: F401
 from schedspec.spec.invariants.safety import update  # noqa: F401
 from schedspec.spec.invariants.vllm import split  # noqa: F401
+from schedspec.spec.invariants.vllm import cache_aware  # noqa: F401
 
 # isort: on
 from schedspec.spec.invariants.registry import (
@@ -50,6 +51,7 @@ from schedspec.spec.invariants.transitions import (
     computed_before,
 )
 from schedspec.spec.invariants.vllm.policy import expected_free_queue
+from schedspec.spec.invariants.vllm.reorder import WaitingPhase, waiting_phase
 
 __all__ = [
     "CATALOGUE",
@@ -67,6 +69,7 @@ __all__ = [
     "ScheduleTransition",
     "UpdateTransition",
     "Violation",
+    "WaitingPhase",
     "computed_before",
     "drain_step_bound",
     "expected_free_queue",
@@ -74,4 +77,5 @@ __all__ = [
     "family_of",
     "ids_for",
     "in_profile",
+    "waiting_phase",
 ]

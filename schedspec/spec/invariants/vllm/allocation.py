@@ -20,6 +20,7 @@ from schedspec.spec.invariants.vllm.policy import (
     admission_blocks_needed,
     long_prefill_cap,
 )
+from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
 from schedspec.spec.state import RequestState, State
 
 
@@ -108,7 +109,8 @@ def _blocks_taken(t: ScheduleTransition, admissions: Iterable[str]) -> dict[str,
 )
 def check_admission_fit(t: ScheduleTransition) -> list[Violation]:
     made = t.admitted_ids
-    admissions = [r for r in t.pre.waiting if r in made]  # in the order they were made
+    # In the order they were made: the queue's, after cache-aware admission's reorder.
+    admissions = [r for r in waiting_phase_queue(t) if r in made]
     if not admissions:
         return []
     config = t.pre.config

@@ -16,6 +16,7 @@ from schedspec.spec.invariants.transitions import (
     ScheduleTransition,
     UpdateTransition,
 )
+from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
 from schedspec.spec.state import KVState, RequestState, State
 
 
@@ -24,9 +25,14 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def long_prefill_cap(pre: State) -> int:
-    """The per-request cap of a step: the threshold, once more than one request exists."""
+    """The per-request cap of a step: the threshold, once more than one request exists,
+    and (under long_prefill_needs_chunked_prefill, vLLM 0.34.0) only with chunked
+    prefill on."""
+    config = pre.config
+    if config.long_prefill_needs_chunked_prefill and not config.enable_chunked_prefill:
+        return 0
     if len(pre.running) + len(pre.waiting) > 1:
-        return pre.config.long_prefill_token_threshold
+        return config.long_prefill_token_threshold
     return 0
 
 
@@ -34,10 +40,12 @@ def _capped(num_tokens: int, cap: int) -> int:
     return cap if 0 < cap < num_tokens else num_tokens
 
 
-def _admissible(state: State) -> list[str]:
-    """The waiting queue in order, minus the requests that wait for stale output
+def _admissible(state: State, queue: Sequence[str] | None = None) -> list[str]:
+    """The waiting queue in order (the state's, or `queue`: the same requests as the
+    step's waiting phase orders them), minus the requests that wait for stale output
     (vLLM skips them and puts them back where they were)."""
-    return [r for r in state.waiting if not state.requests[r].awaits_stale_output]
+    order = state.waiting if queue is None else queue
+    return [r for r in order if not state.requests[r].awaits_stale_output]
 
 
 def padded_admission(
@@ -78,16 +86,18 @@ def _running_demand(pre: RequestState, computed: int) -> int:
     "schedule",
     "vllm-v1",
     "Running requests are served first, in running order, then waiting ones are admitted in "
-    "queue order with nothing skipped but requests that wait for stale output; admitted "
-    "requests join the end of running.",
+    "queue order (as cache-aware admission leaves it at the start of the waiting phase) "
+    "with nothing skipped but requests that wait for stale output; admitted requests join "
+    "the end of running.",
 )
 def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     scheduled = t.output.num_scheduled_tokens
     admitted = t.admitted_ids
+    queue = waiting_phase_queue(t)
     in_running_order = [r for r in t.pre.running if r in scheduled]
-    in_queue_order = [r for r in t.pre.waiting if r in admitted]
+    in_queue_order = [r for r in queue if r in admitted]
     out: list[Violation] = []
-    expected_admitted = _admissible(t.pre)[: len(admitted)]
+    expected_admitted = _admissible(t.pre, queue)[: len(admitted)]
     if in_queue_order != expected_admitted:
         out.append(
             Violation(
@@ -263,7 +273,8 @@ def check_victim(t: ScheduleTransition) -> list[Violation]:
     "vllm-v1",
     "fcfs: victims go to the front of the waiting queue (in running order), admissions "
     "leave it and everything else keeps its order (requests skipped while they wait for "
-    "stale output included); priority: the queue is ordered by (priority, arrival).",
+    "stale output included), but for cache-aware admission's reorder, which stays; "
+    "priority: the queue is ordered by (priority, arrival).",
 )
 def check_queue_order(t: ScheduleTransition) -> list[Violation]:
     waiting = list(t.post.waiting)
@@ -272,7 +283,7 @@ def check_queue_order(t: ScheduleTransition) -> list[Violation]:
     else:
         victims = [r for r in t.pre.running if r in t.output.preempted_req_ids]
         admitted = t.admitted_ids
-        expected = victims + [r for r in t.pre.waiting if r not in admitted]
+        expected = victims + [r for r in waiting_phase_queue(t) if r not in admitted]
     if waiting == expected:
         return []
     return [Violation("QUEUE-ORDER", "waiting queue order", None, None, expected, waiting)]
