@@ -23,6 +23,7 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py --malloc-default  # glibc's malloc untuned
     .venv/bin/python benchmarks/bench_gpu_impl.py --breakdown 4096  # where a tick's time goes
     .venv/bin/python benchmarks/bench_gpu_impl.py --lines 4096   # the same, per source line
+    .venv/bin/python benchmarks/bench_gpu_impl.py --cache-aware 8  # with vLLM 0.34.0's reorder
 
 On the CPU the run first keeps freed memory in the process
 (gpu_impl.cpu_allocator.retain_freed_memory): glibc otherwise unmaps every
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
 import platform
 import sys
@@ -86,13 +88,22 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def gpu_rate(batch: int, warm: int, ticks: int, device: torch.device) -> tuple[float, float, str]:
+def swarm(
+    run: SwarmRun, batch: int, device: torch.device
+) -> tuple[BatchedScheduler, SwarmWorkload]:
+    """B instances of the run's workload, on tensors that widen on demand (as swarm mode's)."""
+    engine = BatchedScheduler(
+        run.config, batch=batch, slots=run.slots, device=device, start_width=1
+    )
+    return engine, SwarmWorkload(engine, run.seed, torch.arange(batch), run.shape)
+
+
+def gpu_rate(
+    run: SwarmRun, batch: int, warm: int, ticks: int, device: torch.device
+) -> tuple[float, float, str]:
     """(instance-steps/s, mean running requests per instance, the GPU's busy share) over
     `ticks` ticks after `warm` ticks of filling up."""
-    engine = BatchedScheduler(
-        WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device, start_width=1
-    )
-    workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
+    engine, workload = swarm(run, batch, device)
     for _ in range(warm):
         workload.tick()
     sync(device)
@@ -118,12 +129,12 @@ def gpu_busy(device: torch.device) -> str:
         return "?"
 
 
-def reference_rate(instances: int, warm: int, ticks: int) -> float:
+def reference_rate(run: SwarmRun, instances: int, warm: int, ticks: int) -> float:
     """Instance-steps/s of the reference on the same instances' ticks warm..warm+ticks."""
-    traces = [record_instance(WORKLOAD, i, warm + ticks) for i in range(instances)]
+    traces = [record_instance(run, i, warm + ticks) for i in range(instances)]
     seconds = 0.0
     for trace in traces:
-        steps = drive(reference_engine(WORKLOAD.config), trace)
+        steps = drive(reference_engine(run.config), trace)
         for _ in range(warm):
             next(steps)
         started = time.perf_counter()
@@ -206,8 +217,9 @@ def _time_steps(step: Callable[[], None], steps: int, device: torch.device) -> f
 TIMED: list[tuple[Any, str, str]] = [
     (BatchedScheduler, "schedule", "engine.schedule"),
     (running_phase, "_segment", "  running walk (segments)"),
+    (engine_module, "reorder_waiting", "  cache-aware reorder (--cache-aware)"),
     (admission, "_admit_heads", "  admission rounds"),
-    (admission, "_cached_prefix", "    prefix-cache lookup"),
+    (admission, "cached_prefix", "    prefix-cache lookup"),
     (step_plan, "take_free_blocks", "  take_free_blocks (both phases)"),
     (step_plan, "register_blocks", "  register_blocks (both phases)"),
     (BatchedScheduler, "update_from_output", "engine.update_from_output"),
@@ -224,7 +236,7 @@ TIMED: list[tuple[Any, str, str]] = [
 ]
 
 
-def breakdown(batch: int, warm: int, ticks: int, device: torch.device) -> None:
+def breakdown(run: SwarmRun, batch: int, warm: int, ticks: int, device: torch.device) -> None:
     """CPU time per tick in each entry in TIMED, over `ticks` ticks after `warm`."""
     spent: collections.defaultdict[str, float] = collections.defaultdict(float)
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in TIMED]
@@ -244,10 +256,7 @@ def breakdown(batch: int, warm: int, ticks: int, device: torch.device) -> None:
     for (owner, name, label), (_, _, function) in zip(TIMED, originals, strict=True):
         setattr(owner, name, timed(function, label))
     try:
-        engine = BatchedScheduler(
-            WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device, start_width=1
-        )
-        workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
+        _, workload = swarm(run, batch, device)
         for _ in range(warm):
             workload.tick()
         spent.clear()
@@ -302,12 +311,11 @@ class _LineTimer(TorchFunctionMode):
             self.depth -= 1
 
 
-def lines(batch: int, warm: int, ticks: int, device: torch.device, top: int = 30) -> None:
+def lines(
+    run: SwarmRun, batch: int, warm: int, ticks: int, device: torch.device, top: int = 30
+) -> None:
     """The `top` gpu_impl source lines by time spent in torch calls per tick."""
-    engine = BatchedScheduler(
-        WORKLOAD.config, batch=batch, slots=WORKLOAD.slots, device=device, start_width=1
-    )
-    workload = SwarmWorkload(engine, WORKLOAD.seed, torch.arange(batch), WORKLOAD.shape)
+    _, workload = swarm(run, batch, device)
     for _ in range(warm):
         workload.tick()
     timer = _LineTimer(device)
@@ -348,7 +356,23 @@ def main() -> None:
         metavar="B",
         help="only print the gpu_impl source lines that take the most time with B instances",
     )
+    parser.add_argument(
+        "--cache-aware",
+        type=int,
+        default=0,
+        metavar="WINDOW",
+        help="run the workload with cache-aware admission, this window and a threshold of 0 "
+        "(the reorder engaged whatever the usage: its cost at its most) [default: off]",
+    )
     args = parser.parse_args()
+    run = WORKLOAD
+    if args.cache_aware:
+        config = dataclasses.replace(
+            WORKLOAD.config,
+            cache_aware_admission_window=args.cache_aware,
+            cache_aware_admission_threshold=0.0,
+        )
+        run = dataclasses.replace(WORKLOAD, config=config)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     retained = False if args.malloc_default else retain_freed_memory()
@@ -358,20 +382,20 @@ def main() -> None:
     warm, ticks = (10, 5) if args.quick else (30, 15)
     ticks = args.ticks or ticks
     print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
-    print(f"workload: {WORKLOAD.config}")
+    print(f"workload: {run.config}")
     print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
     if args.breakdown:
-        breakdown(args.breakdown, 30, 10, device)
+        breakdown(run, args.breakdown, 30, 10, device)
         return
     if args.lines:
-        lines(args.lines, 30, 10, device)
+        lines(run, args.lines, 30, 10, device)
         return
-    ref = reference_rate(4 if args.quick else REFERENCE_INSTANCES, warm, ticks)
+    ref = reference_rate(run, 4 if args.quick else REFERENCE_INSTANCES, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
     header = f"{'B':>8} {'gpu_impl inst-steps/s':>22} {'ms/tick':>8} {'x reference':>12}"
     print(f"{header} {'running/inst':>13} {'GPU busy':>9}", flush=True)
     for batch in batches:
-        rate, running, busy = gpu_rate(batch, warm, ticks, device)
+        rate, running, busy = gpu_rate(run, batch, warm, ticks, device)
         tick_ms = batch / rate * 1e3
         row = f"{batch:>8} {rate:>22,.0f} {tick_ms:>8.1f} {rate / ref:>11.1f}x {running:>13.1f}"
         print(f"{row} {busy:>9}", flush=True)

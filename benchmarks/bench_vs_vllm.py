@@ -79,7 +79,13 @@ from bench_reference import (
 )
 
 from schedspec.adapters.vllm.config import build_scheduler
-from schedspec.adapters.vllm.runtime import INSTALL_STEP, vllm_available
+from schedspec.adapters.vllm.runtime import (
+    INSTALL_STEP,
+    Vllm,
+    vllm_available,
+    vllm_runner_output,
+)
+from schedspec.adapters.vllm.runtime import load_vllm as load_adapter_names
 from schedspec.engines.fake_model import FakeModel
 from schedspec.engines.pipeline import BatchQueue
 from schedspec.reference import Scheduler
@@ -98,8 +104,9 @@ class VllmNames:
 
     Request: Any
     SamplingParams: Any
-    ModelRunnerOutput: Any
     enable_envs_cache: Any
+    # The adapter's names: its runner output follows the installed release's fields.
+    adapter: Vllm
     version: str
 
 
@@ -118,9 +125,9 @@ def load_vllm() -> VllmNames:
     return VllmNames(
         Request=importlib.import_module("vllm.v1.request").Request,
         SamplingParams=importlib.import_module("vllm.sampling_params").SamplingParams,
-        ModelRunnerOutput=importlib.import_module("vllm.v1.outputs").ModelRunnerOutput,
         enable_envs_cache=importlib.import_module("vllm.envs").enable_envs_cache,
         version=str(importlib.import_module("vllm").__version__),
+        adapter=load_adapter_names(),
     )
 
 
@@ -179,11 +186,7 @@ class VllmDriver:
             # schedule() counted this step's output among the placeholders (async).
             position = r.num_tokens + max(r.num_output_placeholders - 1, 0)
             sampled.append([] if r.is_prefill_chunk else [token_at(rid, position)])
-        return self.v.ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-        )
+        return vllm_runner_output(self.v.adapter, req_ids, sampled)
 
     def step(self) -> VllmStep:
         """One engine iteration; only schedule() and update_from_output() are timed."""

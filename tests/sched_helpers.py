@@ -21,6 +21,20 @@ def make_config(**overrides: Any) -> SchedulerConfig:
     return SchedulerConfig(**fields)
 
 
+def cache_aware_config(**overrides: Any) -> SchedulerConfig:
+    """make_config with cache-aware admission acting from the start: prefix caching, a
+    window of 4, a threshold of 0 (it engages in an empty cache), and one seat, so the
+    waiting queue's order decides who runs next."""
+    fields: dict[str, Any] = {
+        "enable_prefix_caching": True,
+        "cache_aware_admission_window": 4,
+        "cache_aware_admission_threshold": 0.0,
+        "max_num_seqs": 1,
+    }
+    fields.update(overrides)
+    return make_config(**fields)
+
+
 def make_scheduler(**overrides: Any) -> Scheduler:
     return Scheduler(make_config(**overrides))
 

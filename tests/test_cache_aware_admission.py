@@ -15,7 +15,7 @@ from schedspec.properties.checked_engine import replay
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, Request, RequestStatus, SchedulerConfig, SchedulerOutput
 from schedspec.traces.trace import Trace
-from tests.sched_helpers import emit, make_config, make_scheduler
+from tests.sched_helpers import cache_aware_config, emit, make_config, make_scheduler
 
 # Block size 4 (make_config). SEED's prompt leaves three full blocks cached when it ends.
 SEED = list(range(1, 13))
@@ -24,16 +24,9 @@ WARM = [*range(1, 12), 99]  # SEED's first 11 tokens: its first two blocks hit
 
 
 def cache_aware(**overrides: object) -> Scheduler:
-    """Prefix caching, a window of 4 and a threshold of 0 (so it engages in an empty
-    cache), one seat; SEED has run and ended, its blocks cached and free."""
-    fields: dict[str, object] = {
-        "enable_prefix_caching": True,
-        "cache_aware_admission_window": 4,
-        "cache_aware_admission_threshold": 0.0,
-        "max_num_seqs": 1,
-    }
-    fields.update(overrides)
-    scheduler = make_scheduler(**fields)
+    """A scheduler on cache_aware_config in which SEED has run and ended, its blocks
+    cached and free."""
+    scheduler = Scheduler(cache_aware_config(**overrides))
     scheduler.add_request(Request("seed", SEED, max_tokens=1))
     emit(scheduler, scheduler.schedule())
     assert not scheduler.requests

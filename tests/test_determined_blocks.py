@@ -24,7 +24,7 @@ from schedspec.engines.events import AddRequest, Drain, Step
 from schedspec.engines.protocol import EngineFactory
 from schedspec.engines.registry import load_engine_factory
 from schedspec.properties.differential import DiffOptions, diff_trace, run_diff
-from schedspec.properties.strategies.configs import gpu_impl_configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.properties.suite import SuiteSettings
 from schedspec.spec import SchedulerConfig
 from schedspec.traces.trace import Trace
@@ -68,9 +68,9 @@ CACHED = Trace(
 
 
 def prefix_cached() -> st.SearchStrategy[SchedulerConfig]:
-    """The suite's configs gpu_impl runs (gpu_impl_configs: no cache-aware admission yet)
-    with prefix caching on: shared blocks, hits and evictions."""
-    return gpu_impl_configs().map(lambda c: replace(c, enable_prefix_caching=True))
+    """The suite's configs with prefix caching on: shared blocks, hits and evictions
+    (cache-aware admission's reorder included, which reads the cache)."""
+    return configs().map(lambda c: replace(c, enable_prefix_caching=True))
 
 
 def _factory(name: str) -> EngineFactory:

@@ -60,17 +60,8 @@ def workloads(draw: st.DrawFn) -> tuple[SchedulerConfig, list[tuple[int, AddRequ
     """A small config and up to six requests (arrival step, request), from the
     suite's own strategies: shared prefixes, stop tokens, edge prompt lengths. The
     paged runner runs synchronous steps whose drafts come from its own drafter, so
-    no async scheduling and no placeholder padding; and what gpu_impl runs (vLLM 0.33.0's
-    long-prefill rule, no cache-aware admission: adapters/gpu.py)."""
-    config = draw(
-        configs(
-            max_model_len_cap=40,
-            async_scheduling=False,
-            pad_spec_decode=False,
-            long_prefill_needs_chunked_prefill=False,
-            cache_aware_admission=False,
-        )
-    )
+    no async scheduling and no placeholder padding (both releases' knobs are drawn)."""
+    config = draw(configs(max_model_len_cap=40, async_scheduling=False, pad_spec_decode=False))
     adds = []
     for i in range(draw(st.integers(1, 6))):
         drawn = dataclasses.replace(draw(request_draws), door=0)  # only admissible requests

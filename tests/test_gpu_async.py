@@ -344,14 +344,7 @@ PREFIXES = ((1, 2, 3, 4, 5, 0, 1, 2), (5,) * 16)
 def calls(draw: st.DrawFn) -> tuple[SchedulerConfig, int, list[tuple[str, int]]]:
     """An async config, a pipeline depth (steps in flight before the oldest lands) and
     a call order: ("add", n), ("abort", n), ("step", accepted drafts)."""
-    config = draw(
-        configs(
-            max_model_len_cap=48,
-            async_scheduling=True,
-            long_prefill_needs_chunked_prefill=False,  # gpu_impl's rule (adapters/gpu.py)
-            cache_aware_admission=False,
-        )
-    )
+    config = draw(configs(max_model_len_cap=48, async_scheduling=True))
     depth = draw(st.integers(1, 3))
     kinds = st.sampled_from(["add", "add", "abort", "step", "step", "step"])
     order = draw(st.lists(st.tuples(kinds, st.integers(0, 2**16)), min_size=10, max_size=60))

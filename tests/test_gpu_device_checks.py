@@ -27,6 +27,13 @@ from schedspec.spec import SchedulerConfig
 CONFIG = SchedulerConfig(
     block_size=2, num_blocks=12, max_num_batched_tokens=16, max_num_seqs=3, max_model_len=12
 )
+# Cache-aware admission in effect (the reorder's checks keep the keys from before a step).
+CACHE_AWARE = dataclasses.replace(
+    CONFIG,
+    enable_prefix_caching=True,
+    cache_aware_admission_window=2,
+    cache_aware_admission_threshold=0.0,
+)
 
 
 def _two_busy_instances(config: SchedulerConfig = CONFIG) -> tuple[BatchedScheduler, StepPlan]:
@@ -111,6 +118,18 @@ def _break_pipeline(state: BatchState, plan: StepPlan) -> None:
     state.num_placeholders[1, 0] = 1  # an output placeholder without async scheduling
 
 
+def _break_cache_aware_keep(state: BatchState, plan: StepPlan) -> None:
+    # Both requests were admitted from the first two places: trading their keys would be
+    # a reorder, a key neither held before is not.
+    state.wait_key[1, 0] = state.wait_key[1, 1] + 1
+
+
+def _break_cache_aware_order(state: BatchState, plan: StepPlan) -> None:
+    # Ranked as if the second had the deeper prefix, yet left behind the first.
+    assert plan.ranked_depth is not None
+    plan.ranked_depth[1, :2] = torch.tensor([0, 1])
+
+
 BREAKERS: dict[str, Callable[[BatchState, StepPlan], None]] = {
     "CONSERVATION": _break_conservation,
     "EXCLUSIVE": _break_exclusive,
@@ -125,27 +144,76 @@ BREAKERS: dict[str, Callable[[BatchState, StepPlan], None]] = {
     "MAX-TOKENS": _break_max_tokens,
     "STALE-HOLD": _break_stale_hold,
     "PIPELINE": _break_pipeline,
+    "CACHE-AWARE-KEEP": _break_cache_aware_keep,
+    "CACHE-AWARE-ORDER": _break_cache_aware_order,
 }
+# The config each breaker's instance runs: CONFIG unless the check needs a window.
+CONFIG_OF = {"CACHE-AWARE-KEEP": CACHE_AWARE, "CACHE-AWARE-ORDER": CACHE_AWARE}
 
 
 def test_every_check_has_a_breaker() -> None:
     assert set(BREAKERS) == set(CHECK_IDS)
 
 
-def test_a_good_batch_passes_every_check() -> None:
-    engine, plan = _two_busy_instances()
+@pytest.mark.parametrize("config", [CONFIG, CACHE_AWARE], ids=["plain", "cache-aware"])
+def test_a_good_batch_passes_every_check(config: SchedulerConfig) -> None:
+    engine, plan = _two_busy_instances(config)
     assert (plan.scheduled > 0).sum() == 4
-    assert not check_step(engine.state, plan, CONFIG).any()
-    assert not check_state(engine.state, CONFIG).any()
+    assert not check_step(engine.state, plan, config).any()
+    assert not check_state(engine.state, config).any()
 
 
 @pytest.mark.parametrize("check_id", CHECK_IDS)
 def test_each_check_fires_on_the_broken_instance_only(check_id: str) -> None:
-    engine, plan = _two_busy_instances()
+    config = CONFIG_OF.get(check_id, CONFIG)
+    engine, plan = _two_busy_instances(config)
     with torch.inference_mode():  # the plan is the engine's output: an inference tensor
         BREAKERS[check_id](engine.state, plan)
-    column = check_step(engine.state, plan, CONFIG)[:, CHECK_IDS.index(check_id)]
+    column = check_step(engine.state, plan, config)[:, CHECK_IDS.index(check_id)]
     assert column.tolist() == [False, True]
+
+
+def _cache_aware_pair() -> tuple[BatchedScheduler, StepPlan]:
+    """One instance (of two) with two requests queued behind a running one that holds the
+    only seat: the reorder ranks them (same depth: no cached prefix) and admits neither."""
+    config = dataclasses.replace(CACHE_AWARE, max_num_seqs=1)
+    engine = BatchedScheduler(config, batch=2, slots=4, device="cpu")
+    for slot in range(3):
+        engine.add_requests(
+            NewRequests(
+                inst=torch.tensor([1]),
+                slot=torch.tensor([slot]),
+                prompt=(torch.arange(3) + 10 * slot).unsqueeze(0),
+                prompt_len=torch.tensor([3]),
+                max_tokens=torch.tensor([5]),
+                eos=torch.tensor([-1]),
+                stops=torch.full((1, 1), -1),
+                priority=torch.tensor([0]),
+            )
+        )
+    engine.schedule()  # slot 0 takes the seat
+    return engine, engine.schedule()
+
+
+def test_the_reorder_checks_hold_a_ranked_pair_to_its_keys() -> None:
+    """A trade of keys between the two ranked requests that puts the later one first on
+    equal depths breaks CACHE-AWARE-ORDER, not KEEP (a trade is what a reorder makes);
+    ranking the later one deeper makes the same trade right. A key no one held before
+    breaks KEEP."""
+    engine, plan = _cache_aware_pair()
+    state, config = engine.state, engine.config
+    assert plan.ranked_depth is not None and plan.ranked_depth[1].tolist() == [-1, 0, 0, -1]
+    keep, order = CHECK_IDS.index("CACHE-AWARE-KEEP"), CHECK_IDS.index("CACHE-AWARE-ORDER")
+    assert not check_step(state, plan, config).any()
+    state.wait_key[1, 1:3] = state.wait_key[1, 1:3].flip(0).clone()
+    found = check_step(state, plan, config)
+    assert found[:, keep].tolist() == [False, False]
+    assert found[:, order].tolist() == [False, True]
+    with torch.inference_mode():
+        plan.ranked_depth[1, 2] = 1
+    assert not check_step(state, plan, config).any()
+    state.wait_key[1, 2] = 99
+    assert check_step(state, plan, config)[:, keep].tolist() == [False, True]
 
 
 def _free_block(state: BatchState) -> int:

@@ -23,7 +23,7 @@ from schedspec.engines.registry import load_engine_factory
 from schedspec.gpu_impl.batch_state import BIG, BatchState
 from schedspec.gpu_impl.engine import BatchedScheduler
 from schedspec.properties.differential import DiffOptions, diff_trace, run_diff
-from schedspec.properties.strategies.configs import configs, gpu_impl_configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.properties.suite import SuiteSettings
 from schedspec.spec import SchedulerConfig
 from schedspec.traces.trace import Trace
@@ -159,13 +159,7 @@ def test_random_async_and_padded_workloads_agree(
     async_scheduling: bool | None, pad_spec_decode: bool | None
 ) -> None:
     settings = SuiteSettings(examples=25, rules_per_example=20, seed=20261201)
-    # gpu_impl runs vLLM 0.33.0's long-prefill rule and no cache-aware admission yet.
-    strategy = configs(
-        async_scheduling=async_scheduling,
-        pad_spec_decode=pad_spec_decode,
-        long_prefill_needs_chunked_prefill=False,
-        cache_aware_admission=False,
-    )
+    strategy = configs(async_scheduling=async_scheduling, pad_spec_decode=pad_spec_decode)
     result = run_diff(reference_engine, gpu_engine, "vllm-v1", settings, strategy, EXACT)
     assert result.passed, result.divergence or result.error or result.other_error
     assert result.stats.steps > 200
@@ -192,9 +186,7 @@ def test_random_workloads_over_every_config_strategy_agree() -> None:
     # The CI profile's machinery (all config strategies), kept small: the full
     # profile runs in .ci/run through `schedspec diff --right gpu`.
     settings = SuiteSettings(examples=25, rules_per_example=20, seed=20261129)
-    # `--right gpu`'s default configs: the suite's, less what gpu_impl does not run yet.
-    strategy = gpu_impl_configs()
-    result = run_diff(reference_engine, gpu_engine, "vllm-v1", settings, strategy, EXACT)
+    result = run_diff(reference_engine, gpu_engine, "vllm-v1", settings, options=EXACT)
     assert result.passed, result.divergence or result.error or result.other_error
     assert result.stats.steps > 200
 

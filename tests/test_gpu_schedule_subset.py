@@ -14,11 +14,17 @@ from schedspec.gpu_impl.swarm_workload import SwarmWorkload
 from tests.gpu_helpers import busy_swarm
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+@pytest.mark.parametrize("policy", ["fcfs", "priority", "fcfs-cache-aware"])
 def test_instances_sitting_out_change_nothing_for_the_others(policy: str) -> None:
     """Instance 2 of 8 never schedules; every other instance steps as in a batch where all
-    schedule (its draws depend on its own id only), preemptions included."""
-    config, shape = busy_swarm(policy)
+    schedule (its draws depend on its own id only), preemptions included, and the
+    cache-aware reorder too (test_gpu_release_knobs.py: an instance sitting out a step
+    does not reorder)."""
+    config, shape = busy_swarm(policy.removesuffix("-cache-aware"))
+    if policy.endswith("-cache-aware"):
+        config = dataclasses.replace(
+            config, cache_aware_admission_window=3, cache_aware_admission_threshold=0.0
+        )
     every = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     some = BatchedScheduler(config, batch=8, slots=10, device="cpu")
     active = torch.arange(8) != 2

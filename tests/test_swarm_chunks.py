@@ -24,7 +24,7 @@ from schedspec.campaign.swarm_chunks import (
     run_swarm_campaign,
 )
 from schedspec.campaign.workers import ForkedWorkers
-from schedspec.properties.strategies.configs import gpu_impl_configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.properties.suite import Chunk, plan_chunks
 from tests.proc_helpers import children
 from tests.test_campaigns import InProcess
@@ -45,7 +45,7 @@ def test_chunk_k_draws_its_configs_on_its_own_seed_and_runs_config_j_on_seed_plu
     assert chunks == [Chunk(0, 10, 3), Chunk(1, 11, 2)]
     campaign = run_swarm_campaign(SwarmWork(SMALL), chunks, InProcess())
     assert [r.run.seed for r in campaign.results] == [10, 11, 12, 11, 12]
-    plain = run_configs(gpu_impl_configs(), 3, 10, SMALL)  # swarm mode's default configs
+    plain = run_configs(configs(), 3, 10, SMALL)  # swarm mode's default: the suite's configs
     assert [r.run for r in campaign.results[:3]] == [r.run for r in plain]
     assert campaign.first is None and campaign.error is None and campaign.findings == []
     assert campaign.chunks == 2 and campaign.instance_steps == 5 * 8 * 5

@@ -1,5 +1,6 @@
 """The vLLM releases the adapter runs (adapters/vllm/releases.py): each one's knob values,
-the configs it refuses and draws, and an unsupported release refused with the range.
+the configs whose knobs do not describe it (it runs them, claiming safety only), the
+configs it draws, and an unsupported release refused with the range.
 
 Only the tests marked by `installed_vllm()` need vLLM (`scripts/install_vllm.sh
 VENV_DIR`); they check the installed release's rules against the reference.
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from schedspec.adapters.reference import reference_engine
 from schedspec.adapters.vllm import releases
-from schedspec.adapters.vllm.config import expressible, unsupported_reason
+from schedspec.adapters.vllm.config import avoid_known_corners, expressible, unsupported_reason
 from schedspec.adapters.vllm.engine import VllmEngine
 from schedspec.adapters.vllm.releases import (
     ANY_RELEASE_VARIABLE,
@@ -29,8 +30,13 @@ from schedspec.adapters.vllm.releases import (
 from schedspec.engines.events import AddRequest, Step
 from schedspec.properties import probe as runner
 from schedspec.properties.differential import DiffOptions, diff_trace
-from schedspec.properties.strategies.engine_configs import vllm_default_configs
-from schedspec.spec import ConfigError, SchedulerConfig
+from schedspec.properties.strategies.engine_configs import (
+    vllm_cache_aware_configs,
+    vllm_default_configs,
+    vllm_long_prefill_rule_configs,
+    vllm_release_neutral_configs,
+)
+from schedspec.spec import SchedulerConfig
 from schedspec.traces.trace import Trace
 
 V033, V034 = SUPPORTED
@@ -111,34 +117,41 @@ def test_the_probe_fails_on_an_unsupported_release_with_the_range(
     assert "probe: FAILED" in printed.out
 
 
-# ------------------------------------------------------------- what each refuses
+# --------------------------------------------- configs whose knobs describe it
 
 
-def test_0_33_0_refuses_cache_aware_admission_and_the_newer_long_prefill_rule() -> None:
-    assert "cache_aware_admission_window" in str(
-        unsupported_reason(config(cache_aware_admission_window=4), V033)
-    )
+def test_0_33_0_has_no_cache_aware_admission_and_the_older_long_prefill_rule() -> None:
+    window = config(cache_aware_admission_window=4, enable_prefix_caching=True)
+    assert "cache_aware_admission_window" in str(V033.mismatch(window))
+    # A window acts only under fcfs with prefix caching: elsewhere 0.33.0 is described.
+    assert V033.mismatch(replace(window, enable_prefix_caching=False)) is None
     capped = config(enable_chunked_prefill=False, long_prefill_token_threshold=8)
-    assert "long_prefill_needs_chunked_prefill: True" in str(unsupported_reason(capped, V033))
-    assert (
-        unsupported_reason(replace(capped, long_prefill_needs_chunked_prefill=False), V033) is None
-    )
+    assert "long_prefill_needs_chunked_prefill: True" in str(V033.mismatch(capped))
+    assert V033.mismatch(replace(capped, long_prefill_needs_chunked_prefill=False)) is None
     # Where the rules agree (chunked prefill on, or no cap) either value is 0.33.0's.
-    assert unsupported_reason(config(long_prefill_token_threshold=8), V033) is None
-    assert unsupported_reason(replace(capped, long_prefill_token_threshold=0), V033) is None
+    assert V033.mismatch(config(long_prefill_token_threshold=8)) is None
+    assert V033.mismatch(replace(capped, long_prefill_token_threshold=0)) is None
 
 
-def test_0_34_0_refuses_the_older_long_prefill_rule_and_takes_the_window() -> None:
+def test_0_34_0_has_the_newer_long_prefill_rule_and_the_window() -> None:
     capped = config(
         enable_chunked_prefill=False,
         long_prefill_token_threshold=8,
         long_prefill_needs_chunked_prefill=False,
     )
-    assert "long_prefill_needs_chunked_prefill: False" in str(unsupported_reason(capped, V034))
+    assert "long_prefill_needs_chunked_prefill: False" in str(V034.mismatch(capped))
     assert expressible(capped, V034).long_prefill_needs_chunked_prefill
     window = config(cache_aware_admission_window=4, cache_aware_admission_threshold=0.0)
-    assert unsupported_reason(window, V034) is None
+    assert V034.mismatch(window) is None
     assert expressible(window, V033).cache_aware_admission_window == 0
+
+
+def test_knobs_that_do_not_describe_a_release_are_no_refusal() -> None:
+    """vLLM runs such a config by its own rules (a diff between releases compares
+    exactly that): nothing about the knobs is refused."""
+    capped = config(enable_chunked_prefill=False, long_prefill_token_threshold=8)
+    for knobs in (capped, replace(capped, long_prefill_needs_chunked_prefill=False)):
+        assert unsupported_reason(replace(knobs, cache_aware_admission_window=4)) is None
 
 
 # ------------------------------------------------------------- what each draws
@@ -149,7 +162,8 @@ def test_0_34_0_refuses_the_older_long_prefill_rule_and_takes_the_window() -> No
 @given(data=st.data())
 def test_the_default_configs_are_the_releases(release: Release, data: st.DataObject) -> None:
     drawn = data.draw(vllm_default_configs(release=release))
-    assert unsupported_reason(drawn, release) is None
+    assert unsupported_reason(drawn) is None
+    assert release.mismatch(drawn) is None
     assert release.knobs(drawn) == drawn
 
 
@@ -164,6 +178,31 @@ def test_0_34_0_draws_cache_aware_admission_where_it_applies() -> None:
         ),
     )
     assert found.cache_aware_admission_window > 1
+
+
+# Between two releases (scripts/cross_release_diff.py): one family where the knobs
+# describe every release, and one for each rule that changed, where exactly one does.
+
+
+@pytest.mark.parametrize("release", SUPPORTED, ids=lambda r: r.version)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_cross_release_families_part_only_where_they_say(
+    release: Release, data: st.DataObject
+) -> None:
+    neutral = data.draw(vllm_release_neutral_configs(release), label="neutral")
+    assert all(r.mismatch(neutral) is None for r in SUPPORTED)
+    capped = data.draw(vllm_long_prefill_rule_configs(release), label="long-prefill")
+    assert not capped.enable_chunked_prefill and capped.long_prefill_token_threshold > 0
+    parted = [r for r in SUPPORTED if r.mismatch(capped) is not None]
+    assert parted == [r for r in SUPPORTED if r != release]
+    windowed = data.draw(vllm_cache_aware_configs(release), label="cache-aware")
+    assert windowed.cache_aware_admission_window >= 2 and windowed.enable_prefix_caching
+    assert [r for r in SUPPORTED if r.mismatch(windowed) is not None] == [V033]
+    # Every family stays out of the known corners (F2, F3, G1), as the defaults do.
+    for drawn in (neutral, capped, windowed):
+        assert avoid_known_corners(drawn) == drawn
+        assert unsupported_reason(drawn) is None
 
 
 # ------------------------------------------------------- the installed release
@@ -196,8 +235,8 @@ def test_cache_aware_admission_is_the_installed_releases() -> None:
         cache_aware_admission_threshold=0.0,
     )
     if not release.cache_aware_admission:
-        with pytest.raises(ConfigError, match="cache_aware_admission_window"):
-            VllmEngine(reordering)
+        # It runs the config without a window, and claims only what it keeps.
+        assert VllmEngine(reordering).profiles == {"safety"}
         return
     events = (
         AddRequest("A", (1, 2, 3, 4, 5), 1),
@@ -213,3 +252,27 @@ def test_cache_aware_admission_is_the_installed_releases() -> None:
     assert result.passed, result.divergence or result.violation or result.error
     admitted = result.entries[4].outputs[1][0].scheduled_new_reqs
     assert [d.request_id for d in admitted] == ["C"]
+
+
+def test_an_engine_claims_vllm_v1_only_where_the_knobs_describe_its_release() -> None:
+    """Chunked prefill off and a cap: the config's long-prefill rule is one release's.
+    The installed vLLM runs it either way; it claims vllm-v1 only for its own rule, so
+    a vllm-v1 check of the other rule is refused per config, and a safety check runs."""
+    release = installed_vllm()
+    capped = config(enable_chunked_prefill=False, long_prefill_token_threshold=4)
+    own = replace(
+        capped, long_prefill_needs_chunked_prefill=release.long_prefill_needs_chunked_prefill
+    )
+    other = replace(
+        own, long_prefill_needs_chunked_prefill=not own.long_prefill_needs_chunked_prefill
+    )
+    assert VllmEngine(own).profiles == {"safety", "vllm-v1"}
+    assert VllmEngine(other).profiles == {"safety"}
+    prompt = tuple(range(1, 11))
+    events = (AddRequest("A", prompt, 2), AddRequest("B", prompt, 2), Step(), Step())
+    under_safety = diff_trace(
+        Trace(other, events), reference_engine, VllmEngine, "safety", DiffOptions(True)
+    )
+    # The reference follows the config's rule, vLLM its own: they part at the first step.
+    assert under_safety.divergence is not None
+    assert under_safety.violation is None and under_safety.error is None

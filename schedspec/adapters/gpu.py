@@ -15,14 +15,6 @@ holders oldest first. Keys of that map are ordered by their oldest holder
 (the reference orders them by when the key was first inserted; they differ
 only after the oldest of two holders of one hash is evicted, and no
 decision reads that order).
-
-What is refused (`refusal`, raised as a ConfigError naming the field when the engine
-is built): the vLLM 0.34.0 rules gpu_impl does not implement yet. Its long-prefill
-cap applies with chunked prefill off too (vLLM 0.33.0's rule), so a config that asks
-for 0.34.0's (long_prefill_needs_chunked_prefill with chunked prefill off and a
-threshold) is refused; so is cache-aware admission where it is in effect (a window
-under fcfs with prefix caching). gpu_impl_configs (properties/strategies/configs.py)
-draws the suite's configs without either.
 """
 
 from __future__ import annotations
@@ -48,7 +40,6 @@ from schedspec.gpu_impl.step_plan import SCHEDULED_NEW, SCHEDULED_RESUMED, StepP
 from schedspec.spec import (
     BlockHash,
     CachedRequestData,
-    ConfigError,
     KVState,
     ModelRunnerOutput,
     NewRequestData,
@@ -93,37 +84,10 @@ class HostRequest:
         return [*self.request.prompt_token_ids, *self.outputs]
 
 
-def refusal(config: SchedulerConfig) -> ConfigError | None:
-    """Why gpu_impl cannot run this config as the spec states it, or None if it can."""
-    if (
-        config.long_prefill_needs_chunked_prefill
-        and not config.enable_chunked_prefill
-        and config.long_prefill_token_threshold > 0
-    ):
-        return ConfigError(
-            "long_prefill_needs_chunked_prefill",
-            "True with chunked prefill off and a long-prefill threshold: gpu_impl applies "
-            "the cap with chunked prefill off too (vLLM 0.33.0's rule, False), not yet "
-            "0.34.0's",
-        )
-    in_effect = config.policy == "fcfs" and config.enable_prefix_caching
-    if config.cache_aware_admission_window and in_effect:
-        return ConfigError(
-            "cache_aware_admission_window",
-            f"{config.cache_aware_admission_window}: gpu_impl does not implement "
-            "cache-aware admission (vLLM 0.34.0) yet; it must be 0 under fcfs with "
-            "prefix caching",
-        )
-    return None
-
-
 class GpuEngine:
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
 
     def __init__(self, config: SchedulerConfig, device: torch.device | str | None = None) -> None:
-        refused = refusal(config)
-        if refused is not None:
-            raise refused
         chosen = device if device is not None else os.environ.get(DEVICE_ENV) or default_device()
         self.config = config
         self.engine = BatchedScheduler(config, batch=1, slots=8, device=chosen)

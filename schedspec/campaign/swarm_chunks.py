@@ -42,7 +42,7 @@ from schedspec.campaign.swarm_trace import SwarmRun
 from schedspec.campaign.workers import ChunkRunner, WorkerCrashed, WorkerLost, report_progress
 from schedspec.engines.registry import load_config_strategy
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
-from schedspec.properties.strategies.configs import gpu_impl_configs
+from schedspec.properties.strategies.configs import configs
 from schedspec.properties.strategies.constant_pool import local_constants_pinned
 from schedspec.properties.suite import Chunk
 from schedspec.spec import SchedulerConfig
@@ -131,15 +131,12 @@ class SwarmWork:
     """A chunk's configs as swarms, in whichever worker runs it."""
 
     swarm: SwarmSettings
-    configs: str | None = None  # module:strategy; None: gpu_impl_configs
+    configs: str | None = None  # module:strategy; None: the suite's own
     deadline: float | None = None  # time.time() after which no config starts
 
     def __call__(self, chunk: Chunk) -> SwarmChunkOutcome:
         prepare_device(self.swarm.device)
-        # gpu_impl's own configs by default: swarm mode steps gpu_impl's BatchedScheduler.
-        strategy = (
-            load_config_strategy(self.configs) if self.configs is not None else gpu_impl_configs()
-        )
+        strategy = load_config_strategy(self.configs) if self.configs is not None else configs()
         done: list[SwarmResult] = []
 
         def progress(result: SwarmResult) -> None:

@@ -28,7 +28,7 @@ from schedspec.campaign.swarm_chunks import (
 )
 from schedspec.gpu_impl.engine import default_device
 from schedspec.properties.run_plan import BackendChoice, RunPlan, is_long
-from schedspec.properties.strategies.configs import gpu_impl_configs
+from schedspec.properties.strategies.configs import configs
 
 SWARM_QUICK = (4, 40)  # configs, ticks per config (check's --instances help states them)
 SWARM_LONG = (32, 100)
@@ -69,8 +69,7 @@ def run_swarm_here(
 ) -> list[SwarmResult]:
     """The configs in this process, drawn on the plan's seed: a run of one chunk."""
     plan = planned.plan
-    # gpu_impl's own configs by default: swarm mode steps gpu_impl's BatchedScheduler.
-    strategy = plan.config_strategy if plan.config_strategy is not None else gpu_impl_configs()
+    strategy = plan.config_strategy if plan.config_strategy is not None else configs()
     return run_configs(strategy, planned.configs, plan.seed, planned.swarm, on_config)
 
 

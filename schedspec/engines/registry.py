@@ -60,15 +60,9 @@ ENGINES: dict[str, NamedEngine] = {
             "schedspec.adapters.reference:reference_engine",
             families=("vllm", "sglang"),
         ),
-        # gpu_impl with B = 1, on the suite's own configs (async scheduling and
-        # spec-decode padding included) less the vLLM 0.34.0 rules it does not
-        # implement yet (adapters/gpu.py refuses them).
-        NamedEngine(
-            "gpu",
-            "schedspec.adapters.gpu:gpu_engine",
-            configs="schedspec.properties.strategies.configs:gpu_impl_configs",
-            needs=(TORCH,),
-        ),
+        # gpu_impl with B = 1, on the suite's own configs (async scheduling,
+        # spec-decode padding and both releases' knobs included).
+        NamedEngine("gpu", "schedspec.adapters.gpu:gpu_engine", needs=(TORCH,)),
         # vLLM's scheduler, the installed release (0.33.0 to 0.34.0: adapters/vllm/
         # releases.py), AsyncScheduler or Scheduler as its engine core picks, on configs
         # as that release runs them: its knob values, sync and async, with and without

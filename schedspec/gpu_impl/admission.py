@@ -126,20 +126,22 @@ def longest_cached_prefix(
     """get_computed_blocks: the cached blocks ([I, M], -1 padded) holding the request's
     longest prefix of whole blocks, never its last token, and how many there are."""
     row = flat_rows(state.status, inst, slot)
-    oldest, hit, count = _cached_prefix(state, config, inst, row, pick(state.num_tokens, row))
+    oldest, hit, count = cached_prefix(state, config, inst, row, pick(state.num_tokens, row))
     return torch.where(hit, oldest, -1), count
 
 
-def _cached_prefix(
+def cached_prefix(
     state: BatchState,
     config: SchedulerConfig,
     inst: torch.Tensor,
     row: torch.Tensor,
     num_tokens: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """longest_cached_prefix for the requests at flat rows `row` of the [B, S] tensors,
-    holding num_tokens tokens, the hits unmasked: each id's oldest holder ([I, M]), a
-    mask of the hits among them (a prefix of each row) and the hits per request."""
+    """longest_cached_prefix for the requests at flat rows `row` of the [B, S] tensors
+    (of instances inst, any number per instance: admission asks for its heads,
+    cache_aware.py for the requests it ranks), holding num_tokens tokens, the hits
+    unmasked: each id's oldest holder ([I, M]), a mask of the hits among them (a prefix
+    of each row) and the hits per request. It reads the cache and moves nothing."""
     m = state.req_hash.shape[2]
     if not config.enable_prefix_caching:
         none = torch.zeros((inst.numel(), m), dtype=torch.bool, device=inst.device)
@@ -208,7 +210,7 @@ def _admit_heads(
     # The heads' flat rows in the [B, S] tensors: every read and write below goes there.
     row = flat_rows(state.status, inst, head)
     num_tokens = pick(state.num_tokens, row)
-    oldest, is_hit, num_hit_blocks = _cached_prefix(state, config, inst, row, num_tokens)
+    oldest, is_hit, num_hit_blocks = cached_prefix(state, config, inst, row, num_tokens)
     num_hit = num_hit_blocks * config.block_size
     budget = plan.budget.index_select(0, inst)
     cap = plan.cap.index_select(0, inst)  # BIG: none

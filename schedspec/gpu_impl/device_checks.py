@@ -25,8 +25,14 @@ from schedspec.gpu_impl.batch_state import (
     BatchState,
 )
 from schedspec.gpu_impl.free_queue import ring_disagrees
-from schedspec.gpu_impl.step_plan import SCHEDULED_RESUMED, SCHEDULED_RUNNING, StepPlan
+from schedspec.gpu_impl.step_plan import (
+    SCHEDULED_NEW,
+    SCHEDULED_RESUMED,
+    SCHEDULED_RUNNING,
+    StepPlan,
+)
 from schedspec.spec import PLACEHOLDER_TOKEN_ID, SchedulerConfig
+from schedspec.spec.invariants.vllm.reorder import cache_aware_window
 
 StateCheck = Callable[[BatchState, SchedulerConfig], torch.Tensor]
 StepCheck = Callable[[BatchState, StepPlan, SchedulerConfig], torch.Tensor]
@@ -160,6 +166,51 @@ def stale_hold(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> to
     return ((plan.kind == SCHEDULED_RESUMED) & (state.num_stale > 0)).any(dim=1)
 
 
+def cache_aware_keep(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """CACHE-AWARE-KEEP (on the queue's keys): a schedule() changes a request's wait_key
+    only by preempting it or by the cache-aware reorder, which runs only in a step that
+    preempted nothing and moves only plain waiting requests (nothing computed) among the
+    first window places of the queue, each taking another's key (the keys that moved are
+    the same set before and after). Without a window in effect, nothing is checked (the
+    plan keeps no keys from before the step)."""
+    before = plan.wait_key_before
+    if before is None:
+        return torch.zeros_like(state.num_free, dtype=torch.bool)
+    moved = (state.wait_key != before) & ~plan.preempted
+    admitted = (plan.kind == SCHEDULED_NEW) | (plan.kind == SCHEDULED_RESUMED)
+    # Queued before the step: still queued (and not preempted in it), or admitted in it.
+    # WAITING (1) and PREEMPTED (3) are the odd codes.
+    was_queued = (((state.status & 1) == 1) & ~plan.preempted) | admitted
+    # Nothing turns a request WAITING within a step, and only a WAITING one is admitted
+    # as new (its computed_before counts the prefix hits admission gave it).
+    plain = ((state.status == WAITING) & (plan.computed_before == 0)) | (plan.kind == SCHEDULED_NEW)
+    plain &= was_queued
+    # The place each had in the queue: the queued requests with smaller keys, [B, S, S].
+    ahead = (was_queued.unsqueeze(1) & (before.unsqueeze(1) < before.unsqueeze(2))).sum(dim=2)
+    bad = (moved & ~(plain & (ahead < cache_aware_window(config)))).any(dim=1)
+    bad |= moved.any(dim=1) & plan.preempted.any(dim=1)
+    keys_before = torch.sort(torch.where(moved, before, BIG), dim=1).values
+    keys_after = torch.sort(torch.where(moved, state.wait_key, BIG), dim=1).values
+    return bad | (keys_before != keys_after).any(dim=1)
+
+
+def cache_aware_order(state: BatchState, plan: StepPlan, config: SchedulerConfig) -> torch.Tensor:
+    """CACHE-AWARE-ORDER (on the queue's keys): the requests the reorder ranked stand,
+    after the step, deepest cached prefix first, ties in their order before the step.
+    The depths are the ones the reorder read (plan.ranked_depth, admission's own lookup,
+    which the lockstep diff holds to the reference's): the check holds the permutation
+    the reorder made to them. Nothing is checked without a window in effect."""
+    depth, before = plan.ranked_depth, plan.wait_key_before
+    if depth is None or before is None:
+        return torch.zeros_like(state.num_free, dtype=torch.bool)
+    ranked = depth >= 0
+    pair = ranked.unsqueeze(2) & ranked.unsqueeze(1)  # [B, S, S]: (a, b)
+    deeper = depth.unsqueeze(2) > depth.unsqueeze(1)
+    tie = (depth.unsqueeze(2) == depth.unsqueeze(1)) & (before.unsqueeze(2) < before.unsqueeze(1))
+    after = state.wait_key.unsqueeze(2) < state.wait_key.unsqueeze(1)
+    return (pair & (deeper | tie) & ~after).any(dim=2).any(dim=1)
+
+
 def pipeline(state: BatchState, config: SchedulerConfig) -> torch.Tensor:
     """PIPELINE: the in-flight, placeholder and stale counts are >= 0 with placeholders
     and stale tokens at most the tokens in flight; without async scheduling there are no
@@ -205,6 +256,8 @@ STEP_CHECKS: tuple[tuple[str, StepCheck], ...] = (
     ("PREEMPT-RESET", preempt_reset),
     ("MAX-TOKENS", max_tokens),
     ("STALE-HOLD", stale_hold),
+    ("CACHE-AWARE-KEEP", cache_aware_keep),
+    ("CACHE-AWARE-ORDER", cache_aware_order),
 )
 CHECK_IDS: tuple[str, ...] = tuple(name for name, _ in (*STATE_CHECKS, *STEP_CHECKS))
 

@@ -28,6 +28,7 @@ from schedspec.gpu_impl.batch_state import (
     grow,
 )
 from schedspec.gpu_impl.block_ops import register_blocks, release_rows, release_tables
+from schedspec.gpu_impl.cache_aware import reorder_waiting
 from schedspec.gpu_impl.flat_index import flat_rows, pick, selected, spread, write_rows
 from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
@@ -191,14 +192,18 @@ class BatchedScheduler:
     @torch.inference_mode()
     def schedule(self, active: torch.Tensor | None = None) -> StepPlan:
         """One schedule() for every instance (or those `active`): the running loop, then
-        admissions where nothing was preempted; computed counts advance at once and the
-        step goes in flight (with async scheduling, its sampling requests' output
-        positions become placeholders and their next drafts placeholders too)."""
+        where nothing was preempted the cache-aware reorder and admissions; computed
+        counts advance at once and the step goes in flight (with async scheduling, its
+        sampling requests' output positions become placeholders and their next drafts
+        placeholders too)."""
         st, config = self.state, self.config
         if active is None:
             active = torch.ones(st.batch, dtype=torch.bool, device=self.device)
         plan = StepPlan.start(st, config, active)
         schedule_running(st, config, plan)
+        # Cache-aware admission reorders the queue at the start of the waiting phase,
+        # after the running requests took their blocks: it reads this step's usage.
+        reorder_waiting(st, config, plan)
         schedule_waiting(st, config, plan)
         st.num_computed += plan.scheduled
         st.num_in_flight += plan.scheduled

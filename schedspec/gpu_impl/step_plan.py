@@ -22,6 +22,7 @@ from schedspec.gpu_impl.batch_state import (
 from schedspec.gpu_impl.block_ops import register_blocks, release_tables, take_free_blocks
 from schedspec.gpu_impl.flat_index import pick, selected, write_rows
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.invariants.vllm.reorder import cache_aware_window
 
 # Entry kinds in a step.
 NOT_SCHEDULED = 0
@@ -46,6 +47,7 @@ class StepPlan:
     num_drafts: torch.Tensor  # [B, S] drafts verified this step
     preempted: torch.Tensor  # [B, S] bool
     cap: torch.Tensor  # [B] the long-prefill cap (BIG: none)
+    active: torch.Tensor  # [B] bool: the instances that schedule this step
     # Queued (WAITING, PREEMPTED) and RUNNING requests per instance [B] at the start of
     # the step, counted once for both phases: the running walk changes a status only by
     # preempting, and an instance that preempted admits nothing, so the counts hold for
@@ -55,6 +57,11 @@ class StepPlan:
     # False while no preempt() ran this step (plan.preempted is all False): admission
     # then skips the pass over it.
     some_preempted: bool = False
+    # Cache-aware admission only (None without it), for the device checks: the wait_keys
+    # at the start of the step ([B, S]), and the cached prefix in blocks of each request
+    # the reorder ranked (-1: not ranked; cache_aware.py).
+    wait_key_before: torch.Tensor | None = None
+    ranked_depth: torch.Tensor | None = None
 
     @staticmethod
     def start(state: BatchState, config: SchedulerConfig, active: torch.Tensor) -> StepPlan:
@@ -63,10 +70,11 @@ class StepPlan:
         queued = (state.status & 1).sum(dim=1)
         running = (state.status == RUNNING).sum(dim=1)
         # BIG where there is no cap, so that a plain minimum applies it.
-        threshold = config.long_prefill_token_threshold
+        threshold = long_prefill_threshold(config)
         cap = torch.where(queued + running > 1, threshold if threshold > 0 else BIG, BIG)
         budget = torch.where(active, config.max_num_batched_tokens, 0)
         per_slot = state.status  # the [B, S] fields take its shape and dtype
+        ranked = cache_aware_window(config) > 0
         return StepPlan(
             budget=budget,
             scheduled=torch.zeros_like(per_slot),
@@ -80,9 +88,22 @@ class StepPlan:
             num_drafts=torch.zeros_like(per_slot),
             preempted=torch.zeros_like(state.is_prefill_chunk),
             cap=cap,
+            active=active,
             queued=queued,
             running=running,
+            wait_key_before=state.wait_key.clone() if ranked else None,
+            ranked_depth=torch.full_like(per_slot, -1) if ranked else None,
         )
+
+
+def long_prefill_threshold(config: SchedulerConfig) -> int:
+    """The long-prefill threshold in effect (0: no cap). Under
+    long_prefill_needs_chunked_prefill (vLLM 0.34.0's rule) chunked prefill off means no
+    cap at all: a prompt admitted whole runs whole. vLLM 0.33.0's rule (False) caps with
+    chunking off too, so a capped prompt runs in chunks even then."""
+    if config.long_prefill_needs_chunked_prefill and not config.enable_chunked_prefill:
+        return 0
+    return config.long_prefill_token_threshold
 
 
 def blocks_to_allocate(

@@ -43,11 +43,14 @@ Translation of the config (`SchedulerConfig` -> vLLM):
   VLLM_USE_V2_MODEL_RUNNER=1 there. 0.34.0 removed the V1 runner, and with
   it the scheduler's `use_v2_model_runner` (feature detection: absent means
   V2). The V2 runner's layout is translated back (adapters/vllm/output.py).
-- the release's knobs (adapters/vllm/releases.py): `refusal` refuses a config
-  whose long-prefill rule or cache-aware admission the installed release
-  does not have; 0.34.0's `cache_aware_admission_window` and `_threshold`
-  are passed to vLLM's SchedulerConfig as they are (vLLM's KV usage, free
-  blocks over all but the null block, is the spec's).
+- the release's knobs (adapters/vllm/releases.py): vLLM runs its own long-prefill
+  rule whatever the config's knob says, and 0.34.0's `cache_aware_admission_window`
+  and `_threshold` are passed to vLLM's SchedulerConfig as they are (vLLM's KV usage,
+  free blocks over all but the null block, is the spec's); 0.33.0 has no window. A
+  config whose knobs do not describe the installed release where they matter
+  (`Release.mismatch`) still runs, and the engine claims safety only: vllm-v1 is
+  vLLM's exact decisions as the config states them, and this release decides
+  otherwise there. That is how two releases meet in one diff (`--profile safety`).
 - prefix caching hashes with SHA-256, as vLLM's engine does by default;
   with an EAGLE drafter vLLM's block hashes also cover the token after each
   block (its "lookahead hashes"), as in production.
@@ -59,8 +62,7 @@ What is refused, and the configs vLLM runs instead:
 - `refusal` (and `unsupported_reason`, the same as one line): a lookahead without
   drafts or other than 0 or K, an EAGLE config whose budget is <= K (vLLM refuses it),
   drafts without padding (F1), a max_model_len above TINY_MAX_POSITIONS, the tiny
-  model's position limit, and knob values the installed release does not have
-  (`Release.refusal`). `build_scheduler` raises it as a ConfigError; an installed
+  model's position limit. `build_scheduler` raises it as a ConfigError; an installed
   release outside releases.SUPPORTED is UnsupportedVllmError, before vLLM is imported.
 - `expressible`: the nearest config vLLM can run (the release's knob values, an
   inexpressible lookahead becomes the n-gram drafter's 0, a drafter vLLM cannot build
@@ -85,10 +87,10 @@ from schedspec.engines.pipeline import BatchQueue
 from schedspec.spec import ConfigError, SchedulerConfig
 
 
-def refusal(config: SchedulerConfig, release: Release | None = None) -> ConfigError | None:
-    """Why vLLM (`release`, by default the installed one: releases.current_release)
-    cannot run this config as the spec states it (the field at fault and the reason),
-    or None if it can."""
+def refusal(config: SchedulerConfig) -> ConfigError | None:
+    """Why vLLM (any supported release) cannot run this config at all (the field at fault
+    and the reason), or None if it can. Knob values that do not describe the installed
+    release are no refusal (Release.mismatch)."""
     k = config.num_speculative_tokens
     lookahead = config.lookahead_tokens
     if k == 0 and lookahead:
@@ -120,12 +122,12 @@ def refusal(config: SchedulerConfig, release: Release | None = None) -> ConfigEr
         return ConfigError(
             "max_model_len", f"above {TINY_MAX_POSITIONS}, the tiny model's position limit"
         )
-    return (release or current_release()).refusal(config)
+    return None
 
 
-def unsupported_reason(config: SchedulerConfig, release: Release | None = None) -> str | None:
+def unsupported_reason(config: SchedulerConfig) -> str | None:
     """`refusal` as one line ("field: reason"), or None if vLLM can run the config."""
-    refused = refusal(config, release)
+    refused = refusal(config)
     return None if refused is None else str(refused)
 
 
@@ -133,15 +135,14 @@ def expressible(config: SchedulerConfig, release: Release | None = None) -> Sche
     """The nearest config vLLM (`release`, by default the installed one) can run: the
     release's knob values, an inexpressible lookahead becomes 0 (n-gram), a drafter
     vLLM cannot build goes, and padding is on exactly when it speculates."""
-    release = release or current_release()
-    if refusal(config, release) is None:
+    config = (release or current_release()).knobs(config)
+    if refusal(config) is None:
         return config
-    config = release.knobs(config)
     padded = replace(config, pad_spec_decode=config.num_speculative_tokens > 0)
-    if refusal(padded, release) is None:
+    if refusal(padded) is None:
         return padded
     ngram = replace(padded, num_lookahead_tokens=0)
-    if refusal(ngram, release) is None:
+    if refusal(ngram) is None:
         return ngram
     return replace(ngram, num_speculative_tokens=0, pad_spec_decode=False)
 
@@ -195,7 +196,7 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
     refuses at start-up (and SchedulerConfig refuses too).
     """
     release = current_release()  # UnsupportedVllmError before vLLM is imported
-    refused = refusal(config, release)
+    refused = refusal(config)
     if refused is not None:
         raise refused
     v = load_vllm()
@@ -327,6 +328,8 @@ def _check_translation(
         # removed the V1 runner and this attribute with it: absent is V2.
         "use_v2_model_runner": getattr(scheduler, "use_v2_model_runner", True),
     }
+    # The window the installed release has: 0.33.0 runs every config without one.
+    own_window = current_release().knobs(config).cache_aware_admission_window
     wanted = {
         "block_size": config.block_size,
         "num_blocks": num_blocks,
@@ -347,8 +350,8 @@ def _check_translation(
         "scheduler_class": "AsyncScheduler" if config.async_scheduling else "Scheduler",
         "max_concurrent_batches": BatchQueue(config).size,
         "cache_aware_admission": (
-            config.cache_aware_admission_window,
-            config.cache_aware_admission_threshold if config.cache_aware_admission_window else None,
+            own_window,
+            config.cache_aware_admission_threshold if own_window else None,
         ),
         "use_v2_model_runner": True,
     }

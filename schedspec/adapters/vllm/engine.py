@@ -88,6 +88,7 @@ from schedspec.adapters.vllm.output import (
     spec_block_ids,
     spec_output,
 )
+from schedspec.adapters.vllm.releases import current_release
 from schedspec.adapters.vllm.runtime import load_vllm, vllm_runner_output
 from schedspec.spec import (
     BlockHash,
@@ -131,6 +132,8 @@ class VllmEngine:
     (vLLM's findings F2 and F3, the reference's gap G1: docs/FINDINGS.md).
     """
 
+    # What it claims for a config whose knobs describe the installed release (the
+    # instance narrows it to safety where they do not: __init__).
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
@@ -139,6 +142,10 @@ class VllmEngine:
         self.config = config
         # First: it refuses an unsupported release before vLLM is imported.
         self.scheduler: Any = build_scheduler(config, num_blocks)
+        # vLLM decides by its own release's rules; where the config's knobs state other
+        # rules (Release.mismatch), vLLM's exact decisions are not the config's.
+        if current_release().mismatch(config) is not None:
+            self.profiles = frozenset({"safety"})
         self._v = load_vllm()
         self._block_hasher: Any = None
         if config.enable_prefix_caching:

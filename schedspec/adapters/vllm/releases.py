@@ -71,12 +71,16 @@ class Release:
         # SchedulerConfig's defaults: off.
         return replace(config, cache_aware_admission_window=0, cache_aware_admission_threshold=0.5)
 
-    def refusal(self, config: SchedulerConfig) -> ConfigError | None:
-        """Why this release cannot run the config as the spec states it, or None.
+    def mismatch(self, config: SchedulerConfig) -> ConfigError | None:
+        """Where the config's knobs do not describe this release (the knob and why), or
+        None where they do.
 
-        A knob is refused only where its value decides something: the long-prefill
-        rules differ only with chunked prefill off and a cap > 0, so elsewhere either
-        value describes this release and the config runs as it is."""
+        A knob counts only where its value decides something: the long-prefill rules
+        differ only with chunked prefill off and a cap > 0, and a window only acts under
+        fcfs with prefix caching, so elsewhere either value describes this release. A
+        mismatch is no refusal: vLLM runs the config its own way (that is what a diff
+        between two releases compares), and the engine then claims safety, not vllm-v1
+        (adapters/vllm/engine.py)."""
         rule = config.long_prefill_needs_chunked_prefill
         capped_unchunked = config.long_prefill_token_threshold > 0 and (
             not config.enable_chunked_prefill
@@ -87,13 +91,14 @@ class Release:
                 "long_prefill_needs_chunked_prefill",
                 f"{rule} with chunked prefill off and long_prefill_token_threshold="
                 f"{config.long_prefill_token_threshold}: vLLM {self.version} applies the cap "
-                f"{which} (it must be {self.long_prefill_needs_chunked_prefill})",
+                f"{which} (it is {self.long_prefill_needs_chunked_prefill})",
             )
-        if not self.cache_aware_admission and config.cache_aware_admission_window:
+        window_acts = config.policy == "fcfs" and config.enable_prefix_caching
+        if not self.cache_aware_admission and config.cache_aware_admission_window and window_acts:
             return ConfigError(
                 "cache_aware_admission_window",
                 f"{config.cache_aware_admission_window}: vLLM {self.version} has no "
-                "cache-aware admission (it came with 0.34.0); it must be 0",
+                "cache-aware admission (it came with 0.34.0); its window is 0",
             )
         return None
 

@@ -153,14 +153,6 @@ def configs(
     return narrowed
 
 
-def gpu_impl_configs() -> st.SearchStrategy[SchedulerConfig]:
-    """`--engine gpu`'s default configs (and swarm mode's): the suite's own, with what
-    gpu_impl does not implement yet left out. It runs vLLM 0.33.0's long-prefill rule (the
-    cap with chunked prefill on or off) and no cache-aware admission
-    (adapters/gpu.py refuses the rest)."""
-    return configs(long_prefill_needs_chunked_prefill=False, cache_aware_admission=False)
-
-
 @st.composite
 def sglang_configs(
     draw: st.DrawFn, max_model_len_cap: int = 96, async_scheduling: bool | None = None

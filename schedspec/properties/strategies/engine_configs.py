@@ -112,3 +112,70 @@ def sglang_default_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[Sch
     1, 0.3 and 0.1, mixed chunk on and off, plain and overlap loops), max_num_seqs
     within SGLang's cap (`within_sglangs_caps`)."""
     return sglang_configs(max_model_len_cap).map(within_sglangs_caps)
+
+
+# Between two releases (scripts/cross_release_diff.py): where every supported release
+# makes the same decisions as far as the knobs can tell, and each knob's corner alone.
+def vllm_release_neutral_configs(
+    release: Release | None = None,
+) -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_default_configs() where Release.mismatch is None for every supported
+    release: chunked prefill on or no long-prefill cap, and no cache-aware window. Two
+    releases diffed on these must agree at every step; where they do not, they part on
+    something no knob states yet."""
+    return vllm_default_configs(release=release).map(_release_neutral)
+
+
+def vllm_long_prefill_rule_configs(
+    release: Release | None = None,
+) -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_release_neutral_configs() with chunked prefill off and a long-prefill cap (half
+    max_model_len, or 1 + K with drafts): where the releases' long-prefill rules part."""
+    return vllm_release_neutral_configs(release).map(_capped_unchunked)
+
+
+def vllm_cache_aware_configs(release: Release | None = None) -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_release_neutral_configs() under fcfs with prefix caching and a cache-aware
+    window of 2 to 4 (threshold 0: it acts on every step): where 0.34.0 reorders."""
+    return st.builds(_windowed, vllm_release_neutral_configs(release), st.integers(2, 4))
+
+
+def _release_neutral(config: SchedulerConfig) -> SchedulerConfig:
+    neutral = replace(config, cache_aware_admission_window=0, cache_aware_admission_threshold=0.5)
+    if not neutral.enable_chunked_prefill and neutral.long_prefill_token_threshold:
+        neutral = replace(neutral, long_prefill_token_threshold=0)
+    return neutral
+
+
+def _capped_unchunked(config: SchedulerConfig) -> SchedulerConfig:
+    # Chunking off needs a budget of max_model_len (SchedulerConfig). F3's corner (a cap
+    # below 1 + K cutting a padded admission) stays out, as in the defaults: the cap is at
+    # least 1 + K, and where that exceeds max_model_len the config drafts nothing, so a
+    # cap is always there for the rules to part on.
+    if 1 + config.num_speculative_tokens > config.max_model_len:
+        config = replace(
+            config, num_speculative_tokens=0, num_lookahead_tokens=0, pad_spec_decode=False
+        )
+    cap = max(1, config.max_model_len // 2, 1 + config.num_speculative_tokens)
+    return avoid_known_corners(
+        replace(
+            config,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(config.max_num_batched_tokens, config.max_model_len),
+            long_prefill_token_threshold=min(cap, config.max_model_len),
+        )
+    )
+
+
+def _windowed(config: SchedulerConfig, window: int) -> SchedulerConfig:
+    # The window acts only under fcfs (so F2's corner, priority with caching, stays out);
+    # turning prefix caching on moves an EAGLE drafter to n-gram (G1's corner).
+    return avoid_known_corners(
+        replace(
+            config,
+            policy="fcfs",
+            enable_prefix_caching=True,
+            cache_aware_admission_window=window,
+            cache_aware_admission_threshold=0.0,
+        )
+    )
