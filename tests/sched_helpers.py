@@ -21,6 +21,19 @@ def make_config(**overrides: Any) -> SchedulerConfig:
     return SchedulerConfig(**fields)
 
 
+def small_config(**overrides: Any) -> SchedulerConfig:
+    """A 16-block cache of 4-token blocks, a 32-token budget and context, four seats: small
+    enough that a handful of requests contend (the vLLM adapter tests' config)."""
+    fields: dict[str, Any] = {
+        "block_size": 4,
+        "num_blocks": 16,
+        "max_num_batched_tokens": 32,
+        "max_num_seqs": 4,
+        "max_model_len": 32,
+    }
+    return SchedulerConfig(**(fields | overrides))
+
+
 def cache_aware_config(**overrides: Any) -> SchedulerConfig:
     """make_config with cache-aware admission acting from the start: prefix caching, a
     window of 4, a threshold of 0 (it engages in an empty cache), and one seat, so the

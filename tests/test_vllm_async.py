@@ -31,20 +31,10 @@ from schedspec.spec import (
     SchedulerOutput,
 )
 from schedspec.traces.trace import Trace
+from tests.sched_helpers import small_config as config
 
 PH = PLACEHOLDER_TOKEN_ID
 MODES = pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
-
-
-def config(**overrides: Any) -> SchedulerConfig:
-    fields: dict[str, Any] = {
-        "block_size": 4,
-        "num_blocks": 16,
-        "max_num_batched_tokens": 32,
-        "max_num_seqs": 4,
-        "max_model_len": 32,
-    }
-    return SchedulerConfig(**(fields | overrides))
 
 
 def vllm_engine() -> type[Any]:

@@ -9,7 +9,6 @@ VENV_DIR`); they check the installed release's rules against the reference.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, find, given, settings
@@ -36,25 +35,14 @@ from schedspec.properties.strategies.engine_configs import (
     vllm_long_prefill_rule_configs,
     vllm_release_neutral_configs,
 )
-from schedspec.spec import SchedulerConfig
 from schedspec.traces.trace import Trace
+from tests.sched_helpers import small_config as config
 
 V033, V034 = SUPPORTED
 UNSUPPORTED = (
     r"vLLM 0\.35\.0 is installed; schedspec supports 0\.33\.0 to 0\.34\.0 "
     r"\(scripts/install_vllm\.sh --version"
 )
-
-
-def config(**overrides: Any) -> SchedulerConfig:
-    fields: dict[str, Any] = {
-        "block_size": 4,
-        "num_blocks": 16,
-        "max_num_batched_tokens": 32,
-        "max_num_seqs": 4,
-        "max_model_len": 32,
-    }
-    return SchedulerConfig(**(fields | overrides))
 
 
 def installed_vllm() -> Release:
