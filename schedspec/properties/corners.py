@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+from schedspec.spec import SchedulerOutput
 from schedspec.spec.invariants import (
     DraftsTransition,
     ScheduleTransition,
@@ -80,6 +81,11 @@ CORNERS: tuple[Corner, ...] = (
         "cache-aware-reorder",
         "a step whose cache-aware admission moved a waiting request with a deeper cached "
         "prefix ahead (vLLM 0.34.0)",
+    ),
+    Corner(
+        "abort-in-flight",
+        "an abort applied while the step that scheduled the request ran, before its "
+        "output landed (vLLM's abort queue; sglang #34153, vllm #46283's class)",
     ),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
@@ -183,6 +189,14 @@ def count_update(counts: MutableMapping[str, int], t: UpdateTransition) -> None:
         _bump(counts, "stale-output-lands")
     if any(r.sure_to_reach_max_tokens for r in pre.requests.values()):
         _bump(counts, "max-tokens-in-flight")
+
+
+def count_abort_in_flight(
+    counts: MutableMapping[str, int], output: SchedulerOutput, aborts: tuple[str, ...]
+) -> None:
+    """An abort that hit a request of the step about to land (events.Step.aborts)."""
+    if any(rid in output.num_scheduled_tokens for rid in aborts):
+        _bump(counts, "abort-in-flight")
 
 
 def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:

@@ -34,6 +34,12 @@ def tight_kv() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(_tight_kv)
 
 
+def synchronous() -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's configs in sync mode: no step is in flight between engine steps, so
+    only an abort that arrives while a step runs (events.Step.aborts) meets one."""
+    return configs(async_scheduling=False)
+
+
 def fcfs_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
     return configs().filter(lambda c: c.policy == "fcfs").map(_tight_kv)
 
@@ -662,6 +668,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "        self.block_pool.free_blocks(blocks)\n",
         "A request's blocks are freed head first, so its chain's head is evicted first.",
         {"FREE-ORDER", "FREE-ORDER-ABORT"},
+    ),
+    mutant(
+        "aborted-output-lands",
+        "vllm/scheduler.py",
+        "            request = requests.get(request_id)\n"
+        "            if request is None or request is not scheduled.get(request_id):\n"
+        "                return None\n",
+        "            request = scheduled.get(request_id)\n"
+        "            if request is None:\n"
+        "                return None\n",
+        "A step's output lands on a request aborted while the step ran (vLLM applies its "
+        "abort queue just before update_from_output): its tokens are delivered after the "
+        "abort, and a stop frees its blocks a second time.",
+        {"NO-OUTPUT-AFTER-ABORT", "DELIVERY", "CONSERVATION", "NO-LEAK", CRASH},
+        (
+            "            request = requests[rid]\n            was_running",
+            "            request = scheduled[rid]\n            was_running",
+        ),
+        configs=synchronous,
     ),
     mutant(
         "abort-leaks-blocks",
