@@ -267,3 +267,13 @@ def test_s4_sglang_runs_out_of_memory_in_a_prefill_when_aggressive() -> None:
     with pytest.raises(RuntimeError, match="Prefill out of memory"):
         replay(trace, SGLangEngine, "sglang", on_event=lambda index, _: reached.append(index))
     assert reached[-1] == len(trace.events) - 1
+
+
+def test_sglang_demotes_a_stop_past_a_clipped_max_new_tokens_of_0() -> None:
+    """docs/SPEC.md STOP, "A stop past the length cap", found by this file's suite test
+    (seed 20261201): r20's max_new_tokens is clipped to 0 and its one sampled token is a
+    stop; SGLang reports a length finish with nothing delivered, as the reference does
+    (tests/test_request_outputs.py), and both pass the trace."""
+    trace = Trace.load(FINDINGS / "sglang-stop-demoted-to-length-at-zero-budget.json")
+    replay(trace, SGLangEngine, "sglang")
+    assert diff_trace(trace, reference_engine, SGLangEngine, "safety").passed

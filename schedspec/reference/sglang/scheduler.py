@@ -611,6 +611,7 @@ class SGLangScheduler:
         cache its KV and release it (update_finish_state, release_kv_cache)."""
         request = req.request
         sampled = tokens[req.rid]
+        before = request.num_output_tokens
         if request.num_output_placeholders > 0:
             request.num_output_placeholders -= len(sampled)
         for token in sampled:
@@ -619,12 +620,20 @@ class SGLangScheduler:
         if status is not None:
             self.kv.release(req, checkpoint=True)
             self._finish(req, status)
+        # What SGLang hands the user stops at finished_len (output_ids_through_stop):
+        # a stop demoted to the length cap is not delivered.
+        delivered = len(sampled) if req.finished_len is None else req.finished_len - before
         confirmed = request.num_computed_tokens - request.num_in_flight_tokens
-        outputs[req.rid] = RequestOutput(req.rid, tuple(sampled), status, confirmed)
+        outputs[req.rid] = RequestOutput(
+            req.rid, tuple(sampled[: max(0, delivered)]), status, confirmed
+        )
 
     def _update_finish_state(self, req: SGLangReq, sampled: Sequence[int]) -> RequestStatus | None:
         """SGLang's update_finish_state: a pending abort wins, then a stop or EOS
-        token, then reaching max_new_tokens (at least one token is sampled)."""
+        token, then reaching max_new_tokens (at least one token is sampled). A stop
+        past max_new_tokens is a length finish at max_new_tokens: with a clipped
+        max_new_tokens of 0 the one token sampled may be a stop, and SGLang reports
+        FINISH_LENGTH(0) with nothing delivered (_cap_finished_len_at_max_new_tokens)."""
         request = req.request
         if req.to_finish:
             req.to_finish = False
@@ -634,7 +643,11 @@ class SGLangScheduler:
             stops.add(request.eos_token_id)
         for index, token in enumerate(sampled):
             if token in stops:
-                req.finished_len = request.num_output_tokens - len(sampled) + index + 1
+                finished_len = request.num_output_tokens - len(sampled) + index + 1
+                if finished_len > req.max_new_tokens:
+                    req.finished_len = req.max_new_tokens
+                    return RequestStatus.FINISHED_LENGTH_CAPPED
+                req.finished_len = finished_len
                 if token != request.eos_token_id:
                     request.stop_reason = token
                 return RequestStatus.FINISHED_STOPPED
