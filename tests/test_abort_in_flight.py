@@ -80,13 +80,24 @@ def test_vllm_applies_them_between_the_model_and_update_from_output() -> None:
 def test_an_engine_step_that_lands_nothing_applies_them_after_it() -> None:
     """Async: the first engine step only schedules; the abort waits for the engine core's
     input queue, read before the next step. The next step lands the first one, whose
-    output for A then changes nothing."""
+    output for A then changes nothing. A's step was in flight when its abort applied,
+    so this is the corner too."""
     log, checked = run(
         make_config(async_scheduling=True), [ADD_A, ADD_B, Step(aborts=("A",)), Step()]
     )
     assert log.calls == ["schedule", "finish", "schedule", "update"]
     assert set(checked.state.requests) == {"B"}
-    assert not checked.stats.corners.get("abort-in-flight")
+    assert checked.stats.corners.get("abort-in-flight") == 1
+
+
+def test_an_abort_between_steps_with_the_requests_step_in_flight_is_the_corner() -> None:
+    """vLLM's batch queue (async) and SGLang's overlap loop keep a step in flight between
+    engine steps: a plain abort of a request of that step meets it in flight. Synchronous,
+    nothing is in flight between steps, and an abort there is not the corner."""
+    _, pipelined = run(make_config(async_scheduling=True), [ADD_A, ADD_B, Step(), Abort(("A",))])
+    assert pipelined.stats.corners.get("abort-in-flight") == 1
+    _, synchronous = run(make_config(), [ADD_A, ADD_B, Step(), Abort(("A",))])
+    assert not synchronous.stats.corners.get("abort-in-flight")
 
 
 def test_async_vllm_applies_them_before_the_landing_step_update() -> None:

@@ -19,7 +19,7 @@ from schedspec.engines.profiles import choose_profile, claimed_profiles
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.properties import corners
 from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
-from schedspec.spec import SchedulerConfig, State
+from schedspec.spec import SchedulerConfig, SchedulerOutput, State
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -212,8 +212,11 @@ class CheckedEngine:
     def _abort(self, event: Abort) -> list[Violation]:
         return self._finish(event.request_ids)
 
-    def _finish(self, request_ids: tuple[str, ...]) -> list[Violation]:
-        """finish_requests (an abort), between engine steps or inside one (Step.aborts)."""
+    def _finish(
+        self, request_ids: tuple[str, ...], landing: SchedulerOutput | None = None
+    ) -> list[Violation]:
+        """finish_requests (an abort), between engine steps or inside one (Step.aborts;
+        `landing`: the step whose output lands next, already out of the queue)."""
         pre = self.state
         self.engine.finish_requests(request_ids)
         self.state = self._snapshot()
@@ -221,7 +224,15 @@ class CheckedEngine:
             r for r in request_ids if r in pre.requests and r not in self.state.requests
         )
         transition = AbortTransition(pre, request_ids, self.state)
-        return self._run("abort", transition) + self._run("state", self.state)
+        found = self._run("abort", transition) + self._run("state", self.state)
+        if not found:
+            # Any step still in flight counts: vLLM's batch queue and SGLang's overlap
+            # loop both apply an abort that arrives between engine steps with one there.
+            in_flight = [step.output for step in self._in_flight]
+            if landing is not None:
+                in_flight.append(landing)
+            corners.count_abort_in_flight(self.stats.corners, in_flight, request_ids)
+        return found
 
     def _propose(self, event: ProposeDrafts) -> list[Violation]:
         if self.config.async_scheduling:
@@ -297,10 +308,9 @@ class CheckedEngine:
         output = step.output
         model_output = self.model.execute(output, decisions)
         if aborts:
-            found = self._finish(aborts)
+            found = self._finish(aborts, landing=output)
             if found:
                 return found
-            corners.count_abort_in_flight(self.stats.corners, output, aborts)
         pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self._snapshot()

@@ -12,7 +12,7 @@ the V1 scheduler (section 7); each names the bug it guards.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from schedspec.spec import SchedulerOutput
@@ -68,6 +68,11 @@ CORNERS: tuple[Corner, ...] = (
         "drafts proposed for a request in its prefill, which must drop them (PR #30618)",
     ),
     Corner("padded-admission", "an admission padded to 1 + K for spec decode"),
+    Corner(
+        "padding-near-max-model-len",
+        "a one-token admission under spec-decode padding whose padded step and sampled "
+        "token would end on or past max_model_len (#53962)",
+    ),
     Corner(
         "preempted-with-output-in-flight",
         "async: a victim whose step was still in flight (#41190)",
@@ -152,6 +157,8 @@ def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, f
     admitted = t.admitted_ids
     if any(r in spec for r in admitted):
         _bump(counts, "padded-admission")
+    if _padding_near_max_model_len(t, admitted):
+        _bump(counts, "padding-near-max-model-len")
     hits = [
         (rid, computed)
         for rid, computed in t.computed_before.items()
@@ -167,6 +174,24 @@ def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, f
             for b in t.post.requests[rid].block_ids[: computed // bs]
         ):
             _bump(counts, "hit-on-free-block")
+
+
+def _padding_near_max_model_len(t: ScheduleTransition, admitted: Iterable[str]) -> bool:
+    """An admission with a computed prefix and one token left, under padding, where
+    1 + K tokens and the one sampled would reach max_model_len: the boundary at which
+    vLLM padded a resumed request onto max_model_len and crashed (#53962)."""
+    config = t.post.config
+    num_spec = config.num_speculative_tokens
+    if not config.pad_spec_decode or not num_spec:
+        return False
+    for rid in admitted:
+        request = t.pre.requests.get(rid)
+        computed = t.computed_before.get(rid, 0)
+        if request is None or not computed or request.num_tokens - computed != 1:
+            continue
+        if computed + 1 + num_spec + 1 >= config.max_model_len:
+            return True
+    return False
 
 
 def count_update(counts: MutableMapping[str, int], t: UpdateTransition) -> None:
@@ -192,10 +217,13 @@ def count_update(counts: MutableMapping[str, int], t: UpdateTransition) -> None:
 
 
 def count_abort_in_flight(
-    counts: MutableMapping[str, int], output: SchedulerOutput, aborts: tuple[str, ...]
+    counts: MutableMapping[str, int],
+    in_flight: Iterable[SchedulerOutput],
+    aborts: tuple[str, ...],
 ) -> None:
-    """An abort that hit a request of the step about to land (events.Step.aborts)."""
-    if any(rid in output.num_scheduled_tokens for rid in aborts):
+    """An abort that hit a request of a step in flight: between engine steps under
+    vLLM's batch queue or SGLang's overlap loop, or inside one (events.Step.aborts)."""
+    if any(rid in output.num_scheduled_tokens for output in in_flight for rid in aborts):
         _bump(counts, "abort-in-flight")
 
 

@@ -790,6 +790,17 @@ MUTANTS: tuple[Mutant, ...] = (
         configs=spec_decode,
     ),
     mutant(
+        "padding-onto-max-model-len",
+        "sizing.py",
+        "num_computed + 1 + num_spec + 1 > max_model_len:\n",
+        "num_computed + 1 + num_spec > max_model_len:\n",
+        "Padding leaves no room for the token the step samples: a one-token admission near "
+        "the end of its context is padded onto max_model_len (vllm#53962; under async "
+        "scheduling vLLM then scheduled a negative count and crashed). Found only by the "
+        "regime padded-near-max-model-len in the CI profile's default configs.",
+        {"NO-OVERSHOOT"},
+    ),
+    mutant(
         "padding-over-budget-runs-unpadded",
         "vllm/scheduler.py",
         "            if padded < 0:\n                break\n",
