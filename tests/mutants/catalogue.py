@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from schedspec.properties.strategies.configs import configs
 from schedspec.properties.strategies.regimes import cache_aware_reorder
 from schedspec.spec import SchedulerConfig
+from tests.mutants.async_catalogue_review import ASYNC_REVIEW_MUTANTS
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
 # ------------------------------------------------------------------ targeted configs
@@ -882,4 +883,6 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         configs=cache_aware_tight_kv,
     ),
+    # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
+    *ASYNC_REVIEW_MUTANTS,
 )
