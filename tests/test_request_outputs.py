@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from schedspec.adapters.reference import reference_engine
-from schedspec.engines.events import AddRequest
+from schedspec.engines.events import Abort, AddRequest, Step
 from schedspec.engines.fake_model import StepDecisions
 from schedspec.properties.checked_engine import CheckedEngine, replay
 from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus
@@ -129,3 +129,28 @@ def test_the_zero_budget_stop_trace_replays_on_the_reference() -> None:
     trace = Trace.load(FINDINGS / "sglang-stop-demoted-to-length-at-zero-budget.json")
     assert trace.config.family == "sglang"
     replay(trace, reference_engine, "sglang")
+
+
+def test_an_abort_pending_at_a_clipped_max_new_tokens_of_0_delivers_the_token() -> None:
+    """SGLang's overlap loop: r1 (one token, a clip of 0: the pool of 2 pages of 4 leaves
+    8 - 4 - 4 - 1 < 0) is aborted while its step is in flight; when the step lands, the
+    pending abort (to_finish) finishes it before any length check, with no finished_len,
+    so its one token is delivered, reported aborted. STOP's cap does not apply to it
+    (found by a reviewer's run of `check --profile sglang --seed 4`)."""
+    config = make_config(
+        family="sglang",
+        block_size=4,
+        num_blocks=2,
+        max_num_batched_tokens=8,
+        max_num_seqs=1,
+        max_model_len=8,
+        async_scheduling=True,
+    )
+    checked = CheckedEngine.from_factory(reference_engine, config, "sglang")
+    checked.apply(AddRequest("r1", (0,), 1))
+    checked.apply(Step())
+    checked.apply(Abort(("r1",)))
+    pending = checked.state.requests["r1"]
+    assert pending.abort_pending and pending.max_tokens == 1
+    checked.apply(Step())  # the step in flight lands: no violation
+    assert "r1" not in checked.state.requests

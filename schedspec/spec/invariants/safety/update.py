@@ -126,9 +126,10 @@ def _check_reported(
             if is_stop_token
             else RequestStatus.FINISHED_LENGTH_CAPPED
         )
-        # Nothing is delivered past the cap; a stop token past it is a length finish.
+        # Nothing is delivered past the cap; a stop token past it is a length finish. A
+        # pending abort finishes first (SGLang's to_finish), and sets no cap on delivery.
         room = max(0, cap - len(pre.output_token_ids))
-        if kept > room:
+        if kept > room and not pre.abort_pending:
             expected_tokens = sampled[:room]
             expected_status = RequestStatus.FINISHED_LENGTH_CAPPED
     out: list[Violation] = []
