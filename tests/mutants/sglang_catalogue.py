@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from schedspec.properties.strategies.configs import sglang_configs
 from schedspec.spec import SchedulerConfig
 from tests.mutants.mutation import CRASH, Mutant, mutant
+from tests.mutants.sglang_catalogue_review import SGLANG_REVIEW_MUTANTS
 
 LEAK = {"CONSERVATION", "NO-LEAK", "EXCLUSIVE", CRASH}
 
@@ -219,4 +220,6 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         configs=starved_chunks,
         family="sglang",
     ),
+    # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
+    *SGLANG_REVIEW_MUTANTS,
 )
