@@ -28,14 +28,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 # The mutants live in tests/mutants: import them, and schedspec, from this checkout.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from schedspec.campaign.workers import ForkedWorkers, WorkerCrashed, WorkerLost
+from schedspec.engines.registry import load_attribute
 from schedspec.properties.suite import SuiteSettings
-from tests.mutants.catalogue import MUTANTS
 from tests.mutants.mutation import Mutant, SeedVerdict, check_as_a_user
+
+# The catalogues, by family: `--catalogue sglang` runs the SGLang family's seeded bugs
+# under `schedspec check --profile sglang`; any other value is a module:attribute.
+CATALOGUES = {
+    "vllm": "tests.mutants.catalogue:MUTANTS",
+    "sglang": "tests.mutants.sglang_catalogue:SGLANG_MUTANTS",
+}
 
 FIRST_SEED = 1
 
@@ -90,9 +98,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=FIRST_SEED, help="the first seed")
     parser.add_argument("--workers", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--only", nargs="*", default=None, help="mutant ids to run")
+    parser.add_argument(
+        "--catalogue",
+        default="vllm",
+        help="vllm (default), sglang, or module:attribute naming a tuple of Mutants",
+    )
     args = parser.parse_args(argv)
-    mutants = [m for m in MUTANTS if args.only is None or m.id in args.only]
-    unknown = set(args.only or ()) - {m.id for m in MUTANTS}
+    try:
+        found = load_attribute(
+            CATALOGUES.get(args.catalogue, args.catalogue),
+            "--catalogue",
+            "vllm, sglang or module:attribute",
+            "catalogue of mutants",
+        )
+    except ValueError as err:
+        parser.error(str(err))
+    catalogue = tuple(cast("Sequence[Mutant]", found))
+    mutants = [m for m in catalogue if args.only is None or m.id in args.only]
+    unknown = set(args.only or ()) - {m.id for m in catalogue}
     if unknown:
         parser.error(f"unknown mutant ids: {sorted(unknown)}")
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))

@@ -240,14 +240,14 @@ class Driver:
             answer[rid] = given.get(rid, [DEFAULT_TOKEN])
             sampled_at[rid] = request.num_tokens
         model_output = ModelRunnerOutput(sampled_token_ids=answer)
-        self.scheduler.update_from_output(output, model_output)
+        reported = self.scheduler.update_from_output(output, model_output)
         post = self.state
         self.kv_content.on_land(
             ScheduledStep.of(output, scheduled.post), pre, model_output, sampled_at
         )
         self.finished.update(r for r in pre.requests if r not in post.requests)
         return UpdateTransition(
-            pre, output, model_output, post, None, arrivals, sampled_at, self.hashes
+            pre, output, model_output, post, reported, arrivals, sampled_at, self.hashes
         )
 
     def step(

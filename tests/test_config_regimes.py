@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
 
 from hypothesis import given, settings
 
@@ -16,7 +17,9 @@ from schedspec.properties.strategies.regimes import (
     PLAIN_WEIGHT,
     REGIMES,
     SHORT_MAX_MODEL_LEN,
+    SHORTEST_MAX_MODEL_LEN,
     head_of_line,
+    padded_near_max_model_len,
     padded_tight_budget,
     padded_under_a_cap,
     priority_contention,
@@ -136,10 +139,12 @@ def test_every_regime_narrows_any_drawn_config_to_a_legal_one(config: SchedulerC
     # a cross-field bound (budget under the seats, a cap past max_model_len, ...).
     for regime in REGIMES:
         narrowed = regime.narrow(config)
-        # Only padded-under-a-cap shortens the context.
-        shortest = min(config.max_model_len, SHORT_MAX_MODEL_LEN)
-        short = regime.narrow is padded_under_a_cap
-        assert narrowed.max_model_len == (shortest if short else config.max_model_len)
+        # Only the padding regimes near the end of a context shorten it.
+        shortened: dict[Callable[[SchedulerConfig], SchedulerConfig], int] = {
+            padded_under_a_cap: min(config.max_model_len, SHORT_MAX_MODEL_LEN),
+            padded_near_max_model_len: min(config.max_model_len, SHORTEST_MAX_MODEL_LEN),
+        }
+        assert narrowed.max_model_len == shortened.get(regime.narrow, config.max_model_len)
         assert narrowed.async_scheduling == config.async_scheduling
         assert regime.corner in CORNER_NAMES
 
@@ -151,7 +156,7 @@ def test_fixed_modes_survive_the_regimes(config: SchedulerConfig) -> None:
 
 
 def test_default_configs_spend_their_share_in_the_regimes() -> None:
-    # Of 1,100 draws, about 8/21 are priority contention (either cache): the priority
+    # Of 1,100 draws, about 8/24 are priority contention (either cache): the priority
     # policy with eight seats, a cap and chunked prefill on, which plain draws reach far
     # less often.
     counts: Counter[str] = Counter()
@@ -170,9 +175,23 @@ def test_default_configs_spend_their_share_in_the_regimes() -> None:
 
     draw()
     total = PLAIN_WEIGHT + sum(r.weight for r in REGIMES)
-    assert total == 21
+    assert total == 24
     share = counts["contended"] / sum(counts.values())
     assert 0.25 < share < 0.5, counts
+
+
+def test_padded_near_max_model_len_puts_the_longest_prompt_on_the_boundary() -> None:
+    """vllm#53962's corner: with one draft, a repeated longest prompt (max_model_len - 1
+    tokens, all but one cached) needs one token; padded it would be 2 and sample a third,
+    one past max_model_len, so it must run unpadded."""
+    drawn = make_config(max_model_len=96, num_speculative_tokens=3, block_size=16)
+    narrowed = padded_near_max_model_len(drawn)
+    assert narrowed.max_model_len == SHORTEST_MAX_MODEL_LEN
+    assert (narrowed.num_speculative_tokens, narrowed.block_size) == (1, 1)
+    assert narrowed.pad_spec_decode and narrowed.enable_prefix_caching
+    assert narrowed.num_blocks == 3 * SHORTEST_MAX_MODEL_LEN and narrowed.policy == "fcfs"
+    computed = narrowed.max_model_len - 2  # the longest prompt less its last token
+    assert computed + 1 + narrowed.num_speculative_tokens + 1 == narrowed.max_model_len + 1
 
 
 def test_half_the_priority_draws_are_urgent() -> None:

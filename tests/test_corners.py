@@ -117,6 +117,42 @@ def test_a_stop_inside_accepted_drafts_and_drafts_on_a_prefill() -> None:
     assert counts["stop-inside-drafts"] == 1
 
 
+def _repeated_longest_prompt(max_model_len: int) -> int:
+    """Under padding with one draft and blocks of a token: A's prompt runs, then B, the
+    same prompt, is admitted with all but its last token cached (a one-token admission).
+    Returns the tokens scheduled for B, and counts the corner on that admission."""
+    driver = Driver(
+        block_size=1,
+        num_blocks=32,
+        max_num_batched_tokens=8,
+        max_num_seqs=4,
+        max_model_len=max_model_len,
+        num_speculative_tokens=1,
+        pad_spec_decode=True,
+        enable_prefix_caching=True,
+    )
+    prompt = tokens(100, 6)
+    driver.add("A", prompt=prompt, max_tokens=1)
+    driver.step()
+    driver.add("B", prompt=prompt, max_tokens=1)
+    t = driver.schedule()
+    assert t.computed_before["B"] == 5
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    assert counts.get("padding-near-max-model-len", 0) == (max_model_len <= 8)
+    return t.output.num_scheduled_tokens["B"]
+
+
+def test_padding_near_max_model_len() -> None:
+    """vllm#53962's corner: B has 5 tokens computed and 1 to go. Padded (1 + 1) with
+    its sampled token it ends at 8 tokens: past a context of 7, so it runs unpadded;
+    exactly on a context of 8, where it is padded and fits (the boundary vLLM missed by
+    one); the corner counts both. In a context of 9 it is padded and not the corner."""
+    assert _repeated_longest_prompt(7) == 1
+    assert _repeated_longest_prompt(8) == 2
+    assert _repeated_longest_prompt(9) == 2
+
+
 def test_the_table_names_every_corner_and_the_ones_never_reached() -> None:
     lines = format_corners({"preemption": 3})
     assert lines[0].split() == ["corner", "reached", "what"]

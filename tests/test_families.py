@@ -34,7 +34,7 @@ from schedspec.spec.invariants import (
     family_of,
     in_profile,
 )
-from schedspec.traces.trace import Trace, TraceError
+from schedspec.traces.trace import VERSION, Trace, TraceError
 
 SGLANG = SchedulerConfig(
     family="sglang",
@@ -198,7 +198,7 @@ class TestStateAndTraces:
         path = tmp_path / "t.json"
         Trace(config=replace(SGLANG, schedule_conservativeness=0.3), events=()).save(path)
         document = json.loads(path.read_text())
-        assert document["version"] == 4
+        assert document["version"] == VERSION
         loaded = Trace.load(path)
         assert loaded.config.family == "sglang"
         assert loaded.config.schedule_conservativeness == 0.3

@@ -137,6 +137,40 @@ def case_block_filled_by_accepted_drafts_not_registered() -> Case:
     )
 
 
+@cases("CACHE-COMPLETE-UPDATE")
+def case_a_request_that_finishes_on_the_landing_leaves_its_block_unregistered() -> Case:
+    # As above, but 13 is A's EOS: A finishes on the landing. Its kept tokens but the last
+    # have KV (8 of 9), so block 1, filled by the accepted drafts, must carry its hash on
+    # the freed block, for the next request with that prefix to hit.
+    driver = Driver(enable_prefix_caching=True, num_speculative_tokens=2)
+    driver.add("A", prompt=tokens(100, 5), eos_token_id=13)
+    driver.step()
+    driver.propose({"A": [11, 12]})
+    scheduled = driver.schedule()
+    good = driver.update(scheduled, {"A": [11, 12, 13]})
+    assert "A" not in good.post.requests
+    pre = good.pre.requests["A"]
+    block = pre.block_ids[1]
+    assert good.hashes is not None
+    finished = dataclasses.replace(pre, output_token_ids=(*pre.output_token_ids, 11, 12, 13))
+    own = good.hashes.of(finished)[1]
+    assert good.pre.kv.block_hashes[block] is None
+    assert good.post.kv.block_hashes[block] == own
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
+    )
+    return Case(
+        "CACHE-COMPLETE-UPDATE",
+        good,
+        bad,
+        "full block at index 1 not registered",
+        "A",
+        block,
+        own,
+        None,
+    )
+
+
 # ---------------------------------------------------------- CACHE-HIT-LONGEST
 
 

@@ -244,6 +244,18 @@ def case_a_decode_while_a_request_is_chunked() -> Case:
     return Case("SG-PREFILL-FIRST", good, bad, "a decode step while 'a' is chunked")
 
 
+def test_a_decode_beside_a_chunk_held_back_for_want_of_a_block_is_prefill_first() -> None:
+    """docs/SPEC.md "A chunk the pool cannot hold": the decode runs while 'a' is chunked
+    only when the pool had no free or evictable block for its chunk."""
+    good = sglang_decode()
+    chunked = with_policy(good.pre, chunked_request_id="a")
+    assert good.pre.kv.free_block_ids
+    (violation,) = CHECKS["SG-PREFILL-FIRST"](dataclasses.replace(good, pre=chunked))
+    assert violation.message == "a decode step while 'a' is chunked"
+    no_block = dataclasses.replace(chunked, kv=dataclasses.replace(chunked.kv, free_block_ids=()))
+    assert CHECKS["SG-PREFILL-FIRST"](dataclasses.replace(good, pre=no_block)) == []
+
+
 @cases("SG-ONE-CHUNKED")
 def case_a_second_request_mid_prefill() -> Case:
     good = sglang_chunk().state

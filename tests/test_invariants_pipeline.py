@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from schedspec.spec import State
+from schedspec.spec import RequestOutput, State
 from schedspec.spec.invariants import CATALOGUE, ScheduleTransition, UpdateTransition
 from tests.invariant_builders import (
     DEFAULT_TOKEN,
@@ -238,6 +238,45 @@ def case_output_of_the_predecessor_applied_to_a_retried_request() -> Case:
     return Case("DELIVERY", landed, bad, "output of a step not scheduled for this request", "A")
 
 
+# ------------------------------------------------------- NO-OUTPUT-AFTER-ABORT
+
+
+def aborted_while_its_step_ran() -> UpdateTransition:
+    """Sync: A (8-token prompt) and B are scheduled; A is aborted while the step runs
+    (vLLM's abort queue, drained before update_from_output); the step lands. The model
+    answered A too, but only B hears of it."""
+    driver = Driver(max_model_len=64)
+    driver.add("A", 8, max_tokens=5)
+    driver.add("B", 4, max_tokens=5)
+    step = driver.schedule()
+    assert set(step.output.num_scheduled_tokens) == {"A", "B"}
+    driver.abort("A")
+    landed = driver.update(step)
+    assert "A" not in landed.pre.requests and landed.request_outputs is not None
+    assert set(landed.request_outputs) == {"B"}
+    return landed
+
+
+@cases("NO-OUTPUT-AFTER-ABORT")
+def case_output_reported_for_a_request_aborted_while_its_step_ran() -> Case:
+    landed = aborted_while_its_step_ran()
+    assert landed.request_outputs is not None
+    told = {**landed.request_outputs, "A": RequestOutput("A", (DEFAULT_TOKEN,), None)}
+    bad = dataclasses.replace(landed, request_outputs=told)
+    return Case("NO-OUTPUT-AFTER-ABORT", landed, bad, "reported for a finished request", "A")
+
+
+@cases("NO-OUTPUT-AFTER-ABORT")
+def case_aborted_requests_output_reported_to_its_successor() -> Case:
+    """The old A's step lands after the new A arrived: reporting its token names the new
+    A, which never computed it."""
+    landed = retried_while_in_flight()
+    assert not landed.request_outputs
+    told = {"A": RequestOutput("A", (DEFAULT_TOKEN,), None)}
+    bad = dataclasses.replace(landed, request_outputs=told)
+    return Case("NO-OUTPUT-AFTER-ABORT", landed, bad, "to the request that reuses its id", "A")
+
+
 @cases("UPDATE-PIPELINE")
 def case_predecessors_output_resolves_a_placeholder() -> Case:
     landed = retried_while_in_flight()
@@ -295,6 +334,7 @@ def test_pipeline_cases_cover_the_pipeline_invariants() -> None:
         "SCHEDULE-PIPELINE",
         "UPDATE-PIPELINE",
         "DELIVERY",
+        "NO-OUTPUT-AFTER-ABORT",
         "CACHE-CONFIRMED",
     }
     assert cases.ids() == pipeline

@@ -4,14 +4,18 @@ and STOP holds an engine to that report."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from schedspec.adapters.reference import reference_engine
-from schedspec.engines.events import AddRequest
+from schedspec.engines.events import Abort, AddRequest, Step
 from schedspec.engines.fake_model import StepDecisions
-from schedspec.properties.checked_engine import CheckedEngine
+from schedspec.properties.checked_engine import CheckedEngine, replay
 from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus
 from schedspec.spec.invariants import CHECKS, UpdateTransition
+from schedspec.traces.trace import Trace
 from tests.sched_helpers import add, make_config, make_scheduler
+
+FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
 
 
 def test_reference_reports_kept_tokens_and_why_it_finished() -> None:
@@ -68,3 +72,85 @@ def test_rollback_checks_a_finished_requests_reported_computed_count() -> None:
     (violation,) = CHECKS["ROLLBACK"](dataclasses.replace(good, request_outputs={"a": stale}))
     assert violation.message == "reported num_computed_tokens after the output"
     assert (violation.expected, violation.actual) == (3, 4)
+
+
+# SGLang clips this request's max_new_tokens to 0: max_req_len 83 - 77 - 1 = 5 in the
+# context, but the pool (21 pages of 4 = 84 slots) less the paged prompt (80), a page and
+# one gives -1. One token is still sampled.
+ZERO_BUDGET = make_config(
+    family="sglang", block_size=4, num_blocks=21, max_model_len=84, max_num_batched_tokens=128
+)
+
+
+def _zero_budget_stop_transition() -> UpdateTransition:
+    """'z' (77 tokens, EOS 5) samples its EOS at the end of its prefill, with a clipped
+    max_new_tokens of 0."""
+    checked = CheckedEngine.from_factory(reference_engine, ZERO_BUDGET, "sglang")
+    checked.apply(AddRequest("z", tuple(range(10, 87)), 7, eos_token_id=5))
+    output = checked.engine.schedule()
+    mid = checked.engine.snapshot()
+    model_output = checked.model.execute(output, StepDecisions(stops={"z": 5}))
+    reported = checked.engine.update_from_output(output, model_output)
+    return UpdateTransition(mid, output, model_output, checked.engine.snapshot(), reported)
+
+
+def test_sglang_demotes_a_stop_past_a_clipped_max_new_tokens_of_0() -> None:
+    """docs/SPEC.md STOP, "A stop past the length cap": SGLang 0.5.23 matches the EOS at
+    output 1, past its cap of 0, and finishes it FINISH_LENGTH(0), delivering nothing
+    (found by the suite on SGLang: docs/findings/sglang-stop-demoted-to-length-at-zero-
+    budget.json). The reference does the same, STOP expects it, and holds an engine that
+    reports the stop, or delivers the token, to it."""
+    good = _zero_budget_stop_transition()
+    assert good.pre.requests["z"].max_tokens == 1  # the clip, at least one token
+    assert good.request_outputs == {
+        "z": RequestOutput("z", (), RequestStatus.FINISHED_LENGTH_CAPPED, 77)
+    }
+    assert "z" not in good.post.requests
+    assert CHECKS["STOP"](good) == []
+    assert CHECKS["ROLLBACK"](good) == []
+    stopped = RequestOutput("z", (5,), RequestStatus.FINISHED_STOPPED)
+    violations = CHECKS["STOP"](dataclasses.replace(good, request_outputs={"z": stopped}))
+    assert {v.message for v in violations} == {
+        "reported finish status",
+        "reported tokens are not the sampled ones up to the stop",
+    }
+    delivered = RequestOutput("z", (5,), RequestStatus.FINISHED_LENGTH_CAPPED, 78)
+    (violation,) = CHECKS["STOP"](dataclasses.replace(good, request_outputs={"z": delivered}))
+    assert "up to the stop" in violation.message
+    # The same stop under vLLM's rule (max_tokens 1 is the cap): a plain stop.
+    as_vllm = dataclasses.replace(good.post.config, family="vllm")
+    vllm = dataclasses.replace(good, post=dataclasses.replace(good.post, config=as_vllm))
+    assert CHECKS["STOP"](dataclasses.replace(vllm, request_outputs={"z": stopped})) == []
+
+
+def test_the_zero_budget_stop_trace_replays_on_the_reference() -> None:
+    """The trace the suite found it with (SGLang 0.5.23, seed 20261201) passes the
+    reference under the sglang profile; tests/test_sglang_adapter.py replays it on SGLang."""
+    trace = Trace.load(FINDINGS / "sglang-stop-demoted-to-length-at-zero-budget.json")
+    assert trace.config.family == "sglang"
+    replay(trace, reference_engine, "sglang")
+
+
+def test_an_abort_pending_at_a_clipped_max_new_tokens_of_0_delivers_the_token() -> None:
+    """SGLang's overlap loop: r1 (one token, a clip of 0: the pool of 2 pages of 4 leaves
+    8 - 4 - 4 - 1 < 0) is aborted while its step is in flight; when the step lands, the
+    pending abort (to_finish) finishes it before any length check, with no finished_len,
+    so its one token is delivered, reported aborted. STOP's cap does not apply to it
+    (found by a reviewer's run of `check --profile sglang --seed 4`)."""
+    config = make_config(
+        family="sglang",
+        block_size=4,
+        num_blocks=2,
+        max_num_batched_tokens=8,
+        max_num_seqs=1,
+        max_model_len=8,
+        async_scheduling=True,
+    )
+    checked = CheckedEngine.from_factory(reference_engine, config, "sglang")
+    checked.apply(AddRequest("r1", (0,), 1))
+    checked.apply(Step())
+    checked.apply(Abort(("r1",)))
+    pending = checked.state.requests["r1"]
+    assert pending.abort_pending and pending.max_tokens == 1
+    checked.apply(Step())  # the step in flight lands: no violation
+    assert "r1" not in checked.state.requests

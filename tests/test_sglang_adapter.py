@@ -261,9 +261,24 @@ def test_s4_sglang_runs_out_of_memory_in_a_prefill_when_aggressive() -> None:
     """docs/FINDINGS.md S4, found by `check --long --profile sglang --seed 11` on the
     reference: with schedule_conservativeness 0.1 the admitted requests' decodes and a
     chunked prefill outgrow the pool, and SGLang raises in the prefill's allocation at
-    the trace's last step, as the reference does (tests/test_sglang_reference.py)."""
+    the trace's last step. The reference cuts the chunk to what the pool holds there
+    (tests/test_sglang_reference.py), so the lockstep diff reports SGLang's crash, at
+    that event, as the right engine's failure."""
     trace = Trace.load(FINDINGS / "sglang-prefill-out-of-memory-when-aggressive.json")
     reached: list[int] = []
     with pytest.raises(RuntimeError, match="Prefill out of memory"):
         replay(trace, SGLangEngine, "sglang", on_event=lambda index, _: reached.append(index))
     assert reached[-1] == len(trace.events) - 1
+    result = diff_trace(trace, reference_engine, SGLangEngine, "sglang")
+    assert result.side == "right" and result.divergence is None
+    assert "Prefill out of memory" in str(result.error)
+
+
+def test_sglang_demotes_a_stop_past_a_clipped_max_new_tokens_of_0() -> None:
+    """docs/SPEC.md STOP, "A stop past the length cap", found by this file's suite test
+    (seed 20261201): r20's max_new_tokens is clipped to 0 and its one sampled token is a
+    stop; SGLang reports a length finish with nothing delivered, as the reference does
+    (tests/test_request_outputs.py), and both pass the trace."""
+    trace = Trace.load(FINDINGS / "sglang-stop-demoted-to-length-at-zero-budget.json")
+    replay(trace, SGLangEngine, "sglang")
+    assert diff_trace(trace, reference_engine, SGLangEngine, "safety").passed

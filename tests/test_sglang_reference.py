@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import Step
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.reference import SGLangScheduler
 from schedspec.spec import RequestStatus, SchedulerConfig
@@ -456,11 +457,14 @@ class TestTheDoor:
         assert request.max_tokens == 12
 
 
-def test_s4_the_reference_runs_out_of_memory_where_sglang_does() -> None:
-    """docs/FINDINGS.md S4: under schedule_conservativeness 0.1, at the trace's last step
-    one free page is left for r62's next chunk and the decodes beside it; the reference
-    raises in the prefill's allocation, as SGLang 0.5.23 does at the same step
-    (tests/test_sglang_adapter.py replays it there)."""
+def test_s4_the_reference_cuts_the_chunk_where_sglang_runs_out_of_memory() -> None:
+    """docs/FINDINGS.md S4, docs/SPEC.md "A chunk the pool cannot hold": under
+    schedule_conservativeness 0.1, at the trace's last step one free page (2 slots) is
+    left and r62 has 3 prompt tokens to go. The reservations leave nothing, so SGLang
+    0.5.23 takes the whole rest (2 pages) and raises "Prefill out of memory"
+    (tests/test_sglang_adapter.py replays it there). The reference cuts the chunk to the
+    one page the pool can give, decodes the running requests beside it (mixed), holds
+    every invariant of the sglang profile, and finishes every request."""
     trace = Trace.load(FINDINGS / "sglang-prefill-out-of-memory-when-aggressive.json")
     checked = CheckedEngine.from_factory(reference_engine, trace.config, "sglang", trace.model)
     *before, last = trace.events
@@ -468,5 +472,81 @@ def test_s4_the_reference_runs_out_of_memory_where_sglang_does() -> None:
         checked.apply(event)
     assert len(checked.state.kv.free_block_ids) == 1
     assert checked.state.config.schedule_conservativeness == 0.1
-    with pytest.raises(RuntimeError, match="Prefill out of memory"):
-        checked.apply(last)
+    r62 = checked.state.requests["r62"]
+    assert (r62.num_computed_tokens, len(r62.prompt_token_ids)) == (62, 65)
+    checked.apply(last)
+    assert checked.state.requests["r62"].num_computed_tokens == 64  # one page of 2
+    assert checked.state.sglang is not None and checked.state.sglang.last_batch_kind == "mixed"
+    for _ in range(20):
+        checked.apply(Step())
+    assert not checked.state.requests
+
+
+def test_s4_a_chunk_with_no_page_to_go_to_is_held_back_while_the_decode_fits() -> None:
+    """docs/SPEC.md "A chunk the pool cannot hold", a worked example (found by a search
+    over small configs): pages of 2, 37 pages, chunks of 3, conservativeness 0.1, mixed
+    chunks; r0 (4 tokens, 35 new) decodes beside r1's chunks (48 tokens). Step 25's mixed
+    step takes the last free page. At step 26 r1's chunk (page-aligned, 46 tokens done)
+    could get no slot, so it is held back (SGLang would take a whole chunk and raise),
+    nothing is admitted, and r0 decodes into the free slot of its last page; r1 stays
+    the chunked request. At step 27 r0's decode needs a page: r1, held back again and
+    with no outputs, is the first victim (22 pages freed) and r0 decodes."""
+    config = replace(
+        BASE,
+        block_size=2,
+        num_blocks=37,
+        max_num_batched_tokens=3,
+        max_num_seqs=3,
+        max_model_len=74,
+        enable_prefix_caching=False,
+        schedule_conservativeness=0.1,
+        enable_mixed_chunk=True,
+    )
+    events: dict[int, list[Event]] = {
+        1: [("add", "r0", prompt(0, 4), 35)],
+        2: [("add", "r1", prompt(1, 48), 14)],
+    }
+    driver = Driver(config)
+    rows = driver.run(events, 28)
+    assert [(r.batch, r.scheduled, r.chunked, r.waiting, r.slots[0]) for r in rows[25:28]] == [
+        ("mixed", {"r1": 2, "r0": 1}, "r1", (), 0),
+        ("decode", {"r0": 1}, "r1", (), 0),  # held back; r0 fits its last page
+        ("decode", {"r0": 1}, None, ("r1",), 44),  # held back, then retracted
+    ]
+    assert driver.outputs[26].preempted_req_ids == frozenset()
+    assert driver.outputs[27].preempted_req_ids == frozenset({"r1"})
+
+
+def test_s4_a_held_back_chunk_is_the_first_victim_of_a_decode_that_does_not_fit() -> None:
+    """docs/SPEC.md "A chunk the pool cannot hold", a worked example (found by a search
+    over small configs): 38 slots, chunks of 2, conservativeness 0.1, mixed chunks; r0
+    (11 tokens, 27 new) decodes beside r1's chunks (18 tokens). At step 20 one slot is
+    left: r1's chunk is cut to it (SGLang takes 2 and raises) and r0's decode no longer
+    fits beside it. At step 21 r1's chunk has no slot, so it is held back, and r0's decode
+    does not fit either: r1, which holds 17 slots and has no outputs, is retracted first
+    (to the back of the queue, the ratio jumping as after any retraction), and r0 decodes.
+    Without that, SGLang's rule for a lone decode that does not fit would abort r0."""
+    config = replace(
+        BASE,
+        num_blocks=38,
+        max_num_batched_tokens=2,
+        max_num_seqs=2,
+        max_model_len=38,
+        enable_prefix_caching=False,
+        schedule_conservativeness=0.1,
+        enable_mixed_chunk=True,
+    )
+    events: dict[int, list[Event]] = {
+        1: [("add", "r0", prompt(0, 11), 27)],
+        2: [("add", "r1", prompt(1, 18), 2)],
+    }
+    driver = Driver(config)
+    rows = driver.run(events, 23)
+    assert [(r.batch, r.scheduled, r.chunked, r.slots[0]) for r in rows[19:22]] == [
+        ("mixed", {"r1": 1, "r0": 1}, "r1", 1),
+        ("extend", {"r1": 1}, "r1", 0),  # cut to the last slot; no room for r0's decode
+        ("decode", {"r0": 1}, None, 13),  # r1 held back, then retracted
+    ]
+    assert rows[21].waiting == ("r1",) and rows[21].ratio == 1.0
+    assert driver.outputs[21].preempted_req_ids == frozenset({"r1"})
+    assert driver.requests["r1"].status is RequestStatus.PREEMPTED

@@ -196,6 +196,7 @@ def test_packed_fields_unpack_least_significant_first() -> None:
     )
     assert cancel_action(77, 8 + 9 * 3) == CancelAction(pick=77, unknown=3, then_steps=8)
     assert cancel_action(77, 8 + 9 * 3 + 9 * 4) == CancelAction(77, 3, 8, retry=True)
+    assert cancel_action(77, 8 + 9 * 8) == CancelAction(77, 0, 8, in_flight=True)
     assert drafts_action(2 + 9 * 7) == DraftsAction(count=7, then_steps=2)
     assert MAX_STEPS_AFTER_EVENT == 8  # the 9 above
 

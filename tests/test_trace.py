@@ -147,11 +147,11 @@ def test_a_version_1_trace_replays_as_a_synchronous_one() -> None:
     replay(loaded, reference_engine, "vllm-v1")
 
 
-def test_the_repositorys_version_1_traces_still_load() -> None:
+def test_the_repositorys_traces_of_every_version_still_load() -> None:
     paths = sorted((REPO / "docs" / "findings").glob("*.json"))
     assert paths
     for path in paths:
-        assert json.loads(path.read_text())["version"] in (1, 2, 3, 4)
+        assert json.loads(path.read_text())["version"] in range(1, VERSION + 1)
         Trace.load(path)
 
 
@@ -215,8 +215,8 @@ def test_a_version_4_trace_keeps_its_release_knobs() -> None:
         cache_aware_admission_threshold=0.25,
     )
     trace = dataclasses.replace(_trace(), config=config)
-    document = trace.to_json()
-    assert document["version"] == VERSION == 4
+    document = {**trace.to_json(), "version": 4}  # a version 4 file: steps without aborts
+    assert VERSION == 5
     assert trace_from_json(document) == trace
     replay(trace, reference_engine, "vllm-v1")
 

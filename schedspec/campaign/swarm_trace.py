@@ -115,6 +115,8 @@ def drive(engine: EngineAdapter, trace: Trace) -> Iterator[int]:
             proposals = {rid: model.drafts_for(rid, n) for rid, n in event.num_drafts.items()}
             engine.update_draft_token_ids(proposals)
         elif isinstance(event, Step):
+            if event.aborts:
+                raise ValueError("drive: a swarm trace has no aborts in flight")
             output = engine.schedule()
             engine.update_from_output(output, model.execute(output, event.decisions))
             yield 1

@@ -42,9 +42,19 @@ class ProposeDrafts:
 
 @dataclass(frozen=True)
 class Step:
-    """schedule(), the model's output for it (shaped by these decisions), update_from_output()."""
+    """schedule(), the model's output for it (shaped by these decisions), update_from_output().
+
+    `aborts` arrive while the step's model runs, and the engine's own loop applies them
+    where it does. vLLM's engine core drains its abort queue just before
+    update_from_output of the step that lands (`EngineCore.step` and
+    `step_with_batch_queue` alike): the aborted requests' blocks are freed with their
+    step's output still to land. In an engine step that lands nothing, and in an SGLang
+    family engine (whose loop takes aborts only at the start of an iteration), they
+    apply after the step, as an Abort event would.
+    """
 
     decisions: StepDecisions = field(default_factory=StepDecisions)
+    aborts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

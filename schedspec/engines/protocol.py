@@ -42,7 +42,9 @@ class EngineAdapter(Protocol):
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None: ...
 
     def finish_requests(self, request_ids: Iterable[str]) -> None:
-        """Abort these requests; unknown or finished ids are ignored."""
+        """Abort these requests; unknown or finished ids are ignored. Called between
+        engine steps, and for a vLLM-family engine also between a step's schedule() and
+        its update_from_output() (the abort queue vLLM drains there: events.Step)."""
 
     def snapshot(self) -> State:
         """The engine's state seen through the spec (the refinement mapping)."""

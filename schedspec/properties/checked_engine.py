@@ -19,7 +19,7 @@ from schedspec.engines.profiles import choose_profile, claimed_profiles
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.properties import corners
 from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
-from schedspec.spec import SchedulerConfig, State
+from schedspec.spec import SchedulerConfig, SchedulerOutput, State
 from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
@@ -210,14 +210,29 @@ class CheckedEngine:
         )
 
     def _abort(self, event: Abort) -> list[Violation]:
+        return self._finish(event.request_ids)
+
+    def _finish(
+        self, request_ids: tuple[str, ...], landing: SchedulerOutput | None = None
+    ) -> list[Violation]:
+        """finish_requests (an abort), between engine steps or inside one (Step.aborts;
+        `landing`: the step whose output lands next, already out of the queue)."""
         pre = self.state
-        self.engine.finish_requests(event.request_ids)
+        self.engine.finish_requests(request_ids)
         self.state = self._snapshot()
         self._finished_since_schedule.update(
-            r for r in event.request_ids if r in pre.requests and r not in self.state.requests
+            r for r in request_ids if r in pre.requests and r not in self.state.requests
         )
-        transition = AbortTransition(pre, event.request_ids, self.state)
-        return self._run("abort", transition) + self._run("state", self.state)
+        transition = AbortTransition(pre, request_ids, self.state)
+        found = self._run("abort", transition) + self._run("state", self.state)
+        if not found:
+            # Any step still in flight counts: vLLM's batch queue and SGLang's overlap
+            # loop both apply an abort that arrives between engine steps with one there.
+            in_flight = [step.output for step in self._in_flight]
+            if landing is not None:
+                in_flight.append(landing)
+            corners.count_abort_in_flight(self.stats.corners, in_flight, request_ids)
+        return found
 
     def _propose(self, event: ProposeDrafts) -> list[Violation]:
         if self.config.async_scheduling:
@@ -236,7 +251,10 @@ class CheckedEngine:
         """One engine step, in the engine core's order (pipeline.BatchQueue): schedule
         (a synchronous step always does), then land the oldest step in flight once the
         queue is full or nothing more can be scheduled. The step's decisions shape the
-        output that lands."""
+        output that lands; its aborts apply where the engine's loop applies them
+        (events.Step): in vLLM's, just before the landing step's update_from_output,
+        otherwise after the step."""
+        at_landing = event.aborts if self.config.family == "vllm" else ()
         queue = self._in_flight
         if queue.schedules(self._has_requests()):
             scheduled, found = self._schedule()
@@ -244,10 +262,13 @@ class CheckedEngine:
                 return found  # the model cannot answer an output that broke the rules
             executed = scheduled.output.total_num_scheduled_tokens > 0
             if not queue.push(scheduled, executed, self._has_requests()):
-                return []
+                return self._finish(event.aborts) if event.aborts else []
         elif not queue:
-            return []
-        return self._land(queue.pop(), event.decisions)
+            return self._finish(event.aborts) if event.aborts else []
+        found = self._land(queue.pop(), event.decisions, at_landing)
+        if found or not event.aborts or at_landing:
+            return found
+        return self._finish(event.aborts)
 
     def _has_requests(self) -> bool:
         """vLLM's has_requests: unfinished requests, or finished ones not yet reported."""
@@ -279,10 +300,17 @@ class CheckedEngine:
             deferred = self._kv_content.on_schedule(scheduled)
         return ScheduledStep.of(output, mid, deferred), found
 
-    def _land(self, step: ScheduledStep, decisions: StepDecisions) -> list[Violation]:
-        """Run the model on the oldest step in flight and apply its output."""
+    def _land(
+        self, step: ScheduledStep, decisions: StepDecisions, aborts: tuple[str, ...] = ()
+    ) -> list[Violation]:
+        """Run the model on the oldest step in flight, apply the aborts that arrived while
+        it ran, then apply its output."""
         output = step.output
         model_output = self.model.execute(output, decisions)
+        if aborts:
+            found = self._finish(aborts, landing=output)
+            if found:
+                return found
         pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self._snapshot()

@@ -12,9 +12,10 @@ the V1 scheduler (section 7); each names the bug it guards.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
+from schedspec.spec import SchedulerOutput
 from schedspec.spec.invariants import (
     DraftsTransition,
     ScheduleTransition,
@@ -68,6 +69,11 @@ CORNERS: tuple[Corner, ...] = (
     ),
     Corner("padded-admission", "an admission padded to 1 + K for spec decode"),
     Corner(
+        "padding-near-max-model-len",
+        "a one-token admission under spec-decode padding whose padded step and sampled "
+        "token would end on or past max_model_len (#53962)",
+    ),
+    Corner(
         "preempted-with-output-in-flight",
         "async: a victim whose step was still in flight (#41190)",
     ),
@@ -80,6 +86,11 @@ CORNERS: tuple[Corner, ...] = (
         "cache-aware-reorder",
         "a step whose cache-aware admission moved a waiting request with a deeper cached "
         "prefix ahead (vLLM 0.34.0)",
+    ),
+    Corner(
+        "abort-in-flight",
+        "an abort applied while the step that scheduled the request ran, before its "
+        "output landed (vLLM's abort queue; sglang #34153, vllm #46283's class)",
     ),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
@@ -146,6 +157,8 @@ def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, f
     admitted = t.admitted_ids
     if any(r in spec for r in admitted):
         _bump(counts, "padded-admission")
+    if _padding_near_max_model_len(t, admitted):
+        _bump(counts, "padding-near-max-model-len")
     hits = [
         (rid, computed)
         for rid, computed in t.computed_before.items()
@@ -161,6 +174,24 @@ def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, f
             for b in t.post.requests[rid].block_ids[: computed // bs]
         ):
             _bump(counts, "hit-on-free-block")
+
+
+def _padding_near_max_model_len(t: ScheduleTransition, admitted: Iterable[str]) -> bool:
+    """An admission with a computed prefix and one token left, under padding, where
+    1 + K tokens and the one sampled would reach max_model_len: the boundary at which
+    vLLM padded a resumed request onto max_model_len and crashed (#53962)."""
+    config = t.post.config
+    num_spec = config.num_speculative_tokens
+    if not config.pad_spec_decode or not num_spec:
+        return False
+    for rid in admitted:
+        request = t.pre.requests.get(rid)
+        computed = t.computed_before.get(rid, 0)
+        if request is None or not computed or request.num_tokens - computed != 1:
+            continue
+        if computed + 1 + num_spec + 1 >= config.max_model_len:
+            return True
+    return False
 
 
 def count_update(counts: MutableMapping[str, int], t: UpdateTransition) -> None:
@@ -183,6 +214,17 @@ def count_update(counts: MutableMapping[str, int], t: UpdateTransition) -> None:
         _bump(counts, "stale-output-lands")
     if any(r.sure_to_reach_max_tokens for r in pre.requests.values()):
         _bump(counts, "max-tokens-in-flight")
+
+
+def count_abort_in_flight(
+    counts: MutableMapping[str, int],
+    in_flight: Iterable[SchedulerOutput],
+    aborts: tuple[str, ...],
+) -> None:
+    """An abort that hit a request of a step in flight: between engine steps under
+    vLLM's batch queue or SGLang's overlap loop, or inside one (events.Step.aborts)."""
+    if any(rid in output.num_scheduled_tokens for output in in_flight for rid in aborts):
+        _bump(counts, "abort-in-flight")
 
 
 def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:

@@ -124,6 +124,8 @@ def format_event(event: Event) -> str:
             text += " stops: " + _ids_counts(decided.stops)
         if decided.accepted:
             text += " accepted: " + _ids_counts(decided.accepted)
+        if event.aborts:
+            text += " aborts in flight: " + ", ".join(repr(r) for r in event.aborts)
         return text
     return "drain (step with no arrivals until nothing is unfinished)"
 

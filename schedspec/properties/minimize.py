@@ -107,12 +107,16 @@ def minimize_on(
 
 
 def _simpler(events: list[Event], index: int) -> list[list[Event]]:
-    """Candidates one change simpler at `index`: without it, or (a step) with default decisions."""
+    """Candidates one change simpler at `index`: without it, or (a step) a plain one, or
+    one with default decisions that keeps its aborts in flight."""
     without = events[:index] + events[index + 1 :]
     event = events[index]
-    if isinstance(event, Step) and event != Step():
-        return [without, [*events[:index], Step(), *events[index + 1 :]]]
-    return [without]
+    if not isinstance(event, Step) or event == Step():
+        return [without]
+    plainer = [Step()]
+    if event.aborts and event != Step(aborts=event.aborts):
+        plainer.append(Step(aborts=event.aborts))
+    return [without, *([*events[:index], step, *events[index + 1 :]] for step in plainer)]
 
 
 # The knobs that switch a feature on or set a policy, each with its default: the sizes

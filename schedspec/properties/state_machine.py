@@ -176,17 +176,18 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.next_id += 1
 
     def cancel(self, action: CancelAction) -> None:
-        """Abort a live request (now and then with an unknown id, which is ignored);
-        with action.retry, send the aborted request again under its id at once: under
-        async scheduling the old request's step may still be in flight, and its output
-        must not reach the new one (DELIVERY)."""
+        """Abort a live request (now and then with an unknown id, which is ignored),
+        between engine steps or, with action.in_flight, while one runs (the engine's
+        loop applies it: vLLM's just before that step's output lands); with
+        action.retry, send the aborted request again under its id at once: its step may
+        still be in flight, and its output must not reach the new one (DELIVERY)."""
         requests = self.engine().state.requests
         live = sorted(requests)
         picked = requests[live[action.pick % len(live)]] if live else None
         ids = (picked.request_id,) if picked is not None else ()
         if action.unknown == 3 or not ids:
             ids = (*ids, "no-such-request")
-        self.apply(Abort(ids))
+        self.apply(Step(aborts=ids) if action.in_flight else Abort(ids))
         if action.retry and picked is not None:
             self.apply(resent(picked))
         self._steps(action.then_steps)

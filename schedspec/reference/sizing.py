@@ -134,6 +134,7 @@ def sure_to_reach_max_tokens(
     Supports: MAX-TOKENS.
     pre: computed >= 0 and placeholders >= 0 and prompt >= 1 and max_tokens >= 1
     post: not __return__ or placeholders > 0
+    post: not __return__ or computed + 1 - (placeholders - 1) >= prompt + max_tokens
     post: __return__ or placeholders == 0 or computed + 2 < prompt + max_tokens + placeholders
     """
     return placeholders > 0 and computed + 2 - placeholders >= prompt + max_tokens

@@ -39,9 +39,11 @@ FORMAT = "schedspec-trace"
 # was recorded under vLLM 0.33.0's rules, so a vLLM-family one loads with
 # long_prefill_needs_chunked_prefill=False (the cap applied with chunked prefill off
 # too) and replays as it was recorded; the cache-aware knobs keep their defaults
-# (window 0: off, as before 0.34.0).
-VERSION = 4
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+# (window 0: off, as before 0.34.0). Version 5 added a step's aborts in flight (the
+# step event's "aborts": engines/events.py Step); an older trace has none.
+VERSION = 5
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+STEP_ABORTS_SINCE_VERSION = 5
 # Config fields an older trace cannot carry (they did not exist), by the version
 # that added them.
 _FIELD_SINCE_VERSION: dict[str, int] = {
@@ -135,11 +137,14 @@ def _event_to_json(event: Event) -> dict[str, Any]:
     if isinstance(event, ProposeDrafts):
         return {"op": "propose_drafts", "num_drafts": dict(event.num_drafts)}
     if isinstance(event, Step):
-        return {
+        step: dict[str, Any] = {
             "op": "step",
             "stops": dict(event.decisions.stops),
             "accepted": dict(event.decisions.accepted),
         }
+        if event.aborts:  # written only where there are some: most steps have none
+            step["aborts"] = list(event.aborts)
+        return step
     return {"op": "drain"}
 
 
@@ -175,9 +180,10 @@ class _Bounds:
     token ids, one of max_model_len tokens), but never longer than that; drafts and
     accepted drafts at most num_speculative_tokens; stop tokens real token ids."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, version: int) -> None:
         self.max_prompt = config.max_model_len
         self.max_drafts = config.num_speculative_tokens
+        self.version = version
 
     def prompt(self, value: Any) -> bool:
         return isinstance(value, list) and len(value) <= self.max_prompt and _all_ints(value)
@@ -210,6 +216,11 @@ def _is_str_map(value: Any, is_value: Callable[[Any], bool]) -> bool:
 
 
 STOPS_WHAT = "an object of token ids in [0, 2**63)"
+STR_LIST_WHAT = "a list of strings"
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, str) for i in value)
 
 
 def _event_from_json(record: Any, where: str, bounds: _Bounds) -> Event:
@@ -237,21 +248,17 @@ def _event_from_json(record: Any, where: str, bounds: _Bounds) -> Event:
             priority=_field(record, "priority", where, _is_int, "an int", 0),
         )
     if op == "abort":
-        ids = _field(
-            record,
-            "request_ids",
-            where,
-            lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
-            "a list of strings",
-        )
-        return Abort(tuple(ids))
+        return Abort(tuple(_field(record, "request_ids", where, _is_str_list, STR_LIST_WHAT)))
     if op == "propose_drafts":
         counts = _field(record, "num_drafts", where, bounds.drafts, bounds.drafts_what())
         return ProposeDrafts(dict(counts))
     if op == "step":
         stops = _field(record, "stops", where, bounds.stops, STOPS_WHAT, {})
         accepted = _field(record, "accepted", where, bounds.drafts, bounds.drafts_what(), {})
-        return Step(StepDecisions(stops=dict(stops), accepted=dict(accepted)))
+        if "aborts" in record and bounds.version < STEP_ABORTS_SINCE_VERSION:
+            raise TraceError(f"{where}.aborts", f"not a field of version {bounds.version} traces")
+        aborts = _field(record, "aborts", where, _is_str_list, STR_LIST_WHAT, [])
+        return Step(StepDecisions(stops=dict(stops), accepted=dict(accepted)), tuple(aborts))
     if op == "drain":
         return Drain()
     raise TraceError(f"{where}.op", f"unknown event {shown(op)}")
@@ -304,7 +311,7 @@ def trace_from_json(document: Any) -> Trace:
         ),
     )
     raw_events = _field(document, "events", "trace", lambda v: isinstance(v, list), "a list")
-    bounds = _Bounds(config)
+    bounds = _Bounds(config, version)
     events = tuple(_event_from_json(e, f"events[{i}]", bounds) for i, e in enumerate(raw_events))
     note = _field(document, "note", "trace", _is_str, "a string", "")
     return Trace(config=config, events=events, model=model, note=note)

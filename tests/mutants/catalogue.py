@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from schedspec.properties.strategies.configs import configs
 from schedspec.properties.strategies.regimes import cache_aware_reorder
 from schedspec.spec import SchedulerConfig
+from tests.mutants.async_catalogue_review import ASYNC_REVIEW_MUTANTS
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
 # ------------------------------------------------------------------ targeted configs
@@ -32,6 +33,12 @@ def _tight_kv(config: SchedulerConfig) -> SchedulerConfig:
 
 def tight_kv() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(_tight_kv)
+
+
+def synchronous() -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's configs in sync mode: no step is in flight between engine steps, so
+    only an abort that arrives while a step runs (events.Step.aborts) meets one."""
+    return configs(async_scheduling=False)
 
 
 def fcfs_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
@@ -664,6 +671,25 @@ MUTANTS: tuple[Mutant, ...] = (
         {"FREE-ORDER", "FREE-ORDER-ABORT"},
     ),
     mutant(
+        "aborted-output-lands",
+        "vllm/scheduler.py",
+        "            request = requests.get(request_id)\n"
+        "            if request is None or request is not scheduled.get(request_id):\n"
+        "                return None\n",
+        "            request = scheduled.get(request_id)\n"
+        "            if request is None:\n"
+        "                return None\n",
+        "A step's output lands on a request aborted while the step ran (vLLM applies its "
+        "abort queue just before update_from_output): its tokens are delivered after the "
+        "abort, and a stop frees its blocks a second time.",
+        {"NO-OUTPUT-AFTER-ABORT", "DELIVERY", "CONSERVATION", "NO-LEAK", CRASH},
+        (
+            "            request = requests[rid]\n            was_running",
+            "            request = scheduled[rid]\n            was_running",
+        ),
+        configs=synchronous,
+    ),
+    mutant(
         "abort-leaks-blocks",
         "vllm/scheduler.py",
         "            request.status = RequestStatus.FINISHED_ABORTED\n"
@@ -765,6 +791,17 @@ MUTANTS: tuple[Mutant, ...] = (
         configs=spec_decode,
     ),
     mutant(
+        "padding-onto-max-model-len",
+        "sizing.py",
+        "num_computed + 1 + num_spec + 1 > max_model_len:\n",
+        "num_computed + 1 + num_spec > max_model_len:\n",
+        "Padding leaves no room for the token the step samples: a one-token admission near "
+        "the end of its context is padded onto max_model_len (vllm#53962; under async "
+        "scheduling vLLM then scheduled a negative count and crashed). Found only by the "
+        "regime padded-near-max-model-len in the CI profile's default configs.",
+        {"NO-OVERSHOOT"},
+    ),
+    mutant(
         "padding-over-budget-runs-unpadded",
         "vllm/scheduler.py",
         "            if padded < 0:\n                break\n",
@@ -846,4 +883,6 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         configs=cache_aware_tight_kv,
     ),
+    # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
+    *ASYNC_REVIEW_MUTANTS,
 )

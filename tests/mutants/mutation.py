@@ -283,17 +283,19 @@ def check_as_a_user(
     mutant: Mutant, root: Path, seed: int, settings: SuiteSettings | None = None
 ) -> SeedVerdict:
     """What `schedspec check --engine MUTANT --seed SEED --no-shrink` finds: the profile
-    the engine claims, the suite's default configs (never the mutant's targeted ones)
-    and the CI profile's sizes unless told otherwise. A counterexample must pass on the
-    real reference, or the kill is the suite's false alarm (F)."""
-    factory = engine_factory(build_mutant_package(mutant, root))
+    of the mutant's family (vllm-v1, sglang), that family's default configs (never the
+    mutant's targeted ones) and the CI profile's sizes unless told otherwise. A
+    counterexample must pass on the real reference, or the kill is the suite's false
+    alarm (F)."""
+    factory = engine_factory(build_mutant_package(mutant, root), mutant.family)
+    profile = FAMILY_PROFILES[mutant.family]
     chosen = dataclasses.replace(settings or SuiteSettings.quick(), seed=seed, shrink=False)
-    result = run_suite(factory, "vllm-v1", chosen)
+    result = run_suite(factory, profile, chosen)
     steps = result.stats.steps
     if result.passed:
         return SeedVerdict(".", (), steps, "")
     if result.trace is not None:
-        false_alarm = reference_failure(result.trace)
+        false_alarm = reference_failure(result.trace, profile)
         if false_alarm is not None:
             return SeedVerdict("F", (), steps, false_alarm)
     if result.error is not None:

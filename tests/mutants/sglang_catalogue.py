@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from schedspec.properties.strategies.configs import sglang_configs
 from schedspec.spec import SchedulerConfig
 from tests.mutants.mutation import CRASH, Mutant, mutant
+from tests.mutants.sglang_catalogue_review import SGLANG_REVIEW_MUTANTS
 
 LEAK = {"CONSERVATION", "NO-LEAK", "EXCLUSIVE", CRASH}
 
@@ -39,6 +40,17 @@ def retracting() -> st.SearchStrategy[SchedulerConfig]:
     optimistic (conservativeness 0.1): decodes outgrow the pool and retract often, and
     victims hold cached prefixes."""
     return sglang_configs().map(_retracting)
+
+
+def _starved_chunks(config: SchedulerConfig) -> SchedulerConfig:
+    return _small_chunks(_retracting(config))
+
+
+def starved_chunks() -> st.SearchStrategy[SchedulerConfig]:
+    """retracting() with chunks of a page or a seat's worth: a long prompt is the chunked
+    request while the decodes beside it outgrow their reservations, so its next chunk
+    often finds the pool short (FINDINGS S4)."""
+    return sglang_configs().map(_starved_chunks)
 
 
 def retracting_overlap() -> st.SearchStrategy[SchedulerConfig]:
@@ -172,4 +184,42 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         {"SG-RATIO"},
         family="sglang",
     ),
+    # ------------------------------------------------------------ a chunk the pool cannot hold
+    mutant(
+        "sg-chunk-overruns-the-pool",
+        "sglang/admission.py",
+        "        limit = min(room if room > 0 else chunk, self.kv.extend_room(req))\n",
+        "        limit = room if room > 0 else chunk\n",
+        "SGLang 0.5.23's own rule (FINDINGS S4): when the reservations leave nothing, the "
+        "chunked request takes a whole chunk whatever the pool holds, and the allocation "
+        "raises inside schedule().",
+        {CRASH},
+        configs=starved_chunks,
+        family="sglang",
+    ),
+    mutant(
+        "sg-chunk-held-back-with-room",
+        "sglang/admission.py",
+        "        limit = min(room if room > 0 else chunk, self.kv.extend_room(req))\n",
+        "        limit = min(room, self.kv.extend_room(req))\n",
+        "The chunk is held back whenever the reservations leave nothing, though the pool "
+        "has pages for it: the running requests decode while a prefill that fits waits.",
+        {"SG-PREFILL-FIRST"},
+        configs=starved_chunks,
+        family="sglang",
+    ),
+    mutant(
+        "sg-held-back-chunk-spared",
+        "sglang/scheduler.py",
+        "            self._retract_decode(batch, retracted, self.held_back_chunk)\n",
+        "            self._retract_decode(batch, retracted)\n",
+        "A decode that does not fit beside a held-back chunk retracts decoding requests "
+        "and spares the chunk, which holds slots and has no outputs; alone beside it, a "
+        "decode is aborted and the step runs nothing.",
+        {"SG-RETRACT", "NO-EMPTY-STEP"},
+        configs=starved_chunks,
+        family="sglang",
+    ),
+    # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
+    *SGLANG_REVIEW_MUTANTS,
 )

@@ -11,7 +11,7 @@ import pytest
 
 from tests.mutants.mutation import REFERENCE_DIR, Mutant, mutated_source
 from tests.mutants.sglang_catalogue import SGLANG_MUTANTS
-from tests.mutants.test_mutants import assert_caught
+from tests.mutants.test_mutants import _param, assert_caught
 
 
 def test_at_least_eight_sglang_mutants() -> None:
@@ -29,7 +29,7 @@ def sglang_mutant_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("sglang-mutants")
 
 
-@pytest.mark.parametrize("mutant", SGLANG_MUTANTS, ids=[m.id for m in SGLANG_MUTANTS])
+@pytest.mark.parametrize("mutant", [_param(m) for m in SGLANG_MUTANTS])
 def test_sglang_mutant_is_caught(
     mutant: Mutant, sglang_mutant_root: Path, record_property: Callable[[str, object], None]
 ) -> None:

@@ -330,7 +330,9 @@ class SGLangEngine:
         for req in batch.reqs:
             if req.rid not in self._given:
                 continue  # finished or aborted earlier
-            new_tokens = tuple(int(t) for t in req.output_ids[before[req.rid] :])
+            # What SGLang delivers stops at finished_len (output_ids_through_stop): a
+            # stop demoted to a length finish at the cap is sampled but not delivered.
+            new_tokens = tuple(int(t) for t in req.output_ids_through_stop[before[req.rid] :])
             status = finish_status(req.finished_reason)
             if new_tokens or status is not None:
                 reported[spec_id(req.rid)] = RequestOutput(spec_id(req.rid), new_tokens, status)

@@ -188,12 +188,15 @@ class ArriveAction:
 @dataclass(frozen=True)
 class CancelAction:
     """Abort the live request `pick` selects (with an unknown id too when unknown == 3);
-    with `retry`, the client then sends that request again under the same id."""
+    with `retry`, the client then sends that request again under the same id. With
+    `in_flight` the abort arrives while an engine step runs (events.Step.aborts): vLLM
+    applies it before that step's output lands."""
 
     pick: int
     unknown: int  # 0-3
     then_steps: int
     retry: bool = False
+    in_flight: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ _STEP_DRAWS = IntegerChoice(MAX_STEPS_PER_ACTION * NUM_DECISION_CODES)
 _LENGTH_KIND_THEN_DRAWS = IntegerChoice(REQUEST_DRAW_RANGES[0] * _THEN)
 _REQUEST_REST_DRAWS = tuple(IntegerChoice(size) for size in REQUEST_DRAW_RANGES[1:])
 _PICK_DRAWS = IntegerChoice(2**16 + 1)
-_CANCEL_PACKED_DRAWS = IntegerChoice(4 * 2 * _THEN)
+_CANCEL_PACKED_DRAWS = IntegerChoice(4 * 2 * 2 * _THEN)
 _COUNT_THEN_DRAWS = IntegerChoice(DRAFT_COUNTS * _THEN)
 
 
@@ -279,9 +282,10 @@ def arrive_action(
 
 
 def cancel_action(pick: int, packed: int) -> CancelAction:
-    """Kind 2: the pick, then then_steps, `unknown` and `retry` sharing `packed`."""
-    then_steps, unknown, retry = unpack(packed, (_THEN, 4, 2))
-    return CancelAction(pick, unknown, then_steps, bool(retry))
+    """Kind 2: the pick, then then_steps, `unknown`, `retry` and `in_flight` sharing
+    `packed`."""
+    then_steps, unknown, retry, in_flight = unpack(packed, (_THEN, 4, 2, 2))
+    return CancelAction(pick, unknown, then_steps, bool(retry), bool(in_flight))
 
 
 def drafts_action(packed: int) -> DraftsAction:

@@ -159,6 +159,8 @@ def _smallest_padded_budget(config: SchedulerConfig) -> int:
 
 # padded_under_a_cap's longest context: requests of up to 16 tokens.
 SHORT_MAX_MODEL_LEN = 16
+# padded_near_max_model_len's: most one-token admissions are then near the end.
+SHORTEST_MAX_MODEL_LEN = 8
 
 
 def padded_under_a_cap(config: SchedulerConfig) -> SchedulerConfig:
@@ -204,6 +206,37 @@ def padded_tight_budget(config: SchedulerConfig) -> SchedulerConfig:
     return _with_padding(config, cap=0, budget=_smallest_padded_budget(config), chunked=True)
 
 
+def padded_near_max_model_len(config: SchedulerConfig) -> SchedulerConfig:
+    """Spec-decode padding on with one draft, prefix caching on with blocks of one token,
+    a context of at most SHORTEST_MAX_MODEL_LEN and a cache of three such requests, under
+    fcfs: a prompt that repeats one still cached (the workloads share prefixes, and
+    their longest prompts are alike), or a preempted request resuming, is a one-token
+    admission, which padding turns into 1 + K, and in so short a context it is near the
+    end of it. With K = 1 the longest prompt (max_model_len - 1, an edge length every
+    tenth draw) is the exact boundary: its padded step and sampled token end one past
+    max_model_len, so it must run unpadded (vllm#53962 padded it onto max_model_len;
+    the corner padding-near-max-model-len). Chunked prefill on with a budget of at
+    least 1 + K. Measured on padding-onto-max-model-len, seeds 1-10 of the CI profile:
+    caught on 10 (weight 2: 9; a cache of one request and a context of up to 16: 8)."""
+    max_model_len = min(config.max_model_len, SHORTEST_MAX_MODEL_LEN)
+    padded = _with_padding(
+        config,
+        cap=0,
+        budget=max(config.max_num_batched_tokens, _smallest_padded_budget(config)),
+        chunked=True,
+        max_model_len=max_model_len,
+    )
+    return dataclasses.replace(
+        padded,
+        num_speculative_tokens=1,
+        policy="fcfs",
+        block_size=1,
+        enable_prefix_caching=True,
+        num_blocks=3 * max_model_len,
+        watermark=0.0,
+    )
+
+
 def cache_aware_reorder(config: SchedulerConfig) -> SchedulerConfig:
     """vLLM 0.34.0's cache-aware admission in effect: fcfs, prefix caching, a window of
     at least four and a threshold of 0 (it engages from an empty cache), and at most two
@@ -240,8 +273,9 @@ REGIMES: tuple[Regime, ...] = (
     Regime("padded-under-a-cap", "padded-admission", padded_under_a_cap, 2),
     Regime("padded-tight-budget", "padded-admission", padded_tight_budget, 2),
     Regime("cache-aware-reorder", "cache-aware-reorder", cache_aware_reorder, 2),
+    Regime("padded-near-max-model-len", "padding-near-max-model-len", padded_near_max_model_len, 3),
 )
-# Draws left as drawn, against the regimes' weights: 3 of 21 configs. The regimes keep
+# Draws left as drawn, against the regimes' weights: 3 of 24 configs. The regimes keep
 # every knob they do not move as drawn, so they reach the other corners too
 # (benchmarks/bench_corners.py). At 100 examples a run the weights trade one corner's
 # examples for another's: measured with benchmarks/bench_mutants.py, moving weight from

@@ -123,12 +123,18 @@ class PrefillAdder:
     # ------------------------------------------------------------------ the chunked request
 
     def add_chunked_req(self, req: SGLangReq) -> SGLangReq | None:
-        """The chunked request's next chunk comes first and always makes progress.
-        Returns the request if it stays chunked after this chunk, else None."""
+        """The chunked request's next chunk comes first: as much of the chunk budget as
+        the reservations leave, or a whole chunk when they leave nothing (SGLang's
+        single pool insists on progress), but never more than the pool can give now
+        (docs/SPEC.md, "A chunk the pool cannot hold"): where SGLang's allocation would
+        raise, the chunk is cut to what fits, and held back when nothing does.
+        Returns the request if it stays chunked after this pass, else None."""
         assert self.rem_chunk_tokens is not None
         chunk = self.rem_chunk_tokens
         room = min(chunk, int(self.remaining_total))
-        limit = room if room > 0 else chunk
+        limit = min(room if room > 0 else chunk, self.kv.extend_room(req))
+        if limit <= 0:
+            return req  # held back: not in this pass; the running requests decode
         remaining = len(req.fill_ids) - req.prefix_len
         truncated = remaining > limit
         req.extend_end = req.prefix_len + min(remaining, limit)

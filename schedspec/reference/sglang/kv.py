@@ -76,6 +76,16 @@ class SGLangKV:
             req.row.extend(self.pool.alloc(count))
             req.kv_allocated_len = req.kv_committed_len = req.extend_end
 
+    def extend_room(self, req: SGLangReq) -> int:
+        """Tokens the request's next extend can get slots for now: the rest of its last
+        page, then every free and evictable page (what alloc_for_extend can reach)."""
+        p = self.page_size
+        return (
+            self._pages(req.prefix_len) * p
+            - req.prefix_len
+            + (self.available_and_evictable() // p * p)
+        )
+
     def _prefix_pages(self, req: SGLangReq) -> list[int]:
         """A new row starts with the tree's pages of the matched prefix."""
         if req.prefix_len == 0 or req.last_node is None:

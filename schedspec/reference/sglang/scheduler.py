@@ -102,6 +102,9 @@ class SGLangScheduler:
         self.last_batch: Batch | None = None
         self.chunked_req: SGLangReq | None = None
         self.pending_chunked_abort: SGLangReq | None = None
+        # The chunked request, when this step's pass held its chunk back (the pool had no
+        # slot for it): the step's decode may retract it first.
+        self.held_back_chunk: SGLangReq | None = None
         # Left out of the running batch because their result in flight ends them (overlap).
         self.finishing_in_flight: list[SGLangReq] = []
         self.finished_req_ids: set[str] = set()  # since the previous schedule()
@@ -233,6 +236,7 @@ class SGLangScheduler:
     def _get_next_batch_to_run(self, retracted: list[SGLangReq]) -> Batch | None:
         """Merge the last prefill batch into the running batch, then prefill if any
         prefill batch forms, else decode the running batch."""
+        self.held_back_chunk = None
         running = self._merge_last_batch()
         if running.filter():
             running.batch_is_full = False
@@ -303,6 +307,8 @@ class SGLangScheduler:
         )
         if self.chunked_req is not None:
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
+            if self.chunked_req is not None and self.chunked_req not in adder.can_run_list:
+                self.held_back_chunk = self.chunked_req
         self._admit_waiting(adder, running)
         can_run = adder.can_run_list
         if not can_run:
@@ -311,10 +317,10 @@ class SGLangScheduler:
         self.waiting = [r for r in self.waiting if id(r) not in admitted]
         if adder.new_chunked_req is not None:
             self.chunked_req = adder.new_chunked_req
-        if self.chunked_req is not None:
-            self.chunked_req.inflight_middle_chunks += 1
         new_batch = Batch(can_run, "extend")
-        new_batch.chunked_req = self.chunked_req
+        if self.chunked_req is not None and id(self.chunked_req) in admitted:
+            self.chunked_req.inflight_middle_chunks += 1
+            new_batch.chunked_req = self.chunked_req
         self.kv.alloc_for_extend(can_run)
         for req in can_run:
             req.is_retracted = False
@@ -392,7 +398,7 @@ class SGLangScheduler:
                 # The result in flight frees the finishing requests' KV: decode next step.
                 batch.batch_is_full = False
                 return None
-            self._retract_decode(batch, retracted)
+            self._retract_decode(batch, retracted, self.held_back_chunk)
         else:
             self.new_token_ratio.decay_step()
         if len(batch.reqs) < initial_bs:
@@ -413,12 +419,24 @@ class SGLangScheduler:
             reverse=True,
         )
 
-    def _retract_decode(self, batch: Batch, retracted: list[SGLangReq]) -> None:
+    def _retract_decode(
+        self, batch: Batch, retracted: list[SGLangReq], held_back: SGLangReq | None = None
+    ) -> None:
         """retract_decode: pop victims off the end of the retraction order until the
         decode fits, always at least one and never the last; if even the last does
-        not fit it is aborted. The batch keeps the survivors in retraction order."""
+        not fit it is aborted. The batch keeps the survivors in retraction order.
+
+        A chunked request held back this step (docs/SPEC.md, "A chunk the pool cannot
+        hold") is the first victim: it holds slots and has no outputs, so it ranks below
+        every decoding request; without this a lone decode beside it would be aborted."""
         order = self.retraction_order(batch.reqs)
         first = True
+        if held_back is not None:
+            self.kv.retract(held_back, len(order))
+            self._preempt(held_back)
+            retracted.append(held_back)
+            self.chunked_req = self.held_back_chunk = None
+            first = False
         while first or not self.kv.check_decode_mem([batch.reqs[i] for i in order]):
             if len(order) == 1:
                 break
@@ -611,6 +629,7 @@ class SGLangScheduler:
         cache its KV and release it (update_finish_state, release_kv_cache)."""
         request = req.request
         sampled = tokens[req.rid]
+        before = request.num_output_tokens
         if request.num_output_placeholders > 0:
             request.num_output_placeholders -= len(sampled)
         for token in sampled:
@@ -619,12 +638,20 @@ class SGLangScheduler:
         if status is not None:
             self.kv.release(req, checkpoint=True)
             self._finish(req, status)
+        # What SGLang hands the user stops at finished_len (output_ids_through_stop):
+        # a stop demoted to the length cap is not delivered.
+        delivered = len(sampled) if req.finished_len is None else req.finished_len - before
         confirmed = request.num_computed_tokens - request.num_in_flight_tokens
-        outputs[req.rid] = RequestOutput(req.rid, tuple(sampled), status, confirmed)
+        outputs[req.rid] = RequestOutput(
+            req.rid, tuple(sampled[: max(0, delivered)]), status, confirmed
+        )
 
     def _update_finish_state(self, req: SGLangReq, sampled: Sequence[int]) -> RequestStatus | None:
         """SGLang's update_finish_state: a pending abort wins, then a stop or EOS
-        token, then reaching max_new_tokens (at least one token is sampled)."""
+        token, then reaching max_new_tokens (at least one token is sampled). A stop
+        past max_new_tokens is a length finish at max_new_tokens: with a clipped
+        max_new_tokens of 0 the one token sampled may be a stop, and SGLang reports
+        FINISH_LENGTH(0) with nothing delivered (_cap_finished_len_at_max_new_tokens)."""
         request = req.request
         if req.to_finish:
             req.to_finish = False
@@ -634,7 +661,11 @@ class SGLangScheduler:
             stops.add(request.eos_token_id)
         for index, token in enumerate(sampled):
             if token in stops:
-                req.finished_len = request.num_output_tokens - len(sampled) + index + 1
+                finished_len = request.num_output_tokens - len(sampled) + index + 1
+                if finished_len > req.max_new_tokens:
+                    req.finished_len = req.max_new_tokens
+                    return RequestStatus.FINISHED_LENGTH_CAPPED
+                req.finished_len = finished_len
                 if token != request.eos_token_id:
                     request.stop_reason = token
                 return RequestStatus.FINISHED_STOPPED

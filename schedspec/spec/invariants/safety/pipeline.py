@@ -297,6 +297,37 @@ def check_delivery(t: UpdateTransition) -> list[Violation]:
 
 
 @invariant(
+    "NO-OUTPUT-AFTER-ABORT",
+    "update",
+    "safety",
+    "update_from_output reports output only for a request that is live when the output "
+    "lands and that the step was scheduled for: a request aborted while its step ran (or "
+    "an id reused since) is told nothing more.",
+)
+def check_no_output_after_abort(t: UpdateTransition) -> list[Violation]:
+    if not t.request_outputs:
+        return []
+    out: list[Violation] = []
+    for rid in t.request_outputs:
+        if rid not in t.output.num_scheduled_tokens:
+            continue  # not this step's request: STOP and ROLLBACK judge such reports
+        pre = t.pre.requests.get(rid)
+        if pre is None:
+            out.append(
+                Violation("NO-OUTPUT-AFTER-ABORT", "output reported for a finished request", rid)
+            )
+        elif not t.scheduled_for(pre):
+            out.append(
+                Violation(
+                    "NO-OUTPUT-AFTER-ABORT",
+                    "output of an aborted request reported to the request that reuses its id",
+                    rid,
+                )
+            )
+    return out
+
+
+@invariant(
     "CACHE-CONFIRMED",
     "update",
     "safety",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
 from schedspec.spec.outputs import RequestOutput
-from schedspec.spec.request import RequestStatus
+from schedspec.spec.request import RequestStatus, sglang_max_new_tokens
 from schedspec.spec.state import RequestState
 
 
@@ -39,7 +40,8 @@ def expected_kept(request: RequestState, sampled: tuple[int, ...], max_model_len
     "nothing; a request with an abort pending stops at the "
     "end of the step that lands (ABORTED, or what a stop in it says); what the engine reports "
     "per request (kept tokens, finish status: STOPPED for EOS or a stop token, else "
-    "LENGTH_CAPPED) says so.",
+    "LENGTH_CAPPED) says so; nothing past the length cap (SGLang's clipped "
+    "max_new_tokens, which may be 0) is delivered, and a stop past it is LENGTH_CAPPED.",
 )
 def check_stop(t: UpdateTransition) -> list[Violation]:
     max_model_len = t.post.config.max_model_len
@@ -62,7 +64,8 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
         # A pending abort ends the request with this step's tokens at the latest.
         kept = min(natural, len(sampled)) if pre.abort_pending else natural
         if t.request_outputs is not None:
-            out.extend(_check_reported(t.request_outputs.get(rid), pre, sampled, natural))
+            cap = length_cap(t.post.config, pre)
+            out.extend(_check_reported(t.request_outputs.get(rid), pre, sampled, natural, cap))
         if kept <= len(sampled):
             if post is not None:
                 out.append(
@@ -85,10 +88,27 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
     return out
 
 
+def length_cap(config: SchedulerConfig, request: RequestState) -> int:
+    """The output count a stop token may not lie past. vLLM: max_tokens. SGLang: its
+    clipped max_new_tokens, which may be 0 where the state's max_tokens is 1 (one token
+    is always sampled); recomputing the clip from the state's max_tokens gives it back,
+    as the clip of a clipped value changes nothing unless the bound is below 1."""
+    if config.family == "sglang":
+        return sglang_max_new_tokens(config, len(request.prompt_token_ids), request.max_tokens)
+    return request.max_tokens
+
+
 def _check_reported(
-    reported: RequestOutput | None, pre: RequestState, sampled: tuple[int, ...], kept: int
+    reported: RequestOutput | None,
+    pre: RequestState,
+    sampled: tuple[int, ...],
+    kept: int,
+    cap: int,
 ) -> list[Violation]:
-    """The engine's own report of a sampling request: the kept tokens and why it finished."""
+    """The engine's own report of a sampling request: the kept tokens and why it finished.
+    Nothing past the length cap is delivered, and a stop token past it is a length
+    finish (SGLang: a request whose max_new_tokens is clipped to 0 samples one token,
+    finishes, and delivers nothing)."""
     rid = pre.request_id
     if reported is None:
         return [Violation("STOP", "no output reported for a request that sampled", rid)]
@@ -106,6 +126,12 @@ def _check_reported(
             if is_stop_token
             else RequestStatus.FINISHED_LENGTH_CAPPED
         )
+        # Nothing is delivered past the cap; a stop token past it is a length finish. A
+        # pending abort finishes first (SGLang's to_finish), and sets no cap on delivery.
+        room = max(0, cap - len(pre.output_token_ids))
+        if kept > room and not pre.abort_pending:
+            expected_tokens = sampled[:room]
+            expected_status = RequestStatus.FINISHED_LENGTH_CAPPED
     out: list[Violation] = []
     if tuple(reported.new_token_ids) != expected_tokens:
         out.append(
@@ -192,7 +218,8 @@ def _check_reported_computed(t: UpdateTransition) -> list[Violation]:
         pre = t.pre.requests.get(rid)
         if pre is None or reported.num_computed_tokens is None:
             continue
-        expected = pre.num_tokens + len(reported.new_token_ids) - 1
+        # None kept (a stop cut at a length cap of 0): the old tokens all have KV.
+        expected = pre.num_tokens + max(len(reported.new_token_ids), 1) - 1
         if reported.num_computed_tokens != expected:
             out.append(
                 Violation(

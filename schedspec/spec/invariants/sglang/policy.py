@@ -45,9 +45,10 @@ def _missing_policy_state(name: str) -> list[Violation]:
     "sglang",
     "Prefill first: a step runs one kind of batch. An extend batch holds only the chunked "
     "request's next chunk and admissions; a decode batch (one token per running request, "
-    "nothing admitted) runs only when no request is chunked; a mixed batch (an extend plus "
-    "the running requests' decodes) only with enable_mixed_chunk; an idle step schedules "
-    "nothing.",
+    "nothing admitted) runs only when no request is chunked, or when the chunked request is "
+    "held back because the pool had no free or evictable block for its chunk; a mixed batch "
+    "(an extend plus the running requests' decodes) only with enable_mixed_chunk; an idle "
+    "step schedules nothing.",
 )
 def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
@@ -64,7 +65,11 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     if kind == "decode":
         if admitted or any(n != 1 for n in scheduled.values()):
             problems.append("a decode step admitted or scheduled more than one token")
-        if continuing is not None and continuing in t.post.running:
+        # A chunk is held back only when the pool cannot give it a page (docs/SPEC.md,
+        # "A chunk the pool cannot hold"); the pre state's free blocks (free and
+        # evictable) are a lower bound on what the step's allocation could reach.
+        held_back = not t.pre.kv.free_block_ids
+        if continuing is not None and continuing in t.post.running and not held_back:
             problems.append(f"a decode step while {continuing!r} is chunked")
     elif kind == "extend":
         others = [r for r in scheduled if r not in admitted and r != continuing]
@@ -281,8 +286,9 @@ def _reserved_before_admissions(t: ScheduleTransition, pre: SGLangState) -> floa
     "sglang",
     "Retraction (a decode that does not fit): the victims are the decoding requests with "
     "the fewest outputs, ties broken by the longest prompt, then by the later place in the "
-    "running order; they join the back of the waiting queue, the last-ranked first; the "
-    "survivors keep running, ranked most outputs first.",
+    "running order (a chunked request held back in the step among them, with none); they "
+    "join the back of the waiting queue, the last-ranked first; the survivors keep running, "
+    "ranked most outputs first.",
 )
 def check_retract(t: ScheduleTransition) -> list[Violation]:
     victims = t.output.preempted_req_ids

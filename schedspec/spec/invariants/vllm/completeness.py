@@ -10,10 +10,16 @@ decisions (an engine may admit more eagerly, or cache less, and still be safe).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.transitions import ScheduleTransition, UpdateTransition
+from schedspec.spec.invariants.safety.update import expected_kept
+from schedspec.spec.invariants.transitions import (
+    ChainHashes,
+    ScheduleTransition,
+    UpdateTransition,
+)
 from schedspec.spec.request import RequestStatus
 from schedspec.spec.state import KVState, RequestState
 
@@ -89,7 +95,9 @@ def check_cache_complete(t: ScheduleTransition) -> list[Violation]:
     "that was and stays running (its output not stale) holds its own content's hash on each "
     "full block among its first min(confirmed computed tokens, num_tokens) tokens: blocks "
     "filled by accepted drafts or by landed async output are registered as the output lands "
-    "(vLLM's cache_blocks in update_from_output).",
+    "(vLLM's cache_blocks in update_from_output). A running request that finishes on the "
+    "landing leaves them registered on the blocks it freed (its kept tokens but the last "
+    "have KV), so that the next request with that prefix hits them.",
 )
 def check_cache_complete_update(t: UpdateTransition) -> list[Violation]:
     config = t.post.config
@@ -99,9 +107,14 @@ def check_cache_complete_update(t: UpdateTransition) -> list[Violation]:
     for rid in t.output.num_scheduled_tokens:
         pre = t.pre.requests.get(rid)
         post = t.post.requests.get(rid)
-        if pre is None or post is None or not t.scheduled_for(pre) or t.is_stale(pre):
+        if pre is None or not t.scheduled_for(pre) or t.is_stale(pre):
             continue
-        if pre.status is not RequestStatus.RUNNING or post.status is not RequestStatus.RUNNING:
+        if pre.status is not RequestStatus.RUNNING:
+            continue
+        if post is None:
+            out += _finished_on_landing(t, pre, t.hashes)
+            continue
+        if post.status is not RequestStatus.RUNNING:
             continue
         landed = min(post.num_confirmed_computed_tokens, post.num_tokens)
         own = t.hashes.of(post)
@@ -110,6 +123,25 @@ def check_cache_complete_update(t: UpdateTransition) -> list[Violation]:
             "CACHE-COMPLETE-UPDATE", kv, post, own, landed, config.block_size
         )
     return out
+
+
+def _finished_on_landing(
+    t: UpdateTransition, pre: RequestState, hashes: ChainHashes
+) -> list[Violation]:
+    """A request that sampled and finished in this update: its content is the old tokens
+    plus the kept ones, of which all but the last have KV (ROLLBACK's count), and the
+    blocks it held keep those full blocks' hashes after the free (freeing keeps them)."""
+    sampled = tuple(t.model_output.sampled_token_ids.get(pre.request_id, ()))
+    if not sampled or pre.abort_pending:
+        return []  # aborted, or no output: nothing landed to register
+    config = t.post.config
+    kept = sampled[: expected_kept(pre, sampled, config.max_model_len)]
+    finished = replace(pre, output_token_ids=pre.output_token_ids + kept)
+    with_kv = min(pre.num_tokens + len(kept) - 1, finished.num_tokens)
+    own = hashes.of(finished)
+    return missing_registrations(
+        "CACHE-COMPLETE-UPDATE", t.post.kv, finished, own, with_kv, config.block_size
+    )
 
 
 def held_both_sides(before: KVState, after: KVState) -> set[BlockHash]:
