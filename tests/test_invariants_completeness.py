@@ -10,7 +10,13 @@ import dataclasses
 
 import pytest
 
-from schedspec.spec.invariants import CATALOGUE, DraftsTransition, ScheduleTransition
+from schedspec.spec.block_hash import BlockHash
+from schedspec.spec.invariants import (
+    CATALOGUE,
+    DraftsTransition,
+    ScheduleTransition,
+    UpdateTransition,
+)
 from tests.invariant_builders import (
     Case,
     CaseBuilder,
@@ -103,6 +109,25 @@ def case_registration_lost_at_schedule() -> Case:
     )
 
 
+def _landing_left_unregistered(good: UpdateTransition, block: int, own: BlockHash) -> Case:
+    """A's block 1, registered by the landing (own hash), left unregistered instead."""
+    assert good.pre.kv.block_hashes[block] is None
+    assert good.post.kv.block_hashes[block] == own
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
+    )
+    return Case(
+        "CACHE-COMPLETE-UPDATE",
+        good,
+        bad,
+        "full block at index 1 not registered",
+        "A",
+        block,
+        own,
+        None,
+    )
+
+
 @cases("CACHE-COMPLETE-UPDATE")
 def case_block_filled_by_accepted_drafts_not_registered() -> Case:
     # A: 5 prompt tokens, 1 sampled (6 known, block 0 registered). Its 2 drafts are
@@ -120,21 +145,7 @@ def case_block_filled_by_accepted_drafts_not_registered() -> Case:
     block = a.block_ids[1]
     assert good.hashes is not None
     own = good.hashes.of(a)[1]
-    assert good.pre.kv.block_hashes[block] is None
-    assert good.post.kv.block_hashes[block] == own
-    bad = dataclasses.replace(
-        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
-    )
-    return Case(
-        "CACHE-COMPLETE-UPDATE",
-        good,
-        bad,
-        "full block at index 1 not registered",
-        "A",
-        block,
-        own,
-        None,
-    )
+    return _landing_left_unregistered(good, block, own)
 
 
 @cases("CACHE-COMPLETE-UPDATE")
@@ -154,21 +165,7 @@ def case_a_request_that_finishes_on_the_landing_leaves_its_block_unregistered() 
     assert good.hashes is not None
     finished = dataclasses.replace(pre, output_token_ids=(*pre.output_token_ids, 11, 12, 13))
     own = good.hashes.of(finished)[1]
-    assert good.pre.kv.block_hashes[block] is None
-    assert good.post.kv.block_hashes[block] == own
-    bad = dataclasses.replace(
-        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
-    )
-    return Case(
-        "CACHE-COMPLETE-UPDATE",
-        good,
-        bad,
-        "full block at index 1 not registered",
-        "A",
-        block,
-        own,
-        None,
-    )
+    return _landing_left_unregistered(good, block, own)
 
 
 # ---------------------------------------------------------- CACHE-HIT-LONGEST

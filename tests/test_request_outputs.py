@@ -10,8 +10,8 @@ from schedspec.adapters.reference import reference_engine
 from schedspec.engines.events import Abort, AddRequest, Step
 from schedspec.engines.fake_model import StepDecisions
 from schedspec.properties.checked_engine import CheckedEngine, replay
-from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus
-from schedspec.spec.invariants import CHECKS, UpdateTransition
+from schedspec.spec import ModelRunnerOutput, RequestOutput, RequestStatus, SchedulerConfig
+from schedspec.spec.invariants import CHECKS, Profile, UpdateTransition
 from schedspec.traces.trace import Trace
 from tests.sched_helpers import add, make_config, make_scheduler
 
@@ -35,15 +35,26 @@ def test_reference_reports_kept_tokens_and_why_it_finished() -> None:
     assert reported == {"a": RequestOutput("a", (51, 2), RequestStatus.FINISHED_STOPPED, 7)}
 
 
-def _stop_transition() -> UpdateTransition:
-    """'a' emits its EOS on its first sampled token."""
-    checked = CheckedEngine.from_factory(reference_engine, make_config(), "safety")
-    checked.apply(AddRequest("a", (1, 2, 3), 4, eos_token_id=9))
+def _eos_on_first_sample(
+    request: AddRequest, config: SchedulerConfig, profile: Profile
+) -> UpdateTransition:
+    """The request's first step, in which it samples its EOS."""
+    assert request.eos_token_id is not None
+    checked = CheckedEngine.from_factory(reference_engine, config, profile)
+    checked.apply(request)
     output = checked.engine.schedule()
     mid = checked.engine.snapshot()
-    model_output = checked.model.execute(output, StepDecisions(stops={"a": 9}))
+    stops = StepDecisions(stops={request.request_id: request.eos_token_id})
+    model_output = checked.model.execute(output, stops)
     reported = checked.engine.update_from_output(output, model_output)
     return UpdateTransition(mid, output, model_output, checked.engine.snapshot(), reported)
+
+
+def _stop_transition() -> UpdateTransition:
+    """'a' emits its EOS on its first sampled token."""
+    return _eos_on_first_sample(
+        AddRequest("a", (1, 2, 3), 4, eos_token_id=9), make_config(), "safety"
+    )
 
 
 def test_stop_checks_the_report() -> None:
@@ -85,17 +96,13 @@ ZERO_BUDGET = make_config(
 def _zero_budget_stop_transition() -> UpdateTransition:
     """'z' (77 tokens, EOS 5) samples its EOS at the end of its prefill, with a clipped
     max_new_tokens of 0."""
-    checked = CheckedEngine.from_factory(reference_engine, ZERO_BUDGET, "sglang")
-    checked.apply(AddRequest("z", tuple(range(10, 87)), 7, eos_token_id=5))
-    output = checked.engine.schedule()
-    mid = checked.engine.snapshot()
-    model_output = checked.model.execute(output, StepDecisions(stops={"z": 5}))
-    reported = checked.engine.update_from_output(output, model_output)
-    return UpdateTransition(mid, output, model_output, checked.engine.snapshot(), reported)
+    return _eos_on_first_sample(
+        AddRequest("z", tuple(range(10, 87)), 7, eos_token_id=5), ZERO_BUDGET, "sglang"
+    )
 
 
 def test_sglang_demotes_a_stop_past_a_clipped_max_new_tokens_of_0() -> None:
-    """docs/SPEC.md STOP, "A stop past the length cap": SGLang 0.5.23 matches the EOS at
+    """docs/SPEC.md STOP, "Nothing past the length cap (SGLang)": SGLang 0.5.23 matches the EOS at
     output 1, past its cap of 0, and finishes it FINISH_LENGTH(0), delivering nothing
     (found by the suite on SGLang: docs/findings/sglang-stop-demoted-to-length-at-zero-
     budget.json). The reference does the same, STOP expects it, and holds an engine that

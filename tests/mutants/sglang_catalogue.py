@@ -211,7 +211,7 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "sg-held-back-chunk-spared",
         "sglang/scheduler.py",
-        "            self._retract_decode(batch, retracted, self.held_back_chunk)\n",
+        "            self._retract_decode(batch, retracted, held_back)\n",
         "            self._retract_decode(batch, retracted)\n",
         "A decode that does not fit beside a held-back chunk retracts decoding requests "
         "and spares the chunk, which holds slots and has no outputs; alone beside it, a "

@@ -23,10 +23,10 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "rv-ratio-decays-on-retract",
         SG,
-        "            self._retract_decode(batch, retracted, self.held_back_chunk)\n"
+        "            self._retract_decode(batch, retracted, held_back)\n"
         "        else:\n"
         "            self.new_token_ratio.decay_step()\n",
-        "            self._retract_decode(batch, retracted, self.held_back_chunk)\n"
+        "            self._retract_decode(batch, retracted, held_back)\n"
         "        self.new_token_ratio.decay_step()\n",
         "The decode step decays new_token_ratio even when it retracted: the jump is "
         "immediately lowered by one decay step.",

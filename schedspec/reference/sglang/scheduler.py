@@ -102,9 +102,6 @@ class SGLangScheduler:
         self.last_batch: Batch | None = None
         self.chunked_req: SGLangReq | None = None
         self.pending_chunked_abort: SGLangReq | None = None
-        # The chunked request, when this step's pass held its chunk back (the pool had no
-        # slot for it): the step's decode may retract it first.
-        self.held_back_chunk: SGLangReq | None = None
         # Left out of the running batch because their result in flight ends them (overlap).
         self.finishing_in_flight: list[SGLangReq] = []
         self.finished_req_ids: set[str] = set()  # since the previous schedule()
@@ -236,7 +233,6 @@ class SGLangScheduler:
     def _get_next_batch_to_run(self, retracted: list[SGLangReq]) -> Batch | None:
         """Merge the last prefill batch into the running batch, then prefill if any
         prefill batch forms, else decode the running batch."""
-        self.held_back_chunk = None
         running = self._merge_last_batch()
         if running.filter():
             running.batch_is_full = False
@@ -246,7 +242,9 @@ class SGLangScheduler:
             return new_batch
         if running.is_empty() or running.is_prefill_only:
             return None
-        decode = self._update_running_batch(running, retracted)
+        # No prefill batch formed though a request is chunked: the pass held its chunk
+        # back (the pool had no slot for it), and the decode may retract it first.
+        decode = self._update_running_batch(running, retracted, held_back=self.chunked_req)
         return decode if decode is not None and not decode.is_empty() else None
 
     def _merge_last_batch(self) -> Batch:
@@ -307,8 +305,6 @@ class SGLangScheduler:
         )
         if self.chunked_req is not None:
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
-            if self.chunked_req is not None and self.chunked_req not in adder.can_run_list:
-                self.held_back_chunk = self.chunked_req
         self._admit_waiting(adder, running)
         can_run = adder.can_run_list
         if not can_run:
@@ -383,9 +379,12 @@ class SGLangScheduler:
 
     # ----------------------------------------------------------------- decode
 
-    def _update_running_batch(self, batch: Batch, retracted: list[SGLangReq]) -> Batch | None:
+    def _update_running_batch(
+        self, batch: Batch, retracted: list[SGLangReq], held_back: SGLangReq | None = None
+    ) -> Batch | None:
         """The decode step: one token per running request; if their slots do not fit,
-        retract until they do. None when the step must wait for a result in flight."""
+        retract until they do (`held_back`, a chunked request whose chunk this step held
+        back, first). None when the step must wait for a result in flight."""
         initial_bs = len(batch.reqs)
         finishing = self._finishing_in_flight(batch)
         batch.filter(finishing)
@@ -398,7 +397,7 @@ class SGLangScheduler:
                 # The result in flight frees the finishing requests' KV: decode next step.
                 batch.batch_is_full = False
                 return None
-            self._retract_decode(batch, retracted, self.held_back_chunk)
+            self._retract_decode(batch, retracted, held_back)
         else:
             self.new_token_ratio.decay_step()
         if len(batch.reqs) < initial_bs:
@@ -435,7 +434,7 @@ class SGLangScheduler:
             self.kv.retract(held_back, len(order))
             self._preempt(held_back)
             retracted.append(held_back)
-            self.chunked_req = self.held_back_chunk = None
+            self.chunked_req = None
             first = False
         while first or not self.kv.check_decode_mem([batch.reqs[i] for i in order]):
             if len(order) == 1:

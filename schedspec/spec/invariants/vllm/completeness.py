@@ -137,10 +137,13 @@ def _finished_on_landing(
     config = t.post.config
     kept = sampled[: expected_kept(pre, sampled, config.max_model_len)]
     finished = replace(pre, output_token_ids=pre.output_token_ids + kept)
-    with_kv = min(pre.num_tokens + len(kept) - 1, finished.num_tokens)
-    own = hashes.of(finished)
     return missing_registrations(
-        "CACHE-COMPLETE-UPDATE", t.post.kv, finished, own, with_kv, config.block_size
+        "CACHE-COMPLETE-UPDATE",
+        t.post.kv,
+        finished,
+        hashes.of(finished),
+        finished.num_tokens - 1,  # every token but the last kept one has KV
+        config.block_size,
     )
 
 
