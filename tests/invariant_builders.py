@@ -34,6 +34,7 @@ from schedspec.spec.invariants import (
     AbortTransition,
     AddTransition,
     ChainHashes,
+    Departures,
     DraftsTransition,
     DrainResult,
     Profile,
@@ -180,7 +181,7 @@ class Driver:
         )
         self.hashes = ChainHashes(self.config.block_size)
         self.kv_content = KVContentOracle(self.hashes)
-        self.finished: set[str] = set()
+        self.departures = Departures()
 
     @property
     def state(self) -> State:
@@ -213,10 +214,16 @@ class Driver:
         output = self.scheduler.schedule()
         post = self.state
         transition = ScheduleTransition(
-            pre, output, post, self.hashes, frozenset(self.finished), dict(self.kv_content.written)
+            pre,
+            output,
+            post,
+            self.hashes,
+            frozenset(self.departures.finished),
+            dict(self.kv_content.written),
+            dict(self.departures.left_running),
         )
-        self.finished.clear()
-        self.finished.update(r for r in pre.requests if r not in post.requests)
+        self.departures.clear()
+        self.departures.note(pre, post)
         self.kv_content.on_schedule(transition)
         return transition
 
@@ -245,7 +252,7 @@ class Driver:
         self.kv_content.on_land(
             ScheduledStep.of(output, scheduled.post), pre, model_output, sampled_at
         )
-        self.finished.update(r for r in pre.requests if r not in post.requests)
+        self.departures.note(pre, post)
         return UpdateTransition(
             pre, output, model_output, post, reported, arrivals, sampled_at, self.hashes
         )
@@ -274,7 +281,7 @@ class Driver:
         pre = self.state
         self.scheduler.finish_requests(request_ids)
         post = self.state
-        self.finished.update(r for r in request_ids if r in pre.requests and r not in post.requests)
+        self.departures.note(pre, post)
         return AbortTransition(pre, request_ids, post)
 
     def drain(self) -> DrainResult:

@@ -29,7 +29,9 @@ from tests.invariant_builders import (
     assert_caught,
     assert_holds,
     with_kv,
+    with_output,
     with_request,
+    with_scheduled,
 )
 
 cases = CaseRegistry()
@@ -327,6 +329,75 @@ def case_admitting_out_of_queue_order() -> Case:
     return Case("SG-ADMISSION", good, bad, "not the head of the waiting queue in order")
 
 
+@cases("SG-ADMISSION")
+def case_an_exact_fit_is_no_fit() -> Case:
+    good = sglang_latch_admission()
+    # Nothing runs, so the reservations are exact: with 31 free slots b's future
+    # (10 + 20 + 1) equals the room, and SGLang's fit test is strict.
+    exact = with_kv(good.pre, free_block_ids=good.pre.kv.free_block_ids[:31])
+    bad = dataclasses.replace(good, pre=exact)
+    return Case(
+        "SG-ADMISSION", good, bad, "its future did not fit", "b", expected="< 31", actual=31
+    )
+
+
+def sglang_budget_stop() -> ScheduleTransition:
+    """The BUDGET example: a chunk budget of 8 takes b (6 tokens) and the first 2 of
+    c's 6 as a chunk; d, which fits the pool with room to spare, waits for the next
+    pass, and the latch stays open."""
+    driver = Driver(**CHUNKED)
+    for rid in ("b", "c", "d"):
+        driver.add(rid, 6, max_tokens=2)
+    t = driver.schedule()
+    assert dict(t.output.num_scheduled_tokens) == {"b": 6, "c": 2}
+    assert t.post.waiting == ("d",)
+    assert t.post.sglang is not None and not t.post.sglang.batch_is_full
+    return t
+
+
+@cases("SG-ADMISSION")
+def case_a_chunk_over_the_budget() -> Case:
+    good = sglang_budget_stop()
+    bad = with_scheduled(good, {"b": 6, "c": 4})
+    return Case("SG-ADMISSION", good, bad, "not the chunk budget's", "c", expected=2, actual=4)
+
+
+@cases("SG-ADMISSION-STOP")
+def case_a_fitting_request_left_waiting() -> Case:
+    good = sglang_latch_admission()
+    # a left the running batch, so the latch is open; c (4 + 2 + 1) fits beside b.
+    bad = with_output(
+        with_scheduled(good, {"b": 10}),
+        scheduled_new_reqs=[n for n in good.output.scheduled_new_reqs if n.request_id == "b"],
+    )
+    return Case("SG-ADMISSION-STOP", good, bad, "left waiting although its future fits", "c")
+
+
+@cases("SG-ADMISSION-STOP")
+def case_nothing_admitted_after_a_finish() -> Case:
+    good = sglang_latch_admission()
+    bad = with_output(with_scheduled(good, {}), scheduled_new_reqs=[])
+    return Case("SG-ADMISSION-STOP", good, bad, "left waiting although its future fits", "b")
+
+
+@cases("SG-LATCH")
+def case_the_latch_closed_by_a_spent_budget() -> Case:
+    good = sglang_budget_stop()
+    bad = dataclasses.replace(good, post=with_policy(good.post, batch_is_full=True))
+    return Case("SG-LATCH", good, bad, "closed the latch with memory and seats to spare")
+
+
+@cases("SG-CHUNK-ROOM")
+def case_a_chunk_past_the_reservations() -> Case:
+    driver = sglang_chunk()
+    good = driver.schedule()
+    assert dict(good.output.num_scheduled_tokens) == {"a": 8}
+    # Five free slots and nothing reserved leave a room of 5 for a's next chunk.
+    tight = with_kv(good.pre, free_block_ids=good.pre.kv.free_block_ids[:5])
+    bad = dataclasses.replace(good, pre=tight)
+    return Case("SG-CHUNK-ROOM", good, bad, "larger than the room", "a", expected="<= 5", actual=8)
+
+
 @cases("SG-RETRACT")
 def case_the_victim_at_the_front() -> Case:
     _, good = sglang_retraction()
@@ -445,6 +516,8 @@ def test_the_profiles_of_the_split() -> None:
         "SG-RATIO",
         "SG-LATCH",
         "SG-ADMISSION",
+        "SG-ADMISSION-STOP",
+        "SG-CHUNK-ROOM",
         "SG-RETRACT",
         "SG-EVICT-ORDER",
     }

@@ -26,6 +26,7 @@ from schedspec.spec.invariants import (
     AbortTransition,
     AddTransition,
     ChainHashes,
+    Departures,
     DraftsTransition,
     DrainResult,
     Kind,
@@ -104,7 +105,7 @@ class CheckedEngine:
         self.state = self._snapshot()
         self._hashes = ChainHashes(config.block_size)
         self._kv_content = KVContentOracle(self._hashes)
-        self._finished_since_schedule: set[str] = set()
+        self._departures = Departures()
         self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
@@ -220,9 +221,7 @@ class CheckedEngine:
         pre = self.state
         self.engine.finish_requests(request_ids)
         self.state = self._snapshot()
-        self._finished_since_schedule.update(
-            r for r in request_ids if r in pre.requests and r not in self.state.requests
-        )
+        self._departures.note(pre, self.state)
         transition = AbortTransition(pre, request_ids, self.state)
         found = self._run("abort", transition) + self._run("state", self.state)
         if not found:
@@ -272,7 +271,7 @@ class CheckedEngine:
 
     def _has_requests(self) -> bool:
         """vLLM's has_requests: unfinished requests, or finished ones not yet reported."""
-        return bool(self.state.requests or self._finished_since_schedule)
+        return bool(self.state.requests or self._departures.finished)
 
     def _schedule(self) -> tuple[ScheduledStep, list[Violation]]:
         self.stats.steps += 1
@@ -285,18 +284,19 @@ class CheckedEngine:
             output,
             mid,
             self._hashes,
-            frozenset(self._finished_since_schedule),
+            frozenset(self._departures.finished),
             self._kv_content.written,
+            dict(self._departures.left_running),
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         deferred: frozenset[str] = frozenset()
         if not found:
             corners.count_schedule(self.stats.corners, scheduled)
-            self._finished_since_schedule.clear()
+            self._departures.clear()
             # A request whose pending abort ends inside schedule() (SGLang's chunked
             # request) finished after this schedule began: the next one reports it.
-            self._finished_since_schedule.update(r for r in pre.requests if r not in mid.requests)
+            self._departures.note(pre, mid)
             deferred = self._kv_content.on_schedule(scheduled)
         return ScheduledStep.of(output, mid, deferred), found
 
@@ -319,7 +319,7 @@ class CheckedEngine:
         if len(self._in_flight) == 1:  # the step after this one now starts where it is sure
             (following,) = self._in_flight
             self._kv_content.on_start_certain(following, pre, post, model_output, sampled_at)
-        self._finished_since_schedule.update(r for r in pre.requests if r not in post.requests)
+        self._departures.note(pre, post)
         self.state = post
         updated = UpdateTransition(
             pre,

@@ -15,11 +15,31 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from schedspec.spec.config import SchedulerConfig
+
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 CLIP_MAX_NEW_TOKENS = 4096
+# SGLang's max_prefill_tokens default, the input budget when chunked prefill is on.
+DEFAULT_MAX_PREFILL_TOKENS = 16384
+
+
+class PrefillBudgets(NamedTuple):
+    """A prefill pass's compute budgets, in SGLang's names, under a config's mapping
+    (docs/SPEC.md, "Two families"): chunked prefill makes max_num_batched_tokens the
+    chunk budget and leaves the input budget at SGLang's default; without it,
+    max_num_batched_tokens is the input budget and there is no chunk budget."""
+
+    max_prefill_tokens: int
+    chunked_prefill_size: int | None
+
+
+def prefill_budgets(config: SchedulerConfig) -> PrefillBudgets:
+    if config.enable_chunked_prefill:
+        return PrefillBudgets(DEFAULT_MAX_PREFILL_TOKENS, config.max_num_batched_tokens)
+    return PrefillBudgets(config.max_num_batched_tokens, None)
 
 
 class RatioSchedule(NamedTuple):

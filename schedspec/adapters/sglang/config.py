@@ -35,11 +35,7 @@ from typing import Any
 from schedspec.adapters.engine_import import TINY_MAX_POSITIONS
 from schedspec.adapters.sglang.runtime import Sglang
 from schedspec.spec import ConfigError, SchedulerConfig
-
-# SGLang's prefill budget when chunked prefill is on (its max_prefill_tokens default).
-SGLANG_MAX_PREFILL_TOKENS = 16384
-# SGLang's initial new_token_ratio, before schedule_conservativeness scales it.
-SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+from schedspec.spec.sglang_arithmetic import prefill_budgets, ratio_schedule
 
 
 def max_running_requests(config: SchedulerConfig) -> int:
@@ -73,7 +69,7 @@ def within_sglangs_caps(config: SchedulerConfig) -> SchedulerConfig:
 
 def server_args(v: Sglang, config: SchedulerConfig) -> Any:
     """SGLang's ServerArgs for the config (the module docstring's translation)."""
-    chunked = config.enable_chunked_prefill
+    budgets = prefill_budgets(config)
     return v.ServerArgs(
         model_path=v.model_dir,
         device="cpu",
@@ -86,10 +82,8 @@ def server_args(v: Sglang, config: SchedulerConfig) -> Any:
         page_size=config.block_size,
         max_total_tokens=config.num_blocks * config.block_size,
         context_length=config.max_model_len,
-        chunked_prefill_size=config.max_num_batched_tokens if chunked else -1,
-        max_prefill_tokens=(
-            SGLANG_MAX_PREFILL_TOKENS if chunked else config.max_num_batched_tokens
-        ),
+        chunked_prefill_size=budgets.chunked_prefill_size or -1,
+        max_prefill_tokens=budgets.max_prefill_tokens,
         max_running_requests=config.max_num_seqs,
         schedule_policy="fcfs",
         schedule_conservativeness=config.schedule_conservativeness,
@@ -133,7 +127,7 @@ def start_scheduler(v: Sglang, args: Any) -> _Built:
 
 def _check_translation(scheduler: Any, config: SchedulerConfig) -> None:
     """SGLang's argument resolution may rewrite a value; refuse to test anything but ours."""
-    chunked = config.enable_chunked_prefill
+    budgets = prefill_budgets(config)
     seen = {
         "page_size": scheduler.page_size,
         "max_total_num_tokens": scheduler.max_total_num_tokens,
@@ -152,17 +146,13 @@ def _check_translation(scheduler: Any, config: SchedulerConfig) -> None:
         "max_total_num_tokens": config.num_blocks * config.block_size,
         "available_tokens": config.num_blocks * config.block_size,
         "context_len": config.max_model_len,
-        "chunked_prefill_size": config.max_num_batched_tokens if chunked else None,
-        "max_prefill_tokens": (
-            SGLANG_MAX_PREFILL_TOKENS if chunked else config.max_num_batched_tokens
-        ),
+        "chunked_prefill_size": budgets.chunked_prefill_size,
+        "max_prefill_tokens": budgets.max_prefill_tokens,
         "max_running_requests": config.max_num_seqs,
         "radix_cache": config.enable_prefix_caching,
         "mixed_chunk": config.enable_mixed_chunk,
         "overlap": config.async_scheduling,
-        "initial_new_token_ratio": min(
-            SGLANG_INIT_NEW_TOKEN_RATIO * config.schedule_conservativeness, 1.0
-        ),
+        "initial_new_token_ratio": ratio_schedule(config.schedule_conservativeness).init,
     }
     differ = {name: (wanted[name], got) for name, got in seen.items() if got != wanted[name]}
     if differ:

@@ -61,10 +61,9 @@ from schedspec.spec import (
 from schedspec.spec.config import require_family
 from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids, sglang_max_new_tokens
+from schedspec.spec.sglang_arithmetic import prefill_budgets
 from schedspec.spec.state import BatchKind
 
-# SGLang's max_prefill_tokens default: with chunked prefill on it never binds here.
-DEFAULT_MAX_PREFILL_TOKENS = 16384
 # calc_priority refreshes the recency of the first 128 waiting requests' cached
 # prefixes every 32nd prefill pass (SGLANG_ENABLE_WAITING_PREFIX_REFRESH).
 WAITING_PREFIX_REFRESH_INTERVAL = 32
@@ -90,11 +89,7 @@ class SGLangScheduler:
             config.num_blocks, config.block_size, config.enable_prefix_caching, config.max_num_seqs
         )
         self.new_token_ratio = NewTokenRatio(config.schedule_conservativeness)
-        chunked = config.enable_chunked_prefill
-        self.chunked_prefill_size = config.max_num_batched_tokens if chunked else None
-        self.max_prefill_tokens = (
-            DEFAULT_MAX_PREFILL_TOKENS if chunked else config.max_num_batched_tokens
-        )
+        self.max_prefill_tokens, self.chunked_prefill_size = prefill_budgets(config)
         self.overlap = config.async_scheduling
         self.reqs: dict[str, SGLangReq] = {}  # every unfinished request
         self.waiting: list[SGLangReq] = []

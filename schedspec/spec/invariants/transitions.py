@@ -42,6 +42,9 @@ class ScheduleTransition:
     finished_since_last_schedule: frozenset[str] = frozenset()
     # Block -> the content hash whose KV earlier steps fully computed into it.
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
+    # Of those, the ones that were in the running list when they finished, as they
+    # were just before (SGLang's admission latch reopens when one leaves its batch).
+    left_running: Mapping[str, RequestState] = field(default_factory=dict)
 
     # Worked out once, as the transition is made, for all the predicates that read
     # them (a cached_property costs a lock on each first read on Python 3.11).
@@ -59,6 +62,28 @@ class ScheduleTransition:
         object.__setattr__(self, "computed_before", computed_before(output))
         object.__setattr__(self, "admitted", admitted)
         object.__setattr__(self, "admitted_ids", frozenset(admitted))
+
+
+class Departures:
+    """What a harness records between two schedule() calls for the next transition:
+    the requests that finished, and of them those that were running."""
+
+    def __init__(self) -> None:
+        self.finished: set[str] = set()
+        self.left_running: dict[str, RequestState] = {}
+
+    def note(self, pre: State, post: State) -> None:
+        """Record every request of pre that post no longer holds."""
+        running = set(pre.running)
+        for rid, request in pre.requests.items():
+            if rid not in post.requests:
+                self.finished.add(rid)
+                if rid in running:
+                    self.left_running[rid] = request
+
+    def clear(self) -> None:
+        self.finished.clear()
+        self.left_running.clear()
 
 
 @dataclass(frozen=True)

@@ -10,22 +10,16 @@ leaves) the worked examples and the lockstep diff do (docs/SPEC.md says which).
 
 from __future__ import annotations
 
-from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.sglang.prefill_pass import TOLERANCE
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.outputs import SchedulerOutput
-from schedspec.spec.request import RequestStatus, sglang_max_new_tokens
 from schedspec.spec.sglang_arithmetic import (
-    CLIP_MAX_NEW_TOKENS,
     decayed,
     ratio_after_retract,
     ratio_schedule,
-    running_reservation,
 )
-from schedspec.spec.state import RequestState, SGLangState, State
-
-# Float sums in another order than the engine's may differ in the last bits.
-_TOLERANCE = 1e-9
+from schedspec.spec.state import State
 
 
 def _admitted(output: SchedulerOutput) -> list[str]:
@@ -137,7 +131,7 @@ def check_ratio(t: ScheduleTransition) -> list[Violation]:
         allowed = [pre.new_token_ratio, schedule.init]
     else:
         allowed = [pre.new_token_ratio]
-    if any(abs(post.new_token_ratio - a) <= _TOLERANCE for a in allowed):
+    if any(abs(post.new_token_ratio - a) <= TOLERANCE for a in allowed):
         return []
     expected = allowed[0] if len(allowed) == 1 else tuple(allowed)
     return [
@@ -148,136 +142,6 @@ def check_ratio(t: ScheduleTransition) -> list[Violation]:
             actual=post.new_token_ratio,
         )
     ]
-
-
-@invariant(
-    "SG-LATCH",
-    "schedule",
-    "sglang",
-    "The admission latch: after a decode step that left it closed (batch_is_full), the next "
-    "step admits nothing unless a request finished or was aborted since, or the running "
-    "requests are none.",
-)
-def check_latch(t: ScheduleTransition) -> list[Violation]:
-    pre = t.pre.sglang
-    if pre is None:
-        return _missing_policy_state("SG-LATCH")
-    closed = pre.batch_is_full and pre.last_batch_kind == "decode"
-    if not closed or t.finished_since_last_schedule or not t.pre.running:
-        return []
-    admitted = _admitted(t.output)
-    if not admitted:
-        return []
-    return [Violation("SG-LATCH", f"admitted {admitted} while the latch was closed")]
-
-
-@invariant(
-    "SG-ADMISSION",
-    "schedule",
-    "sglang",
-    "Admission takes waiting requests from the head of the queue, in order, and each only "
-    "if its whole future fits: extend + max_new_tokens (at most 4096) + a page < the free "
-    "and evictable slots (plus the chunked request's, which the step may free) less what "
-    "the step reserved before it: each running request's remaining max_new_tokens times "
-    "new_token_ratio, the chunked request's chunk and each earlier admission's page-ceiled "
-    "extend + a page + max_new_tokens (a chunked admission reserves no max_new_tokens).",
-)
-def check_admission(t: ScheduleTransition) -> list[Violation]:
-    pre = t.pre.sglang
-    if pre is None:
-        return _missing_policy_state("SG-ADMISSION")
-    admitted = _admitted(t.output)
-    if not admitted:
-        return []
-    if tuple(admitted) != t.pre.waiting[: len(admitted)]:
-        return [
-            Violation(
-                "SG-ADMISSION",
-                "admissions are not the head of the waiting queue in order",
-                expected=t.pre.waiting[: len(admitted)],
-                actual=tuple(admitted),
-            )
-        ]
-    config = t.pre.config
-    page = config.block_size
-    reserved = _reserved_before_admissions(t, pre)
-    available = _available_upper_bound(t.pre, pre.chunked_request_id)
-    out: list[Violation] = []
-    for rid in admitted:
-        request = t.pre.requests[rid]
-        before = t.computed_before.get(rid, 0)
-        max_new = _max_new_tokens(config, request)
-        remaining = min(max(max_new - len(request.output_token_ids), 0), CLIP_MAX_NEW_TOKENS)
-        future = request.num_tokens - before + remaining + page
-        if not future < available - reserved + _TOLERANCE:
-            out.append(
-                Violation(
-                    "SG-ADMISSION",
-                    "admitted although its future did not fit",
-                    rid,
-                    None,
-                    f"< {available - reserved}",
-                    future,
-                )
-            )
-        chunked_now = t.post.sglang is not None and t.post.sglang.chunked_request_id == rid
-        scheduled = t.output.num_scheduled_tokens[rid]
-        reserved += _ceil(scheduled, page) + page
-        if not chunked_now:
-            reserved += min(max_new, CLIP_MAX_NEW_TOKENS)
-    return out
-
-
-def _ceil(tokens: int, page: int) -> int:
-    return -(-tokens // page) * page
-
-
-def _max_new_tokens(config: SchedulerConfig, request: RequestState) -> int:
-    """SGLang's max_new_tokens for the request: its max_tokens, except where SGLang
-    clipped it to 0 (the state shows at least 1)."""
-    if sglang_max_new_tokens(config, len(request.prompt_token_ids), request.max_tokens) == 0:
-        return 0
-    return request.max_tokens
-
-
-def _available_upper_bound(state: State, chunked: str | None) -> int:
-    """Free and evictable slots, plus every slot of the chunked request (a pending abort
-    frees them, and caching its chunk frees those duplicating the tree)."""
-    page = state.config.block_size
-    blocks = len(state.kv.free_block_ids)
-    request = state.requests.get(chunked) if chunked is not None else None
-    if request is not None:
-        blocks += len(request.block_ids)
-    return blocks * page
-
-
-def _reserved_before_admissions(t: ScheduleTransition, pre: SGLangState) -> float:
-    """What the step reserves before its first admission: the running requests'
-    futures at new_token_ratio (those whose output in flight finishes them are out of
-    the running batch), the mixed step's decodes and the chunked request's chunk."""
-    config = t.pre.config
-    page = config.block_size
-    chunked = pre.chunked_request_id
-    reserved: float = 0.0
-    decoding = 0
-    for rid in t.pre.running:
-        request = t.pre.requests[rid]
-        if rid == chunked or request.status is not RequestStatus.RUNNING:
-            continue
-        outputs = len(request.output_token_ids)
-        if outputs + request.num_output_placeholders >= request.max_tokens:
-            continue
-        decoding += 1
-        reserved += running_reservation(request.max_tokens - outputs, pre.new_token_ratio)
-    if t.post.sglang is not None and t.post.sglang.last_batch_kind == "mixed":
-        reserved += decoding
-    if chunked is not None and chunked in t.output.num_scheduled_tokens:
-        request = t.pre.requests[chunked]
-        chunk = t.output.num_scheduled_tokens[chunked]
-        reserved += _ceil(chunk, page) + page
-        if t.post.sglang is not None and t.post.sglang.chunked_request_id != chunked:
-            reserved += min(_max_new_tokens(config, request), CLIP_MAX_NEW_TOKENS)
-    return reserved
 
 
 @invariant(

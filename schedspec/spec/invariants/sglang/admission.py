@@ -1,0 +1,268 @@
+"""The `sglang` profile's admission invariants: SGLang's PrefillAdder, judged both ways.
+
+SG-ADMISSION holds every admission to the arithmetic (it fitted, the budgets had room,
+a chunked admission took exactly its chunk); SG-ADMISSION-STOP holds every refusal to
+a reason (the latch, the seats, a budget, or a future that did not fit); SG-LATCH says
+when the latch may close and when it must be open; SG-CHUNK-ROOM bounds the chunked
+request's next chunk by what the reservations leave. The figures come from
+sglang/prefill_pass.py, exact where the state shows everything and bounded both ways
+where it does not; each check fires only where its bound makes the verdict certain.
+"""
+
+from __future__ import annotations
+
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.sglang.prefill_pass import (
+    TOLERANCE,
+    Before,
+    PrefillPass,
+    RunningBatch,
+    Span,
+    ceil_paged,
+    maybe_out_of_batch,
+)
+from schedspec.spec.invariants.transitions import ScheduleTransition
+from schedspec.spec.request import RequestStatus
+from schedspec.spec.state import SGLangState
+
+
+def _missing_policy_state(name: str) -> list[Violation]:
+    return [Violation(name, "the engine reports no SGLang policy state (State.sglang)")]
+
+
+def latch_surely_open(t: ScheduleTransition, policy: SGLangState) -> bool:
+    """Was the admission latch open when the step's pass began? It reopens when a
+    request leaves the running batch (finished, or aborted) and when that batch is
+    empty. A request the overlap loop may already have left out of the batch, or
+    the chunked request (never in it), reopens nothing."""
+    if not policy.batch_is_full:
+        return True
+    batch = RunningBatch.of(t.pre)
+    if not batch.sure and not batch.maybe:
+        return True
+    config = t.pre.config
+    return any(
+        r.status is RequestStatus.RUNNING
+        and not r.is_prefill_chunk
+        and not maybe_out_of_batch(config, r)
+        for r in t.left_running.values()
+    )
+
+
+def _fit_margin(before: Before) -> float:
+    """How far past the fit test's edge an admission must be to be judged: none where
+    the engine's sum is exact, a rounding error's width where it is not."""
+    return 0.0 if before.reserved_exact else TOLERANCE
+
+
+@invariant(
+    "SG-ADMISSION",
+    "schedule",
+    "sglang",
+    "Admission takes waiting requests from the head of the queue, in order, and each only "
+    "if its whole future fits and the budgets have room: extend + max_new_tokens (at most "
+    "4096) + a page < the free and evictable slots less what the pass reserved before it "
+    "(each running request's remaining max_new_tokens times new_token_ratio, a mixed "
+    "step's decodes, the chunked request's chunk and each earlier admission's page-ceiled "
+    "extend + a page + max_new_tokens, none for a chunked admission); rem_input_tokens and "
+    "rem_chunk_tokens, charged page-ceiled extends, are above 0; without chunked prefill a "
+    "later admission's page-ceiled extend is under rem_input_tokens; with it, an "
+    "admission whose page-ceiled extend exceeds rem_chunk_tokens is chunked at the "
+    "budget's last whole page.",
+)
+def check_admission(t: ScheduleTransition) -> list[Violation]:
+    policy = t.pre.sglang
+    if policy is None:
+        return _missing_policy_state("SG-ADMISSION")
+    count = PrefillPass(t, policy)
+    admitted = count.admitted
+    if not admitted:
+        return []
+    if tuple(admitted) != t.pre.waiting[: len(admitted)]:
+        return [
+            Violation(
+                "SG-ADMISSION",
+                "admissions are not the head of the waiting queue in order",
+                expected=t.pre.waiting[: len(admitted)],
+                actual=tuple(admitted),
+            )
+        ]
+    out: list[Violation] = []
+    for rid, before in zip(admitted, count.befores, strict=False):
+        request = t.pre.requests[rid]
+        prefix = t.computed_before.get(rid, 0)
+        extend = t.output.num_scheduled_tokens[rid]
+        future = count.future(request, prefix)
+        room = count.available(before.locked).hi - before.reserved.lo
+        if not future < room + _fit_margin(before):
+            out.append(
+                Violation(
+                    "SG-ADMISSION",
+                    "admitted although its future did not fit",
+                    rid,
+                    None,
+                    f"< {room}",
+                    future,
+                )
+            )
+        rem_chunk = before.rem_chunk
+        if before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0):
+            out.append(Violation("SG-ADMISSION", "admitted after the prefill budget ran out", rid))
+        paged = ceil_paged(request.num_tokens - prefix, count.page)
+        if rem_chunk is None:
+            if before.num_can_run and paged >= before.rem_input.hi:
+                out.append(
+                    Violation(
+                        "SG-ADMISSION",
+                        "admitted over rem_input_tokens",
+                        rid,
+                        None,
+                        f"< {before.rem_input.hi}",
+                        paged,
+                    )
+                )
+            continue
+        lo = count.chunk_extend(request, prefix, rem_chunk.lo)
+        hi = count.chunk_extend(request, prefix, rem_chunk.hi)
+        if not lo <= extend <= hi:
+            out.append(
+                Violation(
+                    "SG-ADMISSION",
+                    "the admission's extend is not the chunk budget's",
+                    rid,
+                    None,
+                    lo if lo == hi else (lo, hi),
+                    extend,
+                )
+            )
+    return out
+
+
+def _refusal_reason(count: PrefillPass, latch_open: bool) -> str | None:
+    """Why the pass may have stopped before the first request it left waiting, or
+    None when no reason can hold."""
+    before = count.at_refusal
+    request = count.refused
+    assert request is not None
+    if not latch_open:
+        return "latch"
+    if count.seats_left(before.num_can_run).lo <= 0:
+        return "seats"
+    rem_chunk = before.rem_chunk
+    if before.rem_input.lo <= 0 or (rem_chunk is not None and rem_chunk.lo <= 0):
+        return "budget"
+    prefix = count.longest_match(request)
+    paged = ceil_paged(request.num_tokens - prefix, count.page)
+    if rem_chunk is None:
+        if before.num_can_run and paged >= before.rem_input.lo:
+            return "input budget"
+    elif paged > rem_chunk.lo and count.chunk_extend(request, prefix, rem_chunk.lo) <= 0:
+        return "chunk budget"
+    if not count.surely_fits(request):
+        return "memory"
+    return None
+
+
+@invariant(
+    "SG-ADMISSION-STOP",
+    "schedule",
+    "sglang",
+    "Admission stops before a waiting request only for a reason: the latch was closed, the "
+    "seats (max_running_requests, free request rows) are taken, rem_input_tokens or "
+    "rem_chunk_tokens is spent or cannot take a page of it, or its future (extend + "
+    "max_new_tokens + a page) does not fit what the pass left.",
+)
+def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
+    policy = t.pre.sglang
+    if policy is None:
+        return _missing_policy_state("SG-ADMISSION-STOP")
+    if len(t.pre.waiting) <= len(t.admitted):
+        return []
+    count = PrefillPass(t, policy)
+    request = count.refused
+    if request is None or _refusal_reason(count, latch_surely_open(t, policy)) is not None:
+        return []
+    return [
+        Violation(
+            "SG-ADMISSION-STOP",
+            "left waiting although its future fits, with the latch open, a seat and budget",
+            request.request_id,
+            None,
+            f"< {count.room_for(request).lo}",
+            count.largest_future(request),
+        )
+    ]
+
+
+@invariant(
+    "SG-LATCH",
+    "schedule",
+    "sglang",
+    "The admission latch (batch_is_full): after a decode step that left it closed, the next "
+    "step admits nothing unless a request finished or was aborted since, or the running "
+    "requests are none; and a step whose pass began with it open closes it only when the "
+    "seats ran out or memory did (a waiting request's future did not fit, or an admission "
+    "left nothing), never for a spent compute budget.",
+)
+def check_latch(t: ScheduleTransition) -> list[Violation]:
+    pre, post = t.pre.sglang, t.post.sglang
+    if pre is None or post is None:
+        return _missing_policy_state("SG-LATCH")
+    out: list[Violation] = []
+    closed = pre.batch_is_full and pre.last_batch_kind == "decode"
+    admitted = [r for r in t.output.num_scheduled_tokens if r in t.admitted_ids]
+    if closed and admitted and not t.finished_since_last_schedule and t.pre.running:
+        out.append(Violation("SG-LATCH", f"admitted {admitted} while the latch was closed"))
+    if post.batch_is_full and t.pre.waiting and latch_surely_open(t, pre):
+        # The pass began with the latch open: only the seats, or memory (a refused
+        # future that did not fit, or an admission that left nothing) close it.
+        count = PrefillPass(t, pre)
+        seats = count.seats_left(count.at_refusal.num_can_run)
+        if seats.lo > 0 and count.surely_fits(count.refused):
+            out.append(Violation("SG-LATCH", "closed the latch with memory and seats to spare"))
+    return out
+
+
+@invariant(
+    "SG-CHUNK-ROOM",
+    "schedule",
+    "sglang",
+    "The chunked request's next chunk is as much of rem_chunk_tokens as the reservations "
+    "leave (the free and evictable slots less the running requests' reservations and a "
+    "mixed step's decodes), the whole budget when they leave nothing, never more than "
+    "the pool can give it, and the rest of its prompt if that is less.",
+)
+def check_chunk_room(t: ScheduleTransition) -> list[Violation]:
+    policy = t.pre.sglang
+    if policy is None:
+        return _missing_policy_state("SG-CHUNK-ROOM")
+    count = PrefillPass(t, policy)
+    if count.chunked is None or not count.chunk:
+        return []
+    request = t.pre.requests[count.chunked]
+    prefix = t.computed_before.get(count.chunked, 0)
+    remaining = request.num_tokens - prefix
+    start = count.start
+    rem_chunk = start.rem_chunk
+    if rem_chunk is None:
+        return []
+    available = count.available(frozenset())
+    room = Span(
+        min(rem_chunk.lo, int(available.lo - start.reserved.hi)),
+        min(rem_chunk.hi, int(available.hi - start.reserved.lo)),
+    )
+    # Where the reservations surely leave room the chunk is at most that room; where
+    # they may leave none, SGLang takes the whole budget.
+    most = min(remaining, int(room.hi) if room.lo > 0 else int(rem_chunk.hi))
+    if count.chunk > most:
+        return [
+            Violation(
+                "SG-CHUNK-ROOM",
+                "the chunk is larger than the room the reservations leave",
+                count.chunked,
+                None,
+                f"<= {most}",
+                count.chunk,
+            )
+        ]
+    return []
