@@ -221,9 +221,9 @@ class Driver:
             frozenset(self.departures.finished),
             dict(self.kv_content.written),
             dict(self.departures.left_running),
+            self.departures.last_step,
         )
-        self.departures.clear()
-        self.departures.note(pre, post)
+        self.departures.on_schedule(pre, output, post)
         self.kv_content.on_schedule(transition)
         return transition
 

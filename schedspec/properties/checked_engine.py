@@ -287,16 +287,14 @@ class CheckedEngine:
             frozenset(self._departures.finished),
             self._kv_content.written,
             dict(self._departures.left_running),
+            self._departures.last_step,
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         deferred: frozenset[str] = frozenset()
         if not found:
             corners.count_schedule(self.stats.corners, scheduled)
-            self._departures.clear()
-            # A request whose pending abort ends inside schedule() (SGLang's chunked
-            # request) finished after this schedule began: the next one reports it.
-            self._departures.note(pre, mid)
+            self._departures.on_schedule(pre, output, mid)
             deferred = self._kv_content.on_schedule(scheduled)
         return ScheduledStep.of(output, mid, deferred), found
 

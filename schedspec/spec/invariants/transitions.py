@@ -31,6 +31,45 @@ class ChainHashes:
 
 
 @dataclass(frozen=True)
+class Departure:
+    """A request that left while in the running list."""
+
+    request: RequestState  # as it was just before it left
+    in_last_step: bool  # scheduled by the latest schedule() before it left
+
+
+class Departures:
+    """What a harness records between two schedule() calls for the next transition:
+    the requests that finished, and of them those that were running."""
+
+    def __init__(self) -> None:
+        self.finished: set[str] = set()
+        self.left_running: dict[str, Departure] = {}
+        # The ids the latest schedule() scheduled.
+        self.last_step: frozenset[str] = frozenset()
+
+    def on_schedule(self, pre: State, output: SchedulerOutput, post: State) -> None:
+        """A schedule() returned: start over, counting what left inside it (a pending
+        abort that ends in schedule(), SGLang's chunked request) for the next one."""
+        self.clear()
+        self.note(pre, post)
+        self.last_step = frozenset(output.num_scheduled_tokens)
+
+    def note(self, pre: State, post: State) -> None:
+        """Record every request of pre that post no longer holds."""
+        running = set(pre.running)
+        for rid, request in pre.requests.items():
+            if rid not in post.requests:
+                self.finished.add(rid)
+                if rid in running:
+                    self.left_running[rid] = Departure(request, rid in self.last_step)
+
+    def clear(self) -> None:
+        self.finished.clear()
+        self.left_running.clear()
+
+
+@dataclass(frozen=True)
 class ScheduleTransition:
     """pre --schedule()--> post, with the SchedulerOutput it returned."""
 
@@ -44,7 +83,9 @@ class ScheduleTransition:
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
     # Of those, the ones that were in the running list when they finished, as they
     # were just before (SGLang's admission latch reopens when one leaves its batch).
-    left_running: Mapping[str, RequestState] = field(default_factory=dict)
+    left_running: Mapping[str, Departure] = field(default_factory=dict)
+    # The ids the previous schedule() scheduled (SGLang's last batch).
+    previous_step: frozenset[str] = frozenset()
 
     # Worked out once, as the transition is made, for all the predicates that read
     # them (a cached_property costs a lock on each first read on Python 3.11).
@@ -62,28 +103,6 @@ class ScheduleTransition:
         object.__setattr__(self, "computed_before", computed_before(output))
         object.__setattr__(self, "admitted", admitted)
         object.__setattr__(self, "admitted_ids", frozenset(admitted))
-
-
-class Departures:
-    """What a harness records between two schedule() calls for the next transition:
-    the requests that finished, and of them those that were running."""
-
-    def __init__(self) -> None:
-        self.finished: set[str] = set()
-        self.left_running: dict[str, RequestState] = {}
-
-    def note(self, pre: State, post: State) -> None:
-        """Record every request of pre that post no longer holds."""
-        running = set(pre.running)
-        for rid, request in pre.requests.items():
-            if rid not in post.requests:
-                self.finished.add(rid)
-                if rid in running:
-                    self.left_running[rid] = request
-
-    def clear(self) -> None:
-        self.finished.clear()
-        self.left_running.clear()
 
 
 @dataclass(frozen=True)

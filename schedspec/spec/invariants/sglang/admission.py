@@ -32,20 +32,31 @@ def _missing_policy_state(name: str) -> list[Violation]:
 
 def latch_surely_open(t: ScheduleTransition, policy: SGLangState) -> bool:
     """Was the admission latch open when the step's pass began? It reopens when a
-    request leaves the running batch (finished, or aborted) and when that batch is
-    empty. A request the overlap loop may already have left out of the batch, or
-    the chunked request (never in it), reopens nothing."""
+    request leaves the running batch (finished, or aborted), when that batch is
+    empty, when the step's merge leaves the chunked request out of the last batch,
+    and when the last (extend or mixed) batch replaces an empty running batch. A
+    request the overlap loop may already have left out of the batch (its result in
+    flight finishes it, and the latest step did not schedule it), or the chunked
+    request (never in it), reopens nothing."""
     if not policy.batch_is_full:
         return True
     batch = RunningBatch.of(t.pre)
     if not batch.sure and not batch.maybe:
         return True
+    chunked = policy.chunked_request_id
+    if chunked is not None and chunked in t.previous_step:
+        return True  # the merge leaves the chunked request out of the last batch
+    if policy.last_batch_kind == "mixed":
+        return True  # the mixed step emptied the running batch; the last batch replaces it
+    members = {r.request_id for r in (*batch.sure, *batch.maybe)}
+    if policy.last_batch_kind == "extend" and members <= t.previous_step:
+        return True  # nothing ran before the last extend: it becomes the running batch
     config = t.pre.config
     return any(
-        r.status is RequestStatus.RUNNING
-        and not r.is_prefill_chunk
-        and not maybe_out_of_batch(config, r)
-        for r in t.left_running.values()
+        d.request.status is RequestStatus.RUNNING
+        and not d.request.is_prefill_chunk
+        and (d.in_last_step or not maybe_out_of_batch(config, d.request))
+        for d in t.left_running.values()
     )
 
 
@@ -105,11 +116,34 @@ def check_admission(t: ScheduleTransition) -> list[Violation]:
                     future,
                 )
             )
+        least_prefix = count.longest_match(request)
+        if prefix < least_prefix:
+            out.append(
+                Violation(
+                    "SG-ADMISSION",
+                    "its prefix match stops short of the cached prefix",
+                    rid,
+                    None,
+                    f">= {least_prefix}",
+                    prefix,
+                )
+            )
         rem_chunk = before.rem_chunk
         if before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0):
             out.append(Violation("SG-ADMISSION", "admitted after the prefill budget ran out", rid))
         paged = ceil_paged(request.num_tokens - prefix, count.page)
         if rem_chunk is None:
+            if extend != request.num_tokens - prefix:
+                out.append(
+                    Violation(
+                        "SG-ADMISSION",
+                        "without chunked prefill an admission takes its whole extend",
+                        rid,
+                        None,
+                        request.num_tokens - prefix,
+                        extend,
+                    )
+                )
             if before.num_can_run and paged >= before.rem_input.hi:
                 out.append(
                     Violation(

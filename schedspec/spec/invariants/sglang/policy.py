@@ -11,7 +11,7 @@ leaves) the worked examples and the lockstep diff do (docs/SPEC.md says which).
 from __future__ import annotations
 
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.sglang.prefill_pass import TOLERANCE
+from schedspec.spec.invariants.sglang.prefill_pass import TOLERANCE, RunningBatch
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.outputs import SchedulerOutput
 from schedspec.spec.sglang_arithmetic import (
@@ -42,7 +42,9 @@ def _missing_policy_state(name: str) -> list[Violation]:
     "nothing admitted) runs only when no request is chunked, or when the chunked request is "
     "held back because the pool had no free or evictable block for its chunk; a mixed batch "
     "(an extend plus the running requests' decodes) only with enable_mixed_chunk; an idle "
-    "step schedules nothing.",
+    "step schedules nothing. The chunked request's chunk is in every step that does not hold it "
+    "back. A decode or mixed batch decodes every running request but the "
+    "chunked one, the step's victims, and those whose result in flight finishes them.",
 )
 def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
@@ -56,21 +58,32 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     problems: list[str] = []
     if (kind == "idle") != (not scheduled):
         problems.append(f"a {kind} step scheduled {dict(scheduled)}")
+    # A chunk is held back only when the pool cannot give it a page (docs/SPEC.md,
+    # "A chunk the pool cannot hold"); the pre state's free blocks (free and
+    # evictable) are a lower bound on what the step's allocation could reach.
+    held_back = not t.pre.kv.free_block_ids
+    chunk_due = continuing is not None and continuing in t.post.running and not held_back
     if kind == "decode":
         if admitted or any(n != 1 for n in scheduled.values()):
             problems.append("a decode step admitted or scheduled more than one token")
-        # A chunk is held back only when the pool cannot give it a page (docs/SPEC.md,
-        # "A chunk the pool cannot hold"); the pre state's free blocks (free and
-        # evictable) are a lower bound on what the step's allocation could reach.
-        held_back = not t.pre.kv.free_block_ids
-        if continuing is not None and continuing in t.post.running and not held_back:
+        if chunk_due:
             problems.append(f"a decode step while {continuing!r} is chunked")
-    elif kind == "extend":
+    elif chunk_due and continuing not in scheduled:
+        problems.append(f"a {kind} step without the chunked request {continuing!r}'s chunk")
+    if kind == "extend":
         others = [r for r in scheduled if r not in admitted and r != continuing]
         if others:
             problems.append(f"an extend step decoded {others}")
     elif kind == "mixed" and not t.post.config.enable_mixed_chunk:
         problems.append("a mixed step without enable_mixed_chunk")
+    if kind in ("decode", "mixed"):
+        skipped = [
+            r.request_id
+            for r in RunningBatch.of(t.pre).sure
+            if r.request_id not in scheduled and r.request_id not in t.output.preempted_req_ids
+        ]
+        if skipped:
+            problems.append(f"a {kind} step left running requests {skipped} out")
     return [Violation("SG-PREFILL-FIRST", p) for p in problems]
 
 
