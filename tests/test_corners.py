@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from schedspec.cli.main import main
 from schedspec.properties.corners import (
     CORNER_NAMES,
+    corners_for,
     count_drafts,
     count_schedule,
     count_update,
@@ -160,6 +161,15 @@ def test_the_table_names_every_corner_and_the_ones_never_reached() -> None:
     assert lines[-1].startswith(f"corners reached: 1/{len(CORNER_NAMES)} (never: ")
 
 
+def test_each_family_profile_lists_its_own_corners() -> None:
+    vllm = [line.split()[0] for line in format_corners({}, "vllm-v1")[1:-1]]
+    sglang = [line.split()[0] for line in format_corners({}, "sglang")[1:-1]]
+    assert "drafts-scheduled" in vllm and "drafts-scheduled" not in sglang
+    assert "sg-latch-closed" in sglang and "sg-latch-closed" not in vllm
+    assert {"preemption", "abort-in-flight"} <= set(vllm) & set(sglang)
+    assert set(vllm) | set(sglang) == set(CORNER_NAMES)
+
+
 def test_check_prints_the_corners_and_json_reports_them(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     result = CliRunner().invoke(
@@ -171,7 +181,7 @@ def test_check_prints_the_corners_and_json_reports_them(tmp_path: Path) -> None:
         for line in result.stdout.splitlines()
         if line.split() and line.split()[0] in CORNER_NAMES
     }
-    assert set(printed) == set(CORNER_NAMES)
+    assert set(printed) == {c.name for c in corners_for("vllm-v1")}
     assert "corners reached: " in result.stdout
     assert json.loads(report.read_text())["corners"] == printed
     assert printed["preemption"] > 0

@@ -195,7 +195,7 @@ def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = Non
     for line in format_table(result.stats, profile, failing):
         click.echo(line)
     click.echo()
-    for line in format_corners(result.stats.corners):
+    for line in format_corners(result.stats.corners, profile):
         click.echo(line)
     click.echo(format_totals(result))
     return failing

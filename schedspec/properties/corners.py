@@ -15,19 +15,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from schedspec.spec import SchedulerOutput
+from schedspec.spec import SchedulerOutput, SGLangState
 from schedspec.spec.invariants import (
     DraftsTransition,
     ScheduleTransition,
     UpdateTransition,
     waiting_phase,
 )
+from schedspec.spec.invariants.sglang.admission import latch_surely_open
+from schedspec.spec.invariants.sglang.prefill_pass import PrefillPass
+
+VLLM_ONLY = ("vllm",)
+SGLANG_ONLY = ("sglang",)
 
 
 @dataclass(frozen=True)
 class Corner:
     name: str
     description: str
+    # The policy families whose engines can reach it (a corner of drafts, of the
+    # watermark or of priority scheduling is no corner of SGLang's family).
+    families: tuple[str, ...] = ("vllm", "sglang")
 
 
 CORNERS: tuple[Corner, ...] = (
@@ -35,6 +43,7 @@ CORNERS: tuple[Corner, ...] = (
         "priority-victim-ahead",
         "a priority preemption whose victim ran ahead of a request served in the step "
         "(#49097, #23347)",
+        VLLM_ONLY,
     ),
     Corner("preemption", "a step that preempted"),
     Corner("kv-exact-fit", "a step that left no block free and preempted nothing"),
@@ -42,6 +51,7 @@ CORNERS: tuple[Corner, ...] = (
     Corner(
         "admission-exact-fit",
         "an admission that left exactly the spare blocks (the watermark's, or none)",
+        VLLM_ONLY,
     ),
     Corner(
         "resumed-with-outputs",
@@ -53,25 +63,29 @@ CORNERS: tuple[Corner, ...] = (
         "hit-on-free-block",
         "a prefix hit on a free cached block, taken out of the free queue (#33775)",
     ),
-    Corner("shared-hash", "one hash held by two blocks in the prefix cache"),
+    Corner("shared-hash", "one hash held by two blocks in the prefix cache", VLLM_ONLY),
     Corner(
         "lookahead-at-max-model-len",
         "a step whose lookahead slots reach past max_model_len (they are capped there)",
+        VLLM_ONLY,
     ),
-    Corner("drafts-scheduled", "a step that verified drafts"),
+    Corner("drafts-scheduled", "a step that verified drafts", VLLM_ONLY),
     Corner(
         "stop-inside-drafts",
         "a stop token among the accepted drafts: the tokens after it are dropped",
+        VLLM_ONLY,
     ),
     Corner(
         "drafts-on-prefill",
         "drafts proposed for a request in its prefill, which must drop them (PR #30618)",
+        VLLM_ONLY,
     ),
-    Corner("padded-admission", "an admission padded to 1 + K for spec decode"),
+    Corner("padded-admission", "an admission padded to 1 + K for spec decode", VLLM_ONLY),
     Corner(
         "padding-near-max-model-len",
         "a one-token admission under spec-decode padding whose padded step and sampled "
         "token would end on or past max_model_len (#53962)",
+        VLLM_ONLY,
     ),
     Corner(
         "preempted-with-output-in-flight",
@@ -86,14 +100,35 @@ CORNERS: tuple[Corner, ...] = (
         "cache-aware-reorder",
         "a step whose cache-aware admission moved a waiting request with a deeper cached "
         "prefix ahead (vLLM 0.34.0)",
+        VLLM_ONLY,
     ),
     Corner(
         "abort-in-flight",
         "an abort applied while the step that scheduled the request ran, before its "
         "output landed (vLLM's abort queue; sglang #34153, vllm #46283's class)",
     ),
+    Corner(
+        "sg-latch-closed",
+        "SGLang: a step whose pass found the admission latch closed with requests waiting "
+        "(the #32549 starvation class)",
+        SGLANG_ONLY,
+    ),
+    Corner(
+        "sg-budget-stop",
+        "SGLang: a pass stopped by a spent chunk or input budget before a request that "
+        "fits memory (the latch must stay open)",
+        SGLANG_ONLY,
+    ),
+    Corner("sg-mixed-step", "SGLang: a mixed-chunk step (an extend beside decodes)", SGLANG_ONLY),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
+
+
+def corners_for(profile: str) -> tuple[Corner, ...]:
+    """The corners a run under that profile can reach: its family's, or every corner
+    for the safety profile (whose engine's family the run does not know)."""
+    family = {"vllm-v1": "vllm", "sglang": "sglang"}.get(profile)
+    return tuple(c for c in CORNERS if family is None or family in c.families)
 
 
 def _bump(counts: MutableMapping[str, int], name: str) -> None:
@@ -120,6 +155,8 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
     # The reorder runs before any admission, so a step that admits nothing counts too.
     if config.cache_aware_admission_window and waiting_phase(t).moved:
         _bump(counts, "cache-aware-reorder")
+    if pre.sglang is not None:
+        _count_sglang_pass(counts, t, pre.sglang)
     if not scheduled:
         return
     free = len(post.kv.free_block_ids)
@@ -137,8 +174,26 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
     ):
         _bump(counts, "lookahead-at-max-model-len")
     _count_admissions(counts, t, free)
+    if post.sglang is not None and post.sglang.last_batch_kind == "mixed":
+        _bump(counts, "sg-mixed-step")
     if config.enable_prefix_caching and any(len(ids) > 1 for _, ids in post.kv.prefix_cache):
         _bump(counts, "shared-hash")
+
+
+def _count_sglang_pass(
+    counts: MutableMapping[str, int], t: ScheduleTransition, policy: SGLangState
+) -> None:
+    if not t.pre.waiting:
+        return
+    if not t.admitted_ids and not latch_surely_open(t, policy):
+        _bump(counts, "sg-latch-closed")
+        return
+    count = PrefillPass(t, policy)
+    before = count.at_refusal
+    rem_chunk = before.rem_chunk
+    spent = before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0)
+    if spent and count.refused is not None and count.surely_fits(count.refused):
+        _bump(counts, "sg-budget-stop")
 
 
 def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, free: int) -> None:
@@ -237,17 +292,19 @@ def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:
         _bump(counts, "drafts-on-prefill")
 
 
-def format_corners(counts: Mapping[str, int]) -> list[str]:
-    """One row per named corner: how often the run reached it, and what it is."""
-    width = max(len("corner"), *(len(n) for n in CORNER_NAMES))
+def format_corners(counts: Mapping[str, int], profile: str = "safety") -> list[str]:
+    """One row per named corner of the profile's family: how often the run reached it,
+    and what it is."""
+    corners = corners_for(profile)
+    width = max(len("corner"), *(len(c.name) for c in corners))
     lines = [f"{'corner':<{width}}  {'reached':>9}  what"]
-    for corner in CORNERS:
+    for corner in corners:
         lines.append(
             f"{corner.name:<{width}}  {counts.get(corner.name, 0):>9}  {corner.description}"
         )
-    missed = [n for n in CORNER_NAMES if not counts.get(n)]
+    missed = [c.name for c in corners if not counts.get(c.name)]
     lines.append(
-        f"corners reached: {len(CORNER_NAMES) - len(missed)}/{len(CORNER_NAMES)}"
+        f"corners reached: {len(corners) - len(missed)}/{len(corners)}"
         + (f" (never: {', '.join(missed)})" if missed else "")
     )
     return lines
