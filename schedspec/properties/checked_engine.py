@@ -35,6 +35,7 @@ from schedspec.spec.invariants import (
     Violation,
     drain_step_bound,
     ids_for,
+    passed_over_after,
 )
 from schedspec.spec.invariants.safety import state_fast_path
 from schedspec.traces.trace import ModelParams, Trace
@@ -105,6 +106,9 @@ class CheckedEngine:
         self._hashes = ChainHashes(config.block_size)
         self._kv_content = KVContentOracle(self._hashes)
         self._finished_since_schedule: set[str] = set()
+        # The waiting head and how often steps passed it over while nothing ran: the
+        # history PROGRESS judges each step against (liveness.passed_over_after).
+        self._head_passed_over: tuple[str, int, int] | None = None
         self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
@@ -287,12 +291,14 @@ class CheckedEngine:
             self._hashes,
             frozenset(self._finished_since_schedule),
             self._kv_content.written,
+            self._head_passed_over,
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         deferred: frozenset[str] = frozenset()
         if not found:
             corners.count_schedule(self.stats.corners, scheduled)
+            self._head_passed_over = passed_over_after(scheduled)
             self._finished_since_schedule.clear()
             # A request whose pending abort ends inside schedule() (SGLang's chunked
             # request) finished after this schedule began: the next one reports it.

@@ -38,7 +38,12 @@ from schedspec.spec.invariants.registry import (
     ids_for,
     in_profile,
 )
-from schedspec.spec.invariants.safety.liveness import drain_step_bound
+from schedspec.spec.invariants.safety.liveness import (
+    drain_step_bound,
+    passed_over_after,
+    passed_over_head,
+    progress_step_bound,
+)
 from schedspec.spec.invariants.safety.update import expected_kept
 from schedspec.spec.invariants.transitions import (
     AbortTransition,
@@ -77,5 +82,8 @@ __all__ = [
     "family_of",
     "ids_for",
     "in_profile",
+    "passed_over_after",
+    "passed_over_head",
+    "progress_step_bound",
     "waiting_phase",
 ]

@@ -42,6 +42,10 @@ class ScheduleTransition:
     finished_since_last_schedule: frozenset[str] = frozenset()
     # Block -> the content hash whose KV earlier steps fully computed into it.
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
+    # The history PROGRESS judges the step against, summed up by the harness
+    # (liveness.passed_over_after): the waiting head, as (id, arrival), and how many
+    # earlier schedule() calls passed it over while nothing ran; None: none did.
+    head_passed_over: tuple[str, int, int] | None = None
 
     # Worked out once, as the transition is made, for all the predicates that read
     # them (a cached_property costs a lock on each first read on Python 3.11).
