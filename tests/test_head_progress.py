@@ -21,6 +21,7 @@ from schedspec.engines.protocol import EngineFactory
 from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError
 from schedspec.spec import ConfigError, SchedulerConfig
 from schedspec.spec.invariants import (
+    PassedOver,
     Profile,
     passed_over_after,
     passed_over_head,
@@ -99,6 +100,32 @@ def test_an_engine_that_passes_over_the_head_is_judged_in_that_step(tmp_path: Pa
     assert (violation.expected, violation.actual) == (0, 1)
 
 
+def test_under_async_scheduling_the_second_pass_over_is_judged_across_steps_others_ran(
+    tmp_path: Path,
+) -> None:
+    """One step may pass over the head under async scheduling (its stale output may be
+    in flight). The mutant passes `big` over once, runs `late` and `later` to their end,
+    and passes it over again the next time nothing runs: the history kept across the
+    steps in which they ran makes that the second time."""
+    mutant = next(m for m in MUTANTS if m.id == PASSED_OVER)
+    factory = engine_factory(build_mutant_package(mutant, tmp_path))
+    config = dataclasses.replace(TIGHT, async_scheduling=True)
+    checked = CheckedEngine.from_factory(factory, config, "safety")
+    first_pass = (*WORKLOAD[:4], Step(), Step(), Step(), Step())  # small's 4 steps
+    for event in (*first_pass, AddRequest("later", prompt(400, 4), max_tokens=2), Step()):
+        checked.apply(event)
+    assert checked.state.running == ("late", "later")  # big was passed over: allowed once
+    for event in (Step(), Step(), AddRequest("last", prompt(500, 4), max_tokens=2)):
+        checked.apply(event)
+    assert not checked.state.running and checked.state.waiting == ("big", "last")
+    with pytest.raises(InvariantViolationError) as caught:
+        checked.apply(Step())
+    assert [v.invariant for v in caught.value.violations] == ["PROGRESS"]
+    (violation,) = caught.value.violations
+    assert violation.request_id == "big"
+    assert (violation.expected, violation.actual) == (1, 2)
+
+
 def test_the_bound_is_one_step_in_flight_under_async_scheduling() -> None:
     assert progress_step_bound(TIGHT) == 0
     assert progress_step_bound(dataclasses.replace(TIGHT, async_scheduling=True)) == 1
@@ -118,17 +145,17 @@ def test_the_history_counts_a_head_across_steps_in_which_others_run() -> None:
     passed_over = dataclasses.replace(first, output=EMPTY_OUTPUT, post=first.pre)
     assert passed_over_head(passed_over) == "A"
     assert passed_over_after(passed_over) == ("A", arrival, 1)
-    again = dataclasses.replace(passed_over, head_passed_over=("A", arrival, 1))
+    again = dataclasses.replace(passed_over, head_passed_over=PassedOver("A", arrival, 1))
     assert passed_over_after(again) == ("A", arrival, 2)
-    scheduled = dataclasses.replace(first, head_passed_over=("A", arrival, 1))
+    scheduled = dataclasses.replace(first, head_passed_over=PassedOver("A", arrival, 1))
     assert passed_over_after(scheduled) is None  # A was scheduled: forgotten
     driver.update(first)
     driver.add("C", 4)
     others_run = driver.schedule()  # A and B run; C waits for a seat (max_num_seqs 2)
     assert "C" not in others_run.output.num_scheduled_tokens
     c_arrival = others_run.pre.requests["C"].arrival
-    history = ("C", c_arrival, 1)
+    history = PassedOver("C", c_arrival, 1)
     kept = dataclasses.replace(others_run, head_passed_over=history)
     assert passed_over_head(kept) is None and passed_over_after(kept) == history
-    reused = dataclasses.replace(others_run, head_passed_over=("C", c_arrival + 1, 1))
+    reused = dataclasses.replace(others_run, head_passed_over=PassedOver("C", c_arrival + 1, 1))
     assert passed_over_after(reused) is None  # another request under the same id

@@ -29,6 +29,7 @@ from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
     DrainResult,
+    PassedOver,
     ScheduleTransition,
 )
 from tests.invariant_builders import (
@@ -1126,7 +1127,7 @@ def case_head_passed_over_twice_under_async() -> Case:
     # Under async scheduling one step may wait on the head's stale output; the history
     # says one already did, so passing the head over again is a stall.
     good = head_admitted_with_nothing_running(async_scheduling=True)
-    history = ("A", good.pre.requests["A"].arrival, 1)
+    history = PassedOver("A", good.pre.requests["A"].arrival, 1)
     good = dataclasses.replace(good, head_passed_over=history)
     bad = dataclasses.replace(good, output=EMPTY_OUTPUT, post=good.pre)
     return Case(

@@ -29,6 +29,7 @@ from schedspec.spec.invariants import (
     DraftsTransition,
     DrainResult,
     Kind,
+    PassedOver,
     Profile,
     ScheduleTransition,
     UpdateTransition,
@@ -108,7 +109,7 @@ class CheckedEngine:
         self._finished_since_schedule: set[str] = set()
         # The waiting head and how often steps passed it over while nothing ran: the
         # history PROGRESS judges each step against (liveness.passed_over_after).
-        self._head_passed_over: tuple[str, int, int] | None = None
+        self._head_passed_over: PassedOver | None = None
         self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes
 from schedspec.spec.outputs import ModelRunnerOutput, RequestOutput, SchedulerOutput
@@ -30,6 +31,15 @@ class ChainHashes:
         return hashes
 
 
+class PassedOver(NamedTuple):
+    """A waiting head that schedule() calls passed over while nothing ran (PROGRESS): which
+    request (its id and incarnation), and how many calls did."""
+
+    request_id: str
+    arrival: int
+    times: int
+
+
 @dataclass(frozen=True)
 class ScheduleTransition:
     """pre --schedule()--> post, with the SchedulerOutput it returned."""
@@ -43,9 +53,9 @@ class ScheduleTransition:
     # Block -> the content hash whose KV earlier steps fully computed into it.
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
     # The history PROGRESS judges the step against, summed up by the harness
-    # (liveness.passed_over_after): the waiting head, as (id, arrival), and how many
-    # earlier schedule() calls passed it over while nothing ran; None: none did.
-    head_passed_over: tuple[str, int, int] | None = None
+    # (liveness.passed_over_after): the head earlier schedule() calls passed over while
+    # nothing ran; None: none is remembered.
+    head_passed_over: PassedOver | None = None
 
     # Worked out once, as the transition is made, for all the predicates that read
     # them (a cached_property costs a lock on each first read on Python 3.11).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.transitions import DrainResult, ScheduleTransition
+from schedspec.spec.invariants.transitions import DrainResult, PassedOver, ScheduleTransition
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
 
 
@@ -60,13 +60,13 @@ def passed_over_head(t: ScheduleTransition) -> str | None:
 def _times_passed_over(t: ScheduleTransition, head: str) -> int:
     """How often steps before this one passed over this very head (same id, same
     incarnation) while nothing ran, by the history the harness keeps."""
-    if t.head_passed_over is None:
+    earlier = t.head_passed_over
+    if earlier is None or earlier.request_id != head:
         return 0
-    rid, arrival, times = t.head_passed_over
-    return times if rid == head and t.pre.requests[head].arrival == arrival else 0
+    return earlier.times if t.pre.requests[head].arrival == earlier.arrival else 0
 
 
-def passed_over_after(t: ScheduleTransition) -> tuple[str, int, int] | None:
+def passed_over_after(t: ScheduleTransition) -> PassedOver | None:
     """The history to hand the next schedule(): this step's head and how often it has
     now been passed over, while nothing ran; a step that schedules or drops the head
     forgets it, and steps in which something ran keep it (the head must not be passed
@@ -74,14 +74,15 @@ def passed_over_after(t: ScheduleTransition) -> tuple[str, int, int] | None:
     head = passed_over_head(t)
     if head is not None:
         arrival = t.pre.requests[head].arrival
-        return head, arrival, _times_passed_over(t, head) + 1
+        return PassedOver(head, arrival, _times_passed_over(t, head) + 1)
     kept = t.head_passed_over
     if kept is None:
         return None
-    rid = kept[0]
-    request = t.post.requests.get(rid)
-    if rid in t.output.num_scheduled_tokens or request is None or request.arrival != kept[1]:
-        return None
+    request = t.post.requests.get(kept.request_id)
+    if request is None or request.arrival != kept.arrival:
+        return None  # gone (refused, finished or aborted), or another under its id
+    if kept.request_id in t.output.num_scheduled_tokens:
+        return None  # scheduled at last
     return kept
 
 
