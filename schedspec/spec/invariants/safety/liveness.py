@@ -51,6 +51,9 @@ def passed_over_head(t: ScheduleTransition) -> str | None:
     scheduled in it nor gone after it (refused at schedule time, or finished)."""
     if t.pre.running or not t.pre.waiting:
         return None
+    # Every waiting request is ready to run: the model has no request waiting on KV
+    # from elsewhere (no KV connector). With one, the head is the first ready request,
+    # and a parked one is passed over by right (docs/SPEC.md, "PROGRESS").
     head = waiting_phase_queue(t)[0]
     if head in t.output.num_scheduled_tokens or head not in t.post.requests:
         return None
