@@ -29,6 +29,7 @@ from schedspec.spec.invariants import (
     CATALOGUE,
     CHECKS,
     DrainResult,
+    PassedOver,
     ScheduleTransition,
 )
 from tests.invariant_builders import (
@@ -53,6 +54,7 @@ from tests.invariant_builders import (
 from tests.sched_helpers import make_config
 
 cases = CaseRegistry()
+EMPTY_OUTPUT = SchedulerOutput((), (), {}, 0, {}, frozenset(), frozenset())  # nothing scheduled
 
 
 # --------------------------------------------------------------------- DOOR
@@ -908,8 +910,7 @@ def case_finish_reported_twice() -> Case:
 def case_nothing_scheduled_with_work_left() -> Case:
     # #39734: a scheduler wedged on a request it can never fit returns empty steps.
     good = two_running_and_an_admission()
-    empty = SchedulerOutput((), (), {}, 0, {}, frozenset(), frozenset())
-    bad = dataclasses.replace(good, output=empty, post=good.pre)
+    bad = dataclasses.replace(good, output=EMPTY_OUTPUT, post=good.pre)
     return Case("NO-EMPTY-STEP", good, bad, "nothing scheduled with 3 unfinished requests")
 
 
@@ -1088,6 +1089,55 @@ def case_queues_rebuilt_wrong() -> Case:
         "queues are not the old ones minus the aborted",
         expected=(("A", "C"), ()),
         actual=(("C", "A"), ()),
+    )
+
+
+# ----------------------------------------------------------------- PROGRESS
+
+
+def head_admitted_with_nothing_running(**config: Any) -> ScheduleTransition:
+    """A waits with nothing running; the step admits it, as every correct engine must."""
+    driver = Driver(**config)
+    driver.add("A", 8)
+    driver.add("B", 4)
+    t = driver.schedule()
+    assert not t.pre.running and t.pre.waiting[0] == "A"
+    assert "A" in t.output.num_scheduled_tokens
+    return t
+
+
+@cases("PROGRESS")
+def case_head_passed_over_with_nothing_running() -> Case:
+    # #39734, #40707: nothing runs, the head waits, and the step schedules nothing.
+    good = head_admitted_with_nothing_running()
+    bad = dataclasses.replace(good, output=EMPTY_OUTPUT, post=good.pre)
+    return Case(
+        "PROGRESS",
+        good,
+        bad,
+        "passed over in 1 steps with nothing running",
+        request_id="A",
+        expected=0,
+        actual=1,
+    )
+
+
+@cases("PROGRESS")
+def case_head_passed_over_twice_under_async() -> Case:
+    # Under async scheduling one step may wait on the head's stale output; the history
+    # says one already did, so passing the head over again is a stall.
+    good = head_admitted_with_nothing_running(async_scheduling=True)
+    history = PassedOver("A", good.pre.requests["A"].arrival, 1)
+    good = dataclasses.replace(good, head_passed_over=history)
+    bad = dataclasses.replace(good, output=EMPTY_OUTPUT, post=good.pre)
+    return Case(
+        "PROGRESS",
+        good,
+        bad,
+        "passed over in 2 steps with nothing running",
+        request_id="A",
+        expected=1,
+        actual=2,
     )
 
 

@@ -30,12 +30,14 @@ from schedspec.spec.invariants import (
     DraftsTransition,
     DrainResult,
     Kind,
+    PassedOver,
     Profile,
     ScheduleTransition,
     UpdateTransition,
     Violation,
     drain_step_bound,
     ids_for,
+    passed_over_after,
 )
 from schedspec.spec.invariants.safety import state_fast_path
 from schedspec.traces.trace import ModelParams, Trace
@@ -106,6 +108,9 @@ class CheckedEngine:
         self._hashes = ChainHashes(config.block_size)
         self._kv_content = KVContentOracle(self._hashes)
         self._departures = Departures()
+        # The waiting head and how often steps passed it over while nothing ran: the
+        # history PROGRESS judges each step against (liveness.passed_over_after).
+        self._head_passed_over: PassedOver | None = None
         self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
@@ -288,12 +293,14 @@ class CheckedEngine:
             self._kv_content.written,
             dict(self._departures.left_running),
             self._departures.last_step,
+            self._head_passed_over,
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         deferred: frozenset[str] = frozenset()
         if not found:
             corners.count_schedule(self.stats.corners, scheduled)
+            self._head_passed_over = passed_over_after(scheduled)
             self._departures.on_schedule(pre, output, mid)
             deferred = self._kv_content.on_schedule(scheduled)
         return ScheduledStep.of(output, mid, deferred), found

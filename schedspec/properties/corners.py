@@ -103,6 +103,11 @@ CORNERS: tuple[Corner, ...] = (
         VLLM_ONLY,
     ),
     Corner(
+        "idle-with-waiting",
+        "a step that scheduled nothing while a request waited: async, with output in "
+        "flight; PROGRESS bounds how long (vllm #39734, #40707)",
+    ),
+    Corner(
         "abort-in-flight",
         "an abort applied while the step that scheduled the request ran, before its "
         "output landed (vLLM's abort queue; sglang #34153, vllm #46283's class)",
@@ -158,6 +163,8 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
     if pre.sglang is not None:
         _count_sglang_pass(counts, t, pre.sglang)
     if not scheduled:
+        if pre.waiting:
+            _bump(counts, "idle-with-waiting")
         return
     free = len(post.kv.free_block_ids)
     if free == 0 and not preempted:

@@ -41,6 +41,13 @@ def synchronous() -> st.SearchStrategy[SchedulerConfig]:
     return configs(async_scheduling=False)
 
 
+def synchronous_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
+    """Sync, with exactly one max_model_len request of KV: a request (a long prompt, or
+    a preempted one with its outputs) often needs every block of the pool, and no step
+    is in flight to excuse passing over the waiting head (PROGRESS allows none)."""
+    return synchronous().map(_tight_kv)
+
+
 def fcfs_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
     return configs().filter(lambda c: c.policy == "fcfs").map(_tight_kv)
 
@@ -882,6 +889,22 @@ MUTANTS: tuple[Mutant, ...] = (
             "        skipped: list[Request] = []\n",
         ),
         configs=cache_aware_tight_kv,
+    ),
+    # ------------------------------------------- liveness under load (issue 31, item 4)
+    mutant(
+        "head-needing-whole-pool-passed-over",
+        "vllm/scheduler.py",
+        "            if self._awaits_stale_output(request):\n",
+        "            if self._awaits_stale_output(request) or (\n"
+        "                not self.running\n"
+        "                and -(-request.num_tokens // config.block_size) >= config.num_blocks\n"
+        "            ):\n",
+        "#39734's shape in a config the spec accepts: with nothing running, a head that "
+        "needs every block of the pool is judged never to fit (the pool taken one block "
+        "short, as if the null block were in it) and set aside the way a head waiting on "
+        "stale output is, so later arrivals run ahead of it and it waits forever.",
+        {"PROGRESS"},
+        configs=synchronous_tight_kv,
     ),
     # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
     *ASYNC_REVIEW_MUTANTS,

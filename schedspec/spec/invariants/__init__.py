@@ -39,7 +39,12 @@ from schedspec.spec.invariants.registry import (
     ids_for,
     in_profile,
 )
-from schedspec.spec.invariants.safety.liveness import drain_step_bound
+from schedspec.spec.invariants.safety.liveness import (
+    drain_step_bound,
+    passed_over_after,
+    passed_over_head,
+    progress_step_bound,
+)
 from schedspec.spec.invariants.safety.update import expected_kept
 from schedspec.spec.invariants.transitions import (
     AbortTransition,
@@ -48,6 +53,7 @@ from schedspec.spec.invariants.transitions import (
     Departures,
     DraftsTransition,
     DrainResult,
+    PassedOver,
     ScheduleTransition,
     UpdateTransition,
     computed_before,
@@ -68,6 +74,7 @@ __all__ = [
     "DrainResult",
     "InvariantInfo",
     "Kind",
+    "PassedOver",
     "Profile",
     "ScheduleTransition",
     "UpdateTransition",
@@ -80,5 +87,8 @@ __all__ = [
     "family_of",
     "ids_for",
     "in_profile",
+    "passed_over_after",
+    "passed_over_head",
+    "progress_step_bound",
     "waiting_phase",
 ]

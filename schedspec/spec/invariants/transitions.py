@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes
 from schedspec.spec.outputs import ModelRunnerOutput, RequestOutput, SchedulerOutput
@@ -28,6 +29,15 @@ class ChainHashes:
             tokens = request.prompt_token_ids + request.output_token_ids
             extend_block_hashes(hashes, tokens, self.block_size)
         return hashes
+
+
+class PassedOver(NamedTuple):
+    """A waiting head that schedule() calls passed over while nothing ran (PROGRESS): which
+    request (its id and incarnation), and how many calls did."""
+
+    request_id: str
+    arrival: int
+    times: int
 
 
 @dataclass(frozen=True)
@@ -81,11 +91,15 @@ class ScheduleTransition:
     finished_since_last_schedule: frozenset[str] = frozenset()
     # Block -> the content hash whose KV earlier steps fully computed into it.
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
-    # Of those, the ones that were in the running list when they finished, as they
-    # were just before (SGLang's admission latch reopens when one leaves its batch).
+    # Of the finished ones, those that were in the running list when they finished, as
+    # they were just before (SGLang's admission latch reopens when one leaves its batch).
     left_running: Mapping[str, Departure] = field(default_factory=dict)
     # The ids the previous schedule() scheduled (SGLang's last batch).
     previous_step: frozenset[str] = frozenset()
+    # The history PROGRESS judges the step against, summed up by the harness
+    # (liveness.passed_over_after): the head earlier schedule() calls passed over while
+    # nothing ran; None: none is remembered.
+    head_passed_over: PassedOver | None = None
 
     # Worked out once, as the transition is made, for all the predicates that read
     # them (a cached_property costs a lock on each first read on Python 3.11).
