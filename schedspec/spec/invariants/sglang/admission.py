@@ -40,7 +40,7 @@ def latch_surely_open(t: ScheduleTransition, policy: SGLangState) -> bool:
     request (never in it), reopens nothing."""
     if not policy.batch_is_full:
         return True
-    batch = RunningBatch.of(t.pre)
+    batch = RunningBatch.of(t)
     if not batch.sure and not batch.maybe:
         return True
     chunked = policy.chunked_request_id

@@ -11,7 +11,11 @@ leaves) the worked examples and the lockstep diff do (docs/SPEC.md says which).
 from __future__ import annotations
 
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.sglang.prefill_pass import TOLERANCE, RunningBatch
+from schedspec.spec.invariants.sglang.prefill_pass import (
+    TOLERANCE,
+    RunningBatch,
+    maybe_out_of_batch,
+)
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.outputs import SchedulerOutput
 from schedspec.spec.sglang_arithmetic import (
@@ -79,8 +83,11 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     if kind in ("decode", "mixed"):
         skipped = [
             r.request_id
-            for r in RunningBatch.of(t.pre).sure
-            if r.request_id not in scheduled and r.request_id not in t.output.preempted_req_ids
+            for r in RunningBatch.of(t).sure
+            # the step itself leaves out a request whose result in flight finishes it
+            if not maybe_out_of_batch(t.pre.config, r)
+            and r.request_id not in scheduled
+            and r.request_id not in t.output.preempted_req_ids
         ]
         if skipped:
             problems.append(f"a {kind} step left running requests {skipped} out")

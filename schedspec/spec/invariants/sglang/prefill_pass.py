@@ -28,7 +28,7 @@ from schedspec.spec.sglang_arithmetic import (
     prefill_budgets,
     running_reservation,
 )
-from schedspec.spec.state import RequestState, SGLangState, State
+from schedspec.spec.state import RequestState, SGLangState
 
 # Float sums in another order than the engine's may differ in the last bits.
 TOLERANCE = 1e-9
@@ -99,22 +99,32 @@ def maybe_out_of_batch(config: SchedulerConfig, request: RequestState) -> bool:
 @dataclass(frozen=True)
 class RunningBatch:
     """The running batch the pass starts from: pre.running less the chunked request,
-    split into the requests surely in it and those the overlap loop may have left out."""
+    split into the requests surely in it and those the overlap loop may have left out.
+
+    A request the previous step scheduled is in it (the loop leaves a request out at
+    the step that would decode it); one the previous decode or mixed step did not
+    schedule was left out (such a step decodes its whole batch); otherwise only a
+    result in flight that reaches max_new_tokens makes it uncertain."""
 
     sure: tuple[RequestState, ...]
     maybe: tuple[RequestState, ...]
 
     @staticmethod
-    def of(state: State) -> RunningBatch:
+    def of(t: ScheduleTransition) -> RunningBatch:
+        state = t.pre
         policy = state.sglang
         chunked = policy.chunked_request_id if policy is not None else None
+        decoded_all = policy is not None and policy.last_batch_kind in ("decode", "mixed")
         sure: list[RequestState] = []
         maybe: list[RequestState] = []
         for rid in state.running:
             request = state.requests[rid]
             if rid == chunked or request.status is not RequestStatus.RUNNING:
                 continue
-            (maybe if maybe_out_of_batch(state.config, request) else sure).append(request)
+            if rid in t.previous_step or not maybe_out_of_batch(state.config, request):
+                sure.append(request)
+            elif not decoded_all:
+                maybe.append(request)
         return RunningBatch(tuple(sure), tuple(maybe))
 
     def size(self) -> Span:
@@ -140,7 +150,7 @@ class PrefillPass:
         self.config = config
         self.page = config.block_size
         self.policy = policy
-        self.batch = RunningBatch.of(t.pre)
+        self.batch = RunningBatch.of(t)
         scheduled = t.output.num_scheduled_tokens
         resumed = {c.request_id for c in t.output.scheduled_cached_reqs if c.resumed}
         new = {n.request_id for n in t.output.scheduled_new_reqs}
