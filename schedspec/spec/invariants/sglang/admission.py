@@ -36,8 +36,8 @@ def latch_surely_open(t: ScheduleTransition, policy: SGLangState) -> bool:
     empty, when the step's merge leaves the chunked request out of the last batch,
     and when the last (extend or mixed) batch replaces an empty running batch. A
     request the overlap loop may already have left out of the batch (its result in
-    flight finishes it, and the latest step did not schedule it), or the chunked
-    request (never in it), reopens nothing."""
+    flight finishes it, and the latest step, a decode or mixed one, did not schedule
+    it), or the chunked request (never in it), reopens nothing."""
     if not policy.batch_is_full:
         return True
     batch = RunningBatch.of(t)
@@ -52,10 +52,13 @@ def latch_surely_open(t: ScheduleTransition, policy: SGLangState) -> bool:
     if policy.last_batch_kind == "extend" and members <= t.previous_step:
         return True  # nothing ran before the last extend: it becomes the running batch
     config = t.pre.config
+    # The overlap loop leaves a request out only at a decode or mixed step that would
+    # decode it, the step before its result lands: the previous step.
+    filtering = policy.last_batch_kind in ("decode", "mixed")
     return any(
         d.request.status is RequestStatus.RUNNING
         and not d.request.is_prefill_chunk
-        and (d.in_last_step or not maybe_out_of_batch(config, d.request))
+        and (d.in_last_step or not filtering or not maybe_out_of_batch(config, d.request))
         for d in t.left_running.values()
     )
 
