@@ -168,6 +168,84 @@ def case_a_request_that_finishes_on_the_landing_leaves_its_block_unregistered() 
     return _landing_left_unregistered(good, block, own)
 
 
+# ---------------------------------------------------------- CACHE-VICTIM-KEPT
+
+
+def _unregistered(t: ScheduleTransition, *blocks: int) -> ScheduleTransition:
+    """The step, but the given free blocks left it without their hashes, at the front
+    of the free queue (where a hashless freed block goes): a victim that uncached them."""
+    kv = t.post.kv
+    hashes = list(kv.block_hashes)
+    for block in blocks:
+        hashes[block] = None
+    lost = set(blocks)
+    prefix_cache = tuple(
+        (h, kept) for h, ids in kv.prefix_cache if (kept := tuple(b for b in ids if b not in lost))
+    )
+    free = (*blocks, *(b for b in kv.free_block_ids if b not in lost))
+    post = with_kv(
+        t.post, block_hashes=tuple(hashes), prefix_cache=prefix_cache, free_block_ids=free
+    )
+    return dataclasses.replace(t, post=post)
+
+
+@cases("CACHE-VICTIM-KEPT")
+def case_victim_frees_its_blocks_uncached() -> Case:
+    # fcfs: A and B fill the 6 blocks (3 full, registered blocks each); A's next slot
+    # preempts B. B's blocks are freed with their hashes, to the back of the free queue,
+    # and A's new block is the first of them the queue reaches (B's tail, index 2): that
+    # reuse evicts its hash. Bad: B's block at index 0 also freed unregistered.
+    driver = Driver(num_blocks=6, max_model_len=24, max_num_seqs=4, enable_prefix_caching=True)
+    driver.add("A", 8)
+    driver.add("B", 8)
+    driver.steps(5)
+    good = driver.schedule()
+    assert good.output.preempted_req_ids == {"B"}
+    first, _, tail = good.pre.requests["B"].block_ids
+    assert tail in good.post.requests["A"].block_ids
+    assert good.post.kv.block_hashes[tail] is None  # reused: its hash evicted
+    own = good.pre.kv.block_hashes[first]
+    assert own is not None and good.post.kv.block_hashes[first] == own
+    bad = _unregistered(good, first)
+    message = "block at index 0 lost its registration"
+    return Case("CACHE-VICTIM-KEPT", good, bad, message, "B", first, own, None)
+
+
+@cases("CACHE-VICTIM-KEPT")
+def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
+    # Async, priority: V (priority 1) prefills 16 tokens in chunks of 10 and 6; A
+    # (priority 0) is admitted beside V's second chunk. The next step, scheduled before
+    # that chunk lands, serves V first, then preempts it (max priority) for A's block.
+    # V's four prompt blocks were registered when scheduled; blocks 2 and 3 are being
+    # written by the chunk in flight, which still runs: they stay registered. Bad: they
+    # lose their hashes with V's step (the mutant victim-uncaches-in-flight-kv).
+    driver = Driver(
+        async_scheduling=True,
+        policy="priority",
+        enable_prefix_caching=True,
+        num_blocks=6,
+        max_model_len=24,
+        max_num_batched_tokens=10,
+        max_num_seqs=4,
+    )
+    driver.add("V", 16, priority=1)
+    first = driver.schedule()
+    driver.add("A", 4, priority=0)
+    second = driver.schedule()
+    assert dict(second.output.num_scheduled_tokens) == {"V": 6, "A": 4}
+    driver.update(first)
+    good = driver.schedule()
+    assert good.output.preempted_req_ids == {"V"}
+    v = good.pre.requests["V"]
+    assert (v.num_computed_tokens, v.num_in_flight_tokens) == (16, 6)
+    block = v.block_ids[2]
+    own = good.pre.kv.block_hashes[block]
+    assert own is not None and good.post.kv.block_hashes[block] == own
+    bad = _unregistered(good, block, v.block_ids[3])
+    message = "block at index 2 lost its registration"
+    return Case("CACHE-VICTIM-KEPT", good, bad, message, "V", block, own, None)
+
+
 # ---------------------------------------------------------- CACHE-HIT-LONGEST
 
 
@@ -276,6 +354,7 @@ def test_every_new_invariant_has_a_case() -> None:
         "CACHE-COMPLETE",
         "CACHE-COMPLETE-UPDATE",
         "CACHE-HIT-LONGEST",
+        "CACHE-VICTIM-KEPT",
         "DRAFT-UPDATE",
         "DRAFT-KEEP",
     }
