@@ -7,12 +7,16 @@ on a corrupted copy of it.
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeVar
 
 import pytest
 
+from schedspec.spec import KVState
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants import (
     CATALOGUE,
+    CHECKS,
+    AbortTransition,
     DraftsTransition,
     ScheduleTransition,
     UpdateTransition,
@@ -32,6 +36,7 @@ from tests.invariant_builders import (
 )
 
 cases = CaseRegistry()
+T = TypeVar("T", ScheduleTransition, AbortTransition)
 
 # ------------------------------------------- ADMISSION-FIT (the admission converse)
 
@@ -171,17 +176,16 @@ def case_a_request_that_finishes_on_the_landing_leaves_its_block_unregistered() 
 # ---------------------------------------------------------- CACHE-VICTIM-KEPT
 
 
-def _unregistered(t: ScheduleTransition, *blocks: int) -> ScheduleTransition:
-    """The step, but the given free blocks left it without their hashes, at the front
-    of the free queue (where a hashless freed block goes): a victim that uncached them."""
-    kv = t.post.kv
+def _unregistered(t: T, *blocks: int) -> T:
+    """The transition, but the given free blocks left it without their hashes, first in
+    the free queue (where a hashless freed block goes): a free that uncached them."""
+    kv: KVState = t.post.kv
     hashes = list(kv.block_hashes)
     for block in blocks:
         hashes[block] = None
-    lost = set(blocks)
-    prefix_cache = tuple(
-        (h, kept) for h, ids in kv.prefix_cache if (kept := tuple(b for b in ids if b not in lost))
-    )
+    lost: set[int] = set(blocks)
+    kept = ((h, tuple(b for b in ids if b not in lost)) for h, ids in kv.prefix_cache)
+    prefix_cache = tuple((h, ids) for h, ids in kept if ids)
     free = (*blocks, *(b for b in kv.free_block_ids if b not in lost))
     post = with_kv(
         t.post, block_hashes=tuple(hashes), prefix_cache=prefix_cache, free_block_ids=free
@@ -244,6 +248,35 @@ def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
     bad = _unregistered(good, block, v.block_ids[3])
     message = "block at index 2 lost its registration"
     return Case("CACHE-VICTIM-KEPT", good, bad, message, "V", block, own, None)
+
+
+@cases("CACHE-ABORT-KEPT")
+def case_abort_uncaches_the_prefill_in_flight() -> Case:
+    # Async: A's 12-token prompt (3 full blocks, registered when scheduled) is in flight
+    # with its first decode when the client aborts. The blocks are freed with their
+    # hashes (the prefill's KV is written: its step runs). Bad: they are freed hashless,
+    # in the order such blocks go (A's tail block first), which FREE-ORDER-ABORT accepts.
+    driver = Driver(async_scheduling=True, enable_prefix_caching=True, max_model_len=64)
+    driver.add("A", 12)
+    first = driver.schedule()
+    driver.schedule()
+    driver.update(first)
+    good = driver.abort("A")
+    a = good.pre.requests["A"]
+    registered = [b for b in a.block_ids if good.pre.kv.block_hashes[b] is not None]
+    assert len(registered) == 3 and a.num_in_flight_tokens == 1
+    tail = a.block_ids[-1]
+    assert good.post.kv.free_block_ids[0] == tail  # hashless: first to be reused
+    bad = _unregistered(good, *reversed(registered))
+    free = bad.post.kv.free_block_ids
+    bad = dataclasses.replace(
+        bad, post=with_kv(bad.post, free_block_ids=(tail, *(b for b in free if b != tail)))
+    )
+    assert CHECKS["FREE-ORDER-ABORT"](bad) == []
+    block = registered[0]
+    own = good.pre.kv.block_hashes[block]
+    message = "block at index 0 lost its registration"
+    return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, None)
 
 
 # ---------------------------------------------------------- CACHE-HIT-LONGEST
@@ -355,6 +388,7 @@ def test_every_new_invariant_has_a_case() -> None:
         "CACHE-COMPLETE-UPDATE",
         "CACHE-HIT-LONGEST",
         "CACHE-VICTIM-KEPT",
+        "CACHE-ABORT-KEPT",
         "DRAFT-UPDATE",
         "DRAFT-KEEP",
     }

@@ -1,9 +1,9 @@
 """The other half of decisions the policy invariants judge from one side only.
 
 CACHE-CONTENT and CACHE-CONFIRMED judge what is registered in the prefix cache;
-CACHE-COMPLETE and CACHE-COMPLETE-UPDATE judge what must be, and CACHE-VICTIM-KEPT what a
-preempted request's freed blocks must keep; CACHE-HIT-LONGEST judges that a prefix hit is
-as long as the cache allowed. (The converse of ADMISSION-STOP, an
+CACHE-COMPLETE and CACHE-COMPLETE-UPDATE judge what must be (and freed.py what a freed
+block must keep); CACHE-HIT-LONGEST judges that a prefix hit is as long as the cache
+allowed. (The converse of ADMISSION-STOP, an
 admission that happened, is ADMISSION-FIT in allocation.py.) All of them are vLLM V1's
 decisions (an engine may admit more eagerly, or cache less, and still be safe).
 """
@@ -146,71 +146,6 @@ def _finished_on_landing(
         finished.num_tokens - 1,  # every token but the last kept one has KV
         config.block_size,
     )
-
-
-@invariant(
-    "CACHE-VICTIM-KEPT",
-    "schedule",
-    "vllm-v1",
-    "With prefix caching on, a request preempted in the step keeps every registration its "
-    "blocks carried before the step (tokens computed, or in flight in an earlier step that "
-    "still runs and writes them): each such block carries its hash after the step, unless "
-    "the step reused it for a new allocation, which the free queue reaches only after "
-    "every block ahead of it (vLLM frees a block with its hash, cached blocks to the back "
-    "of the queue, and only reuse from the front evicts a hash).",
-)
-def check_cache_victim_kept(t: ScheduleTransition) -> list[Violation]:
-    if not t.post.config.enable_prefix_caching or not t.output.preempted_req_ids:
-        return []
-    pre_hashes = t.pre.kv.block_hashes
-    post_hashes = t.post.kv.block_hashes
-    out: list[Violation] = []
-    for rid in t.output.preempted_req_ids:
-        pre = t.pre.requests.get(rid)
-        if pre is None or pre.status is not RequestStatus.RUNNING:
-            continue  # PREEMPT-RESET reports it
-        for index, block in enumerate(pre.block_ids):
-            if not 0 <= block < len(pre_hashes) or pre_hashes[block] is None:
-                continue  # out of range (CONSERVATION), or nothing registered to keep
-            if post_hashes[block] == pre_hashes[block] or _reused(t, pre, index):
-                continue
-            out.append(
-                Violation(
-                    "CACHE-VICTIM-KEPT",
-                    f"the victim's block at index {index} lost its registration, not reused",
-                    rid,
-                    block,
-                    pre_hashes[block],
-                    post_hashes[block],
-                )
-            )
-    return out
-
-
-def _reused(t: ScheduleTransition, victim: RequestState, index: int) -> bool:
-    """Can the step have reused the victim's block at index for a new allocation (which
-    evicts its hash)? The victim freed its table tail first, hashless blocks to the front
-    of the free queue and cached ones to the back, and allocations take from the front:
-    so the block was reached only once every block free before the step and every block
-    the victim freed before it (those past index) was taken, and then a request took it
-    and holds it. Under priority a second victim may have taken blocks after the first
-    freed them, been unscheduled, and freed them again, hashless and to the front: the
-    order then tells nothing, and a free hashless block may be such a one."""
-    block = victim.block_ids[index]
-    post = t.post
-    several_priority_victims = (
-        post.config.policy == "priority" and len(t.output.preempted_req_ids) > 1
-    )
-    holders = [r.request_id for r in post.requests.values() if block in r.block_ids]
-    if not holders:
-        return several_priority_victims
-    held_before = (t.pre.requests.get(rid) for rid in holders)
-    if any(r is not None and block in r.block_ids for r in held_before):
-        return False  # held through the step: it never reached the free queue
-    if several_priority_victims:
-        return True
-    ahead = {*t.pre.kv.free_block_ids, *victim.block_ids[index + 1 :]}
-    return ahead.isdisjoint(post.kv.free_block_ids)
 
 
 def held_both_sides(before: KVState, after: KVState) -> set[BlockHash]:
