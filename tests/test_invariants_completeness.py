@@ -279,6 +279,30 @@ def case_abort_uncaches_the_prefill_in_flight() -> Case:
     return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, None)
 
 
+@cases("CACHE-UPDATE-KEPT")
+def case_landing_evicts_a_free_cached_block() -> Case:
+    # A (8 tokens, max_tokens 1) finished on its first landing: its two full blocks are
+    # free and registered. B's landing allocates nothing. Bad: it also drops the hash of
+    # A's first block, left in its place in the free queue (FREE-ORDER sees no change).
+    driver = Driver(enable_prefix_caching=True)
+    driver.add("A", 8, max_tokens=1)
+    finished = driver.step()[1].pre.requests["A"]
+    driver.add("B", 3)
+    good = driver.step()[1]
+    block = finished.block_ids[0]
+    own = good.pre.kv.block_hashes[block]
+    assert own is not None and block in good.post.kv.free_block_ids
+    kv = good.post.kv
+    prefix_cache = tuple((h, ids) for h, ids in kv.prefix_cache if h != own)
+    hashes = with_block_hash(kv, block, None)
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=hashes, prefix_cache=prefix_cache)
+    )
+    assert CHECKS["FREE-ORDER"](bad) == []
+    message = "registration dropped by update_from_output"
+    return Case("CACHE-UPDATE-KEPT", good, bad, message, None, block, own, None)
+
+
 # ---------------------------------------------------------- CACHE-HIT-LONGEST
 
 
@@ -389,6 +413,7 @@ def test_every_new_invariant_has_a_case() -> None:
         "CACHE-HIT-LONGEST",
         "CACHE-VICTIM-KEPT",
         "CACHE-ABORT-KEPT",
+        "CACHE-UPDATE-KEPT",
         "DRAFT-UPDATE",
         "DRAFT-KEEP",
     }

@@ -1,13 +1,14 @@
-"""What a freed block keeps registered in the prefix cache, when a request leaves its
-blocks without finishing on a landing: a victim of preemption, or an aborted request.
+"""What a freed block keeps registered in the prefix cache: a victim's, an aborted
+request's, and any block across a landing.
 
 vLLM frees a block with its hash (`BlockPool.free_blocks` keeps `block_hash`, and puts a
 cached block at the back of the free queue); only reuse, which takes the queue from the
 front, evicts it. So the registrations a request's blocks carried survive it, those of
 KV a step still in flight is writing included (under async scheduling: that step runs,
 and steps run in order). CACHE-CONTENT and CACHE-COMPUTED bound registrations from
-above; these say what must stay. A request that finishes on a landing is held to it by
-CACHE-COMPLETE-UPDATE. vLLM V1's decisions: an engine may cache less and still be safe.
+above; these say what must stay. (What a request that finishes on a landing must have
+registered is CACHE-COMPLETE-UPDATE's.) vLLM V1's decisions: an engine may cache less
+and still be safe.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.transitions import AbortTransition, ScheduleTransition
+from schedspec.spec.invariants.transitions import (
+    AbortTransition,
+    ScheduleTransition,
+    UpdateTransition,
+)
 from schedspec.spec.request import RequestStatus
 from schedspec.spec.state import RequestState, State
 
@@ -125,3 +130,31 @@ def check_cache_abort_kept(t: AbortTransition) -> list[Violation]:
 
 def _never(index: int) -> bool:
     return False
+
+
+@invariant(
+    "CACHE-UPDATE-KEPT",
+    "update",
+    "vllm-v1",
+    "With prefix caching on, update_from_output drops no registration: every block that "
+    "carried a hash before the call carries it after, held or free (a landing allocates "
+    "nothing, and a request that finishes on it frees its blocks with their hashes).",
+)
+def check_cache_update_kept(t: UpdateTransition) -> list[Violation]:
+    if not t.post.config.enable_prefix_caching:
+        return []
+    before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
+    if before == after:
+        return []  # the common case, in one comparison
+    return [
+        Violation(
+            "CACHE-UPDATE-KEPT",
+            "registration dropped by update_from_output",
+            None,
+            block,
+            block_hash,
+            after[block] if block < len(after) else None,
+        )
+        for block, block_hash in enumerate(before)
+        if block_hash is not None and (block >= len(after) or after[block] != block_hash)
+    ]
