@@ -203,7 +203,7 @@ def test_a_victim_keeps_the_registrations_of_its_prefill_in_flight() -> None:
     admitted beside the second. The next step serves V, then preempts it for A's block,
     while V's second chunk is in flight. Its four prompt blocks were registered when
     scheduled; the chunk still runs and writes blocks 2 and 3, so all four stay
-    registered as V's blocks are freed (CACHE-VICTIM-KEPT); only what this very step
+    registered as V's blocks are freed (CACHE-SCHEDULE-KEPT); only what this very step
     registered for V past those tokens is taken back. Once its stale token lands, V's
     lookup hits all four."""
     s = make_scheduler(

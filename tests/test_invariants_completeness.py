@@ -173,7 +173,7 @@ def case_a_request_that_finishes_on_the_landing_leaves_its_block_unregistered() 
     return _landing_left_unregistered(good, block, own)
 
 
-# ---------------------------------------------------------- CACHE-VICTIM-KEPT
+# ---------------------------------------------------------- CACHE-SCHEDULE-KEPT
 
 
 def _unregistered(t: T, *blocks: int) -> T:
@@ -193,7 +193,7 @@ def _unregistered(t: T, *blocks: int) -> T:
     return dataclasses.replace(t, post=post)
 
 
-@cases("CACHE-VICTIM-KEPT")
+@cases("CACHE-SCHEDULE-KEPT")
 def case_victim_frees_its_blocks_uncached() -> Case:
     # fcfs: A and B fill the 6 blocks (3 full, registered blocks each); A's next slot
     # preempts B. B's blocks are freed with their hashes, to the back of the free queue,
@@ -212,10 +212,33 @@ def case_victim_frees_its_blocks_uncached() -> Case:
     assert own is not None and good.post.kv.block_hashes[first] == own
     bad = _unregistered(good, first)
     message = "block at index 0 lost its registration"
-    return Case("CACHE-VICTIM-KEPT", good, bad, message, "B", first, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "B", first, own, None)
 
 
-@cases("CACHE-VICTIM-KEPT")
+@cases("CACHE-SCHEDULE-KEPT")
+def case_schedule_evicts_a_free_block_it_did_not_reach() -> Case:
+    # A (8 tokens, max_tokens 1) finished: its two full blocks are free and registered,
+    # at the back of the free queue. B's admission takes one block from the front. Bad:
+    # A's first block also loses its hash, though the queue never reached it.
+    driver = Driver(enable_prefix_caching=True)
+    driver.add("A", 8, max_tokens=1)
+    finished = driver.step()[1].pre.requests["A"]
+    driver.add("B", 3)
+    good = driver.schedule()
+    block = finished.block_ids[0]
+    own = good.pre.kv.block_hashes[block]
+    assert own is not None and good.post.kv.block_hashes[block] == own
+    kv = good.post.kv
+    prefix_cache = tuple((h, ids) for h, ids in kv.prefix_cache if h != own)
+    hashes = with_block_hash(kv, block, None)
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=hashes, prefix_cache=prefix_cache)
+    )
+    message = "block lost its registration, not reused"
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, None, block, own, None)
+
+
+@cases("CACHE-SCHEDULE-KEPT")
 def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
     # Async, priority: V (priority 1) prefills 16 tokens in chunks of 10 and 6; A
     # (priority 0) is admitted beside V's second chunk. The next step, scheduled before
@@ -247,7 +270,7 @@ def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
     assert own is not None and good.post.kv.block_hashes[block] == own
     bad = _unregistered(good, block, v.block_ids[3])
     message = "block at index 2 lost its registration"
-    return Case("CACHE-VICTIM-KEPT", good, bad, message, "V", block, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, None)
 
 
 @cases("CACHE-ABORT-KEPT")
@@ -275,7 +298,7 @@ def case_abort_uncaches_the_prefill_in_flight() -> Case:
     assert CHECKS["FREE-ORDER-ABORT"](bad) == []
     block = registered[0]
     own = good.pre.kv.block_hashes[block]
-    message = "block at index 0 lost its registration"
+    message = "registration dropped by finish_requests"
     return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, None)
 
 
@@ -411,7 +434,7 @@ def test_every_new_invariant_has_a_case() -> None:
         "CACHE-COMPLETE",
         "CACHE-COMPLETE-UPDATE",
         "CACHE-HIT-LONGEST",
-        "CACHE-VICTIM-KEPT",
+        "CACHE-SCHEDULE-KEPT",
         "CACHE-ABORT-KEPT",
         "CACHE-UPDATE-KEPT",
         "DRAFT-UPDATE",

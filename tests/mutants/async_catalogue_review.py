@@ -264,9 +264,9 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "        keep = request.num_confirmed_computed_tokens // self.block_size\n",
         "Async: a priority victim unscheduled in this step also loses the registrations of "
         "blocks its earlier step, still in flight, is writing (they are computed). It was "
-        "a known gap until CACHE-VICTIM-KEPT said what a victim's freed blocks keep "
+        "a known gap until CACHE-SCHEDULE-KEPT said what a victim's freed blocks keep "
         "(CACHE-CONTENT and CACHE-COMPUTED bound registrations from above only, and "
         "CACHE-COMPLETE judges requests still running).",
-        {"CACHE-VICTIM-KEPT", "CACHE-HIT-LONGEST", "CACHE-COMPLETE"},
+        {"CACHE-SCHEDULE-KEPT", "CACHE-HIT-LONGEST", "CACHE-COMPLETE"},
     ),
 )
