@@ -123,7 +123,7 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "                stopped.add(rid)\n",
         "Async: stale output that finishes a preempted request frees it but leaves it in "
         "the waiting queue (only the running list is cleaned).",
-        {"QUEUES", CRASH},
+        {"QUEUES", "UPDATE-FRAME", CRASH},
     ),
     mutant(
         "stale-output-dropped",

@@ -1,5 +1,5 @@
-"""What a freed block keeps registered in the prefix cache: a victim's, an aborted
-request's, and any block across a landing.
+"""What a block keeps registered in the prefix cache across each call: its hash, until
+an allocation reuses it (a victim's, an aborted or finished request's, a free one's).
 
 vLLM frees a block with its hash (`BlockPool.free_blocks` keeps `block_hash`, and puts a
 cached block at the back of the free queue); only reuse, which takes the queue from the
