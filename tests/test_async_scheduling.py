@@ -198,6 +198,37 @@ def test_only_landed_kv_is_registered_in_the_prefix_cache() -> None:
     assert registered() == 2
 
 
+def test_a_victim_keeps_the_registrations_of_its_prefill_in_flight() -> None:
+    """Priority: V's 16-token prompt runs in chunks of 10 and 6; A (more urgent) is
+    admitted beside the second. The next step serves V, then preempts it for A's block,
+    while V's second chunk is in flight. Its four prompt blocks were registered when
+    scheduled; the chunk still runs and writes blocks 2 and 3, so all four stay
+    registered as V's blocks are freed (CACHE-SCHEDULE-KEPT); only what this very step
+    registered for V past those tokens is taken back. Once its stale token lands, V's
+    lookup hits all four."""
+    s = make_scheduler(
+        async_scheduling=True,
+        policy="priority",
+        enable_prefix_caching=True,
+        num_blocks=6,
+        max_model_len=24,
+        max_num_batched_tokens=10,
+        max_num_seqs=4,
+    )
+    v = add(s, "V", 16, priority=1)
+    first = Scheduled(s)
+    add(s, "A", 4, first_token=2000, priority=0)
+    second = Scheduled(s)
+    land(s, first)
+    blocks = list(s.kv_cache_manager.req_to_blocks["V"][:4])
+    third = Scheduled(s)
+    assert third.output.preempted_req_ids == {"V"}
+    assert v.num_in_flight_tokens == 6  # its second chunk, stale now
+    assert all(b.block_hash is not None for b in blocks)
+    land(s, second, {"V": [60]})  # stale: delivered, and V has 17 known tokens
+    assert s.kv_cache_manager.get_computed_blocks(v)[1] == 16
+
+
 class TestSpecDecodePadding:
     """pad_spec_decode (vLLM's uniform decode batches), synchronous here."""
 

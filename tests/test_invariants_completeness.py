@@ -7,12 +7,16 @@ on a corrupted copy of it.
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeVar
 
 import pytest
 
+from schedspec.spec import KVState
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants import (
     CATALOGUE,
+    CHECKS,
+    AbortTransition,
     DraftsTransition,
     ScheduleTransition,
     UpdateTransition,
@@ -32,6 +36,7 @@ from tests.invariant_builders import (
 )
 
 cases = CaseRegistry()
+T = TypeVar("T", ScheduleTransition, AbortTransition)
 
 # ------------------------------------------- ADMISSION-FIT (the admission converse)
 
@@ -168,6 +173,159 @@ def case_a_request_that_finishes_on_the_landing_leaves_its_block_unregistered() 
     return _landing_left_unregistered(good, block, own)
 
 
+# ---------------------------------------------------------- CACHE-SCHEDULE-KEPT
+
+
+def _unregistered(t: T, *blocks: int) -> T:
+    """The transition, but the given free blocks left it without their hashes, first in
+    the free queue (where a hashless freed block goes): a free that uncached them."""
+    kv: KVState = t.post.kv
+    hashes = list(kv.block_hashes)
+    for block in blocks:
+        hashes[block] = None
+    lost: set[int] = set(blocks)
+    kept = ((h, tuple(b for b in ids if b not in lost)) for h, ids in kv.prefix_cache)
+    prefix_cache = tuple((h, ids) for h, ids in kept if ids)
+    free = (*blocks, *(b for b in kv.free_block_ids if b not in lost))
+    post = with_kv(
+        t.post, block_hashes=tuple(hashes), prefix_cache=prefix_cache, free_block_ids=free
+    )
+    return dataclasses.replace(t, post=post)
+
+
+@cases("CACHE-SCHEDULE-KEPT")
+def case_victim_frees_its_blocks_uncached() -> Case:
+    # fcfs: A and B fill the 6 blocks (3 full, registered blocks each); A's next slot
+    # preempts B. B's blocks are freed with their hashes, to the back of the free queue,
+    # and A's new block is the first of them the queue reaches (B's tail, index 2): that
+    # reuse evicts its hash. Bad: B's block at index 0 also freed unregistered.
+    driver = Driver(num_blocks=6, max_model_len=24, max_num_seqs=4, enable_prefix_caching=True)
+    driver.add("A", 8)
+    driver.add("B", 8)
+    driver.steps(5)
+    good = driver.schedule()
+    assert good.output.preempted_req_ids == {"B"}
+    first, _, tail = good.pre.requests["B"].block_ids
+    assert tail in good.post.requests["A"].block_ids
+    assert good.post.kv.block_hashes[tail] is None  # reused: its hash evicted
+    own = good.pre.kv.block_hashes[first]
+    assert own is not None and good.post.kv.block_hashes[first] == own
+    bad = _unregistered(good, first)
+    message = "block at index 0 lost its registration"
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "B", first, own, None)
+
+
+@cases("CACHE-SCHEDULE-KEPT")
+def case_schedule_evicts_a_free_block_it_did_not_reach() -> Case:
+    # A (8 tokens, max_tokens 1) finished: its two full blocks are free and registered,
+    # at the back of the free queue. B's admission takes one block from the front. Bad:
+    # A's first block also loses its hash, though the queue never reached it.
+    driver = Driver(enable_prefix_caching=True)
+    driver.add("A", 8, max_tokens=1)
+    finished = driver.step()[1].pre.requests["A"]
+    driver.add("B", 3)
+    good = driver.schedule()
+    block = finished.block_ids[0]
+    own = good.pre.kv.block_hashes[block]
+    assert own is not None and good.post.kv.block_hashes[block] == own
+    kv = good.post.kv
+    prefix_cache = tuple((h, ids) for h, ids in kv.prefix_cache if h != own)
+    hashes = with_block_hash(kv, block, None)
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=hashes, prefix_cache=prefix_cache)
+    )
+    message = "block lost its registration, not reused"
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, None, block, own, None)
+
+
+@cases("CACHE-SCHEDULE-KEPT")
+def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
+    # Async, priority: V (priority 1) prefills 16 tokens in chunks of 10 and 6; A
+    # (priority 0) is admitted beside V's second chunk. The next step, scheduled before
+    # that chunk lands, serves V first, then preempts it (max priority) for A's block.
+    # V's four prompt blocks were registered when scheduled; blocks 2 and 3 are being
+    # written by the chunk in flight, which still runs: they stay registered. Bad: they
+    # lose their hashes with V's step (the mutant victim-uncaches-in-flight-kv).
+    driver = Driver(
+        async_scheduling=True,
+        policy="priority",
+        enable_prefix_caching=True,
+        num_blocks=6,
+        max_model_len=24,
+        max_num_batched_tokens=10,
+        max_num_seqs=4,
+    )
+    driver.add("V", 16, priority=1)
+    first = driver.schedule()
+    driver.add("A", 4, priority=0)
+    second = driver.schedule()
+    assert dict(second.output.num_scheduled_tokens) == {"V": 6, "A": 4}
+    driver.update(first)
+    good = driver.schedule()
+    assert good.output.preempted_req_ids == {"V"}
+    v = good.pre.requests["V"]
+    assert (v.num_computed_tokens, v.num_in_flight_tokens) == (16, 6)
+    block = v.block_ids[2]
+    own = good.pre.kv.block_hashes[block]
+    assert own is not None and good.post.kv.block_hashes[block] == own
+    bad = _unregistered(good, block, v.block_ids[3])
+    message = "block at index 2 lost its registration"
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, None)
+
+
+@cases("CACHE-ABORT-KEPT")
+def case_abort_uncaches_the_prefill_in_flight() -> Case:
+    # Async: A's 12-token prompt (3 full blocks, registered when scheduled) is in flight
+    # with its first decode when the client aborts. The blocks are freed with their
+    # hashes (the prefill's KV is written: its step runs). Bad: they are freed hashless,
+    # in the order such blocks go (A's tail block first), which FREE-ORDER-ABORT accepts.
+    driver = Driver(async_scheduling=True, enable_prefix_caching=True, max_model_len=64)
+    driver.add("A", 12)
+    first = driver.schedule()
+    driver.schedule()
+    driver.update(first)
+    good = driver.abort("A")
+    a = good.pre.requests["A"]
+    registered = [b for b in a.block_ids if good.pre.kv.block_hashes[b] is not None]
+    assert len(registered) == 3 and a.num_in_flight_tokens == 1
+    tail = a.block_ids[-1]
+    assert good.post.kv.free_block_ids[0] == tail  # hashless: first to be reused
+    bad = _unregistered(good, *reversed(registered))
+    free = bad.post.kv.free_block_ids
+    bad = dataclasses.replace(
+        bad, post=with_kv(bad.post, free_block_ids=(tail, *(b for b in free if b != tail)))
+    )
+    assert CHECKS["FREE-ORDER-ABORT"](bad) == []
+    block = registered[0]
+    own = good.pre.kv.block_hashes[block]
+    message = "registration dropped by finish_requests"
+    return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, None)
+
+
+@cases("CACHE-UPDATE-KEPT")
+def case_landing_evicts_a_free_cached_block() -> Case:
+    # A (8 tokens, max_tokens 1) finished on its first landing: its two full blocks are
+    # free and registered. B's landing allocates nothing. Bad: it also drops the hash of
+    # A's first block, left in its place in the free queue (FREE-ORDER sees no change).
+    driver = Driver(enable_prefix_caching=True)
+    driver.add("A", 8, max_tokens=1)
+    finished = driver.step()[1].pre.requests["A"]
+    driver.add("B", 3)
+    good = driver.step()[1]
+    block = finished.block_ids[0]
+    own = good.pre.kv.block_hashes[block]
+    assert own is not None and block in good.post.kv.free_block_ids
+    kv = good.post.kv
+    prefix_cache = tuple((h, ids) for h, ids in kv.prefix_cache if h != own)
+    hashes = with_block_hash(kv, block, None)
+    bad = dataclasses.replace(
+        good, post=with_kv(good.post, block_hashes=hashes, prefix_cache=prefix_cache)
+    )
+    assert CHECKS["FREE-ORDER"](bad) == []
+    message = "registration dropped by update_from_output"
+    return Case("CACHE-UPDATE-KEPT", good, bad, message, None, block, own, None)
+
+
 # ---------------------------------------------------------- CACHE-HIT-LONGEST
 
 
@@ -276,6 +434,9 @@ def test_every_new_invariant_has_a_case() -> None:
         "CACHE-COMPLETE",
         "CACHE-COMPLETE-UPDATE",
         "CACHE-HIT-LONGEST",
+        "CACHE-SCHEDULE-KEPT",
+        "CACHE-ABORT-KEPT",
+        "CACHE-UPDATE-KEPT",
         "DRAFT-UPDATE",
         "DRAFT-KEEP",
     }

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from schedspec.spec import RequestOutput, State
+from schedspec.spec import RequestOutput, RequestStatus, State
 from schedspec.spec.invariants import CATALOGUE, ScheduleTransition, UpdateTransition
 from tests.invariant_builders import (
     DEFAULT_TOKEN,
@@ -313,6 +313,61 @@ def case_block_registered_before_its_kv_landed() -> Case:
     )
 
 
+# ----------------------------------------------------------------- UPDATE-FRAME
+
+
+def stale_landing() -> UpdateTransition:
+    """4 blocks of 4: A and B (7-token prompts) fill the cache; A's ninth slot preempts B
+    (fcfs) while B's second step is in flight, and C waits behind B. Then that step lands:
+    B's stale token is delivered, and B stays PREEMPTED at the head of the queue."""
+    driver = Driver(async_scheduling=True, num_blocks=4, max_model_len=16)
+    driver.add("A", 7)
+    driver.add("B", 7)
+    first = driver.schedule()
+    second = driver.schedule()
+    driver.update(first)
+    driver.add("C", 14)
+    third = driver.schedule()
+    assert third.output.preempted_req_ids == {"B"} and third.post.waiting == ("B", "C")
+    landed = driver.update(second)
+    assert landed.pre.requests["B"].num_stale_output_tokens == 1
+    assert landed.post.waiting == ("B", "C")
+    return landed
+
+
+@cases("UPDATE-FRAME")
+def case_stale_landing_sends_its_request_to_the_back() -> Case:
+    good = stale_landing()
+    bad = dataclasses.replace(good, post=dataclasses.replace(good.post, waiting=("C", "B")))
+    message = "waiting queue changed"
+    return Case("UPDATE-FRAME", good, bad, message, None, None, ("B", "C"), ("C", "B"))
+
+
+@cases("UPDATE-FRAME")
+def case_stale_landing_turns_a_preempted_request_into_a_new_one() -> Case:
+    # B's stale output is all in now; an engine that then forgets the preemption would
+    # send B to the runner as a new request and lose its preemption count's meaning.
+    good = stale_landing()
+    bad = dataclasses.replace(good, post=with_request(good.post, "B", status=RequestStatus.WAITING))
+    return Case(
+        "UPDATE-FRAME",
+        good,
+        bad,
+        "status changed",
+        "B",
+        None,
+        RequestStatus.PREEMPTED,
+        RequestStatus.WAITING,
+    )
+
+
+@cases("UPDATE-FRAME")
+def case_landing_changes_a_priority() -> Case:
+    _, _, _, good = async_decode()
+    bad = dataclasses.replace(good, post=with_request(good.post, "A", priority=5))
+    return Case("UPDATE-FRAME", good, bad, "priority changed", "A", None, 0, 5)
+
+
 # ------------------------------------------------------------------ the tests
 
 
@@ -336,6 +391,7 @@ def test_pipeline_cases_cover_the_pipeline_invariants() -> None:
         "DELIVERY",
         "NO-OUTPUT-AFTER-ABORT",
         "CACHE-CONFIRMED",
+        "UPDATE-FRAME",
     }
     assert cases.ids() == pipeline
     assert all(CATALOGUE[i].profile == "safety" for i in pipeline)

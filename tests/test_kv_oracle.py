@@ -117,3 +117,27 @@ def step_in_flight(checked: CheckedEngine) -> ScheduledStep:
     """The harness's one step in flight, read back."""
     (in_flight,) = checked._in_flight
     return in_flight
+
+
+# ------------------------------- a stale landing after the blocks' new holder was aborted
+
+OVERWRITTEN = regression_trace("stale-landing-after-the-new-holder-was-aborted")
+
+
+def test_a_later_steps_kv_outlives_an_aborted_holder() -> None:
+    # Async, priority, one-token blocks. At #22 r3 preempts r2 (scheduled, then
+    # unscheduled) and takes blocks r2's step #21, in flight, computes; r3 is aborted
+    # while #22 runs, and #21 lands stale for r2. #22 ran after #21: the blocks hold r3's
+    # KV, and the new r3 with the same prompt hits them at #24.
+    checked = replay(OVERWRITTEN, reference_engine, "vllm-v1")
+    assert scheduled_in_flight(checked, "r3") == 1  # its 56-token prompt hit 55
+
+
+def test_without_the_hand_out_order_the_hit_is_a_false_alarm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the oracle said before (a run of the priority-victim strategies under async):
+    # the stale landing's record replaced the later step's once the holder was gone.
+    monkeypatch.setattr(KVContentOracle, "_handed_out_since", lambda *_: False)
+    with pytest.raises(InvariantViolationError, match=r"\[CACHE-COMPUTED\] request 'r3'"):
+        replay(OVERWRITTEN, reference_engine, "vllm-v1")

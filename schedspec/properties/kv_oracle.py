@@ -40,6 +40,11 @@ class KVContentOracle:
         self.block_size = hashes.block_size
         # Block -> the content hash whose KV steps scheduled so far compute into it.
         self.written: dict[int, BlockHash] = {}
+        # Schedules so far; each step in flight's number (by its output's id, until it
+        # lands); and the number of the schedule that last handed each block out afresh.
+        self._schedules = 0
+        self._number_of: dict[int, int] = {}
+        self._handed_out_at: dict[int, int] = {}
 
     def on_schedule(self, t: ScheduleTransition) -> frozenset[str]:
         """After a schedule() that broke no invariant: forget the blocks about to be
@@ -47,6 +52,8 @@ class KVContentOracle:
         requests whose record waits for the step in flight before it (on_start_certain)."""
         pre, output, mid, before = t.pre, t.output, t.post, t.computed_before
         bs = self.block_size
+        self._schedules += 1
+        self._number_of[id(output)] = self._schedules
         for rid in output.num_scheduled_tokens:
             request = mid.requests[rid]
             table = request.block_ids
@@ -57,6 +64,7 @@ class KVContentOracle:
                 fresh = table[before.get(rid, 0) // bs :]
             for block in fresh:
                 self.written.pop(block, None)
+                self._handed_out_at[block] = self._schedules
         deferred = set()
         for rid in output.num_scheduled_tokens:
             old = pre.requests.get(rid)
@@ -137,10 +145,14 @@ class KVContentOracle:
         (the newly sampled token has none yet), accepted drafts included, into the table
         it was scheduled with. Stale output counts too: the step ran although its request
         was preempted since; its blocks keep that KV unless handed to another request
-        (the step scheduled after it, which overwrites them)."""
+        (the step scheduled after it, which overwrites them), whether that request still
+        holds them or was aborted since."""
         bs = self.block_size
         max_model_len = pre.config.max_model_len
         held_by = {b: rid for rid, r in pre.requests.items() for b in r.block_ids}
+        # A block handed out afresh by a later schedule holds what that later step writes
+        # (it runs after this one), also once its new holder is gone (aborted meanwhile).
+        number = self._number_of.pop(id(step.output), None)
         drafts = step.output.scheduled_spec_decode_tokens
         for rid, num in step.output.num_scheduled_tokens.items():
             sampled = tuple(model_output.sampled_token_ids.get(rid, ()))
@@ -159,8 +171,13 @@ class KVContentOracle:
             table = step.tables[rid]
             for index in range(start // bs, min(end // bs, len(table), len(own))):
                 block = table[index]
-                if held_by.get(block, rid) == rid:
+                later = number is not None and self._handed_out_since(block, number)
+                if held_by.get(block, rid) == rid and not later:
                     self.written[block] = own[index]
+
+    def _handed_out_since(self, block: int, number: int) -> bool:
+        """Did a schedule after the numbered one hand the block out afresh?"""
+        return self._handed_out_at.get(block, 0) > number
 
     def _remember(self, own: list[BlockHash], table: tuple[int, ...], first: int, end: int) -> None:
         """Blocks first..end-1 of `table` (-1: none) hold the KV of the content whose

@@ -324,6 +324,21 @@ MUTANTS: tuple[Mutant, ...] = (
         configs=cached_spec_decode,
     ),
     mutant(
+        "abort-uncaches-freed-blocks",
+        "vllm/scheduler.py",
+        "            request.status = RequestStatus.FINISHED_ABORTED\n"
+        "            self._free_request(request)\n",
+        "            request.status = RequestStatus.FINISHED_ABORTED\n"
+        "            request.num_computed_tokens = 0\n"
+        "            self.kv_cache_manager.uncache_uncomputed_blocks(request)\n"
+        "            self._free_request(request)\n",
+        "An abort takes back every registration of the aborted request's blocks (as if "
+        "none of its KV were computed) and frees them hashless, to the front of the free "
+        "queue: FREE-ORDER-ABORT, which reads the hashes after the abort, accepts it.",
+        {"CACHE-ABORT-KEPT"},
+        configs=cached_small_blocks,
+    ),
+    mutant(
         "prefix-hit-one-block-short",
         "vllm/kv_cache_manager.py",
         "        for block_hash in islice(self.block_hashes(request), max_hit_blocks):\n",

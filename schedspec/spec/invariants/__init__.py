@@ -12,6 +12,7 @@ The ids are the ones docs/SPEC.md, failure messages and traces use.
 # isort: off
 from schedspec.spec.invariants.vllm import allocation  # noqa: F401  (imports vllm.policy)
 from schedspec.spec.invariants.vllm import completeness  # noqa: F401
+from schedspec.spec.invariants.vllm import freed  # noqa: F401
 from schedspec.spec.invariants.safety import door  # noqa: F401
 from schedspec.spec.invariants.safety import drafts  # noqa: F401
 from schedspec.spec.invariants.vllm import drafts as vllm_drafts  # noqa: F401

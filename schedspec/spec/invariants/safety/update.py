@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from operator import attrgetter
 
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
@@ -231,6 +232,54 @@ def _check_reported_computed(t: UpdateTransition) -> list[Violation]:
                     reported.num_computed_tokens,
                 )
             )
+    return out
+
+
+# The fields a landing never moves: who the request is, what stops it, and its place in
+# the engine's life cycle. (Outputs, computed tokens, pipeline counters and drafts are
+# what a landing does move: STOP, ROLLBACK, UPDATE-PIPELINE and the draft rules judge
+# those; the block table may change under SGLang, which caches a finished prefill.)
+_FIXED_BY_A_LANDING = (
+    "status",
+    "priority",
+    "arrival",
+    "prompt_token_ids",
+    "max_tokens",
+    "eos_token_id",
+    "stop_token_ids",
+    "num_preemptions",
+)
+_fixed_fields = attrgetter(*_FIXED_BY_A_LANDING)
+
+
+@invariant(
+    "UPDATE-FRAME",
+    "update",
+    "safety",
+    "update_from_output moves no request between or within the queues and leaves each "
+    "request that stays live its status, priority, arrival, prompt, stop conditions and "
+    "preemption count: a landing (stale output included) only appends tokens, moves the "
+    "counters the other update invariants name, and removes the requests that finish.",
+)
+def check_update_frame(t: UpdateTransition) -> list[Violation]:
+    out: list[Violation] = []
+    live = t.post.requests
+    queues = (
+        ("waiting", t.pre.waiting, t.post.waiting),
+        ("running", t.pre.running, t.post.running),
+    )
+    for name, before, after in queues:
+        kept = tuple(r for r in before if r in live)
+        if after != kept:
+            out.append(Violation("UPDATE-FRAME", f"{name} queue changed", None, None, kept, after))
+    for rid, post in live.items():
+        pre = t.pre.requests.get(rid)
+        if pre is None or _fixed_fields(pre) == _fixed_fields(post):
+            continue  # appeared (ROLLBACK reports it), or the common case: all kept
+        for name in _FIXED_BY_A_LANDING:
+            before, after = getattr(pre, name), getattr(post, name)
+            if before != after:
+                out.append(Violation("UPDATE-FRAME", f"{name} changed", rid, None, before, after))
     return out
 
 

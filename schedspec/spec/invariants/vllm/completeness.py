@@ -1,8 +1,9 @@
 """The other half of decisions the policy invariants judge from one side only.
 
 CACHE-CONTENT and CACHE-CONFIRMED judge what is registered in the prefix cache;
-CACHE-COMPLETE and CACHE-COMPLETE-UPDATE judge what must be; CACHE-HIT-LONGEST judges
-that a prefix hit is as long as the cache allowed. (The converse of ADMISSION-STOP, an
+CACHE-COMPLETE and CACHE-COMPLETE-UPDATE judge what must be (and freed.py what a freed
+block must keep); CACHE-HIT-LONGEST judges that a prefix hit is as long as the cache
+allowed. (The converse of ADMISSION-STOP, an
 admission that happened, is ADMISSION-FIT in allocation.py.) All of them are vLLM V1's
 decisions (an engine may admit more eagerly, or cache less, and still be safe).
 """
