@@ -181,6 +181,7 @@ class Driver:
         self.hashes = ChainHashes(self.config.block_size)
         self.kv_content = KVContentOracle(self.hashes)
         self.finished: set[str] = set()
+        self.aborted: set[str] = set()  # live ids named by an abort since the last schedule
 
     @property
     def state(self) -> State:
@@ -213,9 +214,16 @@ class Driver:
         output = self.scheduler.schedule()
         post = self.state
         transition = ScheduleTransition(
-            pre, output, post, self.hashes, frozenset(self.finished), dict(self.kv_content.written)
+            pre,
+            output,
+            post,
+            self.hashes,
+            frozenset(self.finished),
+            dict(self.kv_content.written),
+            frozenset(self.aborted),
         )
         self.finished.clear()
+        self.aborted.clear()
         self.finished.update(r for r in pre.requests if r not in post.requests)
         self.kv_content.on_schedule(transition)
         return transition
@@ -275,6 +283,7 @@ class Driver:
         self.scheduler.finish_requests(request_ids)
         post = self.state
         self.finished.update(r for r in request_ids if r in pre.requests and r not in post.requests)
+        self.aborted.update(r for r in request_ids if r in pre.requests)
         return AbortTransition(pre, request_ids, post)
 
     def drain(self) -> DrainResult:

@@ -105,6 +105,8 @@ class CheckedEngine:
         self._hashes = ChainHashes(config.block_size)
         self._kv_content = KVContentOracle(self._hashes)
         self._finished_since_schedule: set[str] = set()
+        # Live ids named by an abort since the previous schedule() (ScheduleTransition).
+        self._aborted_since_schedule: set[str] = set()
         self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
@@ -223,6 +225,7 @@ class CheckedEngine:
         self._finished_since_schedule.update(
             r for r in request_ids if r in pre.requests and r not in self.state.requests
         )
+        self._aborted_since_schedule.update(r for r in request_ids if r in pre.requests)
         transition = AbortTransition(pre, request_ids, self.state)
         found = self._run("abort", transition) + self._run("state", self.state)
         if not found:
@@ -231,7 +234,7 @@ class CheckedEngine:
             in_flight = [step.output for step in self._in_flight]
             if landing is not None:
                 in_flight.append(landing)
-            corners.count_abort_in_flight(self.stats.corners, in_flight, request_ids)
+            corners.count_abort_in_flight(self.stats.corners, in_flight, request_ids, pre)
         return found
 
     def _propose(self, event: ProposeDrafts) -> list[Violation]:
@@ -287,6 +290,7 @@ class CheckedEngine:
             self._hashes,
             frozenset(self._finished_since_schedule),
             self._kv_content.written,
+            frozenset(self._aborted_since_schedule),
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
@@ -294,6 +298,7 @@ class CheckedEngine:
         if not found:
             corners.count_schedule(self.stats.corners, scheduled)
             self._finished_since_schedule.clear()
+            self._aborted_since_schedule.clear()
             # A request whose pending abort ends inside schedule() (SGLang's chunked
             # request) finished after this schedule began: the next one reports it.
             self._finished_since_schedule.update(r for r in pre.requests if r not in mid.requests)

@@ -15,7 +15,14 @@ import functools
 from hypothesis import strategies as st
 from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
-from schedspec.properties.strategies.regimes import MOST_SEATS, PLAIN_WEIGHT, REGIMES, Regime
+from schedspec.properties.strategies.regimes import (
+    MOST_SEATS,
+    PLAIN_WEIGHT,
+    REGIMES,
+    SGLANG_PLAIN_WEIGHT,
+    SGLANG_REGIMES,
+    Regime,
+)
 from schedspec.spec import Family, SchedulerConfig, shown
 from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN, POLICIES
 
@@ -47,6 +54,9 @@ _ADMISSION_THRESHOLD_DRAWS = st.sampled_from([0.0, 0.0, 0.5, 0.25, 1.0])
 # narrows it (strategies/regimes.py), each as often as its weight.
 _REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
     [None] * PLAIN_WEIGHT + [r for r in REGIMES for _ in range(r.weight)]
+)
+_SGLANG_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
+    [None] * SGLANG_PLAIN_WEIGHT + [r for r in SGLANG_REGIMES for _ in range(r.weight)]
 )
 
 
@@ -167,7 +177,7 @@ def sglang_configs(
     chunked = draw(st.booleans())
     low = max(max_running, page_size) if chunked else max(max_running, max_model_len)
     chunk_size = draw(_integers(low, max(low, 2 * max_model_len)))
-    return SchedulerConfig(
+    drawn = SchedulerConfig(
         family="sglang",
         block_size=page_size,
         num_blocks=num_pages,
@@ -180,6 +190,9 @@ def sglang_configs(
         enable_mixed_chunk=chunked and draw(st.booleans()),
         async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
     )
+    # Drawn last, so that the draws above keep their place in every example.
+    regime = draw(_SGLANG_REGIME_DRAWS)
+    return drawn if regime is None else regime.narrow(drawn)
 
 
 def family_configs(family: Family) -> st.SearchStrategy[SchedulerConfig]:

@@ -42,6 +42,9 @@ class ScheduleTransition:
     finished_since_last_schedule: frozenset[str] = frozenset()
     # Block -> the content hash whose KV earlier steps fully computed into it.
     kv_written: Mapping[int, BlockHash] = field(default_factory=dict)
+    # Ids named by finish_requests since the previous schedule() that were live when
+    # named (an abort the engine may defer to this step: SGLang's chunked request).
+    aborted_since_last_schedule: frozenset[str] = frozenset()
 
     # Worked out once, as the transition is made, for all the predicates that read
     # them (a cached_property costs a lock on each first read on Python 3.11).
