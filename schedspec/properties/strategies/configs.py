@@ -165,10 +165,15 @@ def configs(
 
 @st.composite
 def sglang_configs(
-    draw: st.DrawFn, max_model_len_cap: int = 96, async_scheduling: bool | None = None
+    draw: st.DrawFn,
+    max_model_len_cap: int = 96,
+    async_scheduling: bool | None = None,
+    regimes: bool = True,
 ) -> SchedulerConfig:
     """Small configs of family "sglang" (SGLang's knobs drawn, vLLM's at their
-    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed."""
+    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed. Two of
+    five are narrowed by an SGLang regime (strategies/regimes.py) unless `regimes` is off,
+    for a caller that narrows the draws itself."""
     page_size = draw(_PAGE_SIZE_DRAWS)
     max_model_len = draw(_integers(MIN_SGLANG_MAX_MODEL_LEN, max_model_len_cap))
     min_pages = -(-max_model_len // page_size)
@@ -190,6 +195,8 @@ def sglang_configs(
         enable_mixed_chunk=chunked and draw(st.booleans()),
         async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
     )
+    if not regimes:
+        return drawn
     # Drawn last, so that the draws above keep their place in every example.
     regime = draw(_SGLANG_REGIME_DRAWS)
     return drawn if regime is None else regime.narrow(drawn)
