@@ -222,6 +222,8 @@ class Driver:
             dict(self.kv_content.written),
             dict(self.departures.left_running),
             self.departures.last_step,
+            None,
+            frozenset(self.departures.aborted),
         )
         self.departures.on_schedule(pre, output, post)
         self.kv_content.on_schedule(transition)
@@ -281,7 +283,7 @@ class Driver:
         pre = self.state
         self.scheduler.finish_requests(request_ids)
         post = self.state
-        self.departures.note(pre, post)
+        self.departures.note_abort(pre, post, request_ids)
         return AbortTransition(pre, request_ids, post)
 
     def drain(self) -> DrainResult:

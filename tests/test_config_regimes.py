@@ -11,11 +11,13 @@ from hypothesis import given, settings
 
 from schedspec.properties.corners import CORNER_NAMES
 from schedspec.properties.strategies.actions import URGENT, decode_request_draw
-from schedspec.properties.strategies.configs import configs
+from schedspec.properties.strategies.configs import configs, sglang_configs
 from schedspec.properties.strategies.regimes import (
     MOST_SEATS,
     PLAIN_WEIGHT,
     REGIMES,
+    SGLANG_PLAIN_WEIGHT,
+    SGLANG_REGIMES,
     SHORT_MAX_MODEL_LEN,
     SHORTEST_MAX_MODEL_LEN,
     head_of_line,
@@ -24,6 +26,8 @@ from schedspec.properties.strategies.regimes import (
     padded_under_a_cap,
     priority_contention,
     priority_tight_cache,
+    sglang_small_chunks,
+    sglang_tight_radix,
     tight_cache,
 )
 from schedspec.spec import SchedulerConfig
@@ -197,3 +201,55 @@ def test_padded_near_max_model_len_puts_the_longest_prompt_on_the_boundary() -> 
 def test_half_the_priority_draws_are_urgent() -> None:
     priorities = Counter(decode_request_draw(0, 0, 0, 0, 20 * p).priority for p in range(8))
     assert priorities == {0: 1, 1: 1, 2: 1, 3: 1, URGENT: 4}
+
+
+# ------------------------------------------------- SGLang's family
+
+
+def test_sglang_regimes_worked_examples() -> None:
+    drawn = make_config(
+        family="sglang",
+        block_size=2,
+        num_blocks=100,
+        max_num_batched_tokens=64,
+        max_num_seqs=5,
+        max_model_len=40,
+        enable_chunked_prefill=False,
+        enable_prefix_caching=False,
+    )
+    chunks = sglang_small_chunks(drawn)
+    assert chunks.enable_chunked_prefill and chunks.enable_prefix_caching
+    assert chunks.max_num_batched_tokens == 5  # a seat's worth (more than a page)
+    radix = sglang_tight_radix(drawn)
+    assert radix.enable_prefix_caching and radix.schedule_conservativeness == 0.1
+    assert radix.num_blocks == 20  # one max_model_len request of 2-token pages
+    assert radix.enable_chunked_prefill and radix.enable_mixed_chunk
+    assert radix.max_num_batched_tokens == 64  # the drawn budget: at least a seat's
+
+
+@settings(max_examples=200, deadline=None)
+@given(config=sglang_configs())
+def test_every_sglang_regime_narrows_any_drawn_config_to_a_legal_one(
+    config: SchedulerConfig,
+) -> None:
+    for regime in SGLANG_REGIMES:
+        narrowed = regime.narrow(config)  # validated in __post_init__
+        assert narrowed.family == "sglang" and narrowed.max_model_len == config.max_model_len
+        assert narrowed.async_scheduling == config.async_scheduling
+        assert regime.corner in CORNER_NAMES
+
+
+def test_sglang_configs_spend_their_share_in_the_regimes() -> None:
+    counts: Counter[str] = Counter()
+
+    @settings(max_examples=500, deadline=None, database=None)
+    @given(config=sglang_configs())
+    def draw(config: SchedulerConfig) -> None:
+        counts["radix" if config.schedule_conservativeness == 0.1 else "other"] += 1
+
+    draw()
+    total = SGLANG_PLAIN_WEIGHT + sum(r.weight for r in SGLANG_REGIMES)
+    assert total == 5
+    # The tight-radix regime (1 of 5) plus the plain draws of 0.1 (a third of 4 of 5).
+    share = counts["radix"] / sum(counts.values())
+    assert 0.3 < share < 0.65, counts

@@ -12,6 +12,7 @@ from schedspec.cli.main import main
 from schedspec.properties.corners import (
     CORNER_NAMES,
     corners_for,
+    count_abort_in_flight,
     count_drafts,
     count_schedule,
     count_update,
@@ -152,6 +153,40 @@ def test_padding_near_max_model_len() -> None:
     assert _repeated_longest_prompt(7) == 1
     assert _repeated_longest_prompt(8) == 2
     assert _repeated_longest_prompt(9) == 2
+
+
+def test_two_victims_in_one_step() -> None:
+    """4 one-token blocks: A (2 tokens), B and C (1 each) fill them at the first step;
+    A's decode then needs a block and takes B's and C's (fcfs: the newest first)."""
+    driver = Driver(block_size=1, num_blocks=4, max_model_len=4, max_num_batched_tokens=32)
+    driver.add("A", 2, max_tokens=2)
+    driver.add("B", 1, max_tokens=3)
+    driver.add("C", 1, max_tokens=3)
+    driver.step()
+    t = driver.schedule()
+    assert t.output.preempted_req_ids == {"B", "C"}
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    assert counts["two-victims"] == counts["preemption"] == 1
+
+
+def test_an_abort_mid_prefill_is_counted_and_one_after_it_is_not() -> None:
+    driver = Driver(
+        family="sglang",
+        block_size=1,
+        num_blocks=64,
+        max_num_batched_tokens=8,
+        max_num_seqs=4,
+        max_model_len=64,
+    )
+    driver.add("a", 20, max_tokens=2)
+    driver.add("b", 2, max_tokens=2)
+    driver.step()
+    counts: dict[str, int] = {}
+    count_abort_in_flight(counts, [], ("b",), driver.state)  # b waits: not mid-prefill
+    assert counts == {}
+    count_abort_in_flight(counts, [], ("a",), driver.state)  # a is chunked
+    assert counts == {"abort-mid-prefill": 1}
 
 
 def test_the_table_names_every_corner_and_the_ones_never_reached() -> None:

@@ -21,6 +21,7 @@ from schedspec.spec.invariants import (
     ScheduleTransition,
     UpdateTransition,
 )
+from tests import test_invariants_sglang_lifecycle
 from tests.invariant_builders import (
     Case,
     CaseBuilder,
@@ -520,8 +521,9 @@ def test_the_profiles_of_the_split() -> None:
         "SG-CHUNK-ROOM",
         "SG-RETRACT",
         "SG-EVICT-ORDER",
+        *test_invariants_sglang_lifecycle.cases.ids(),
     }
-    assert sglang <= cases.ids()
+    assert sglang <= cases.ids() | test_invariants_sglang_lifecycle.cases.ids()
 
 
 def test_sglang_state_is_what_the_profile_reads() -> None:

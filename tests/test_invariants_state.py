@@ -20,6 +20,7 @@ from tests import (
     test_invariants_families,
     test_invariants_pipeline,
     test_invariants_policy,
+    test_invariants_sglang_lifecycle,
     test_invariants_step,
 )
 from tests.invariant_builders import (
@@ -365,6 +366,7 @@ def test_every_catalogue_id_has_a_bad_case() -> None:
         | test_invariants_families.cases.ids()
         | test_invariants_completeness.cases.ids()
         | test_invariants_cache_aware.cases.ids()
+        | test_invariants_sglang_lifecycle.cases.ids()
     )
     missing = sorted(set(CATALOGUE) - covered)
     assert not missing, f"invariants with no bad-state case: {missing}"
@@ -380,6 +382,7 @@ def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
         test_invariants_families.cases,
         test_invariants_completeness.cases,
         test_invariants_cache_aware.cases,
+        test_invariants_sglang_lifecycle.cases,
     )
     for registry in registries:
         for invariant_id, build in registry.builders:

@@ -226,7 +226,7 @@ class CheckedEngine:
         pre = self.state
         self.engine.finish_requests(request_ids)
         self.state = self._snapshot()
-        self._departures.note(pre, self.state)
+        self._departures.note_abort(pre, self.state, request_ids)
         transition = AbortTransition(pre, request_ids, self.state)
         found = self._run("abort", transition) + self._run("state", self.state)
         if not found:
@@ -235,7 +235,7 @@ class CheckedEngine:
             in_flight = [step.output for step in self._in_flight]
             if landing is not None:
                 in_flight.append(landing)
-            corners.count_abort_in_flight(self.stats.corners, in_flight, request_ids)
+            corners.count_abort_in_flight(self.stats.corners, in_flight, request_ids, pre)
         return found
 
     def _propose(self, event: ProposeDrafts) -> list[Violation]:
@@ -294,6 +294,7 @@ class CheckedEngine:
             dict(self._departures.left_running),
             self._departures.last_step,
             self._head_passed_over,
+            frozenset(self._departures.aborted),
         )
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid

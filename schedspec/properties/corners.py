@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from schedspec.spec import SchedulerOutput, SGLangState
+from schedspec.spec import RequestStatus, SchedulerOutput, SGLangState, State
 from schedspec.spec.invariants import (
     DraftsTransition,
     ScheduleTransition,
@@ -46,6 +46,11 @@ CORNERS: tuple[Corner, ...] = (
         VLLM_ONLY,
     ),
     Corner("preemption", "a step that preempted"),
+    Corner(
+        "two-victims",
+        "a step that preempted (SGLang: retracted) two requests or more: the victims' order "
+        "and their order back in the waiting queue (SGLang #4914, #4977's retraction path)",
+    ),
     Corner("kv-exact-fit", "a step that left no block free and preempted nothing"),
     Corner("budget-exact-fit", "a step that used exactly the whole token budget"),
     Corner(
@@ -113,6 +118,12 @@ CORNERS: tuple[Corner, ...] = (
         "output landed (vLLM's abort queue; sglang #34153, vllm #46283's class)",
     ),
     Corner(
+        "abort-mid-prefill",
+        "an abort of a running request between the chunks of its prefill (SGLang's chunked "
+        "request: its chunking stops and its KV is freed uncached, SG-CHUNKED-ABORT; "
+        "sglang #16067's class)",
+    ),
+    Corner(
         "sg-latch-closed",
         "SGLang: a step whose pass found the admission latch closed with requests waiting "
         "(the #32549 starvation class)",
@@ -148,6 +159,8 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
     preempted = output.preempted_req_ids
     if preempted:
         _bump(counts, "preemption")
+        if len(preempted) > 1:
+            _bump(counts, "two-victims")
         if config.policy == "priority":
             order = {rid: i for i, rid in enumerate(pre.running)}
             first_victim = min(order.get(r, len(order)) for r in preempted)
@@ -282,11 +295,19 @@ def count_abort_in_flight(
     counts: MutableMapping[str, int],
     in_flight: Iterable[SchedulerOutput],
     aborts: tuple[str, ...],
+    pre: State,
 ) -> None:
     """An abort that hit a request of a step in flight: between engine steps under
-    vLLM's batch queue or SGLang's overlap loop, or inside one (events.Step.aborts)."""
+    vLLM's batch queue or SGLang's overlap loop, or inside one (events.Step.aborts);
+    and one that hit a request mid-prefill (pre: the state the abort met)."""
     if any(rid in output.num_scheduled_tokens for output in in_flight for rid in aborts):
         _bump(counts, "abort-in-flight")
+    if any(
+        r.is_prefill_chunk and r.status is RequestStatus.RUNNING
+        for rid in aborts
+        if (r := pre.requests.get(rid)) is not None
+    ):
+        _bump(counts, "abort-mid-prefill")
 
 
 def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:

@@ -15,7 +15,14 @@ import functools
 from hypothesis import strategies as st
 from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
-from schedspec.properties.strategies.regimes import MOST_SEATS, PLAIN_WEIGHT, REGIMES, Regime
+from schedspec.properties.strategies.regimes import (
+    MOST_SEATS,
+    PLAIN_WEIGHT,
+    REGIMES,
+    SGLANG_PLAIN_WEIGHT,
+    SGLANG_REGIMES,
+    Regime,
+)
 from schedspec.spec import Family, SchedulerConfig, shown
 from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN, POLICIES
 
@@ -47,6 +54,9 @@ _ADMISSION_THRESHOLD_DRAWS = st.sampled_from([0.0, 0.0, 0.5, 0.25, 1.0])
 # narrows it (strategies/regimes.py), each as often as its weight.
 _REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
     [None] * PLAIN_WEIGHT + [r for r in REGIMES for _ in range(r.weight)]
+)
+_SGLANG_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
+    [None] * SGLANG_PLAIN_WEIGHT + [r for r in SGLANG_REGIMES for _ in range(r.weight)]
 )
 
 
@@ -155,10 +165,15 @@ def configs(
 
 @st.composite
 def sglang_configs(
-    draw: st.DrawFn, max_model_len_cap: int = 96, async_scheduling: bool | None = None
+    draw: st.DrawFn,
+    max_model_len_cap: int = 96,
+    async_scheduling: bool | None = None,
+    regimes: bool = True,
 ) -> SchedulerConfig:
     """Small configs of family "sglang" (SGLang's knobs drawn, vLLM's at their
-    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed."""
+    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed. Two of
+    five are narrowed by an SGLang regime (strategies/regimes.py) unless `regimes` is off,
+    for a caller that narrows the draws itself."""
     page_size = draw(_PAGE_SIZE_DRAWS)
     max_model_len = draw(_integers(MIN_SGLANG_MAX_MODEL_LEN, max_model_len_cap))
     min_pages = -(-max_model_len // page_size)
@@ -167,7 +182,7 @@ def sglang_configs(
     chunked = draw(st.booleans())
     low = max(max_running, page_size) if chunked else max(max_running, max_model_len)
     chunk_size = draw(_integers(low, max(low, 2 * max_model_len)))
-    return SchedulerConfig(
+    drawn = SchedulerConfig(
         family="sglang",
         block_size=page_size,
         num_blocks=num_pages,
@@ -180,6 +195,11 @@ def sglang_configs(
         enable_mixed_chunk=chunked and draw(st.booleans()),
         async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
     )
+    if not regimes:
+        return drawn
+    # Drawn last, so that the draws above keep their place in every example.
+    regime = draw(_SGLANG_REGIME_DRAWS)
+    return drawn if regime is None else regime.narrow(drawn)
 
 
 def family_configs(family: Family) -> st.SearchStrategy[SchedulerConfig]:

@@ -275,6 +275,50 @@ REGIMES: tuple[Regime, ...] = (
     Regime("cache-aware-reorder", "cache-aware-reorder", cache_aware_reorder, 2),
     Regime("padded-near-max-model-len", "padding-near-max-model-len", padded_near_max_model_len, 3),
 )
+
+
+def sglang_small_chunks(config: SchedulerConfig) -> SchedulerConfig:
+    """SGLang's family: chunked prefill with the smallest chunk allowed (max_running
+    requests, or a page) and the radix cache on, so that a request stays the chunked
+    request for many steps, its chunks cached between them. A cancel then often meets
+    it mid-prefill: SG-CHUNKED-ABORT's corner, where an abort that cached the chunk
+    still computing, or let the chunking go on, shows. Mixed chunks as drawn."""
+    return dataclasses.replace(
+        config,
+        enable_chunked_prefill=True,
+        enable_prefix_caching=True,
+        max_num_batched_tokens=max(config.max_num_seqs, config.block_size),
+    )
+
+
+def sglang_tight_radix(config: SchedulerConfig) -> SchedulerConfig:
+    """SGLang's family: the radix cache on, the lowest conservativeness drawn (admission
+    reserves a tenth of what running requests may still need, so it overcommits), a pool
+    of one max_model_len request, and mixed chunks (chunked prefill on). Decodes retract
+    while the tree holds cached prefixes, the victims' among them (SG-RETRACT-EVICT says
+    how far to evict), and a mixed step leaves its admissions, with no outputs, ahead of
+    the decodes (SG-RUNNING-ORDER), so a retraction after it must re-rank the survivors
+    (SG-RETRACT): measured with benchmarks/bench_mutants.py on rv-retract-survivors-
+    batch-order, the regime without mixed chunks caught it on 8 of seeds 1-10 and on
+    neither CI seed."""
+    return dataclasses.replace(
+        config,
+        enable_prefix_caching=True,
+        schedule_conservativeness=0.1,
+        num_blocks=_tight_cache(config),
+        enable_chunked_prefill=True,
+        enable_mixed_chunk=True,
+    )
+
+
+# SGLang's family (strategies.sglang_configs): the same mechanism, its own corners.
+SGLANG_REGIMES: tuple[Regime, ...] = (
+    Regime("sglang-small-chunks", "abort-mid-prefill", sglang_small_chunks, 1),
+    Regime("sglang-tight-radix", "preemption", sglang_tight_radix, 1),
+)
+# Draws left as drawn, against the SGLang regimes' weights: 3 of 5 configs.
+SGLANG_PLAIN_WEIGHT = 3
+
 # Draws left as drawn, against the regimes' weights: 3 of 24 configs. The regimes keep
 # every knob they do not move as drawn, so they reach the other corners too
 # (benchmarks/bench_corners.py). At 100 examples a run the weights trade one corner's

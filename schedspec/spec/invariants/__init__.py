@@ -21,6 +21,7 @@ from schedspec.spec.invariants.safety import pipeline  # noqa: F401
 from schedspec.spec.invariants.safety import schedule  # noqa: F401
 from schedspec.spec.invariants.sglang import policy as sglang_policy  # noqa: F401
 from schedspec.spec.invariants.sglang import admission as sglang_admission  # noqa: F401
+from schedspec.spec.invariants.sglang import lifecycle as sglang_lifecycle  # noqa: F401
 from schedspec.spec.invariants.safety import state  # noqa: F401
 from schedspec.spec.invariants.safety import update  # noqa: F401
 from schedspec.spec.invariants.vllm import split  # noqa: F401

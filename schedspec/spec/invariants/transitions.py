@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -55,6 +55,8 @@ class Departures:
     def __init__(self) -> None:
         self.finished: set[str] = set()
         self.left_running: dict[str, Departure] = {}
+        # Live ids named by an abort (finish_requests), whether or not they left.
+        self.aborted: set[str] = set()
         # The ids the latest schedule() scheduled.
         self.last_step: frozenset[str] = frozenset()
 
@@ -74,9 +76,15 @@ class Departures:
                 if rid in running:
                     self.left_running[rid] = Departure(request, rid in self.last_step)
 
+    def note_abort(self, pre: State, post: State, request_ids: Iterable[str]) -> None:
+        """Record an abort of request_ids between pre and post."""
+        self.note(pre, post)
+        self.aborted.update(r for r in request_ids if r in pre.requests)
+
     def clear(self) -> None:
         self.finished.clear()
         self.left_running.clear()
+        self.aborted.clear()
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,9 @@ class ScheduleTransition:
     # (liveness.passed_over_after): the head earlier schedule() calls passed over while
     # nothing ran; None: none is remembered.
     head_passed_over: PassedOver | None = None
+    # Ids named by finish_requests since the previous schedule() that were live when
+    # named (an abort the engine may defer to this step: SGLang's chunked request).
+    aborted_since_last_schedule: frozenset[str] = frozenset()
 
     # Worked out once, as the transition is made, for all the predicates that read
     # them (a cached_property costs a lock on each first read on Python 3.11).
