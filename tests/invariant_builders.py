@@ -298,6 +298,18 @@ class Driver:
 
 # --------------------------------------------------------- shared scenarios
 
+# The SGLang family's chunked-prefill worked examples: token slots as blocks, 8-token
+# chunks, the radix cache on.
+SGLANG_CHUNKED = {
+    "family": "sglang",
+    "block_size": 1,
+    "num_blocks": 64,
+    "max_num_batched_tokens": 8,
+    "max_num_seqs": 4,
+    "max_model_len": 64,
+    "enable_prefix_caching": True,
+}
+
 
 def two_running_and_an_admission() -> ScheduleTransition:
     """A and B decoding, C admitted with a 10-token prefill: budget 16 (A 1, B 1, C 10)."""

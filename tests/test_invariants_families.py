@@ -23,6 +23,7 @@ from schedspec.spec.invariants import (
 )
 from tests import test_invariants_sglang_lifecycle
 from tests.invariant_builders import (
+    SGLANG_CHUNKED,
     Case,
     CaseBuilder,
     CaseRegistry,
@@ -47,15 +48,7 @@ RETRACT = {
     "max_model_len": 24,
     "schedule_conservativeness": 0.1,
 }
-CHUNKED = {
-    "family": "sglang",
-    "block_size": 1,
-    "num_blocks": 64,
-    "max_num_batched_tokens": 8,
-    "max_num_seqs": 4,
-    "max_model_len": 64,
-    "enable_prefix_caching": True,
-}
+CHUNKED = SGLANG_CHUNKED
 
 
 def with_policy(state: State, **changes: Any) -> State:

@@ -11,6 +11,7 @@ import pytest
 from schedspec.spec.invariants import CATALOGUE, ScheduleTransition
 from schedspec.spec.invariants.sglang import lifecycle
 from tests.invariant_builders import (
+    SGLANG_CHUNKED,
     Case,
     CaseBuilder,
     CaseRegistry,
@@ -32,16 +33,8 @@ MIXED = {
     "enable_chunked_prefill": True,
     "enable_mixed_chunk": True,
 }
-# SG-CHUNKED-ABORT's worked example: 8-token chunks of a 20-token prompt, radix cache on.
-CHUNKED = {
-    "family": "sglang",
-    "block_size": 1,
-    "num_blocks": 64,
-    "max_num_batched_tokens": 8,
-    "max_num_seqs": 4,
-    "max_model_len": 64,
-    "enable_prefix_caching": True,
-}
+# SG-CHUNKED-ABORT's worked example: 8-token chunks of a 20-token prompt.
+CHUNKED = SGLANG_CHUNKED
 
 
 def mixed_step() -> ScheduleTransition:

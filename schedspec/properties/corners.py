@@ -208,7 +208,7 @@ def _count_sglang_pass(
     if not t.admitted_ids and not latch_surely_open(t, policy):
         _bump(counts, "sg-latch-closed")
         return
-    count = PrefillPass(t, policy)
+    count = PrefillPass.of(t, policy)
     before = count.at_refusal
     rem_chunk = before.rem_chunk
     spent = before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0)

@@ -12,22 +12,20 @@ where it does not; each check fires only where its bound makes the verdict certa
 from __future__ import annotations
 
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.sglang.policy import missing_policy_state
 from schedspec.spec.invariants.sglang.prefill_pass import (
     TOLERANCE,
     Before,
     PrefillPass,
     RunningBatch,
     Span,
+    admissions_in_batch_order,
     ceil_paged,
     maybe_out_of_batch,
 )
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.request import RequestStatus
 from schedspec.spec.state import SGLangState
-
-
-def _missing_policy_state(name: str) -> list[Violation]:
-    return [Violation(name, "the engine reports no SGLang policy state (State.sglang)")]
 
 
 def latch_surely_open(t: ScheduleTransition, policy: SGLangState) -> bool:
@@ -87,8 +85,8 @@ def _fit_margin(before: Before) -> float:
 def check_admission(t: ScheduleTransition) -> list[Violation]:
     policy = t.pre.sglang
     if policy is None:
-        return _missing_policy_state("SG-ADMISSION")
-    count = PrefillPass(t, policy)
+        return missing_policy_state("SG-ADMISSION")
+    count = PrefillPass.of(t, policy)
     admitted = count.admitted
     if not admitted:
         return []
@@ -212,10 +210,10 @@ def _refusal_reason(count: PrefillPass, latch_open: bool) -> str | None:
 def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
     policy = t.pre.sglang
     if policy is None:
-        return _missing_policy_state("SG-ADMISSION-STOP")
+        return missing_policy_state("SG-ADMISSION-STOP")
     if len(t.pre.waiting) <= len(t.admitted):
         return []
-    count = PrefillPass(t, policy)
+    count = PrefillPass.of(t, policy)
     request = count.refused
     if request is None or _refusal_reason(count, latch_surely_open(t, policy)) is not None:
         return []
@@ -244,16 +242,16 @@ def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
 def check_latch(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
     if pre is None or post is None:
-        return _missing_policy_state("SG-LATCH")
+        return missing_policy_state("SG-LATCH")
     out: list[Violation] = []
     closed = pre.batch_is_full and pre.last_batch_kind == "decode"
-    admitted = [r for r in t.output.num_scheduled_tokens if r in t.admitted_ids]
+    admitted = admissions_in_batch_order(t)
     if closed and admitted and not t.finished_since_last_schedule and t.pre.running:
         out.append(Violation("SG-LATCH", f"admitted {admitted} while the latch was closed"))
     if post.batch_is_full and t.pre.waiting and latch_surely_open(t, pre):
         # The pass began with the latch open: only the seats, or memory (a refused
         # future that did not fit, or an admission that left nothing) close it.
-        count = PrefillPass(t, pre)
+        count = PrefillPass.of(t, pre)
         seats = count.seats_left(count.at_refusal.num_can_run)
         if seats.lo > 0 and count.surely_fits(count.refused):
             out.append(Violation("SG-LATCH", "closed the latch with memory and seats to spare"))
@@ -272,8 +270,8 @@ def check_latch(t: ScheduleTransition) -> list[Violation]:
 def check_chunk_room(t: ScheduleTransition) -> list[Violation]:
     policy = t.pre.sglang
     if policy is None:
-        return _missing_policy_state("SG-CHUNK-ROOM")
-    count = PrefillPass(t, policy)
+        return missing_policy_state("SG-CHUNK-ROOM")
+    count = PrefillPass.of(t, policy)
     if count.chunked is None or not count.chunk:
         return []
     request = t.pre.requests[count.chunked]

@@ -1,8 +1,8 @@
 """The `sglang` profile's lifecycle rules: where a request sits in the running order,
 how the chunked request's abort ends it, and what a retraction evicts.
 
-policy.py holds the admission and batch-kind rules; these are the ones around them
-that SGLang 0.5.23 decides as exactly (docs/SPEC.md, "SG-RUNNING-ORDER",
+policy.py holds the batch-kind rules and admission.py the admission ones; these are the
+ones around them that SGLang 0.5.23 decides as exactly (docs/SPEC.md, "SG-RUNNING-ORDER",
 "SG-CHUNKED-ABORT", "SG-RETRACT-EVICT"), read off the abstract state and
 State.sglang under the mapping of docs/SPEC.md, "Two families".
 """
@@ -10,7 +10,7 @@ State.sglang under the mapping of docs/SPEC.md, "Two families".
 from __future__ import annotations
 
 from schedspec.spec.invariants.registry import Violation, invariant
-from schedspec.spec.invariants.sglang.policy import _missing_policy_state
+from schedspec.spec.invariants.sglang.policy import missing_policy_state
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.sglang_arithmetic import RETRACT_DECODE_STEPS
 
@@ -28,7 +28,7 @@ from schedspec.spec.sglang_arithmetic import RETRACT_DECODE_STEPS
 def check_running_order(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
     if pre is None or post is None:
-        return _missing_policy_state("SG-RUNNING-ORDER")
+        return missing_policy_state("SG-RUNNING-ORDER")
     if t.output.preempted_req_ids:
         return []  # the survivors are ranked by SG-RETRACT's key instead
     scheduled = t.output.num_scheduled_tokens
@@ -73,7 +73,7 @@ def check_running_order(t: ScheduleTransition) -> list[Violation]:
 def check_chunked_abort(t: ScheduleTransition) -> list[Violation]:
     pre = t.pre.sglang
     if pre is None:
-        return _missing_policy_state("SG-CHUNKED-ABORT")
+        return missing_policy_state("SG-CHUNKED-ABORT")
     chunked = pre.chunked_request_id
     # Only an abort that named it while it was chunked: one that reached it earlier (a
     # running request's deferred abort, kept through a retraction) finishes it when a

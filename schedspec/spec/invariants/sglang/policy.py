@@ -17,7 +17,6 @@ from schedspec.spec.invariants.sglang.prefill_pass import (
     maybe_out_of_batch,
 )
 from schedspec.spec.invariants.transitions import ScheduleTransition
-from schedspec.spec.outputs import SchedulerOutput
 from schedspec.spec.sglang_arithmetic import (
     decayed,
     ratio_after_retract,
@@ -26,14 +25,8 @@ from schedspec.spec.sglang_arithmetic import (
 from schedspec.spec.state import State
 
 
-def _admitted(output: SchedulerOutput) -> list[str]:
-    """Requests this step took from the waiting queue, in batch order."""
-    resumed = {c.request_id for c in output.scheduled_cached_reqs if c.resumed}
-    new = {n.request_id for n in output.scheduled_new_reqs}
-    return [rid for rid in output.num_scheduled_tokens if rid in new or rid in resumed]
-
-
-def _missing_policy_state(name: str) -> list[Violation]:
+def missing_policy_state(name: str) -> list[Violation]:
+    """The violation of a sglang-profile check on an engine that reports no State.sglang."""
     return [Violation(name, "the engine reports no SGLang policy state (State.sglang)")]
 
 
@@ -53,9 +46,9 @@ def _missing_policy_state(name: str) -> list[Violation]:
 def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
     if pre is None or post is None:
-        return _missing_policy_state("SG-PREFILL-FIRST")
+        return missing_policy_state("SG-PREFILL-FIRST")
     scheduled = t.output.num_scheduled_tokens
-    admitted = set(_admitted(t.output))
+    admitted = t.admitted_ids
     kind = post.last_batch_kind
     chunked = pre.chunked_request_id
     continuing = chunked if chunked is not None and chunked in t.post.requests else None
@@ -105,7 +98,7 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
 def check_one_chunked(state: State) -> list[Violation]:
     policy = state.sglang
     if policy is None:
-        return _missing_policy_state("SG-ONE-CHUNKED")
+        return missing_policy_state("SG-ONE-CHUNKED")
     chunked = policy.chunked_request_id
     out: list[Violation] = []
     for rid in state.running:
@@ -132,7 +125,7 @@ def check_one_chunked(state: State) -> list[Violation]:
 def check_ratio(t: ScheduleTransition) -> list[Violation]:
     pre, post = t.pre.sglang, t.post.sglang
     if pre is None or post is None:
-        return _missing_policy_state("SG-RATIO")
+        return missing_policy_state("SG-RATIO")
     schedule = ratio_schedule(t.post.config.schedule_conservativeness)
     kind = post.last_batch_kind
     allowed: list[float]
@@ -249,7 +242,7 @@ def check_evict_order(t: ScheduleTransition) -> list[Violation]:
             return out
     policy = t.pre.sglang
     if policy is None:
-        return _missing_policy_state("SG-EVICT-ORDER")
+        return missing_policy_state("SG-EVICT-ORDER")
     # A match refreshes recency, and a retraction unlocks its victim's prefix (then
     # evicts), both before the step evicts: the pre state's order no longer applies.
     if t.pre.waiting or policy.chunked_request_id is not None or t.output.preempted_req_ids:

@@ -70,6 +70,21 @@ class Before:
     # Evictable blocks that the matched prefixes of earlier admissions locked.
     locked: frozenset[int]
 
+    def charged(self, extend: int, page: int, future: int, locked: frozenset[int]) -> Before:
+        """The figures after the adder takes an extend (_update_prefill_budget): its
+        page-ceiled extend and a page reserved now and `future` tokens later, the
+        budgets paying the page-ceiled extend; `locked` adds to what is locked."""
+        paged = ceil_paged(extend, page)
+        rem_chunk = self.rem_chunk - paged if self.rem_chunk is not None else None
+        return Before(
+            self.reserved + (paged + page + future),
+            self.reserved_exact,
+            self.rem_input - paged,
+            rem_chunk,
+            self.num_can_run + 1,
+            self.locked | locked,
+        )
+
 
 def ceil_paged(tokens: int, page: int) -> int:
     return -(-tokens // page) * page
@@ -81,6 +96,12 @@ def max_new_tokens(config: SchedulerConfig, request: RequestState) -> int:
     if sglang_max_new_tokens(config, len(request.prompt_token_ids), request.max_tokens) == 0:
         return 0
     return request.max_tokens
+
+
+def reserved_new_tokens(config: SchedulerConfig, request: RequestState) -> int:
+    """What admission reserves for a request's outputs once its prefill is whole: its
+    whole max_new_tokens (clipped), whatever it already decoded."""
+    return min(max_new_tokens(config, request), CLIP_MAX_NEW_TOKENS)
 
 
 def remaining_new_tokens(config: SchedulerConfig, request: RequestState) -> int:
@@ -140,6 +161,15 @@ def _reservations(
     ]
 
 
+def admissions_in_batch_order(t: ScheduleTransition) -> list[str]:
+    """The requests the step took from the waiting queue, in batch order (SGLang's
+    can_run_list order)."""
+    return [r for r in t.output.num_scheduled_tokens if r in t.admitted_ids]
+
+
+_last_pass: PrefillPass | None = None
+
+
 class PrefillPass:
     """The step's prefill pass, recounted: one Before per admission, and one for the
     first waiting request left waiting (if any), in queue order."""
@@ -152,10 +182,7 @@ class PrefillPass:
         self.policy = policy
         self.batch = RunningBatch.of(t)
         scheduled = t.output.num_scheduled_tokens
-        resumed = {c.request_id for c in t.output.scheduled_cached_reqs if c.resumed}
-        new = {n.request_id for n in t.output.scheduled_new_reqs}
-        # Admissions in batch order: SGLang's can_run_list order.
-        self.admitted = [r for r in scheduled if r in new or r in resumed]
+        self.admitted = admissions_in_batch_order(t)
         chunked = policy.chunked_request_id
         self.chunked = chunked if chunked is not None and chunked in t.pre.requests else None
         self.chunk = scheduled.get(self.chunked, 0) if self.chunked is not None else 0
@@ -167,7 +194,17 @@ class PrefillPass:
             hashes[b]: b for b in t.pre.kv.free_block_ids if hashes[b] is not None
         }
         self.cached = {h for h in hashes if h is not None}
-        self.befores = self._recount()
+        self._freed = self._freed_by_the_start()
+        self.start, self.befores = self._recount()
+
+    @staticmethod
+    def of(t: ScheduleTransition, policy: SGLangState) -> PrefillPass:
+        """The transition's pass, recounted once for all the checks that read it (the
+        sglang profile's and the corners', one after another on the same transition)."""
+        global _last_pass
+        if _last_pass is None or _last_pass.t is not t:
+            _last_pass = PrefillPass(t, policy)
+        return _last_pass
 
     # ------------------------------------------------------------------ available
 
@@ -177,16 +214,19 @@ class PrefillPass:
         step's start frees of the chunked request: all of its slots under a pending
         abort, else those whose content the tree already holds (caching its chunk
         frees them as duplicates)."""
-        pre = self.t.pre
-        free = len(pre.kv.free_block_ids)
-        freed = 0
-        if self.chunked is not None:
-            request = pre.requests[self.chunked]
-            if request.abort_pending:
-                freed = len(request.block_ids)
-            elif self.config.enable_prefix_caching:
-                freed = self._duplicates(request)
-        return Span((free - len(locked)) * self.page, (free + freed) * self.page)
+        free = len(self.t.pre.kv.free_block_ids)
+        return Span((free - len(locked)) * self.page, (free + self._freed) * self.page)
+
+    def _freed_by_the_start(self) -> int:
+        """At most the chunked request's blocks the step's start frees."""
+        if self.chunked is None:
+            return 0
+        request = self.t.pre.requests[self.chunked]
+        if request.abort_pending:
+            return len(request.block_ids)
+        if self.config.enable_prefix_caching:
+            return self._duplicates(request)
+        return 0
 
     def _duplicates(self, request: RequestState) -> int:
         """The request's computed full pages whose content another block already caches."""
@@ -218,7 +258,9 @@ class PrefillPass:
 
     # ------------------------------------------------------------------ the recount
 
-    def _recount(self) -> list[Before]:
+    def _recount(self) -> tuple[Before, list[Before]]:
+        """The figures before the chunked request's chunk, and before each admission
+        and the first refusal."""
         config, page, t = self.config, self.page, self.t
         ratio = self.policy.new_token_ratio
         sure = _reservations(config, self.batch.sure, ratio)
@@ -239,33 +281,26 @@ class PrefillPass:
             reserved = reserved + mixed
             rem_input = rem_input - mixed
             rem_chunk = rem_chunk - mixed if rem_chunk is not None else None
-        locked: frozenset[int] = frozenset()
-        self.start = Before(reserved, exact, rem_input, rem_chunk, 0, locked)
-        num_can_run = 0
+        start = Before(reserved, exact, rem_input, rem_chunk, 0, frozenset())
+        before = start
         if self.chunked is not None and self.chunk:
             request = t.pre.requests[self.chunked]
             done = self.chunked_after != self.chunked
-            future = min(max_new_tokens(config, request), CLIP_MAX_NEW_TOKENS) if done else 0
-            paged = ceil_paged(self.chunk, page)
-            reserved = reserved + (paged + page + future)
-            rem_input = rem_input - paged
-            rem_chunk = rem_chunk - paged if rem_chunk is not None else None
-            num_can_run = 1
-        befores = [Before(reserved, exact, rem_input, rem_chunk, num_can_run, locked)]
+            future = reserved_new_tokens(config, request) if done else 0
+            before = before.charged(self.chunk, page, future, frozenset())
+        befores = [before]
         for rid in self.admitted:
             request = t.pre.requests[rid]
-            extend = t.output.num_scheduled_tokens[rid]
-            paged = ceil_paged(extend, page)
-            chunked_now = self.chunked_after == rid
-            future = 0 if chunked_now else min(max_new_tokens(config, request), CLIP_MAX_NEW_TOKENS)
-            reserved = reserved + (paged + page + future)
-            rem_input = rem_input - paged
-            rem_chunk = rem_chunk - paged if rem_chunk is not None else None
-            num_can_run += 1
+            future = 0 if self.chunked_after == rid else reserved_new_tokens(config, request)
             prefix = t.computed_before.get(rid, 0)
-            locked = locked | self.matched_blocks(request, prefix)
-            befores.append(Before(reserved, exact, rem_input, rem_chunk, num_can_run, locked))
-        return befores
+            before = before.charged(
+                t.output.num_scheduled_tokens[rid],
+                page,
+                future,
+                self.matched_blocks(request, prefix),
+            )
+            befores.append(before)
+        return start, befores
 
     # ------------------------------------------------------------------ the verdicts
 
