@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from schedspec.spec.connector import LOAD_FAILURE_POLICIES, LoadFailurePolicy
 from schedspec.spec.errors import ConfigError, shown
 
 Policy = Literal["fcfs", "priority"]
@@ -102,6 +103,15 @@ class SchedulerConfig:
     # caching (Scheduler._reorder_waiting_by_cached_prefix).
     cache_aware_admission_window: int = 0
     cache_aware_admission_threshold: float = 0.5  # a fraction of num_blocks in use
+    # A KV connector (docs/SPEC.md, "The KV connector"): requests may load KV from
+    # elsewhere (RemoteKV) and keep blocks after finishing while it sends them.
+    kv_connector: bool = False
+    # What a failed load does: the request finishes with an error ("fail", vLLM's
+    # default), or it recomputes from the last good block ("recompute").
+    kv_load_failure_policy: LoadFailurePolicy = "fail"
+    # vLLM 0.34.0's cap on async loads in flight (loading, or received and not yet
+    # running, or aborted while loading); None = no cap, and no async-load queue.
+    max_num_inflight_kv_loads: int | None = None
     # Whose policy decides each step; the fields below are SGLang's own knobs.
     family: Family = "vllm"
     # SGLang: scales the new_token_ratio that admission reserves for the running
@@ -128,6 +138,7 @@ class SchedulerConfig:
             _WHY_DRAFTS,
         )
         for flag in (
+            "kv_connector",
             "enable_chunked_prefill",
             "long_prefill_needs_chunked_prefill",
             "enable_prefix_caching",
@@ -175,8 +186,28 @@ class SchedulerConfig:
                 MAX_SPECULATIVE_TOKENS,
                 _WHY_DRAFTS,
             )
+        self._check_connector_knobs()
         self._check_cross_field_bounds()
         self._check_family_knobs()
+
+    def _check_connector_knobs(self) -> None:
+        if self.kv_load_failure_policy not in LOAD_FAILURE_POLICIES:
+            raise ConfigError(
+                "kv_load_failure_policy",
+                f"must be one of {LOAD_FAILURE_POLICIES}, got {shown(self.kv_load_failure_policy)}",
+            )
+        if self.max_num_inflight_kv_loads is not None:
+            _require_int("max_num_inflight_kv_loads", self.max_num_inflight_kv_loads, 1)
+        if self.kv_connector:
+            return
+        # Without a connector these knobs would be silently ignored: refused.
+        for name, default in (("kv_load_failure_policy", "fail"), ("max_num_inflight_kv_loads", None)):
+            if getattr(self, name) != default:
+                raise ConfigError(
+                    name,
+                    f"needs kv_connector=True (without a connector it means nothing): must "
+                    f"keep its default {default!r}, got {shown(getattr(self, name))}",
+                )
 
     def _check_family_knobs(self) -> None:
         # A knob of the other family would be silently ignored by the engine: refused.
@@ -300,6 +331,9 @@ _VLLM_ONLY: tuple[tuple[str, object], ...] = (
     ("pad_spec_decode", False),
     ("cache_aware_admission_window", 0),
     ("cache_aware_admission_threshold", 0.5),
+    ("kv_connector", False),
+    ("kv_load_failure_policy", "fail"),
+    ("max_num_inflight_kv_loads", None),
 )
 _SGLANG_ONLY: tuple[tuple[str, object], ...] = (
     ("schedule_conservativeness", 1.0),
