@@ -199,9 +199,21 @@ class SchedulerConfig:
         if self.max_num_inflight_kv_loads is not None:
             _require_int("max_num_inflight_kv_loads", self.max_num_inflight_kv_loads, 1)
         if self.kv_connector:
+            if self.async_scheduling:
+                # With two batches in flight vLLM defers a connector consumer's block
+                # frees past the step still in flight (Scheduler.defer_block_free) and
+                # drops preempted requests' stale output: the spec models neither yet.
+                raise ConfigError(
+                    "async_scheduling",
+                    "is not modelled with kv_connector=True (vLLM defers block frees "
+                    "past the batch in flight): use a synchronous config",
+                )
             return
         # Without a connector these knobs would be silently ignored: refused.
-        for name, default in (("kv_load_failure_policy", "fail"), ("max_num_inflight_kv_loads", None)):
+        for name, default in (
+            ("kv_load_failure_policy", "fail"),
+            ("max_num_inflight_kv_loads", None),
+        ):
             if getattr(self, name) != default:
                 raise ConfigError(
                     name,
@@ -279,6 +291,21 @@ class SchedulerConfig:
                 f"must be >= 1 + num_speculative_tokens ({padded}) with pad_spec_decode, "
                 f"got {self.max_num_batched_tokens}",
             )
+        if self.kv_connector and self.num_speculative_tokens:
+            # vLLM admits an async KV load only if it fits beside one verify step's
+            # blocks (Scheduler._spec_decode_step_blocks): below this, the load of a
+            # prompt of max_model_len - 1 tokens never starts, and waits forever.
+            step_blocks = -(
+                -(1 + self.num_speculative_tokens + self.lookahead_tokens) // self.block_size
+            )
+            needed = -(-(self.max_model_len - 1) // self.block_size) + step_blocks
+            if self.num_blocks < needed:
+                raise ConfigError(
+                    "num_blocks",
+                    f"must be >= {needed} with a KV connector and drafts: an async load of a "
+                    f"max_model_len - 1 token prompt must fit beside one verify step's "
+                    f"{step_blocks} blocks, got {self.num_blocks}",
+                )
         if self.long_prefill_token_threshold > self.max_model_len:
             raise ConfigError(
                 "long_prefill_token_threshold",

@@ -18,13 +18,19 @@ so a trace replays on engines whose block ids differ.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from schedspec.spec.errors import RequestError, shown
 
 LoadFailurePolicy = Literal["fail", "recompute"]
+# How the fake remote side's load of a request fails: not at all, as a whole
+# (failed_recving), or on one block (invalid_block_ids: the first block it brought).
+LoadFailure = Literal["none", "request", "block"]
+LOAD_FAILURES: tuple[LoadFailure, ...] = ("none", "request", "block")
+# Most steps a fake transfer may take: a trace stays short.
+MAX_TRANSFER_STEPS = 16
 LOAD_FAILURE_POLICIES: tuple[LoadFailurePolicy, ...] = ("fail", "recompute")
 
 # Most None answers a request's matched-token query may give before it answers: each one
@@ -48,6 +54,9 @@ class RemoteKV:
     worker reports the send finished, as a prefill instance does for its decoder.
     send_never_finishes: the worker never reports that send (a lost decoder): the blocks
     stay held for as long as the engine runs.
+    The worker side (the harness, properties/state_machine.py) reads the rest: a load
+    reports after load_steps engine steps, failing as load_failure says; a send
+    reports after send_steps.
     """
 
     num_tokens: int = 0
@@ -55,13 +64,18 @@ class RemoteKV:
     num_unready_queries: int = 0
     send_on_finish: bool = False
     send_never_finishes: bool = False
+    load_steps: int = 1
+    load_failure: LoadFailure = "none"
+    send_steps: int = 1
 
     def validate(self, where: str, num_prompt_tokens: int) -> None:
         """Refuse, naming the field and its bound, what no connector could report."""
-        for name in ("num_tokens", "num_unready_queries"):
+        for name in ("num_tokens", "num_unready_queries", "load_steps", "send_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
-                raise RequestError(f"remote_kv.{name}", f"{where}: must be an int, got {shown(value)}")
+                raise RequestError(
+                    f"remote_kv.{name}", f"{where}: must be an int, got {shown(value)}"
+                )
         if not 0 <= self.num_tokens <= num_prompt_tokens:
             raise RequestError(
                 "remote_kv.num_tokens",
@@ -73,14 +87,27 @@ class RemoteKV:
                 "remote_kv.num_unready_queries",
                 f"{where}: must be in [0, {MAX_UNREADY_QUERIES}], got {self.num_unready_queries}",
             )
+        for name in ("load_steps", "send_steps"):
+            if not 1 <= getattr(self, name) <= MAX_TRANSFER_STEPS:
+                raise RequestError(
+                    f"remote_kv.{name}",
+                    f"{where}: must be in [1, {MAX_TRANSFER_STEPS}], got {getattr(self, name)}",
+                )
+        if self.load_failure not in LOAD_FAILURES:
+            raise RequestError(
+                "remote_kv.load_failure",
+                f"{where}: must be one of {LOAD_FAILURES}, got {shown(self.load_failure)}",
+            )
         for name in ("load_async", "send_on_finish", "send_never_finishes"):
             if not isinstance(getattr(self, name), bool):
                 raise RequestError(
-                    f"remote_kv.{name}", f"{where}: must be a bool, got {shown(getattr(self, name))}"
+                    f"remote_kv.{name}",
+                    f"{where}: must be a bool, got {shown(getattr(self, name))}",
                 )
         if self.send_never_finishes and not self.send_on_finish:
             raise RequestError(
-                "remote_kv.send_never_finishes", f"{where}: needs send_on_finish (no send, no report)"
+                "remote_kv.send_never_finishes",
+                f"{where}: needs send_on_finish (no send, no report)",
             )
 
 
@@ -150,11 +177,17 @@ class ConnectorModel:
     side effects (vLLM's contract: it may be asked again, or for a request that is then
     not admitted), so a request is ready once `num_unready_queries` steps have been
     scheduled since it arrived.
+
+    An async load is served once, as a prefill instance's KV is: once the worker reports
+    it in, the remote side offers that request nothing more (a preempted or a
+    recomputing request computes locally). A sync load is offered again after a
+    preemption, as an offloading tier's copy is.
     """
 
     def __init__(self) -> None:
         self._arrived_at: dict[str, int] = {}  # request -> schedule() calls before it arrived
         self._num_steps = 0
+        self._served: set[str] = set()  # async loads the worker reported in
         self.finished_calls: list[tuple[str, tuple[int, ...]]] = []
 
     def on_new_request(self, request_id: str) -> None:
@@ -175,7 +208,7 @@ class ConnectorModel:
         async); (None, False) when the lookup is not ready: ask again next step. An
         async load may cover the whole prompt; a sync one leaves the last token to
         compute."""
-        if remote is None or remote.num_tokens == 0:
+        if remote is None or remote.num_tokens == 0 or request_id in self._served:
             return 0, False
         waited = self._num_steps - self._arrived_at.get(request_id, self._num_steps)
         if waited < remote.num_unready_queries:
@@ -186,11 +219,47 @@ class ConnectorModel:
             return 0, False
         return external, remote.load_async
 
+    def update_connector_output(self, report: KVConnectorOutput) -> None:
+        """The worker's report, before the scheduler acts on it: the loads it reports in
+        whole have been served."""
+        self._served |= report.finished_recving - report.failed_recving
+
     def request_finished(
-        self, request_id: str, remote: RemoteKV | None, finished_normally: bool, block_ids: tuple[int, ...]
+        self,
+        request_id: str,
+        remote: RemoteKV | None,
+        finished_normally: bool,
+        block_ids: tuple[int, ...],
     ) -> bool:
         """Record the call; return delay_free: keep the blocks until the send is reported.
         Only a request that finished normally (stop or length) with KV to send sends."""
         self.finished_calls.append((request_id, block_ids))
         self._arrived_at.pop(request_id, None)
-        return bool(remote is not None and remote.send_on_finish and finished_normally and block_ids)
+        self._served.discard(request_id)
+        return bool(
+            remote is not None and remote.send_on_finish and finished_normally and block_ids
+        )
+
+
+Item = TypeVar("Item")
+
+
+def interleaved(
+    waiting: Sequence[Item], async_waiting: Sequence[Item], goes_first: Callable[[Item, Item], bool]
+) -> list[Item]:
+    """The order admission takes the plain queue and the async-load queue in (vLLM 0.34.0's
+    _next_waiting_queue): at each pick the async queue's head when it goes before the
+    plain queue's (goes_first(async_head, head): arrived earlier under fcfs, a smaller
+    (priority, arrival) under priority), else the plain queue's."""
+    order: list[Item] = []
+    i = j = 0
+    while i < len(waiting) or j < len(async_waiting):
+        if j < len(async_waiting) and (
+            i == len(waiting) or goes_first(async_waiting[j], waiting[i])
+        ):
+            order.append(async_waiting[j])
+            j += 1
+        else:
+            order.append(waiting[i])
+            i += 1
+    return order

@@ -82,7 +82,7 @@ class RequestState:
         """A snapshot of a spec Request (mutable lists copied into tuples).
 
         Snapshots are taken twice a checked step for every live request, and a
-        frozen dataclass's __init__ sets each of its 19 fields through
+        frozen dataclass's __init__ sets each of its 20 fields through
         object.__setattr__. Filling the new instance's __dict__ in one update
         builds the very same object (same fields, equality, hash, replace())
         at a fraction of the cost.

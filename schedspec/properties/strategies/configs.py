@@ -98,11 +98,14 @@ def configs(
     pad_spec_decode: bool | None = None,
     long_prefill_needs_chunked_prefill: bool | None = None,
     cache_aware_admission: bool = True,
+    kv_connector: bool = True,
 ) -> SchedulerConfig:
     """Small configs; async_scheduling, pad_spec_decode and the long-prefill rule are
     drawn unless fixed, and cache-aware admission unless turned off (an engine that runs
     only some modes or releases narrows them here rather than by filtering). Half of
-    them narrowed by a regime (strategies/regimes.py) into a bug's corner."""
+    them narrowed by a regime (strategies/regimes.py) into a bug's corner; kv_connector
+    False leaves the KV connector's regimes' configs without one (an engine that has no
+    connector)."""
     regime = draw(_REGIME_DRAWS)
     block_size = draw(_BLOCK_SIZE_DRAWS)
     max_model_len = draw(_integers(2, max_model_len_cap))
@@ -156,6 +159,13 @@ def configs(
     narrowed = regime.narrow(drawn)
     if pad_spec_decode is False and narrowed.pad_spec_decode:
         narrowed = dataclasses.replace(narrowed, pad_spec_decode=False)
+    if not kv_connector and narrowed.kv_connector:
+        narrowed = dataclasses.replace(
+            narrowed,
+            kv_connector=False,
+            kv_load_failure_policy="fail",
+            max_num_inflight_kv_loads=None,
+        )
     if not cache_aware_admission and narrowed.cache_aware_admission_window:
         narrowed = dataclasses.replace(
             narrowed, cache_aware_admission_window=0, cache_aware_admission_threshold=0.5

@@ -127,7 +127,11 @@ class KVCacheManager:
         running loop preempts. The watermark is charged only to admissions
         while something is running.
         """
-        if num_new_tokens <= 0 and num_new_computed_tokens <= 0 and num_external_computed_tokens <= 0:
+        if (
+            num_new_tokens <= 0
+            and num_new_computed_tokens <= 0
+            and num_external_computed_tokens <= 0
+        ):
             raise ValueError("allocate_slots needs new tokens or new computed tokens")
         rid = request.request_id
         max_model_len = self.max_model_len

@@ -8,7 +8,7 @@ wait for a send or for a load aborted in flight.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from schedspec.reference.sizing import cdiv
 from schedspec.reference.vllm.kv_cache_manager import BLOCK_ID, KVCacheManager
@@ -71,11 +71,16 @@ class KVLoads:
         held = len(self.kv.req_to_blocks.get(request.request_id, ()))
         return max(cdiv(num_tokens, config.block_size) - held, 0)
 
-    def reserved_blocks(self) -> int:
-        """What a new async load must leave free: every parked load's reservation, every
-        in-flight prefill's remaining blocks, and one verify step of drafts."""
+    def reserved_blocks(self, request: Request) -> int:
+        """What a new async load of `request` must leave free: every other parked load's
+        reservation, every in-flight prefill's remaining blocks, and one verify step of
+        drafts. Not its own reservation: a load that failed with nothing valid keeps the
+        one its promotion set, and vLLM 0.34.0 counts it against the retry's load
+        (docs/FINDINGS.md F5), which then never fits a pool that holds it once."""
+        own = self.parked_reservations.get(request.request_id, 0)
         return (
             sum(self.parked_reservations.values())
+            - own
             + sum(self.remaining_blocks(r) for r in self.inflight_prefills.values())
             + self.spec_decode_step_blocks
         )
@@ -138,7 +143,9 @@ class KVLoads:
             request.num_computed_tokens -= 1  # its logits are what the next step is for
         self.received.discard(rid)
         self.reserve_parked(request)
-        request.status = RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
+        request.status = (
+            RequestStatus.PREEMPTED if request.num_preemptions else RequestStatus.WAITING
+        )
 
     # ---------------------------------------------------------------- finish
 
@@ -179,21 +186,41 @@ class KVLoads:
 
     # --------------------------------------------------------------- reports
 
-    def check_report(self, report: KVConnectorOutput, live: Iterable[str]) -> None:
-        """Refuse, before any change, a report that names requests the engine has no
-        transfer for (the worker side and the scheduler disagree)."""
-        known = set(live) | set(self.held)
-        for name in ("finished_recving", "failed_recving", "finished_sending"):
-            unknown = sorted(set(getattr(report, name)) - known)
-            if unknown:
+    def check_report(self, report: KVConnectorOutput, live: Mapping[str, Request]) -> None:
+        """Refuse, before any change, a report of a transfer the engine is not waiting
+        for: a load done or failed of a request not parked (or aborted while loading), a
+        send of a request the connector does not hold for one (vLLM asserts halfway)."""
+
+        def held_for(rid: str, reason: HoldReason) -> bool:
+            return rid in self.held and self.held[rid][1] == reason
+
+        def parked(rid: str) -> bool:
+            return rid in live and live[rid].status is _PARKED
+
+        def loading(rid: str) -> bool:
+            return parked(rid) or held_for(rid, "loading")
+
+        def sending(rid: str) -> bool:
+            return held_for(rid, "sending")
+
+        expected: dict[str, Callable[[str], bool]] = {
+            "finished_recving": loading,
+            "failed_recving": parked,
+            "finished_sending": sending,
+        }
+        for name, waited_for in expected.items():
+            unexpected = sorted(rid for rid in getattr(report, name) if not waited_for(rid))
+            if unexpected:
                 raise OutputError(
-                    f"kv_connector_output.{name}", f"request {unknown[0]!r} has no transfer"
+                    f"kv_connector_output.{name}",
+                    f"request {unexpected[0]!r} has no such transfer in flight",
                 )
         for block in report.invalid_block_ids:
             if not isinstance(block, int) or not 0 <= block < self.config.num_blocks:
                 raise OutputError(
                     "kv_connector_output.invalid_block_ids",
-                    f"block ids must be in [0, num_blocks ({self.config.num_blocks})), got {block!r}",
+                    f"block ids must be in [0, num_blocks ({self.config.num_blocks})), "
+                    f"got {block!r}",
                 )
 
     def failed_requests(self, report: KVConnectorOutput) -> set[str]:
@@ -214,7 +241,9 @@ class KVLoads:
             return set()
         return affected
 
-    def _truncate_at_invalid_blocks(self, parked: list[Request], invalid: frozenset[int]) -> set[str]:
+    def _truncate_at_invalid_blocks(
+        self, parked: list[Request], invalid: frozenset[int]
+    ) -> set[str]:
         """Each parked load's computed tokens end at its first invalid block; a block two
         loads share is recomputed by the first of them only."""
         if not invalid:
@@ -245,6 +274,7 @@ class KVLoads:
         """Completed loads: a parked one becomes promotable; one whose request finished
         meanwhile (aborted, or failed under "fail") frees its blocks. Completed sends
         free theirs."""
+        self.connector.update_connector_output(report)
         for rid in sorted(report.finished_recving):
             request = live.get(rid)
             if request is not None and request.status is _PARKED:
@@ -261,12 +291,16 @@ class KVLoads:
         yield from self.holding
         yield from self.async_waiting
 
-    def snapshot(self) -> ConnectorState:
+    def snapshot(self, waiting: Iterable[Request]) -> ConnectorState:
+        """The connector's part of the state; `waiting`: every waiting request."""
         loads: dict[str, LoadPhase] = {}
-        for request in self.holding:
+        tables = self.kv.req_to_blocks
+        for request in waiting:
             rid = request.request_id
             if request.status is not _PARKED:
-                if holds_blocks(request):
+                # In, and waiting for admission with the blocks it loaded (a whole
+                # one-token prompt's load left nothing computed, and holds its block).
+                if tables.get(rid):
                     loads[rid] = "promoted"
             elif rid in self.failed:
                 loads[rid] = "failed"
@@ -274,7 +308,6 @@ class KVLoads:
                 loads[rid] = "received"
             else:
                 loads[rid] = "loading"
-        tables = self.kv.req_to_blocks
         held = {
             rid: HeldBlocks(tuple(map(BLOCK_ID, tables.get(rid, ()))), reason)
             for rid, (_, reason) in self.held.items()

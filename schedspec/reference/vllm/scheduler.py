@@ -34,6 +34,7 @@ from schedspec.reference.vllm.stop_checker import append_output_tokens
 from schedspec.spec import (
     PLACEHOLDER_TOKEN_ID,
     CachedRequestData,
+    ConnectorState,
     ModelRunnerOutput,
     NewRequestData,
     OutputError,
@@ -48,6 +49,7 @@ from schedspec.spec import (
     validate_new_request,
 )
 from schedspec.spec.config import require_family
+from schedspec.spec.connector import interleaved
 from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids
 
@@ -418,8 +420,12 @@ class Scheduler:
         if loads is not None:
             if loads.holding:
                 return loads.holding
-            if take_async and loads.async_waiting:
-                queue = _first_arrived(self.waiting, loads.async_waiting, self.config.policy)
+            async_waiting = loads.async_waiting
+            if take_async and async_waiting:
+                first = not self.waiting or self._goes_first(
+                    async_waiting.peek(), self.waiting.peek()
+                )
+                queue = async_waiting if first else self.waiting
         return queue if queue else None
 
     def _admit_waiting(self, step: StepPlan, cap: int, skips: _Skips) -> None:
@@ -487,7 +493,7 @@ class Scheduler:
                 has_running_requests=bool(self.running),
                 num_external_computed_tokens=external,
                 delay_cache_blocks=load_async,
-                reserved_blocks=loads.reserved_blocks() if load_async and loads else 0,
+                reserved_blocks=loads.reserved_blocks(request) if load_async and loads else 0,
             )
             if blocks is None:
                 break  # head-of-line on KV too
@@ -692,22 +698,29 @@ class Scheduler:
             waiting=self._waiting_order(),
             running=tuple(r.request_id for r in self.running),
             kv=kv.snapshot(),
-            connector=None if self.kv_loads is None else self.kv_loads.snapshot(),
+            connector=None if self.kv_loads is None else self._connector_state(),
         )
+
+    def _connector_state(self) -> ConnectorState:
+        loads = self.kv_loads
+        assert loads is not None
+        return loads.snapshot([*loads.holding, *self.waiting, *loads.async_waiting])
 
     def _waiting_order(self) -> tuple[str, ...]:
         """Every waiting request in the order admission looks at them: the block
         holders, then the plain queue, then the async-load queue (whose head may go
         before the plain queue's when it arrived first)."""
-        order = [r.request_id for r in self.waiting]
         if self.kv_loads is None:
-            return tuple(order)
+            return tuple(r.request_id for r in self.waiting)
         loads = self.kv_loads
-        return (
-            tuple(r.request_id for r in loads.holding)
-            + tuple(order)
-            + tuple(r.request_id for r in loads.async_waiting)
-        )
+        rest = interleaved(list(self.waiting), list(loads.async_waiting), self._goes_first)
+        return tuple(r.request_id for r in [*loads.holding, *rest])
+
+    def _goes_first(self, async_head: Request, head: Request) -> bool:
+        """Does the async-load queue's head go before the plain queue's?"""
+        if self.config.policy == "priority":
+            return (async_head.priority, async_head.arrival) < (head.priority, head.arrival)
+        return async_head.arrival < head.arrival
 
 
 class _Skips:
@@ -743,15 +756,3 @@ class _Skips:
                 loads.async_waiting.prepend(request)
         for request in reversed(self.waiting):
             waiting.prepend(request)
-
-
-def _first_arrived(waiting: WaitingQueue, async_waiting: WaitingQueue, policy: str) -> WaitingQueue:
-    """The plain queue or the async-load queue, whichever head goes first."""
-    if not waiting:
-        return async_waiting
-    head, async_head = waiting.peek(), async_waiting.peek()
-    if policy == "priority":
-        first = (async_head.priority, async_head.arrival) < (head.priority, head.arrival)
-    else:
-        first = async_head.arrival < head.arrival
-    return async_waiting if first else waiting

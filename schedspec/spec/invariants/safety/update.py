@@ -7,6 +7,7 @@ from operator import attrgetter
 
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import ended_by_failed_load, is_load
 from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
 from schedspec.spec.outputs import RequestOutput
 from schedspec.spec.request import RequestStatus, sglang_max_new_tokens
@@ -52,7 +53,8 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
         sampled = tuple(t.model_output.sampled_token_ids.get(rid, ()))
         if not t.scheduled_for(pre) or not sampled:
             if post is None:
-                out.append(Violation("STOP", "finished without sampling", rid))
+                if not ended_by_failed_load(t, rid):
+                    out.append(Violation("STOP", "finished without sampling", rid))
             elif post.output_token_ids != pre.output_token_ids:
                 out.append(Violation("STOP", "outputs changed without sampling", rid))
             continue
@@ -173,6 +175,8 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
         if pre is None:
             out.append(Violation("ROLLBACK", "appeared during update_from_output", rid))
             continue
+        if is_load(t.pre, t.post, rid) and not t.scheduled_for(pre):
+            continue  # a failed load's cut: LOAD-FAILURE judges it
         # Output of a step scheduled for an earlier request under this id (aborted while
         # the step ran) is not this request's: it changes nothing here (DELIVERY).
         sampled = t.model_output.sampled_token_ids.get(rid, ()) if t.scheduled_for(pre) else ()
