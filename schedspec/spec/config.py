@@ -291,21 +291,17 @@ class SchedulerConfig:
                 f"must be >= 1 + num_speculative_tokens ({padded}) with pad_spec_decode, "
                 f"got {self.max_num_batched_tokens}",
             )
-        if self.kv_connector and self.num_speculative_tokens:
+        needed = smallest_pool(self)
+        if self.num_blocks < needed:
             # vLLM admits an async KV load only if it fits beside one verify step's
             # blocks (Scheduler._spec_decode_step_blocks): below this, the load of a
             # prompt of max_model_len - 1 tokens never starts, and waits forever.
-            step_blocks = -(
-                -(1 + self.num_speculative_tokens + self.lookahead_tokens) // self.block_size
+            raise ConfigError(
+                "num_blocks",
+                f"must be >= {needed} with a KV connector and drafts: an async load of a "
+                f"max_model_len - 1 token prompt must fit beside one verify step's blocks, "
+                f"got {self.num_blocks}",
             )
-            needed = -(-(self.max_model_len - 1) // self.block_size) + step_blocks
-            if self.num_blocks < needed:
-                raise ConfigError(
-                    "num_blocks",
-                    f"must be >= {needed} with a KV connector and drafts: an async load of a "
-                    f"max_model_len - 1 token prompt must fit beside one verify step's "
-                    f"{step_blocks} blocks, got {self.num_blocks}",
-                )
         if self.long_prefill_token_threshold > self.max_model_len:
             raise ConfigError(
                 "long_prefill_token_threshold",
@@ -334,6 +330,20 @@ class SchedulerConfig:
     def watermark_blocks(self) -> int:
         """Spare blocks an admission must leave while something runs."""
         return int(self.watermark * self.num_blocks)
+
+
+def smallest_pool(config: SchedulerConfig, kv_connector: bool | None = None) -> int:
+    """The fewest blocks that run every request the door admits: one max_model_len
+    request's; with a KV connector (the config's, or `kv_connector` if given) and drafts,
+    an async load of max_model_len - 1 tokens beside one verify step's blocks, which
+    vLLM reserves against it."""
+    size = config.block_size
+    whole = -(-config.max_model_len // size)
+    connector = config.kv_connector if kv_connector is None else kv_connector
+    if not (connector and config.num_speculative_tokens):
+        return whole
+    step = 1 + config.num_speculative_tokens + config.lookahead_tokens
+    return max(whole, -(-(config.max_model_len - 1) // size) + -(-step // size))
 
 
 def require_family(config: SchedulerConfig, engine: str, families: tuple[Family, ...]) -> None:

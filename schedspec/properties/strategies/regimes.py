@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.config import smallest_pool
 
 MOST_SEATS = 8  # the most max_num_seqs the default configs draw
 
@@ -268,18 +269,13 @@ def kv_connector(config: SchedulerConfig) -> SchedulerConfig:
         async_scheduling=False,  # SchedulerConfig refuses it with a connector
         enable_prefix_caching=True,
         kv_load_failure_policy="recompute" if config.num_blocks % 2 else "fail",
-        num_blocks=max(config.num_blocks, _load_beside_a_verify_step(config)),
+        num_blocks=max(config.num_blocks, _connector_pool(config)),
     )
 
 
-def _load_beside_a_verify_step(config: SchedulerConfig) -> int:
-    """The smallest pool a config with a KV connector may have (SchedulerConfig refuses
-    less): an async load of max_model_len - 1 tokens beside one verify step's blocks."""
-    if not config.num_speculative_tokens:
-        return 1
-    size = config.block_size
-    step = 1 + config.num_speculative_tokens + config.lookahead_tokens
-    return -(-(config.max_model_len - 1) // size) + -(-step // size)
+def _connector_pool(config: SchedulerConfig) -> int:
+    """The smallest pool SchedulerConfig allows this config once it has a connector."""
+    return smallest_pool(config, kv_connector=True)
 
 
 def kv_loads_capped(config: SchedulerConfig) -> SchedulerConfig:
@@ -291,7 +287,7 @@ def kv_loads_capped(config: SchedulerConfig) -> SchedulerConfig:
         kv_connector(config),
         max_num_inflight_kv_loads=1 + config.max_num_seqs % 2,
         max_num_seqs=min(config.max_num_seqs, 2),
-        num_blocks=max(_tight_cache(config), _load_beside_a_verify_step(config)),
+        num_blocks=max(_tight_cache(config), _connector_pool(config)),
     )
 
 

@@ -140,6 +140,8 @@ def check_load_promotion(t: ScheduleTransition) -> list[Violation]:
         if phase == "loading":
             out.append(Violation("LOAD-PROMOTION", "promoted with its load not reported", rid))
             continue
+        if phase == "failed":
+            continue  # it may look its KV up again and load anew: LOAD-FAILURE set the cut
         computed = t.computed_before.get(rid, after.num_computed_tokens)
         if computed > before.num_computed_tokens or computed >= after.num_tokens:
             out.append(

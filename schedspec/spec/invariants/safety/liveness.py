@@ -4,7 +4,7 @@ with no arrivals, everything finishes and frees (DRAIN, NO-LEAK)."""
 
 from __future__ import annotations
 
-from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.config import SchedulerConfig, smallest_pool
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import DrainResult, PassedOver, ScheduleTransition
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
@@ -68,17 +68,27 @@ def passed_over_head(t: ScheduleTransition) -> str | None:
     head = waiting_phase_queue(t)[0]
     if head in t.output.num_scheduled_tokens or head not in t.post.requests:
         return None
-    connector = t.pre.connector
-    if connector is not None:
-        # A parked load waits for its worker, and blocks held for a pending send are
-        # beyond the scheduler's reach (docs/SPEC.md, "PROGRESS"): passed over by right.
-        # A load that is in, or parks in this very step, is judged like any head.
-        if connector.loads.get(head) == "loading" or connector.held:
-            return None
-        after = t.post.connector
-        if after is not None and after.loads.get(head) == "loading":
-            return None
+    if connector_excuses(t):
+        return None
     return head
+
+
+def connector_excuses(t: ScheduleTransition) -> bool:
+    """May a KV connector hold the head back by right (docs/SPEC.md, "PROGRESS")? While a
+    load is in flight its blocks, its reservation and its place under
+    max_num_inflight_kv_loads hold until the worker reports; blocks held for a send are
+    beyond the scheduler's reach; and a step that parked a load made progress. Once every
+    load has reported and no send is pending, the head is judged like any other: two
+    loads that are in and wait for each other's blocks (vLLM #45388) are caught."""
+    for state in (t.pre, t.post):
+        connector = state.connector
+        if connector is None:
+            return False
+        if connector.held or "loading" in connector.loads.values():
+            return True
+    # The connector's lookups and the async-load queue reorder admissions: a step that
+    # admitted someone made progress.
+    return bool(t.output.num_scheduled_tokens)
 
 
 def head_bound(t: ScheduleTransition, head: str) -> int:
@@ -173,8 +183,9 @@ def check_drain(d: DrainResult) -> list[Violation]:
 
 
 def stalled_by_lost_sends(d: DrainResult) -> bool:
-    """Do blocks held for sends that the worker never reports leave the pool too small
-    for a max_model_len request? Then a request may wait for ever, and rightly: nothing
+    """Do blocks held for sends that the worker never reports leave the pool smaller than
+    the config may be (smallest_pool: a max_model_len request's blocks, or with drafts an
+    async load's beside a verify step's)? Then a request may wait for ever, and rightly: nothing
     in the scheduler can take those blocks back (upstream's open question, vLLM #46283's
     class). Otherwise the drain's bound stands: every request fits what is left."""
     connector = d.final.connector
@@ -187,9 +198,7 @@ def stalled_by_lost_sends(d: DrainResult) -> bool:
         for block in held.block_ids
     }
     config = d.final.config
-    return bool(lost) and config.num_blocks - len(lost) < -(
-        -config.max_model_len // config.block_size
-    )
+    return bool(lost) and config.num_blocks - len(lost) < smallest_pool(config)
 
 
 @invariant(
