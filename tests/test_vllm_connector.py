@@ -1,0 +1,397 @@
+"""vLLM's KV connector path driven through our connector class, in lockstep with the
+reference (schedspec.adapters.vllm.connector, docs/SPEC.md "The KV connector").
+
+Each worked example runs the same calls on vLLM's Scheduler and on the reference
+scheduler built from one config, and after every call compares what they decided and
+their whole abstract state, block ids, the prefix cache and the connector's part
+included. The traces are those of /work/connector-notes-0.34.md section 10 (A-H),
+observed on vLLM 0.34.0 with a throw-away connector: now with the spec's.
+
+Needs vLLM (`scripts/install_vllm.sh VENV_DIR`); skipped, with that reason, where it is
+not installed, except in CI, where that fails (tests/vllm_required.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from tests.vllm_required import require_vllm
+
+require_vllm("the vLLM KV connector tests")
+
+from schedspec.adapters.vllm.config import build_scheduler, expressible  # noqa: E402
+from schedspec.adapters.vllm.engine import VllmEngine  # noqa: E402
+from schedspec.adapters.vllm.releases import SUPPORTED, current_release  # noqa: E402
+from schedspec.reference import Scheduler as ReferenceScheduler  # noqa: E402
+from schedspec.spec import (  # noqa: E402
+    ConfigError,
+    ModelRunnerOutput,
+    OutputError,
+    RemoteKV,
+    Request,
+    RequestOutput,
+    RequestStatus,
+    SchedulerConfig,
+    SchedulerOutput,
+    State,
+)
+from schedspec.spec.connector import HeldBlocks, KVConnectorOutput  # noqa: E402
+from schedspec.traces.divergence import OUTPUT_FIELDS  # noqa: E402
+
+ON_034 = current_release().version == "0.34.0"
+needs_034 = pytest.mark.skipif(
+    not ON_034, reason="vLLM 0.34.0's connector path (max_num_inflight_kv_loads)"
+)
+TOKEN = 7  # what the model samples: no stop token, so requests end at max_tokens
+
+
+def config(**overrides: Any) -> SchedulerConfig:
+    """The notes' setting: block 4, 20 usable blocks, prefix caching, sync scheduling."""
+    base: dict[str, Any] = {
+        "block_size": 4,
+        "num_blocks": 20,
+        "max_num_batched_tokens": 64,
+        "max_num_seqs": 8,
+        "max_model_len": 64,
+        "enable_prefix_caching": True,
+        "kv_connector": True,
+    }
+    return SchedulerConfig(**{**base, **overrides})
+
+
+def prompt(length: int, first: int = 1) -> list[int]:
+    return list(range(first, first + length))
+
+
+class Lockstep:
+    """The reference and vLLM, called alike; every call's result and the state after it
+    compared (block ids included: both pools hand out blocks in the same order)."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.ref = ReferenceScheduler(cfg)
+        self.vllm = VllmEngine(cfg)
+        self.num_steps = 0
+        self.compare("start")
+
+    @property
+    def engines(self) -> tuple[Any, Any]:
+        return self.ref, self.vllm
+
+    def state(self) -> State:
+        """The reference's state (equal to vLLM's after every call)."""
+        return self.ref.snapshot()
+
+    def add(
+        self,
+        rid: str,
+        length: int,
+        max_tokens: int = 2,
+        remote: RemoteKV | None = None,
+        first: int = 1,
+    ) -> None:
+        for engine in self.engines:
+            engine.add_request(Request(rid, prompt(length, first), max_tokens, remote_kv=remote))
+        self.compare(f"add {rid}")
+
+    def abort(self, rid: str) -> None:
+        for engine in self.engines:
+            engine.finish_requests([rid])
+        self.compare(f"abort {rid}")
+
+    def step(
+        self,
+        *,
+        done: Iterable[str] = (),
+        failed: Iterable[str] = (),
+        invalid: Iterable[int] = (),
+        sent: Iterable[str] = (),
+    ) -> tuple[SchedulerOutput, dict[str, RequestOutput]]:
+        """One step: schedule, the model's answer (a token for each request whose step
+        reaches its known tokens) with the worker's report, update_from_output."""
+        self.num_steps += 1
+        where = f"step {self.num_steps}"
+        ref_out, vllm_out = (engine.schedule() for engine in self.engines)
+        for name, read in OUTPUT_FIELDS:
+            assert read(vllm_out) == read(ref_out), f"{where}: schedule() {name}"
+        assert _tables(vllm_out) == _tables(ref_out), f"{where}: schedule() block ids"
+        self.compare(f"{where} schedule")
+        after = self.state()
+        sampled = {
+            rid: [TOKEN]
+            for rid in ref_out.num_scheduled_tokens
+            if after.requests[rid].num_computed_tokens >= after.requests[rid].num_tokens
+        }
+        report = KVConnectorOutput(
+            finished_recving=frozenset(done),
+            failed_recving=frozenset(failed),
+            invalid_block_ids=frozenset(invalid),
+            finished_sending=frozenset(sent),
+        )
+        answer = ModelRunnerOutput(sampled, report if report else None)
+        ref_res = self.ref.update_from_output(ref_out, answer)
+        vllm_res = self.vllm.update_from_output(vllm_out, answer)
+        assert _reported(vllm_res) == _reported(ref_res), f"{where}: update_from_output"
+        self.compare(f"{where} update")
+        return ref_out, ref_res
+
+    def compare(self, where: str) -> None:
+        ref, vllm = self.ref.snapshot(), self.vllm.snapshot()
+        assert vllm.waiting == ref.waiting, f"after {where}: waiting"
+        assert vllm.running == ref.running, f"after {where}: running"
+        assert vllm.requests.keys() == ref.requests.keys(), f"after {where}: requests"
+        for rid, request in ref.requests.items():
+            assert vllm.requests[rid] == request, f"after {where}: request {rid}"
+        assert vllm.kv.free_block_ids == ref.kv.free_block_ids, f"after {where}: free queue"
+        assert vllm.kv.ref_counts == ref.kv.ref_counts, f"after {where}: ref counts"
+        assert vllm.kv.block_hashes == ref.kv.block_hashes, f"after {where}: block hashes"
+        assert set(vllm.kv.prefix_cache) == set(ref.kv.prefix_cache), f"after {where}: cache"
+        assert vllm.connector == ref.connector, f"after {where}: connector"
+
+
+def _tables(out: SchedulerOutput) -> tuple[object, ...]:
+    new = sorted((n.request_id, n.block_ids, n.num_computed_tokens) for n in out.scheduled_new_reqs)
+    cached = sorted(
+        (c.request_id, c.new_block_ids, c.num_computed_tokens) for c in out.scheduled_cached_reqs
+    )
+    return tuple(new), tuple(cached)
+
+
+def _reported(outputs: dict[str, RequestOutput]) -> dict[str, tuple[object, ...]]:
+    """What both report per request: its kept tokens and finish status (vLLM reports no
+    computed count)."""
+    return {rid: (o.new_token_ids, o.finish_status) for rid, o in outputs.items()}
+
+
+def run_to_end(lock: Lockstep, limit: int = 30) -> None:
+    """Step until every request finished and no blocks are held for the connector."""
+    for _ in range(limit):
+        state = lock.state()
+        if not state.requests and not (state.connector and state.connector.held):
+            return
+        lock.step()
+    raise AssertionError(f"not done after {limit} steps")
+
+
+# ---------------------------------------------------------------- the traces
+
+
+def test_a_whole_prompt_async_load_is_promoted_to_recompute_its_last_token() -> None:
+    lock = Lockstep(config())
+    lock.add("a1", 10, remote=RemoteKV(10))
+    out, _ = lock.step(done=["a1"])
+    assert out.total_num_scheduled_tokens == 0
+    state = lock.state()
+    assert state.requests["a1"].status is RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert state.requests["a1"].num_computed_tokens == 10
+    assert state.connector is not None and state.connector.loads == {"a1": "received"}
+    out, _ = lock.step()
+    assert dict(out.num_scheduled_tokens) == {"a1": 1}
+    assert [n.request_id for n in out.scheduled_new_reqs] == ["a1"]
+    run_to_end(lock)
+    assert lock.state().connector.finished_calls[0][0] == "a1"  # type: ignore[union-attr]
+
+
+@needs_034
+def test_b_h_capped_loads_start_while_the_batch_is_full() -> None:
+    lock = Lockstep(config(max_num_seqs=1, max_num_inflight_kv_loads=1))
+    lock.add("r0", 6, max_tokens=3)
+    lock.add("a1", 10, remote=RemoteKV(8), first=100)
+    lock.add("a2", 10, remote=RemoteKV(8), first=200)
+    assert lock.state().waiting == ("r0", "a1", "a2")
+    out, _ = lock.step()
+    assert dict(out.num_scheduled_tokens) == {"r0": 6}
+    loads = lock.state().connector.loads  # type: ignore[union-attr]
+    assert loads == {"a1": "loading"}  # a2 refused by the cap
+    lock.step(done=["a1"])
+    # H: a received load not yet running still counts against the cap.
+    assert lock.state().connector.loads == {"a1": "received"}  # type: ignore[union-attr]
+    lock.step()
+    assert lock.state().connector.loads == {"a1": "received"}  # type: ignore[union-attr]
+    out, _ = lock.step()  # r0 finished in the step before: a1 runs, a2 starts
+    assert dict(out.num_scheduled_tokens) == {"a1": 2}
+    assert lock.state().connector.loads == {"a2": "loading"}  # type: ignore[union-attr]
+    lock.step(done=["a2"])
+    run_to_end(lock)
+
+
+def test_c_an_abort_during_a_load_holds_its_blocks_until_the_load_reports() -> None:
+    cfg = config(max_num_inflight_kv_loads=2) if ON_034 else config()
+    lock = Lockstep(cfg)
+    lock.add("a1", 10, remote=RemoteKV(8))
+    lock.step()
+    blocks = lock.state().requests["a1"].block_ids
+    lock.abort("a1")
+    connector = lock.state().connector
+    assert connector is not None
+    assert connector.held == {"a1": HeldBlocks(blocks, "loading")}
+    assert connector.finished_calls == (("a1", blocks),)
+    lock.step(done=["a1"])
+    assert lock.state().connector.held == {}  # type: ignore[union-attr]
+    assert len(lock.state().kv.free_block_ids) == 20
+
+
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_d_an_invalid_block_truncates_or_fails_the_load(policy: str) -> None:
+    lock = Lockstep(config(kv_load_failure_policy=policy))
+    lock.add("a1", 12, remote=RemoteKV(10))
+    lock.step()
+    blocks = lock.state().requests["a1"].block_ids
+    assert len(blocks) == 3
+    _, reported = lock.step(done=["a1"], invalid=[blocks[1]])
+    if policy == "recompute":
+        assert reported == {}
+        state = lock.state()
+        assert state.requests["a1"].num_computed_tokens == 4
+        assert state.connector.loads == {"a1": "failed"}  # type: ignore[union-attr]
+        out, _ = lock.step()
+        assert dict(out.num_scheduled_tokens) == {"a1": 8}
+        run_to_end(lock)
+    else:
+        assert reported["a1"].finish_status is RequestStatus.FINISHED_ERROR
+        state = lock.state()
+        assert state.requests == {}
+        assert state.connector.finished_calls == (("a1", blocks[:1]),)  # type: ignore[union-attr]
+        assert len(state.kv.free_block_ids) == 20
+
+
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_e_a_failed_load_reloads_or_fails(policy: str) -> None:
+    lock = Lockstep(config(kv_load_failure_policy=policy))
+    lock.add("a1", 12, remote=RemoteKV(10))
+    lock.step()
+    blocks = lock.state().requests["a1"].block_ids
+    _, reported = lock.step(done=["a1"], failed=["a1"])
+    if policy == "recompute":
+        assert reported == {}
+        lock.step()  # promoted with nothing valid: its blocks go back, a new load starts
+        state = lock.state()
+        assert state.connector.loads == {"a1": "loading"}  # type: ignore[union-attr]
+        lock.step(done=["a1"])
+        run_to_end(lock)
+    else:
+        assert reported["a1"].finish_status is RequestStatus.FINISHED_ERROR
+        assert lock.state().connector.finished_calls == (("a1", blocks),)  # type: ignore[union-attr]
+        assert len(lock.state().kv.free_block_ids) == 20
+
+
+def test_f_a_sending_request_keeps_its_blocks_until_the_send_reports() -> None:
+    lock = Lockstep(config())
+    lock.add("p1", 6, max_tokens=3, remote=RemoteKV(0, send_on_finish=True))
+    for _ in range(3):
+        lock.step()
+    state = lock.state()
+    assert state.requests == {}
+    assert state.connector is not None and set(state.connector.held) == {"p1"}
+    assert state.connector.held["p1"].reason == "sending"
+    assert len(state.kv.free_block_ids) == 18
+    lock.step(sent=["p1"])
+    assert lock.state().connector.held == {}  # type: ignore[union-attr]
+    assert len(lock.state().kv.free_block_ids) == 20
+
+
+def test_g_a_sync_load_is_admitted_at_once() -> None:
+    lock = Lockstep(config())
+    lock.add("g1", 12, remote=RemoteKV(8, load_async=False))
+    out, _ = lock.step()
+    assert dict(out.num_scheduled_tokens) == {"g1": 4}
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 8
+    run_to_end(lock)
+
+
+def test_an_unready_lookup_is_asked_again_each_step() -> None:
+    lock = Lockstep(config())
+    lock.add("u1", 10, remote=RemoteKV(8, num_unready_queries=2))
+    lock.add("r1", 5, first=50)
+    for _ in range(2):
+        out, _ = lock.step()
+        assert "u1" not in out.num_scheduled_tokens
+        assert lock.state().requests["u1"].status is RequestStatus.WAITING
+    lock.step()
+    assert lock.state().connector.loads == {"u1": "loading"}  # type: ignore[union-attr]
+    lock.step(done=["u1"])
+    run_to_end(lock)
+
+
+def test_a_load_behind_a_local_prefix_hit_loads_only_the_rest() -> None:
+    lock = Lockstep(config())
+    lock.add("s1", 9)
+    run_to_end(lock)
+    lock.add("a1", 12, remote=RemoteKV(12))  # shares s1's first two blocks
+    lock.step()
+    state = lock.state()
+    assert state.requests["a1"].num_computed_tokens == 12
+    assert state.connector.loads == {"a1": "loading"}  # type: ignore[union-attr]
+    lock.step(done=["a1"])
+    run_to_end(lock)
+
+
+# ------------------------------------------------------------ configuration
+
+
+def test_the_connector_knobs_reach_vllm() -> None:
+    cfg = config(kv_load_failure_policy="recompute")
+    scheduler = build_scheduler(cfg)
+    assert type(scheduler.connector).__name__ == "SchedspecConnector"
+    assert scheduler.recompute_kv_load_failures
+    assert build_scheduler(config(kv_connector=False)).connector is None
+
+
+def test_a_connector_under_async_scheduling_is_refused() -> None:
+    cfg = config(async_scheduling=True)
+    with pytest.raises(ConfigError, match="async_scheduling"):
+        VllmEngine(cfg)
+    assert not expressible(cfg).async_scheduling
+
+
+def test_a_cap_on_loads_in_flight_is_refused_where_the_release_has_none() -> None:
+    cfg = config(max_num_inflight_kv_loads=2)
+    if ON_034:
+        assert build_scheduler(cfg).scheduler_config.max_num_inflight_kv_loads == 2
+        return
+    with pytest.raises(ConfigError, match="max_num_inflight_kv_loads"):
+        VllmEngine(cfg)
+    assert expressible(cfg).max_num_inflight_kv_loads is None
+
+
+def test_only_0_34_0_has_the_cap() -> None:
+    assert {r.version: r.inflight_kv_load_cap for r in SUPPORTED} == {
+        "0.33.0": False,
+        "0.34.0": True,
+    }
+
+
+def test_a_report_naming_an_unknown_request_is_refused_before_anything_changes() -> None:
+    engine = VllmEngine(config())
+    engine.add_request(Request("a1", prompt(10), 2, remote_kv=RemoteKV(10)))
+    out = engine.schedule()
+    report = KVConnectorOutput(finished_recving=frozenset({"zz"}))
+    with pytest.raises(OutputError, match="finished_recving"):
+        engine.update_from_output(out, ModelRunnerOutput({}, report))
+    engine.update_from_output(out, ModelRunnerOutput({}, KVConnectorOutput(frozenset({"a1"}))))
+
+
+def test_without_a_connector_the_state_has_no_connector_part() -> None:
+    engine = VllmEngine(config(kv_connector=False))
+    engine.add_request(Request("r1", prompt(5), 2))
+    assert engine.snapshot().connector is None
+    assert engine.snapshot().requests["r1"].remote_kv is None
+
+
+@needs_034
+def test_a_parked_load_passed_over_in_the_same_step_still_counts_against_the_cap() -> None:
+    # Step 2 passes over a1 (still loading) in the holding queue before it looks at
+    # a2: vLLM's count of loads in flight includes a1 all the same.
+    lock = Lockstep(config(max_num_inflight_kv_loads=1))
+    lock.add("a1", 10, remote=RemoteKV(8))
+    lock.step()
+    lock.add("a2", 10, remote=RemoteKV(8), first=100)
+    lock.step()
+    assert lock.state().connector.loads == {"a1": "loading"}  # type: ignore[union-attr]
+    lock.step(done=["a1"])
+    lock.step()  # a1 runs: a2 starts
+    assert lock.state().connector.loads == {"a2": "loading"}  # type: ignore[union-attr]
+    lock.step(done=["a2"])
+    run_to_end(lock)
