@@ -395,3 +395,29 @@ def test_a_parked_load_passed_over_in_the_same_step_still_counts_against_the_cap
     assert lock.state().connector.loads == {"a2": "loading"}  # type: ignore[union-attr]
     lock.step(done=["a2"])
     run_to_end(lock)
+
+
+def test_a_preempted_request_loads_its_remote_kv_again_and_resumes() -> None:
+    # 7 blocks of 4: r2 and a1 outgrow them, and a1, the newer, is preempted. With no
+    # prefix cache to hit, its next lookup loads its prompt again; promoted as
+    # PREEMPTED, it resumes (0.33.0 lists it among resumed cached requests, 0.34.0
+    # among new ones: the adapter says resumed for both, as the spec does).
+    lock = Lockstep(config(num_blocks=7, max_model_len=28, enable_prefix_caching=False))
+    lock.add("r2", 8, max_tokens=14)
+    lock.step()
+    lock.add("a1", 8, max_tokens=14, remote=RemoteKV(8), first=100)
+    seen: list[str] = []
+    for _ in range(40):
+        state = lock.state()
+        if not state.requests:
+            break
+        assert state.connector is not None
+        loading = [rid for rid, phase in state.connector.loads.items() if phase == "loading"]
+        out, _ = lock.step(done=loading)
+        if "a1" in out.preempted_req_ids:
+            seen.append("preempted")
+        if any(c.request_id == "a1" and c.resumed for c in out.scheduled_cached_reqs):
+            seen.append("resumed")
+        if lock.state().connector.loads.get("a1") == "loading":  # type: ignore[union-attr]
+            seen.append("loading")
+    assert seen == ["loading", "preempted", "loading", "resumed"]

@@ -340,7 +340,11 @@ class VllmEngine:
                 num_in_flight_tokens=r.num_in_flight_tokens,
                 num_output_placeholders=r.num_output_placeholders,
                 num_stale_output_tokens=r.num_stale_output_tokens,
-                drop_stale_output=r.drop_stale_output,
+                # vLLM reads the flag only while stale output is in flight; a producer
+                # connector (requires_kv_delivery) sets it at every preemption, stale
+                # output or none, and it stays set. Without stale output it means
+                # nothing, and the spec's flag is "drops the stale output it has".
+                drop_stale_output=r.drop_stale_output and r.num_stale_output_tokens > 0,
                 is_prefill_chunk=r.is_prefill_chunk,
                 remote_kv=remote_kv_of(r) if self.config.kv_connector else None,
             )
