@@ -421,3 +421,51 @@ def test_a_preempted_request_loads_its_remote_kv_again_and_resumes() -> None:
         if lock.state().connector.loads.get("a1") == "loading":  # type: ignore[union-attr]
             seen.append("loading")
     assert seen == ["loading", "preempted", "loading", "resumed"]
+
+
+def test_b_without_a_cap_no_load_starts_while_the_batch_is_full() -> None:
+    # Trace B on either release with no cap: 0.34.0 then has no async_kv_waiting, and
+    # like 0.33.0 starts a load only where a running slot is free.
+    lock = Lockstep(config(max_num_seqs=1))
+    lock.add("r0", 6, max_tokens=3)
+    lock.add("a1", 10, remote=RemoteKV(8), first=100)
+    lock.add("a2", 10, remote=RemoteKV(8), first=200)
+    for _ in range(3):
+        lock.step()
+        assert lock.state().connector.loads == {}  # type: ignore[union-attr]
+    lock.step()  # r0 is gone: both loads start in one step
+    assert lock.state().connector.loads == {"a1": "loading", "a2": "loading"}  # type: ignore[union-attr]
+    lock.step(done=["a1", "a2"])
+    run_to_end(lock)
+
+
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_an_invalid_block_a_running_request_shares_parts_vllm_from_the_reference(
+    policy: str,
+) -> None:
+    # A gap of the reference, not of vLLM: vLLM's _handle_invalid_blocks scans the
+    # running requests too (its pass for sync loads, with a set of marked blocks of its
+    # own), so an invalid block that a parked load shares with a running request (here
+    # a local prefix hit) rolls that request back to the block ("recompute", its output
+    # skipped) or fails it ("fail"). The reference scans parked loads only. A worker
+    # reports only blocks it loaded, which a parked load shares with nobody: the
+    # harness must name only those (a block past the load's local hit).
+    lock = Lockstep(config(kv_load_failure_policy=policy))
+    lock.add("r1", 9, max_tokens=10)
+    lock.step()
+    lock.step()
+    lock.add("a1", 12, remote=RemoteKV(12))  # hits r1's first two blocks
+    lock.step()
+    shared = lock.state().requests["a1"].block_ids[0]
+    assert shared == lock.state().requests["r1"].block_ids[0]
+    out = [engine.schedule() for engine in lock.engines]
+    report = KVConnectorOutput(frozenset({"a1"}), invalid_block_ids=frozenset({shared}))
+    answer = ModelRunnerOutput({"r1": [TOKEN]}, report)
+    ref_res = lock.ref.update_from_output(out[0], answer)
+    vllm_res = lock.vllm.update_from_output(out[1], answer)
+    assert ref_res["r1"].finish_status is None and "r1" in lock.ref.snapshot().requests
+    if policy == "recompute":
+        assert "r1" not in vllm_res  # its output skipped: it recomputes from block 0
+        assert lock.vllm.snapshot().requests["r1"].num_computed_tokens == 0
+    else:
+        assert vllm_res["r1"].finish_status is RequestStatus.FINISHED_ERROR

@@ -60,10 +60,9 @@ num_computed_tokens, status, block table (minus the null block offset),
 num_preemptions, priority and arrival index, and the async pipeline's
 counters (num_in_flight_tokens, num_output_placeholders,
 num_stale_output_tokens, drop_stale_output, is_prefill_chunk); the waiting
-queue in the order vLLM pops it (kv-holding queue first, then the FCFS deque
-or the priority heap drained in order; 0.34.0's async_kv_waiting holds only
-requests a KV connector may load, and the adapter runs none); the running
-list; the free queue front to back; each block's ref count and cached hash;
+queue (kv-holding queue first, then the FCFS deque or the priority heap
+drained in order, then 0.34.0's async_kv_waiting, as the reference lists them);
+the running list; the free queue front to back; each block's ref count and cached hash;
 the prefix-cache map. vLLM names a block's content by SHA-256 over pickled tokens, the spec by
 chained BLAKE2b: each vLLM request carries its own block hashes, computed
 from its tokens, so the adapter pairs vLLM hash i of a request with the spec
@@ -71,6 +70,16 @@ hash of the same request's block i (from its tokens, independent of any
 block table) and translates the pool's hashes through that pairing. (With
 EAGLE's lookahead hashes two vLLM hashes can name one spec hash: same block,
 different next token; the prefix-cache map then lists that spec hash twice.)
+
+With a KV connector (config.kv_connector: our connector class,
+adapters/vllm/connector.py, loaded by vLLM by module path): each request's RemoteKV
+rides on it as kv_transfer_params; the worker's report (ModelRunnerOutput's
+kv_connector_output) becomes vLLM's KVConnectorOutput, block ids shifted past the
+null block; a load that fails under "fail" finishes with vLLM's ERROR reason
+(FINISHED_ERROR). The snapshot's State.connector reads vLLM's bookkeeping
+(`_connector_state`); a finished request vLLM keeps in `requests` while the
+connector holds its blocks is there, not among State.requests. vLLM's
+drop_stale_output is mapped to what it does (see `snapshot`).
 """
 
 from __future__ import annotations
@@ -427,7 +436,7 @@ class VllmEngine:
         name = request.status.name
         status = _STATUS.get(name)
         if status is None:
-            # Grammar, remote-KV, streaming, error and repetition states need
+            # Grammar, streaming and repetition states need
             # inputs the harness never gives; seeing one is an adapter gap.
             raise RuntimeError(f"request {request.request_id!r} in vLLM status {name}")
         return status
@@ -439,7 +448,7 @@ class VllmEngine:
             return None
         status = _FINISH_STATUS.get(reason.name)
         if status is None:
-            # Errors and repetition detection need inputs the harness never gives.
+            # Other errors and repetition detection need inputs the harness never gives.
             raise RuntimeError(f"vLLM finish reason {reason.name}")
         return status
 
