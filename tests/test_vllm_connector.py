@@ -13,6 +13,7 @@ not installed, except in CI, where that fails (tests/vllm_required.py).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 from typing import Any
 
@@ -469,3 +470,76 @@ def test_an_invalid_block_a_running_request_shares_parts_vllm_from_the_reference
         assert lock.vllm.snapshot().requests["r1"].num_computed_tokens == 0
     else:
         assert vllm_res["r1"].finish_status is RequestStatus.FINISHED_ERROR
+
+
+def test_two_sends_that_finish_together_free_in_the_spec_ids_order() -> None:
+    # vLLM frees in the order it iterates finished_sending; the adapter hands it the
+    # ids sorted (a set of strings would iterate in string-hash order).
+    lock = Lockstep(config())
+    lock.add("p2", 6, max_tokens=1, remote=RemoteKV(0, send_on_finish=True))
+    lock.add("p1", 6, max_tokens=1, remote=RemoteKV(0, send_on_finish=True), first=50)
+    lock.step()
+    assert set(lock.state().connector.held) == {"p1", "p2"}  # type: ignore[union-attr]
+    lock.step(sent=["p2", "p1"])
+    assert len(lock.state().kv.free_block_ids) == 20
+
+
+def test_a_finished_load_for_a_request_without_one_is_refused() -> None:
+    engine = VllmEngine(config())
+    engine.add_request(Request("r1", prompt(5), 3))
+    out = engine.schedule()
+    reports = {
+        "finished_recving": KVConnectorOutput(finished_recving=frozenset({"r1"})),
+        "finished_sending": KVConnectorOutput(finished_sending=frozenset({"r1"})),
+    }
+    for name, report in reports.items():
+        with pytest.raises(OutputError, match=name):
+            engine.update_from_output(out, ModelRunnerOutput({"r1": [TOKEN]}, report))
+    engine.update_from_output(out, ModelRunnerOutput({"r1": [TOKEN]}))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_connector_traces_agree(seed: int) -> None:
+    """Random requests, reports (only for what is in flight, as a worker would send:
+    an invalid block is a load's last, never a local hit) and aborts.
+
+    At most one load fails per step: vLLM finishes the loads that fail under "fail"
+    in one update_from_output in the order it iterates a set of their ids (string-hash
+    order, which changes from process to process), so with two their request_finished
+    calls come in either order."""
+    rng = random.Random(seed)
+    overrides: dict[str, Any] = {
+        "max_num_seqs": rng.choice([1, 2, 4]),
+        "num_blocks": rng.choice([16, 40]),
+        "kv_load_failure_policy": rng.choice(["fail", "recompute"]),
+        "enable_prefix_caching": rng.random() < 0.7,
+    }
+    if ON_034 and rng.random() < 0.6:
+        overrides["max_num_inflight_kv_loads"] = rng.choice([1, 2])
+    lock = Lockstep(config(**overrides))
+    for step in range(40):
+        if step < 24 and rng.random() < 0.35:
+            length = rng.randint(3, 20)
+            remote = RemoteKV(
+                rng.randint(0, length),
+                load_async=rng.random() < 0.7,
+                num_unready_queries=rng.choice([0, 0, 1]),
+                send_on_finish=rng.random() < 0.3,
+            )
+            lock.add(f"q{step}", length, rng.randint(1, 5), remote, rng.choice([1, 100 + step]))
+        state = lock.state()
+        if rng.random() < 0.05 and state.requests:
+            lock.abort(rng.choice(sorted(state.requests)))
+            state = lock.state()
+        assert state.connector is not None
+        loads, held = state.connector.loads, state.connector.held
+        in_flight = [r for r, p in loads.items() if p == "loading"]
+        in_flight += [r for r, h in held.items() if h.reason == "loading"]
+        done = [r for r in in_flight if rng.random() < 0.5]
+        parked = [r for r in done if r in loads and state.requests[r].block_ids]
+        failing = parked[0] if parked and rng.random() < 0.3 else None
+        whole = rng.random() < 0.5
+        failed = [failing] if failing and whole else []
+        invalid = [state.requests[failing].block_ids[-1]] if failing and not whole else []
+        sent = [r for r, h in held.items() if h.reason == "sending" and rng.random() < 0.5]
+        lock.step(done=done, failed=failed, invalid=invalid, sent=sent)

@@ -262,21 +262,38 @@ class VllmEngine:
     def _kv_connector_output(self, report: KVConnectorOutput | None) -> Any:
         """The worker's report as vLLM's KVConnectorOutput (its request ids, its block
         ids: the spec's + 1), or None where there is none. A request the report names
-        must be one vLLM still holds (live, or finished with its blocks held): vLLM
-        asserts so, and the spec refuses it (the reference's check_report)."""
+        must be one vLLM still holds (live, or finished with its blocks held), as the
+        reference's check_report requires; and, where vLLM asserts so halfway through
+        update_from_output, a finished load must be parked or finished (held), a
+        finished send finished: refused here first, before anything changes."""
         if report is None:
             return None
         if not self.config.kv_connector:
             raise OutputError("kv_connector_output", "this scheduler has no KV connector")
         known = {external_id(rid): rid for rid in self.scheduler.requests}
-        ids: dict[str, set[str]] = {}
+        # Lists, sorted by the spec's id, where vLLM's type says sets: vLLM frees the
+        # blocks of finished loads and sends in the order it iterates these, and a
+        # set of strings iterates in string-hash order, which changes from process to
+        # process. vLLM only iterates them and tests membership, which lists serve;
+        # the reference goes in sorted order too.
+        ids: dict[str, list[str]] = {}
         for name in ("finished_recving", "failed_recving", "finished_sending"):
             unknown = sorted(set(getattr(report, name)) - set(known))
             if unknown:
                 raise OutputError(
                     f"kv_connector_output.{name}", f"request {unknown[0]!r} has no transfer"
                 )
-            ids[name] = {known[rid] for rid in getattr(report, name)}
+            ids[name] = [known[rid] for rid in sorted(getattr(report, name))]
+        parked = self._v.RequestStatus.WAITING_FOR_REMOTE_KVS
+        for name, allowed in (("finished_recving", (parked,)), ("finished_sending", ())):
+            for rid in ids[name]:
+                request = self.scheduler.requests[rid]
+                if not (request.is_finished() or request.status in allowed):
+                    raise OutputError(
+                        f"kv_connector_output.{name}",
+                        f"request {external_id(rid)!r} is {request.status.name}: it has no "
+                        "transfer in flight (vLLM asserts on it)",
+                    )
         for block in report.invalid_block_ids:
             if not isinstance(block, int) or not 0 <= block < self.config.num_blocks:
                 raise OutputError(
