@@ -52,6 +52,13 @@ class KVLoads:
         # ends: their remaining blocks are reserved against new async loads too.
         self.inflight_prefills: dict[str, Request] = {}
         self.aborted_loads: set[str] = set()  # aborted in flight, blocks still written
+        # The loads max_num_inflight_kv_loads counts (vLLM's fetch stages in_progress and
+        # completed_waiting): from the park, through the report and the promotion, until
+        # the request runs, finishes, or looks its KV up again (a failed load that kept
+        # nothing). Kept as a set, not read off the holding queue: a load started or
+        # passed over earlier in the same waiting phase is out of that queue until the
+        # phase ends, and vLLM counts it all the same.
+        self.counted_loads: set[str] = set()
         self.held: dict[str, tuple[Request, HoldReason]] = {}
         self.spec_decode_step_blocks = (
             cdiv(1 + config.num_speculative_tokens + config.lookahead_tokens, config.block_size)
@@ -91,14 +98,19 @@ class KVLoads:
         limit = self.config.max_num_inflight_kv_loads
         if limit is None:
             return True
-        in_flight = sum(1 for r in self.holding if holds_blocks(r))
-        return in_flight + len(self.aborted_loads) < limit
+        return len(self.counted_loads) + len(self.aborted_loads) < limit
 
     def park(self, request: Request, num_computed: int) -> None:
         """An async load was allocated: the request waits for its KV, holding blocks."""
         request.status = _PARKED
         request.num_computed_tokens = num_computed
         self.reserve_parked(request)
+        self.counted_loads.add(request.request_id)
+
+    def on_lookup(self, request: Request) -> None:
+        """The connector answered a lookup for the request: whatever load it had is no
+        longer counted (a new one counts once it parks)."""
+        self.counted_loads.discard(request.request_id)
 
     def reserve_parked(self, request: Request) -> None:
         self.parked_reservations[request.request_id] = self.remaining_blocks(request)
@@ -111,6 +123,7 @@ class KVLoads:
         if still_prefilling or rid in self.parked_reservations:
             self.inflight_prefills[rid] = request
         self.parked_reservations.pop(rid, None)
+        self.counted_loads.discard(rid)
 
     def on_scheduled(self, request: Request) -> None:
         """After schedule(): a request whose prefill ended is no longer in flight."""
@@ -121,6 +134,7 @@ class KVLoads:
         """Preempted or finished: nothing to reserve for it any more."""
         self.inflight_prefills.pop(request.request_id, None)
         self.parked_reservations.pop(request.request_id, None)
+        self.counted_loads.discard(request.request_id)
 
     def is_ready(self, request: Request) -> bool:
         """A parked load may be promoted once the worker reported it."""

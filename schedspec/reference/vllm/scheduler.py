@@ -462,6 +462,7 @@ class Scheduler:
                     if matched is None:  # not ready: ask again next step
                         skips.skip(queue, loads)
                         continue
+                    loads.on_lookup(request)
                     external = matched
             if (load_async and loads is not None and not loads.admits_inflight_load()) or (
                 loads_only and not load_async
