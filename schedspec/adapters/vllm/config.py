@@ -129,16 +129,6 @@ def refusal(config: SchedulerConfig) -> ConfigError | None:
         return ConfigError(
             "max_model_len", f"above {TINY_MAX_POSITIONS}, the tiny model's position limit"
         )
-    if config.kv_connector and config.async_scheduling:
-        # With two batches in flight a kv_both connector makes vLLM defer block frees
-        # until the step that may still write them lands (Scheduler.defer_block_free),
-        # and drop a preempted request's stale output (requires_kv_delivery): rules
-        # the spec does not state yet, so no diff could hold.
-        return ConfigError(
-            "async_scheduling",
-            "True with kv_connector: vLLM then defers block frees and drops stale "
-            "output, which the spec does not model; the connector runs sync only",
-        )
     return None
 
 
@@ -151,11 +141,10 @@ def unsupported_reason(config: SchedulerConfig) -> str | None:
 def expressible(config: SchedulerConfig, release: Release | None = None) -> SchedulerConfig:
     """The nearest config vLLM (`release`, by default the installed one) can run: the
     release's knob values, an inexpressible lookahead becomes 0 (n-gram), a drafter
-    vLLM cannot build goes, padding is on exactly when it speculates, and a KV
-    connector schedules sync."""
+    vLLM cannot build goes, and padding is on exactly when it speculates. (A KV
+    connector under async scheduling is refused by SchedulerConfig itself: vLLM then
+    defers block frees past the batch in flight, which the spec does not model.)"""
     config = (release or current_release()).knobs(config)
-    if config.kv_connector and config.async_scheduling:
-        config = replace(config, async_scheduling=False)
     if refusal(config) is None:
         return config
     padded = replace(config, pad_spec_decode=config.num_speculative_tokens > 0)

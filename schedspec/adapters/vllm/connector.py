@@ -33,7 +33,7 @@ from typing import Any
 
 from schedspec.adapters.vllm.output import external_id
 from schedspec.adapters.vllm.runtime import load_vllm
-from schedspec.spec import RemoteKV
+from schedspec.spec import KVConnectorOutput, RemoteKV
 from schedspec.spec.connector import ConnectorModel
 
 CONNECTOR_CLASS = "SchedspecConnector"
@@ -140,6 +140,20 @@ def connector_class() -> type:
             # vLLM calls it once per schedule(), after its decisions: the model's clock.
             self.model.on_schedule()
             return SchedspecMetadata()
+
+        def update_connector_output(self, connector_output: Any) -> None:
+            # vLLM hands the worker's report over before it acts on it: the loads it
+            # reports in whole have been served (ConnectorModel).
+            self.model.update_connector_output(
+                KVConnectorOutput(
+                    finished_recving=frozenset(
+                        map(external_id, connector_output.finished_recving or ())
+                    ),
+                    failed_recving=frozenset(
+                        map(external_id, getattr(connector_output, "failed_recving", ()) or ())
+                    ),
+                )
+            )
 
         def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, None]:
             delay_free = self.model.request_finished(

@@ -117,7 +117,13 @@ from schedspec.spec import (
     validate_new_request,
 )
 from schedspec.spec.config import require_family
-from schedspec.spec.connector import ConnectorState, HeldBlocks, KVConnectorOutput, LoadPhase
+from schedspec.spec.connector import (
+    ConnectorState,
+    HeldBlocks,
+    KVConnectorOutput,
+    LoadPhase,
+    interleaved,
+)
 from schedspec.spec.invariants import Profile
 
 _STATUS: dict[str, RequestStatus] = {
@@ -380,14 +386,10 @@ class VllmEngine:
             requests=requests,
             # The order vLLM examines them in: kv-holding requests first (drained
             # before any other queue), then the FCFS deque front to back or the priority
-            # heap drained in order, then 0.34.0's async_kv_waiting (filled only by a
-            # connector under max_num_inflight_kv_loads; its head may go before the
-            # plain queue's where it arrived first, as in the reference's order).
-            waiting=tuple(
-                external_id(r.request_id)
-                for queue in (s.kv_holding_waiting, s.waiting, getattr(s, "async_kv_waiting", ()))
-                for r in queue
-            ),
+            # heap drained in order, interleaved with 0.34.0's async_kv_waiting (filled
+            # only by a connector under max_num_inflight_kv_loads) as _next_waiting_queue
+            # takes them: the async queue's head first where it goes first.
+            waiting=tuple(external_id(r.request_id) for r in self._waiting_order()),
             running=tuple(external_id(r.request_id) for r in s.running),
             kv=KVState(
                 num_blocks=len(blocks),
@@ -406,6 +408,21 @@ class VllmEngine:
             connector=self._connector_state() if self.config.kv_connector else None,
         )
 
+    def _waiting_order(self) -> list[Any]:
+        s = self.scheduler
+        priority = self.config.policy == "priority"
+
+        def goes_first(async_head: Any, head: Any) -> bool:
+            if priority:
+                return bool(
+                    (async_head.priority, async_head.arrival_time)
+                    < (head.priority, head.arrival_time)
+                )
+            return bool(async_head.arrival_time < head.arrival_time)
+
+        rest = interleaved(list(s.waiting), list(getattr(s, "async_kv_waiting", ())), goes_first)
+        return [*s.kv_holding_waiting, *rest]
+
     def _connector_state(self) -> ConnectorState:
         """vLLM's connector bookkeeping as the spec's ConnectorState.
 
@@ -423,8 +440,9 @@ class VllmEngine:
         s = self.scheduler
         connector = s.connector  # connector.connector_class()
         parked = self._v.RequestStatus.WAITING_FOR_REMOTE_KVS
+        kv = s.kv_cache_manager
         loads: dict[str, LoadPhase] = {}
-        for r in s.kv_holding_waiting:
+        for r in self._waiting_order():
             rid = r.request_id
             phase: LoadPhase | None
             if r.status == parked:
@@ -435,10 +453,11 @@ class VllmEngine:
                 else:
                     phase = "loading"
             else:
-                phase = "promoted" if r.num_computed_tokens > 0 else None
+                # In and waiting for admission with the blocks it loaded (a whole
+                # one-token prompt's load leaves nothing computed and holds its block).
+                phase = "promoted" if spec_block_ids(kv.get_block_ids(rid)) else None
             if phase is not None:
                 loads[external_id(rid)] = phase
-        kv = s.kv_cache_manager
         held = {
             external_id(rid): HeldBlocks(
                 spec_block_ids(kv.get_block_ids(rid)),

@@ -84,8 +84,14 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         validate_new_request(request, self.config)
         loads = self.kv_loads
-        if request.request_id in self.requests or (loads and request.request_id in loads.held):
+        if request.request_id in self.requests:
             raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        if loads is not None and request.request_id in loads.held:
+            # Its blocks still wait for the worker, whose report names the id.
+            raise RequestError(
+                "request_id",
+                f"request id {request.request_id!r} is still held by the KV connector",
+            )
         request.arrival = self._num_arrivals
         self._num_arrivals += 1
         self.kv_cache_manager.hash_prompt(request)

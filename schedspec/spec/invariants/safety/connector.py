@@ -213,6 +213,12 @@ def _check_held(
     before = _connector(pre).held
     after = _connector(post).held
     out: list[Violation] = []
+    reported = report.finished_recving if report is not None else frozenset()
+    for rid, phase in _connector(pre).loads.items():
+        ended = rid not in post.requests and rid not in after
+        if phase == "loading" and ended and rid not in reported:
+            # The worker still writes into them (vLLM #46283's class, the other way).
+            out.append(Violation(name, "a load in flight ended with its blocks freed", rid))
     for rid, held in after.items():
         old = before.get(rid)
         if old is not None:
