@@ -542,3 +542,35 @@ def test_connector_invariant_fires_on_the_corrupted_one(build: CaseBuilder) -> N
 def test_every_connector_invariant_has_a_case() -> None:
     ids = {i for i in CATALOGUE if i.startswith(("LOAD-", "CONNECTOR-"))}
     assert ids == cases.ids()
+
+
+# ------------------------------------------------------------ the corners
+
+
+def test_the_connector_corners_are_counted_where_they_happen() -> None:
+    from schedspec.properties import corners
+
+    counts: dict[str, int] = {}
+    d = driver(kv_load_failure_policy="recompute")
+    d.add("a1", prompt=tokens(1, 12), max_tokens=3, remote_kv=RemoteKV(10))
+    d.add("a2", prompt=tokens(100, 8), max_tokens=3, remote_kv=RemoteKV(8))
+    d.add("p1", prompt=tokens(200, 6), max_tokens=1, remote_kv=RemoteKV(0, send_on_finish=True))
+    park = d.schedule()
+    corners.count_schedule(counts, park)
+    assert counts.get("load-in-progress") == 1
+    table = park.post.requests["a1"].block_ids
+    landed = d.update(park, report=done("a1", bad=(table[1],)))
+    corners.count_update(counts, landed)
+    assert counts.get("load-failed") == 1
+    assert counts.get("send-delayed") == 1  # p1 ran its one token and finished
+    before = d.state
+    d.abort("a2")
+    corners.count_abort_in_flight(counts, [], ("a2",), before)
+    assert counts.get("abort-while-loading") == 1
+    quiet: dict[str, int] = {}
+    plain = driver()
+    plain.add("r", prompt=tokens(1, 8))
+    scheduled = plain.schedule()
+    corners.count_schedule(quiet, scheduled)
+    corners.count_update(quiet, plain.update(scheduled))
+    assert not {"load-in-progress", "load-failed", "send-delayed"} & set(quiet)

@@ -947,7 +947,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "kv-load-reserves-nothing",
         "vllm/scheduler.py",
-        "                reserved_blocks=loads.reserved_blocks(request) if load_async and loads else 0,\n",
+        "                reserved_blocks=loads.reserved_blocks(request) if load_async and loads"
+        " else 0,\n",
         "                reserved_blocks=0,\n",
         "vLLM #45388 (fixed by PRs #44560, #48433, #57104): an async load is admitted if "
         "its own blocks fit, reserving nothing for the loads already parked; two "
@@ -984,7 +985,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "kv-abort-in-flight-double-free",
         "vllm/scheduler.py",
         "        if not held:\n            self.kv_cache_manager.free(request)\n",
-        "        if not held or delay_free_blocks:\n            self.kv_cache_manager.free(request)\n",
+        "        if not held or delay_free_blocks:\n"
+        "            self.kv_cache_manager.free(request)\n",
         "An abort of a load in flight both frees its blocks and holds them for the "
         "transfer; when the load reports, they are freed a second time.",
         {"CONSERVATION", "CONNECTOR-FINISHED-ABORT"},
@@ -1013,7 +1015,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "kv-promoted-with-no-token-to-compute",
         "vllm/kv_loads.py",
-        "            request.num_computed_tokens -= 1  # its logits are what the next step is for\n",
+        "            request.num_computed_tokens -= 1  # its logits are what the next step"
+        " is for\n",
         "            pass\n",
         "A load of the whole prompt is promoted with every token computed, leaving none to "
         "compute: nothing yields the first output's logits.",
