@@ -65,7 +65,7 @@ STEP_ABORTS_SINCE_VERSION = 5
 CONNECTOR_SINCE_VERSION = 6
 # Config fields an older trace cannot carry (they did not exist), by the version
 # that added them.
-_FIELD_SINCE_VERSION: dict[str, int] = {
+FIELD_SINCE_VERSION: dict[str, int] = {
     "async_scheduling": 2,
     "pad_spec_decode": 2,
     "family": 3,
@@ -366,7 +366,7 @@ def trace_from_json(document: Any) -> Trace:
     if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
         raise TraceError("version", f"must be one of {SUPPORTED_VERSIONS}, got {shown(version)}")
     raw_config = _field(document, "config", "trace", lambda v: isinstance(v, dict), "an object")
-    for name, since in _FIELD_SINCE_VERSION.items():
+    for name, since in FIELD_SINCE_VERSION.items():
         if name in raw_config and version < since:
             raise TraceError(f"config.{name}", f"not a field of version {version} traces")
     if raw_config.get("family", "vllm") == "vllm":

@@ -20,6 +20,7 @@ from schedspec.properties.strategies.regimes import (
     kv_loads_capped,
 )
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.config import smallest_pool
 from tests.mutants.async_catalogue_review import ASYNC_REVIEW_MUTANTS
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
@@ -286,17 +287,22 @@ def long_prefill_chunking_off() -> st.SearchStrategy[SchedulerConfig]:
 def with_connector() -> st.SearchStrategy[SchedulerConfig]:
     """The suite's configs with a KV connector (the kv-connector regime): loads, sends,
     failures under both policies."""
-    return configs().map(kv_connector)
+    return configs(async_scheduling=False).map(kv_connector)
 
 
 def connector_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
-    """A KV connector in a pool of one max_model_len request: loads contend for blocks."""
-    return configs().map(lambda c: _tight_kv(kv_connector(c)))
+    """A KV connector in the tightest pool the config allows (one max_model_len request,
+    or more beside a verify step's blocks: smallest_pool): loads contend for blocks."""
+
+    def tight(config: SchedulerConfig) -> SchedulerConfig:
+        return dataclasses.replace(config, num_blocks=smallest_pool(config))
+
+    return with_connector().map(tight)
 
 
 def connector_capped() -> st.SearchStrategy[SchedulerConfig]:
     """The kv-loads-capped regime: a cap of one or two loads, two seats, a tight pool."""
-    return configs().map(kv_loads_capped)
+    return configs(async_scheduling=False).map(kv_loads_capped)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -989,7 +995,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            self.kv_cache_manager.free(request)\n",
         "An abort of a load in flight both frees its blocks and holds them for the "
         "transfer; when the load reports, they are freed a second time.",
-        {"CONSERVATION", "CONNECTOR-FINISHED-ABORT"},
+        {"CONSERVATION", "CONNECTOR-FINISHED-ABORT", "OUTPUT"},
         configs=with_connector,
     ),
     mutant(
@@ -1020,7 +1026,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "            pass\n",
         "A load of the whole prompt is promoted with every token computed, leaving none to "
         "compute: nothing yields the first output's logits.",
-        {"LOAD-PROMOTION", "OUTPUT", "CACHE-CONTENT"},
+        {"LOAD-PROMOTION", "OUTPUT", "CACHE-CONTENT", CRASH},
         configs=with_connector,
     ),
     mutant(

@@ -52,7 +52,6 @@ def vllm_configs(
         pad_spec_decode=True,
         long_prefill_needs_chunked_prefill=release.long_prefill_needs_chunked_prefill,
         cache_aware_admission=release.cache_aware_admission,
-        kv_connector=False,
     )
     if drafts is not None:
         drawn = drawn.map(functools.partial(_with_drafts, drafts))
@@ -190,4 +189,4 @@ def _windowed(config: SchedulerConfig, window: int) -> SchedulerConfig:
 def gpu_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
     """`--engine gpu`'s default configs: the suite's own, but no KV connector (gpu_impl
     has none: docs/GPU_IMPL.md)."""
-    return configs(max_model_len_cap, kv_connector=False)
+    return configs(max_model_len_cap)

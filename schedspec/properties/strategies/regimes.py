@@ -308,6 +308,11 @@ REGIMES: tuple[Regime, ...] = (
     Regime("padded-tight-budget", "padded-admission", padded_tight_budget, 2),
     Regime("cache-aware-reorder", "cache-aware-reorder", cache_aware_reorder, 2),
     Regime("padded-near-max-model-len", "padding-near-max-model-len", padded_near_max_model_len, 3),
+)
+# The KV connector's regimes, drawn beside REGIMES where a strategy asks for a connector
+# (configs(kv_connector=True): the suite's own configs). Kept apart so that every
+# strategy built on configs() without one draws exactly what it drew before.
+CONNECTOR_REGIMES: tuple[Regime, ...] = (
     Regime("kv-connector", "load-in-progress", kv_connector, 2),
     Regime("kv-loads-capped", "load-in-progress", kv_loads_capped, 2),
 )

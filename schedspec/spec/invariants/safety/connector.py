@@ -228,6 +228,18 @@ def _check_held(
         request = pre.requests.get(rid)
         if request is None:
             out.append(Violation(name, "held blocks of a request that was not live", rid))
+        elif held.block_ids != request.block_ids:
+            # Held means not freed: every block it held stays allocated for the worker.
+            out.append(
+                Violation(
+                    name,
+                    "held, but not the blocks it held (some were freed)",
+                    rid,
+                    None,
+                    request.block_ids,
+                    held.block_ids,
+                )
+            )
         elif held.reason == "loading" and _connector(pre).loads.get(rid) != "loading":
             out.append(Violation(name, "held for a load that is not in flight", rid))
         elif held.reason == "sending" and not (
