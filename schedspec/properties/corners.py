@@ -36,6 +36,9 @@ class Corner:
     # The policy families whose engines can reach it (a corner of drafts, of the
     # watermark or of priority scheduling is no corner of SGLang's family).
     families: tuple[str, ...] = ("vllm", "sglang")
+    # Reachable only under a config with a KV connector: a run that drew none reaches
+    # none of them, and its table leaves them out (shown_corners).
+    needs_connector: bool = False
 
 
 CORNERS: tuple[Corner, ...] = (
@@ -141,24 +144,28 @@ CORNERS: tuple[Corner, ...] = (
         "KV connector: a step that parked an async load (WAITING_FOR_REMOTE_KVS, blocks "
         "held, nothing cached; vllm #45388's class)",
         VLLM_ONLY,
+        needs_connector=True,
     ),
     Corner(
         "load-failed",
         "KV connector: a worker report that failed a load, as a whole or on a block "
         "(invalid_block_ids, failed_recving)",
         VLLM_ONLY,
+        needs_connector=True,
     ),
     Corner(
         "send-delayed",
         "KV connector: a finished request whose blocks stay held for a send "
         "(request_finished's delay_free)",
         VLLM_ONLY,
+        needs_connector=True,
     ),
     Corner(
         "abort-while-loading",
         "KV connector: an abort of a parked load still in flight, its blocks held until it "
         "reports (vllm #46283)",
         VLLM_ONLY,
+        needs_connector=True,
     ),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
@@ -366,10 +373,19 @@ def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:
         _bump(counts, "drafts-on-prefill")
 
 
-def format_corners(counts: Mapping[str, int], profile: str = "safety") -> list[str]:
-    """One row per named corner of the profile's family: how often the run reached it,
-    and what it is."""
+def shown_corners(counts: Mapping[str, int], profile: str = "safety") -> tuple[Corner, ...]:
+    """The corners a run's table lists: its profile's, less the KV connector's when it
+    reached none of them (its configs drew no connector)."""
     corners = corners_for(profile)
+    if any(counts.get(c.name) for c in corners if c.needs_connector):
+        return corners
+    return tuple(c for c in corners if not c.needs_connector)
+
+
+def format_corners(counts: Mapping[str, int], profile: str = "safety") -> list[str]:
+    """One row per named corner of the profile's family (shown_corners): how often the
+    run reached it, and what it is."""
+    corners = shown_corners(counts, profile)
     width = max(len("corner"), *(len(c.name) for c in corners))
     lines = [f"{'corner':<{width}}  {'reached':>9}  what"]
     for corner in corners:

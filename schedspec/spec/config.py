@@ -316,6 +316,9 @@ class SchedulerConfig:
         others = {name for name, _ in (_SGLANG_ONLY if self.family == "vllm" else _VLLM_ONLY)}
         if self.family == "vllm":
             others.add("family")
+        if not self.kv_connector:
+            # Without a connector its knobs keep their defaults and mean nothing.
+            others |= {"kv_connector", "kv_load_failure_policy", "max_num_inflight_kv_loads"}
         return {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in others
         }

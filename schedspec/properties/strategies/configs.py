@@ -219,7 +219,7 @@ def sglang_configs(
 
 def family_configs(family: Family) -> st.SearchStrategy[SchedulerConfig]:
     """The suite's own configs for a policy family."""
-    return sglang_configs() if family == "sglang" else configs(kv_connector=True)
+    return sglang_configs() if family == "sglang" else configs()
 
 
 class ConfigStrategyError(Exception):
