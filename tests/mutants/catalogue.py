@@ -17,7 +17,6 @@ from schedspec.properties.strategies.configs import configs
 from schedspec.properties.strategies.regimes import (
     cache_aware_reorder,
     kv_connector,
-    kv_loads_capped,
 )
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.config import smallest_pool
@@ -298,11 +297,6 @@ def connector_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
         return dataclasses.replace(config, num_blocks=smallest_pool(config))
 
     return with_connector().map(tight)
-
-
-def connector_capped() -> st.SearchStrategy[SchedulerConfig]:
-    """The kv-loads-capped regime: a cap of one or two loads, two seats, a tight pool."""
-    return configs(async_scheduling=False).map(kv_loads_capped)
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -1069,18 +1063,6 @@ MUTANTS: tuple[Mutant, ...] = (
         "held.",
         {"CONNECTOR-FINISHED-ABORT", "CONNECTOR-FINISHED"},
         configs=with_connector,
-    ),
-    mutant(
-        "kv-cap-counts-only-the-holders",
-        "vllm/kv_loads.py",
-        "        return len(self.counted_loads) + len(self.aborted_loads) < limit\n",
-        "        return len(self.counted_loads) < limit\n",
-        "max_num_inflight_kv_loads forgets the loads aborted in flight, whose blocks the "
-        "worker still writes: one more load starts than the cap allows.",
-        set(),
-        configs=connector_capped,
-        gap="the cap is vllm-v1 arithmetic, and the vllm-v1 admission checks stand aside "
-        "where the connector is in play (docs/FORMAL.md)",
     ),
     # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
     *ASYNC_REVIEW_MUTANTS,

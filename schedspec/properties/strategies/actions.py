@@ -167,7 +167,7 @@ def remote_kv_for(config: SchedulerConfig, drawn: RequestDraw, length: int) -> R
     pick the length), so a config without a connector draws exactly what it drew
     before, and 0 (where shrinking goes) means no remote KV. Of the rest: the whole
     prompt, whole blocks of it, or any part; async loads three times in four; a lookup
-    not ready for a step or two now and then; loads of one to three steps, a third of
+    not ready for a step or two now and then; loads of one, two or eight steps, a third of
     them failing (as a whole or on a block); sends after one or two steps, now and then
     never reported.
     """
@@ -192,7 +192,8 @@ def remote_kv_for(config: SchedulerConfig, drawn: RequestDraw, length: int) -> R
         num_unready_queries=max(unready - 2, 0),
         send_on_finish=send < 2,
         send_never_finishes=send == 0 and drawn.variety % 5 == 0,
-        load_steps=1 + load_steps,
+        # Some loads stay in flight for a while: aborts then meet them (vLLM #46283).
+        load_steps=(1, 2, 8)[load_steps],
         load_failure=LOAD_FAILURES[failure] if failure < len(LOAD_FAILURES) else "none",
         send_steps=1 + drawn.variety % 2,
     )
