@@ -21,6 +21,7 @@ from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
 from schedspec.reference import Scheduler, SGLangScheduler
 from schedspec.spec import (
     BlockHash,
+    KVConnectorOutput,
     KVState,
     ModelRunnerOutput,
     Request,
@@ -230,10 +231,14 @@ class Driver:
         return transition
 
     def update(
-        self, scheduled: ScheduleTransition, sampled: Mapping[str, Sequence[int]] | None = None
+        self,
+        scheduled: ScheduleTransition,
+        sampled: Mapping[str, Sequence[int]] | None = None,
+        report: KVConnectorOutput | None = None,
     ) -> UpdateTransition:
         """Answer a schedule() (with async scheduling, possibly after the next one):
-        `sampled` overrides the DEFAULT_TOKEN of any request whose step samples."""
+        `sampled` overrides the DEFAULT_TOKEN of any request whose step samples; `report`
+        is the KV connector's worker report landing with it."""
         given = dict(sampled or {})
         output = scheduled.output
         pre = self.state
@@ -248,7 +253,7 @@ class Driver:
                 continue  # finished meanwhile, or a prefill chunk: nothing sampled
             answer[rid] = given.get(rid, [DEFAULT_TOKEN])
             sampled_at[rid] = request.num_tokens
-        model_output = ModelRunnerOutput(sampled_token_ids=answer)
+        model_output = ModelRunnerOutput(sampled_token_ids=answer, kv_connector_output=report)
         reported = self.scheduler.update_from_output(output, model_output)
         post = self.state
         self.kv_content.on_land(
@@ -260,10 +265,12 @@ class Driver:
         )
 
     def step(
-        self, sampled: Mapping[str, Sequence[int]] | None = None
+        self,
+        sampled: Mapping[str, Sequence[int]] | None = None,
+        report: KVConnectorOutput | None = None,
     ) -> tuple[ScheduleTransition, UpdateTransition]:
         scheduled = self.schedule()
-        return scheduled, self.update(scheduled, sampled)
+        return scheduled, self.update(scheduled, sampled, report)
 
     def steps(self, n: int) -> ScheduleTransition:
         """n steps; the last one's schedule transition."""

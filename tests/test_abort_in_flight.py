@@ -22,8 +22,8 @@ from schedspec.properties.differential import DiffOptions, diff_trace
 from schedspec.properties.failure_report import format_event
 from schedspec.properties.minimize import _simpler
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput
-from schedspec.traces.trace import Trace, TraceError, trace_from_json
-from tests.sched_helpers import make_config
+from schedspec.traces.trace import VERSION, Trace, TraceError, trace_from_json
+from tests.sched_helpers import as_version, make_config
 
 
 class CallLog:
@@ -161,16 +161,16 @@ def test_a_step_with_aborts_round_trips_through_a_trace_file(tmp_path: Path) -> 
     loaded = Trace.load(path)
     assert loaded.events == events
     document = trace.to_json()
-    assert document["version"] == 5
+    assert document["version"] == VERSION
     assert "aborts" not in document["events"][2]  # written only where there are some
 
 
 def test_a_trace_before_version_5_has_no_aborts_in_a_step() -> None:
     document = Trace(make_config(), (Step(aborts=("A",)),)).to_json()
-    document["version"] = 4
+    as_version(document, 4)
     with pytest.raises(TraceError, match=r"events\[0\]\.aborts: not a field of version 4"):
         trace_from_json(document)
-    document["version"] = 5
+    as_version(document, 5)
     document["events"][0]["aborts"] = ["A", 3]
     with pytest.raises(TraceError, match=r"events\[0\]\.aborts: must be a list of strings"):
         trace_from_json(document)

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from schedspec.cli.main import main
 from schedspec.properties.corners import (
     CORNER_NAMES,
+    CORNERS,
     corners_for,
     count_abort_in_flight,
     count_drafts,
@@ -192,13 +193,18 @@ def test_an_abort_mid_prefill_is_counted_and_one_after_it_is_not() -> None:
 def test_the_table_names_every_corner_and_the_ones_never_reached() -> None:
     lines = format_corners({"preemption": 3})
     assert lines[0].split() == ["corner", "reached", "what"]
-    assert [line.split()[0] for line in lines[1:-1]] == list(CORNER_NAMES)
-    assert lines[-1].startswith(f"corners reached: 1/{len(CORNER_NAMES)} (never: ")
+    # The KV connector's corners only where the run reached one of them.
+    plain = [c.name for c in CORNERS if not c.needs_connector]
+    assert [line.split()[0] for line in lines[1:-1]] == plain
+    assert lines[-1].startswith(f"corners reached: 1/{len(plain)} (never: ")
+    with_loads = format_corners({"preemption": 3, "load-failed": 1})
+    assert [line.split()[0] for line in with_loads[1:-1]] == list(CORNER_NAMES)
 
 
 def test_each_family_profile_lists_its_own_corners() -> None:
-    vllm = [line.split()[0] for line in format_corners({}, "vllm-v1")[1:-1]]
-    sglang = [line.split()[0] for line in format_corners({}, "sglang")[1:-1]]
+    reached = {"load-failed": 1}
+    vllm = [line.split()[0] for line in format_corners(reached, "vllm-v1")[1:-1]]
+    sglang = [line.split()[0] for line in format_corners(reached, "sglang")[1:-1]]
     assert "drafts-scheduled" in vllm and "drafts-scheduled" not in sglang
     assert "sg-latch-closed" in sglang and "sg-latch-closed" not in vllm
     assert {"preemption", "abort-in-flight"} <= set(vllm) & set(sglang)
@@ -216,7 +222,7 @@ def test_check_prints_the_corners_and_json_reports_them(tmp_path: Path) -> None:
         for line in result.stdout.splitlines()
         if line.split() and line.split()[0] in CORNER_NAMES
     }
-    assert set(printed) == {c.name for c in corners_for("vllm-v1")}
+    assert set(printed) == {c.name for c in corners_for("vllm-v1") if not c.needs_connector}
     assert "corners reached: " in result.stdout
     assert json.loads(report.read_text())["corners"] == printed
     assert printed["preemption"] > 0

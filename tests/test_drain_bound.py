@@ -46,7 +46,7 @@ def test_a_drafting_request_at_the_cap_drains_within_the_bound() -> None:
 
 
 def test_one_step_per_token_is_too_tight_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    def one_step_per_token(config: SchedulerConfig, num_unfinished: int) -> int:
+    def one_step_per_token(config: SchedulerConfig, num_unfinished: int, *_: int) -> int:
         return num_unfinished * config.max_model_len + 1 + int(config.async_scheduling)
 
     monkeypatch.setattr(checked_engine, "drain_step_bound", one_step_per_token)

@@ -14,6 +14,7 @@ import pytest
 from schedspec.spec import Request, RequestState, RequestStatus, State
 from schedspec.spec.invariants import CATALOGUE
 from tests import (
+    test_connector,
     test_invariants_allocation,
     test_invariants_cache_aware,
     test_invariants_completeness,
@@ -367,6 +368,7 @@ def test_every_catalogue_id_has_a_bad_case() -> None:
         | test_invariants_completeness.cases.ids()
         | test_invariants_cache_aware.cases.ids()
         | test_invariants_sglang_lifecycle.cases.ids()
+        | test_connector.cases.ids()
     )
     missing = sorted(set(CATALOGUE) - covered)
     assert not missing, f"invariants with no bad-state case: {missing}"
@@ -383,6 +385,7 @@ def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
         test_invariants_completeness.cases,
         test_invariants_cache_aware.cases,
         test_invariants_sglang_lifecycle.cases,
+        test_connector.cases,
     )
     for registry in registries:
         for invariant_id, build in registry.builders:

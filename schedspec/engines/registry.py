@@ -61,7 +61,8 @@ ENGINES: dict[str, NamedEngine] = {
             families=("vllm", "sglang"),
         ),
         # gpu_impl with B = 1, on the suite's own configs (async scheduling,
-        # spec-decode padding and both releases' knobs included).
+        # spec-decode padding and both releases' knobs included; it has no KV connector,
+        # and the suite's own configs draw none).
         NamedEngine("gpu", "schedspec.adapters.gpu:gpu_engine", needs=(TORCH,)),
         # vLLM's scheduler, the installed release (0.33.0 to 0.34.0: adapters/vllm/
         # releases.py), AsyncScheduler or Scheduler as its engine core picks, on configs

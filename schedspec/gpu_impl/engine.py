@@ -35,6 +35,7 @@ from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
 from schedspec.spec import PLACEHOLDER_TOKEN_ID, RequestError, SchedulerConfig
 from schedspec.spec.config import require_family
+from schedspec.spec.errors import ConfigError
 
 
 def default_device() -> torch.device:
@@ -90,6 +91,13 @@ class BatchedScheduler:
         highest slot in use needs, not the capacity (a swarm whose instances hold a few
         requests in 24 slots runs its steps on about half the columns)."""
         require_family(config, "gpu_impl", ("vllm",))
+        if config.kv_connector:
+            # Loads park requests with blocks outside the batch, and finished requests
+            # keep blocks for sends: state the [B, S] tensors have no place for
+            # (docs/GPU_IMPL.md, "No KV connector").
+            raise ConfigError(
+                "kv_connector", "gpu_impl has no KV connector: run it with kv_connector=False"
+            )
         self.config = config
         self.device = torch.device(device) if device is not None else default_device()
         self.capacity = slots

@@ -6,18 +6,28 @@ engines through this one class, so a trace found by one replays in the others.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from schedspec.engines.boundary import guarded
 from schedspec.engines.contract import malformed_output, malformed_state
 from schedspec.engines.errors import EngineContractError, engine_call_of
-from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.engines.events import (
+    Abort,
+    AddRequest,
+    Drain,
+    Event,
+    KVTransfers,
+    ProposeDrafts,
+    Step,
+)
 from schedspec.engines.fake_model import FakeModel, StepDecisions
 from schedspec.engines.pipeline import BatchQueue
 from schedspec.engines.profiles import choose_profile, claimed_profiles
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.properties import corners
+from schedspec.properties.connector_worker import reports_pending, worker_output
 from schedspec.properties.kv_oracle import KVContentOracle, ScheduledStep
 from schedspec.spec import SchedulerConfig, SchedulerOutput, State
 from schedspec.spec.invariants import (
@@ -43,6 +53,7 @@ from schedspec.spec.invariants.safety import state_fast_path
 from schedspec.traces.trace import ModelParams, Trace
 
 DEFAULT_MODEL = ModelParams()
+NO_TRANSFERS = KVTransfers()
 
 
 class InvariantViolationError(AssertionError):
@@ -112,6 +123,8 @@ class CheckedEngine:
         # history PROGRESS judges each step against (liveness.passed_over_after).
         self._head_passed_over: PassedOver | None = None
         self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
+        # Requests whose send, once they finish, the connector's worker never reports.
+        self._sends_never_finish: set[str] = set()
         self._checks = {
             kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
         }
@@ -211,6 +224,8 @@ class CheckedEngine:
             refusal = err.with_traceback(None)
         self.state = self._snapshot()
         offered = event.to_request()
+        if refusal is None and event.remote_kv is not None and event.remote_kv.send_never_finishes:
+            self._sends_never_finish.add(event.request_id)
         return self._run("add", AddTransition(pre, offered, refusal, self.state)) + self._run(
             "state", self.state
         )
@@ -251,7 +266,7 @@ class CheckedEngine:
         corners.count_drafts(self.stats.corners, transition)
         return self._run("drafts", transition) + self._run("state", self.state)
 
-    def _step(self, event: Step) -> list[Violation]:
+    def _step(self, event: Step, drain: bool = False) -> list[Violation]:
         """One engine step, in the engine core's order (pipeline.BatchQueue): schedule
         (a synchronous step always does), then land the oldest step in flight once the
         queue is full or nothing more can be scheduled. The step's decisions shape the
@@ -269,14 +284,19 @@ class CheckedEngine:
                 return self._finish(event.aborts) if event.aborts else []
         elif not queue:
             return self._finish(event.aborts) if event.aborts else []
-        found = self._land(queue.pop(), event.decisions, at_landing)
+        transfers = None if drain else event.kv
+        found = self._land(queue.pop(), event.decisions, at_landing, transfers)
         if found or not event.aborts or at_landing:
             return found
         return self._finish(event.aborts)
 
     def _has_requests(self) -> bool:
-        """vLLM's has_requests: unfinished requests, or finished ones not yet reported."""
-        return bool(self.state.requests or self._departures.finished)
+        """vLLM's has_requests: unfinished requests, finished ones not yet reported, or
+        finished ones whose blocks the KV connector still holds for a report to come."""
+        # (A send that is never reported would keep vLLM's loop stepping for ever: the
+        # harness stops stepping for it.)
+        held = reports_pending(self.state, frozenset(self._sends_never_finish))
+        return bool(self.state.requests or self._departures.finished or held)
 
     def _schedule(self) -> tuple[ScheduledStep, list[Violation]]:
         self.stats.steps += 1
@@ -284,6 +304,7 @@ class CheckedEngine:
         output = self.engine.schedule()
         self._returned.append(("schedule()", output))
         mid = self._snapshot()
+        self._kv_content.on_sync_loads(output, mid)
         scheduled = ScheduleTransition(
             pre,
             output,
@@ -307,21 +328,31 @@ class CheckedEngine:
         return ScheduledStep.of(output, mid, deferred), found
 
     def _land(
-        self, step: ScheduledStep, decisions: StepDecisions, aborts: tuple[str, ...] = ()
+        self,
+        step: ScheduledStep,
+        decisions: StepDecisions,
+        aborts: tuple[str, ...] = (),
+        transfers: KVTransfers | None = NO_TRANSFERS,
     ) -> list[Violation]:
         """Run the model on the oldest step in flight, apply the aborts that arrived while
-        it ran, then apply its output."""
+        it ran, then apply its output, with the KV connector's worker reports
+        (connector_worker.worker_output; transfers None: a drain's, every one due)."""
         output = step.output
         model_output = self.model.execute(output, decisions)
         if aborts:
             found = self._finish(aborts, landing=output)
             if found:
                 return found
+        report = worker_output(transfers, self.state, frozenset(self._sends_never_finish))
+        if report is not None:
+            model_output = dataclasses.replace(model_output, kv_connector_output=report)
         pre = self.state
         request_outputs = self.engine.update_from_output(output, model_output)
         post = self._snapshot()
         sampled_at = self.model.sampled_at
         self._kv_content.on_land(step, pre, model_output, sampled_at)
+        if report is not None and report.finished_recving:
+            self._kv_content.on_loads_landed(pre, post, report.finished_recving)
         if len(self._in_flight) == 1:  # the step after this one now starts where it is sure
             (following,) = self._in_flight
             self._kv_content.on_start_certain(following, pre, post, model_output, sampled_at)
@@ -342,14 +373,20 @@ class CheckedEngine:
 
     def _drain(self, event: Drain) -> list[Violation]:
         initial = self.state
-        bound = drain_step_bound(self.config, len(initial.requests))
+        unready = [
+            r.remote_kv.num_unready_queries for r in initial.requests.values() if r.remote_kv
+        ]
+        bound = drain_step_bound(self.config, len(initial.requests), max(unready, default=0))
         steps = 0
-        while (self.state.requests or self._in_flight) and steps <= bound:
-            found = self._step(Step())
+        never = frozenset(self._sends_never_finish)
+        while (
+            self.state.requests or self._in_flight or reports_pending(self.state, never)
+        ) and steps <= bound:
+            found = self._step(Step(), drain=True)
             steps += 1
             if found:
                 return found
-        return self._run("drain", DrainResult(initial, self.state, steps, bound))
+        return self._run("drain", DrainResult(initial, self.state, steps, bound, never))
 
 
 CATALOGUE_KINDS: tuple[Kind, ...] = (

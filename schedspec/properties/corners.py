@@ -36,6 +36,9 @@ class Corner:
     # The policy families whose engines can reach it (a corner of drafts, of the
     # watermark or of priority scheduling is no corner of SGLang's family).
     families: tuple[str, ...] = ("vllm", "sglang")
+    # Reachable only under a config with a KV connector: a run that drew none reaches
+    # none of them, and its table leaves them out (shown_corners).
+    needs_connector: bool = False
 
 
 CORNERS: tuple[Corner, ...] = (
@@ -136,6 +139,34 @@ CORNERS: tuple[Corner, ...] = (
         SGLANG_ONLY,
     ),
     Corner("sg-mixed-step", "SGLang: a mixed-chunk step (an extend beside decodes)", SGLANG_ONLY),
+    Corner(
+        "load-in-progress",
+        "KV connector: a step that parked an async load (WAITING_FOR_REMOTE_KVS, blocks "
+        "held, nothing cached; vllm #45388's class)",
+        VLLM_ONLY,
+        needs_connector=True,
+    ),
+    Corner(
+        "load-failed",
+        "KV connector: a worker report that failed a load, as a whole or on a block "
+        "(invalid_block_ids, failed_recving)",
+        VLLM_ONLY,
+        needs_connector=True,
+    ),
+    Corner(
+        "send-delayed",
+        "KV connector: a finished request whose blocks stay held for a send "
+        "(request_finished's delay_free)",
+        VLLM_ONLY,
+        needs_connector=True,
+    ),
+    Corner(
+        "abort-while-loading",
+        "KV connector: an abort of a parked load still in flight, its blocks held until it "
+        "reports (vllm #46283)",
+        VLLM_ONLY,
+        needs_connector=True,
+    ),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
 
@@ -156,6 +187,8 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
     pre, post, output = t.pre, t.post, t.output
     config = post.config
     scheduled = output.num_scheduled_tokens
+    if config.kv_connector and _newly_loading(pre, post):
+        _bump(counts, "load-in-progress")
     preempted = output.preempted_req_ids
     if preempted:
         _bump(counts, "preemption")
@@ -269,8 +302,25 @@ def _padding_near_max_model_len(t: ScheduleTransition, admitted: Iterable[str]) 
     return False
 
 
+def _newly_loading(pre: State, post: State) -> bool:
+    before = pre.connector.loads if pre.connector is not None else {}
+    after = post.connector.loads if post.connector is not None else {}
+    return any(p == "loading" and before.get(rid) != "loading" for rid, p in after.items())
+
+
+def _newly_held(pre: State, post: State, reason: str) -> bool:
+    before = pre.connector.held if pre.connector is not None else {}
+    after = post.connector.held if post.connector is not None else {}
+    return any(h.reason == reason and rid not in before for rid, h in after.items())
+
+
 def count_update(counts: MutableMapping[str, int], t: UpdateTransition) -> None:
     """The corners an update_from_output() reached."""
+    report = t.model_output.kv_connector_output
+    if report is not None and (report.failed_recving or report.invalid_block_ids):
+        _bump(counts, "load-failed")
+    if _newly_held(t.pre, t.post, "sending"):
+        _bump(counts, "send-delayed")
     sampled: Mapping[str, object] = t.model_output.sampled_token_ids
     pre = t.pre
     for rid, tokens in t.model_output.sampled_token_ids.items():
@@ -302,6 +352,9 @@ def count_abort_in_flight(
     and one that hit a request mid-prefill (pre: the state the abort met)."""
     if any(rid in output.num_scheduled_tokens for output in in_flight for rid in aborts):
         _bump(counts, "abort-in-flight")
+    loads = pre.connector.loads if pre.connector is not None else {}
+    if any(loads.get(rid) == "loading" for rid in aborts):
+        _bump(counts, "abort-while-loading")
     if any(
         r.is_prefill_chunk and r.status is RequestStatus.RUNNING
         for rid in aborts
@@ -320,10 +373,19 @@ def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:
         _bump(counts, "drafts-on-prefill")
 
 
-def format_corners(counts: Mapping[str, int], profile: str = "safety") -> list[str]:
-    """One row per named corner of the profile's family: how often the run reached it,
-    and what it is."""
+def shown_corners(counts: Mapping[str, int], profile: str = "safety") -> tuple[Corner, ...]:
+    """The corners a run's table lists: its profile's, less the KV connector's when it
+    reached none of them (its configs drew no connector)."""
     corners = corners_for(profile)
+    if any(counts.get(c.name) for c in corners if c.needs_connector):
+        return corners
+    return tuple(c for c in corners if not c.needs_connector)
+
+
+def format_corners(counts: Mapping[str, int], profile: str = "safety") -> list[str]:
+    """One row per named corner of the profile's family (shown_corners): how often the
+    run reached it, and what it is."""
+    corners = shown_corners(counts, profile)
     width = max(len("corner"), *(len(c.name) for c in corners))
     lines = [f"{'corner':<{width}}  {'reached':>9}  what"]
     for corner in corners:

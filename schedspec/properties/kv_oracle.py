@@ -77,6 +77,43 @@ class KVContentOracle:
             self._remember(own, request.block_ids, before.get(rid, 0) // bs, done // bs)
         return frozenset(deferred)
 
+    def on_sync_loads(self, output: SchedulerOutput, mid: State) -> None:
+        """Before a schedule()'s checks: a KV connector's sync load writes the KV of the
+        tokens it brings inside the step that admits the request, before attention reads
+        them. An admitted request with remote KV: the blocks past those already holding
+        its content, up to what the remote side holds, hold it now."""
+        if mid.connector is None:
+            return
+        admitted = [(d.request_id, d.num_computed_tokens) for d in output.scheduled_new_reqs]
+        admitted += [
+            (d.request_id, d.num_computed_tokens) for d in output.scheduled_cached_reqs if d.resumed
+        ]
+        for rid, computed in admitted:
+            request = mid.requests.get(rid)
+            if request is None or request.remote_kv is None:
+                continue
+            self._remember_loaded(request, computed, request.remote_kv.num_tokens)
+
+    def on_loads_landed(self, pre: State, post: State, landed: frozenset[str]) -> None:
+        """After an update whose worker report lists these loads done: each still parked
+        holds its content in the blocks its (possibly cut) computed tokens cover."""
+        for rid in landed:
+            before = pre.requests.get(rid)
+            after = post.requests.get(rid)
+            if before is None or after is None or before.remote_kv is None:
+                continue
+            self._remember_loaded(after, after.num_computed_tokens, before.remote_kv.num_tokens)
+
+    def _remember_loaded(self, request: RequestState, computed: int, remote: int) -> None:
+        own = self.hashes.of(request)
+        table = request.block_ids
+        bs = self.block_size
+        end = min(computed, remote) // bs
+        index = 0
+        while index < end and index < len(table) and self.written.get(table[index]) == own[index]:
+            index += 1  # a local prefix hit: already there
+        self._remember(own, table, index, end)
+
     def on_start_certain(
         self,
         step: ScheduledStep,

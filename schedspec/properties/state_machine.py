@@ -20,6 +20,7 @@ from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDra
 from schedspec.engines.fake_model import StepDecisions
 from schedspec.engines.protocol import EngineFactory
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
+from schedspec.properties.connector_worker import WorkerClock
 from schedspec.properties.harness import Harness, SingleEngine, Target
 from schedspec.properties.strategies.actions import (
     DRAFT_COUNTS,
@@ -110,6 +111,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.recorder.failed(Trace(config, (), model, failure_note(err)), err)
             raise
         self.next_id = 0
+        self.worker = WorkerClock()
         for drawn in first:
             self._arrive(drawn)
 
@@ -158,11 +160,11 @@ class SchedulerMachine(RuleBasedStateMachine):
     def step(self, action: StepAction) -> None:
         # The drawn decisions shape the action's first step; the rest run
         # with the defaults (no forced stop, greedy verification).
-        self._steps(action.num_steps, Step(self._decisions(action.code)))
+        self._steps(action.num_steps, self._step_event(self._decisions(action.code)))
 
     def add_request(self, action: ArriveAction) -> None:
         if len(self.engine().state.requests) >= MAX_LIVE_REQUESTS:
-            self.apply(Step())  # full: let the engine make room instead
+            self.apply(self._step_event())  # full: let the engine make room instead
             return
         self._arrive(action.drawn)
         self._steps(action.then_steps)
@@ -172,6 +174,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         live = checked.state.requests
         priorities = [r.priority for r in live.values()]
         event = build_add_request(checked.config, f"r{self.next_id}", live, drawn, priorities)
+        self.worker.on_add(event)
         self.apply(event)
         self.next_id += 1
 
@@ -187,7 +190,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         ids = (picked.request_id,) if picked is not None else ()
         if action.unknown == 3 or not ids:
             ids = (*ids, "no-such-request")
-        self.apply(Step(aborts=ids) if action.in_flight else Abort(ids))
+        self.apply(self._step_event(aborts=ids) if action.in_flight else Abort(ids))
         if action.retry and picked is not None:
             self.apply(resent(picked))
         self._steps(action.then_steps)
@@ -219,7 +222,14 @@ class SchedulerMachine(RuleBasedStateMachine):
         for index in range(count):
             if (index or first is None) and not self.engine().state.requests:
                 break
-            self.apply(first if index == 0 and first is not None else Step())
+            self.apply(first if index == 0 and first is not None else self._step_event())
+
+    def _step_event(
+        self, decisions: StepDecisions | None = None, aborts: tuple[str, ...] = ()
+    ) -> Step:
+        """A step, carrying the KV connector's worker reports due with it (WorkerClock)."""
+        transfers = self.worker.transfers(self.engine().state)
+        return Step(decisions if decisions is not None else StepDecisions(), aborts, transfers)
 
     def _decisions(self, code: int) -> StepDecisions:
         """Which running request emits a stop token, and how many drafts pass.
@@ -303,6 +313,7 @@ def resent(request: RequestState) -> AddRequest:
         request.eos_token_id,
         request.stop_token_ids,
         request.priority,
+        request.remote_kv,
     )
 
 

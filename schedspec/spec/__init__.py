@@ -5,6 +5,13 @@ Depends on nothing else in schedspec; every other part depends on it.
 
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes, hash_block_tokens
 from schedspec.spec.config import FAMILIES, Family, SchedulerConfig
+from schedspec.spec.connector import (
+    ConnectorState,
+    HeldBlocks,
+    KVConnectorOutput,
+    LoadPhase,
+    RemoteKV,
+)
 from schedspec.spec.errors import (
     ConfigError,
     OutputError,
@@ -35,11 +42,16 @@ __all__ = [
     "BlockHash",
     "CachedRequestData",
     "ConfigError",
+    "ConnectorState",
     "Family",
+    "HeldBlocks",
+    "KVConnectorOutput",
     "KVState",
+    "LoadPhase",
     "ModelRunnerOutput",
     "NewRequestData",
     "OutputError",
+    "RemoteKV",
     "Request",
     "RequestError",
     "RequestOutput",

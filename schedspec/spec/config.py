@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from schedspec.spec.connector import LOAD_FAILURE_POLICIES, LoadFailurePolicy
 from schedspec.spec.errors import ConfigError, shown
 
 Policy = Literal["fcfs", "priority"]
@@ -102,6 +103,15 @@ class SchedulerConfig:
     # caching (Scheduler._reorder_waiting_by_cached_prefix).
     cache_aware_admission_window: int = 0
     cache_aware_admission_threshold: float = 0.5  # a fraction of num_blocks in use
+    # A KV connector (docs/SPEC.md, "The KV connector"): requests may load KV from
+    # elsewhere (RemoteKV) and keep blocks after finishing while it sends them.
+    kv_connector: bool = False
+    # What a failed load does: the request finishes with an error ("fail", vLLM's
+    # default), or it recomputes from the last good block ("recompute").
+    kv_load_failure_policy: LoadFailurePolicy = "fail"
+    # vLLM 0.34.0's cap on async loads in flight (loading, or received and not yet
+    # running, or aborted while loading); None = no cap, and no async-load queue.
+    max_num_inflight_kv_loads: int | None = None
     # Whose policy decides each step; the fields below are SGLang's own knobs.
     family: Family = "vllm"
     # SGLang: scales the new_token_ratio that admission reserves for the running
@@ -128,6 +138,7 @@ class SchedulerConfig:
             _WHY_DRAFTS,
         )
         for flag in (
+            "kv_connector",
             "enable_chunked_prefill",
             "long_prefill_needs_chunked_prefill",
             "enable_prefix_caching",
@@ -175,8 +186,40 @@ class SchedulerConfig:
                 MAX_SPECULATIVE_TOKENS,
                 _WHY_DRAFTS,
             )
+        self._check_connector_knobs()
         self._check_cross_field_bounds()
         self._check_family_knobs()
+
+    def _check_connector_knobs(self) -> None:
+        if self.kv_load_failure_policy not in LOAD_FAILURE_POLICIES:
+            raise ConfigError(
+                "kv_load_failure_policy",
+                f"must be one of {LOAD_FAILURE_POLICIES}, got {shown(self.kv_load_failure_policy)}",
+            )
+        if self.max_num_inflight_kv_loads is not None:
+            _require_int("max_num_inflight_kv_loads", self.max_num_inflight_kv_loads, 1)
+        if self.kv_connector:
+            if self.async_scheduling:
+                # With two batches in flight vLLM defers a connector consumer's block
+                # frees past the step still in flight (Scheduler.defer_block_free) and
+                # drops preempted requests' stale output: the spec models neither yet.
+                raise ConfigError(
+                    "async_scheduling",
+                    "is not modelled with kv_connector=True (vLLM defers block frees "
+                    "past the batch in flight): use a synchronous config",
+                )
+            return
+        # Without a connector these knobs would be silently ignored: refused.
+        for name, default in (
+            ("kv_load_failure_policy", "fail"),
+            ("max_num_inflight_kv_loads", None),
+        ):
+            if getattr(self, name) != default:
+                raise ConfigError(
+                    name,
+                    f"needs kv_connector=True (without a connector it means nothing): must "
+                    f"keep its default {default!r}, got {shown(getattr(self, name))}",
+                )
 
     def _check_family_knobs(self) -> None:
         # A knob of the other family would be silently ignored by the engine: refused.
@@ -248,6 +291,17 @@ class SchedulerConfig:
                 f"must be >= 1 + num_speculative_tokens ({padded}) with pad_spec_decode, "
                 f"got {self.max_num_batched_tokens}",
             )
+        needed = smallest_pool(self)
+        if self.num_blocks < needed:
+            # vLLM admits an async KV load only if it fits beside one verify step's
+            # blocks (Scheduler._spec_decode_step_blocks): below this, the load of a
+            # prompt of max_model_len - 1 tokens never starts, and waits forever.
+            raise ConfigError(
+                "num_blocks",
+                f"must be >= {needed} with a KV connector and drafts: an async load of a "
+                f"max_model_len - 1 token prompt must fit beside one verify step's blocks, "
+                f"got {self.num_blocks}",
+            )
         if self.long_prefill_token_threshold > self.max_model_len:
             raise ConfigError(
                 "long_prefill_token_threshold",
@@ -262,6 +316,9 @@ class SchedulerConfig:
         others = {name for name, _ in (_SGLANG_ONLY if self.family == "vllm" else _VLLM_ONLY)}
         if self.family == "vllm":
             others.add("family")
+        if not self.kv_connector:
+            # Without a connector its knobs keep their defaults and mean nothing.
+            others |= {"kv_connector", "kv_load_failure_policy", "max_num_inflight_kv_loads"}
         return {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in others
         }
@@ -276,6 +333,20 @@ class SchedulerConfig:
     def watermark_blocks(self) -> int:
         """Spare blocks an admission must leave while something runs."""
         return int(self.watermark * self.num_blocks)
+
+
+def smallest_pool(config: SchedulerConfig, kv_connector: bool | None = None) -> int:
+    """The fewest blocks that run every request the door admits: one max_model_len
+    request's; with a KV connector (the config's, or `kv_connector` if given) and drafts,
+    an async load of max_model_len - 1 tokens beside one verify step's blocks, which
+    vLLM reserves against it."""
+    size = config.block_size
+    whole = -(-config.max_model_len // size)
+    connector = config.kv_connector if kv_connector is None else kv_connector
+    if not (connector and config.num_speculative_tokens):
+        return whole
+    step = 1 + config.num_speculative_tokens + config.lookahead_tokens
+    return max(whole, -(-(config.max_model_len - 1) // size) + -(-step // size))
 
 
 def require_family(config: SchedulerConfig, engine: str, families: tuple[Family, ...]) -> None:
@@ -300,6 +371,9 @@ _VLLM_ONLY: tuple[tuple[str, object], ...] = (
     ("pad_spec_decode", False),
     ("cache_aware_admission_window", 0),
     ("cache_aware_admission_threshold", 0.5),
+    ("kv_connector", False),
+    ("kv_load_failure_policy", "fail"),
+    ("max_num_inflight_kv_loads", None),
 )
 _SGLANG_ONLY: tuple[tuple[str, object], ...] = (
     ("schedule_conservativeness", 1.0),

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from schedspec.spec.connector import KVConnectorOutput
 from schedspec.spec.errors import OutputError
 from schedspec.spec.request import RequestStatus, check_token_ids
 
@@ -72,6 +73,8 @@ class ModelRunnerOutput:
     """
 
     sampled_token_ids: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    # The KV connector's worker side: loads and sends that completed, failures.
+    kv_connector_output: KVConnectorOutput | None = None
 
 
 class SamplingRequest(NamedTuple):

@@ -1,7 +1,9 @@
 """A request and its status lifecycle.
 
 WAITING --admit--> RUNNING --preempt--> PREEMPTED --admit--> RUNNING ...
-any unfinished status --stop / length cap / abort--> FINISHED_*
+WAITING or PREEMPTED --start an async KV load--> WAITING_FOR_REMOTE_KVS
+    --load reported, promoted--> WAITING or PREEMPTED (holding the loaded blocks)
+any unfinished status --stop / length cap / abort / failed load--> FINISHED_*
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import enum
 from collections.abc import Iterable, Sequence
 
 from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.connector import RemoteKV
 from schedspec.spec.errors import RequestError, SpecInputError, shown
 
 # A draft whose token the scheduler does not know: the model runner proposes it
@@ -22,9 +25,13 @@ class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     PREEMPTED = "preempted"
+    # Parked while a KV connector loads its KV (docs/SPEC.md, "The KV connector"): it
+    # holds blocks and computed tokens, and is in neither running nor any step.
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"
     FINISHED_STOPPED = "finished_stopped"  # EOS or a stop token
     FINISHED_LENGTH_CAPPED = "finished_length_capped"  # max_tokens or max_model_len
     FINISHED_ABORTED = "finished_aborted"  # finish_requests()
+    FINISHED_ERROR = "finished_error"  # its KV load failed under the "fail" policy
 
     @property
     def is_finished(self) -> bool:
@@ -33,6 +40,7 @@ class RequestStatus(enum.Enum):
             self is RequestStatus.FINISHED_STOPPED
             or self is RequestStatus.FINISHED_LENGTH_CAPPED
             or self is RequestStatus.FINISHED_ABORTED
+            or self is RequestStatus.FINISHED_ERROR
         )
 
 
@@ -53,6 +61,7 @@ class Request:
         eos_token_id: int | None = None,
         stop_token_ids: Iterable[int] = (),
         priority: int = 0,
+        remote_kv: RemoteKV | None = None,
     ) -> None:
         self.request_id = request_id
         self.prompt_token_ids: tuple[int, ...] = tuple(prompt_token_ids)
@@ -60,6 +69,8 @@ class Request:
         self.eos_token_id = eos_token_id
         self.stop_token_ids: tuple[int, ...] = tuple(stop_token_ids)
         self.priority = priority
+        # What a KV connector holds for it elsewhere (vLLM's kv_transfer_params).
+        self.remote_kv = remote_kv
         # Set by the scheduler at add_request: position in arrival order.
         self.arrival: int = -1
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
@@ -243,3 +254,12 @@ def validate_new_request(request: Request, config: SchedulerConfig) -> None:
     check_token_ids("stop_token_ids", request.stop_token_ids)
     if isinstance(request.priority, bool) or not isinstance(request.priority, int):
         raise RequestError("priority", f"{where}: must be an int, got {shown(request.priority)}")
+    remote = request.remote_kv
+    if remote is not None:
+        if not isinstance(remote, RemoteKV):
+            raise RequestError("remote_kv", f"{where}: must be a RemoteKV, got {shown(remote)}")
+        if not config.kv_connector:
+            raise RequestError(
+                "remote_kv", f"{where}: needs a config with kv_connector=True (no connector to ask)"
+            )
+        remote.validate(where, request.num_prompt_tokens)

@@ -13,6 +13,7 @@ from typing import Literal
 
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.connector import ConnectorState, RemoteKV
 from schedspec.spec.request import Request, RequestStatus
 
 
@@ -42,6 +43,8 @@ class RequestState:
     # The last step scheduled for it stopped short of its known tokens and
     # in-flight outputs, so it samples nothing (and drafts for it are dropped).
     is_prefill_chunk: bool = False
+    # What the KV connector holds for it elsewhere (None: nothing, or no connector).
+    remote_kv: RemoteKV | None = None
 
     # A cached value, not a field: the checks read it about forty times a step, and
     # `of` fills it in as it builds the record (the fields it follows are frozen).
@@ -79,7 +82,7 @@ class RequestState:
         """A snapshot of a spec Request (mutable lists copied into tuples).
 
         Snapshots are taken twice a checked step for every live request, and a
-        frozen dataclass's __init__ sets each of its 19 fields through
+        frozen dataclass's __init__ sets each of its 20 fields through
         object.__setattr__. Filling the new instance's __dict__ in one update
         builds the very same object (same fields, equality, hash, replace())
         at a fraction of the cost.
@@ -107,6 +110,7 @@ class RequestState:
             drop_stale_output=request.drop_stale_output,
             abort_pending=request.abort_pending,
             is_prefill_chunk=request.is_prefill_chunk,
+            remote_kv=request.remote_kv,
             num_tokens=len(prompt) + len(outputs),
         )
         return state
@@ -178,3 +182,13 @@ class State:
     kv: KVState
     # The SGLang family's own policy state; None for an engine of another family.
     sglang: SGLangState | None = None
+    # The KV connector's part (loads, blocks held for it); None without a connector.
+    connector: ConnectorState | None = None
+
+    def held_tables(self) -> list[tuple[str, tuple[int, ...]]]:
+        """Every block table that holds blocks: the live requests', then the finished
+        requests' whose blocks wait for the connector (CONSERVATION counts both)."""
+        tables = [(rid, r.block_ids) for rid, r in self.requests.items()]
+        if self.connector is not None:
+            tables += [(rid, held.block_ids) for rid, held in self.connector.held.items()]
+        return tables

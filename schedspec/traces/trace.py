@@ -22,10 +22,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
+from schedspec.engines.events import (
+    Abort,
+    AddRequest,
+    Drain,
+    Event,
+    KVTransfers,
+    ProposeDrafts,
+    Step,
+)
 from schedspec.engines.fake_model import StepDecisions
 from schedspec.files import InputFileError, parse_json, read_input_text, write_atomically
-from schedspec.spec import ConfigError, SchedulerConfig, SpecInputError, named, shown
+from schedspec.spec import (
+    ConfigError,
+    RemoteKV,
+    RequestError,
+    SchedulerConfig,
+    SpecInputError,
+    named,
+    shown,
+)
 from schedspec.spec.request import MAX_TOKEN_ID
 
 FORMAT = "schedspec-trace"
@@ -40,13 +56,16 @@ FORMAT = "schedspec-trace"
 # long_prefill_needs_chunked_prefill=False (the cap applied with chunked prefill off
 # too) and replays as it was recorded; the cache-aware knobs keep their defaults
 # (window 0: off, as before 0.34.0). Version 5 added a step's aborts in flight (the
-# step event's "aborts": engines/events.py Step); an older trace has none.
-VERSION = 5
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
+# step event's "aborts": engines/events.py Step); an older trace has none. Version 6
+# added the KV connector: the config's kv_connector, kv_load_failure_policy and
+# max_num_inflight_kv_loads, a request's "remote_kv" and a step's "kv" reports.
+VERSION = 6
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
 STEP_ABORTS_SINCE_VERSION = 5
+CONNECTOR_SINCE_VERSION = 6
 # Config fields an older trace cannot carry (they did not exist), by the version
 # that added them.
-_FIELD_SINCE_VERSION: dict[str, int] = {
+FIELD_SINCE_VERSION: dict[str, int] = {
     "async_scheduling": 2,
     "pad_spec_decode": 2,
     "family": 3,
@@ -55,6 +74,9 @@ _FIELD_SINCE_VERSION: dict[str, int] = {
     "long_prefill_needs_chunked_prefill": 4,
     "cache_aware_admission_window": 4,
     "cache_aware_admission_threshold": 4,
+    "kv_connector": CONNECTOR_SINCE_VERSION,
+    "kv_load_failure_policy": CONNECTOR_SINCE_VERSION,
+    "max_num_inflight_kv_loads": CONNECTOR_SINCE_VERSION,
 }
 # What an older trace's vLLM-family config gets for a field it cannot carry, where that
 # is not SchedulerConfig's default: the value of the release the trace was recorded on.
@@ -131,6 +153,8 @@ def _event_to_json(event: Event) -> dict[str, Any]:
         # JSON types in memory too, so to_json() round-trips without a file.
         record["prompt_token_ids"] = list(event.prompt_token_ids)
         record["stop_token_ids"] = list(event.stop_token_ids)
+        if event.remote_kv is None:  # written only where there is one
+            del record["remote_kv"]
         return {"op": "add_request", **record}
     if isinstance(event, Abort):
         return {"op": "abort", "request_ids": list(event.request_ids)}
@@ -144,6 +168,13 @@ def _event_to_json(event: Event) -> dict[str, Any]:
         }
         if event.aborts:  # written only where there are some: most steps have none
             step["aborts"] = list(event.aborts)
+        if event.kv:
+            step["kv"] = {
+                "loads_done": list(event.kv.loads_done),
+                "loads_failed": list(event.kv.loads_failed),
+                "blocks_failed": [[rid, index] for rid, index in event.kv.blocks_failed],
+                "sends_done": list(event.kv.sends_done),
+            }
         return step
     return {"op": "drain"}
 
@@ -246,6 +277,7 @@ def _event_from_json(record: Any, where: str, bounds: _Bounds) -> Event:
                 _field(record, "stop_token_ids", where, _is_int_list, "a list of ints", [])
             ),
             priority=_field(record, "priority", where, _is_int, "an int", 0),
+            remote_kv=_remote_kv(record, where, bounds),
         )
     if op == "abort":
         return Abort(tuple(_field(record, "request_ids", where, _is_str_list, STR_LIST_WHAT)))
@@ -258,10 +290,73 @@ def _event_from_json(record: Any, where: str, bounds: _Bounds) -> Event:
         if "aborts" in record and bounds.version < STEP_ABORTS_SINCE_VERSION:
             raise TraceError(f"{where}.aborts", f"not a field of version {bounds.version} traces")
         aborts = _field(record, "aborts", where, _is_str_list, STR_LIST_WHAT, [])
-        return Step(StepDecisions(stops=dict(stops), accepted=dict(accepted)), tuple(aborts))
+        decisions = StepDecisions(stops=dict(stops), accepted=dict(accepted))
+        return Step(decisions, tuple(aborts), _kv_transfers(record, where, bounds))
     if op == "drain":
         return Drain()
     raise TraceError(f"{where}.op", f"unknown event {shown(op)}")
+
+
+def _newer_field(record: Mapping[str, Any], name: str, where: str, bounds: _Bounds) -> bool:
+    """Whether the record carries a connector field, refused in a trace before version 6."""
+    if name not in record:
+        return False
+    if bounds.version < CONNECTOR_SINCE_VERSION:
+        raise TraceError(f"{where}.{name}", f"not a field of version {bounds.version} traces")
+    return True
+
+
+_REMOTE_KV_FIELDS = {f.name for f in dataclasses.fields(RemoteKV)}
+
+
+def _remote_kv(record: Mapping[str, Any], where: str, bounds: _Bounds) -> RemoteKV | None:
+    if not _newer_field(record, "remote_kv", where, bounds) or record["remote_kv"] is None:
+        return None
+    raw = _field(record, "remote_kv", where, lambda v: isinstance(v, dict), "an object or null")
+    unknown = sorted(set(raw) - _REMOTE_KV_FIELDS)
+    if unknown:
+        raise TraceError(f"{where}.remote_kv.{named(unknown[0])}", "unknown field")
+    remote = RemoteKV(**raw)
+    prompt = record.get("prompt_token_ids")
+    try:
+        remote.validate(where, len(prompt) if isinstance(prompt, list) else 0)
+    except RequestError as err:
+        raise TraceError(f"{where}.{err.field}", str(err)) from None
+    return remote
+
+
+def _is_block_ref(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and _is_int(value[1])
+        and value[1] >= 0
+    )
+
+
+def _kv_transfers(record: Mapping[str, Any], where: str, bounds: _Bounds) -> KVTransfers:
+    if not _newer_field(record, "kv", where, bounds):
+        return KVTransfers()
+    raw = _field(record, "kv", where, lambda v: isinstance(v, dict), "an object")
+    here = f"{where}.kv"
+    unknown = sorted(set(raw) - {"loads_done", "loads_failed", "blocks_failed", "sends_done"})
+    if unknown:
+        raise TraceError(f"{here}.{named(unknown[0])}", "unknown field")
+    blocks = _field(
+        raw,
+        "blocks_failed",
+        here,
+        lambda v: isinstance(v, list) and all(_is_block_ref(b) for b in v),
+        "a list of [request id, block index >= 0] pairs",
+        [],
+    )
+    return KVTransfers(
+        loads_done=tuple(_field(raw, "loads_done", here, _is_str_list, STR_LIST_WHAT, [])),
+        loads_failed=tuple(_field(raw, "loads_failed", here, _is_str_list, STR_LIST_WHAT, [])),
+        blocks_failed=tuple((rid, index) for rid, index in blocks),
+        sends_done=tuple(_field(raw, "sends_done", here, _is_str_list, STR_LIST_WHAT, [])),
+    )
 
 
 def trace_from_json(document: Any) -> Trace:
@@ -271,7 +366,7 @@ def trace_from_json(document: Any) -> Trace:
     if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
         raise TraceError("version", f"must be one of {SUPPORTED_VERSIONS}, got {shown(version)}")
     raw_config = _field(document, "config", "trace", lambda v: isinstance(v, dict), "an object")
-    for name, since in _FIELD_SINCE_VERSION.items():
+    for name, since in FIELD_SINCE_VERSION.items():
         if name in raw_config and version < since:
             raise TraceError(f"config.{name}", f"not a field of version {version} traces")
     if raw_config.get("family", "vllm") == "vllm":

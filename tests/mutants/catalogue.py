@@ -14,8 +14,12 @@ import dataclasses
 from hypothesis import strategies as st
 
 from schedspec.properties.strategies.configs import configs
-from schedspec.properties.strategies.regimes import cache_aware_reorder
+from schedspec.properties.strategies.regimes import (
+    cache_aware_reorder,
+    kv_connector,
+)
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.config import smallest_pool
 from tests.mutants.async_catalogue_review import ASYNC_REVIEW_MUTANTS
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
@@ -279,6 +283,22 @@ def long_prefill_chunking_off() -> st.SearchStrategy[SchedulerConfig]:
     )
 
 
+def with_connector() -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's configs with a KV connector (the kv-connector regime): loads, sends,
+    failures under both policies."""
+    return configs(async_scheduling=False).map(kv_connector)
+
+
+def connector_tight_kv() -> st.SearchStrategy[SchedulerConfig]:
+    """A KV connector in the tightest pool the config allows (one max_model_len request,
+    or more beside a verify step's blocks: smallest_pool): loads contend for blocks."""
+
+    def tight(config: SchedulerConfig) -> SchedulerConfig:
+        return dataclasses.replace(config, num_blocks=smallest_pool(config))
+
+    return with_connector().map(tight)
+
+
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------- issue #19: the other halves
     mutant(
@@ -326,12 +346,12 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "abort-uncaches-freed-blocks",
         "vllm/scheduler.py",
-        "            request.status = RequestStatus.FINISHED_ABORTED\n"
-        "            self._free_request(request)\n",
-        "            request.status = RequestStatus.FINISHED_ABORTED\n"
+        "            request.status = status\n"
+        "            self._free_request(request, delay_free_blocks=in_flight)\n",
+        "            request.status = status\n"
         "            request.num_computed_tokens = 0\n"
         "            self.kv_cache_manager.uncache_uncomputed_blocks(request)\n"
-        "            self._free_request(request)\n",
+        "            self._free_request(request, delay_free_blocks=in_flight)\n",
         "An abort takes back every registration of the aborted request's blocks (as if "
         "none of its KV were computed) and frees them hashless, to the front of the free "
         "queue: FREE-ORDER-ABORT, which reads the hashes after the abort, accepts it.",
@@ -539,19 +559,19 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "long-prefill-cap-when-alone",
         "vllm/scheduler.py",
-        "        if len(self.running) + len(self.waiting) > 1:\n",
-        "        if len(self.running) + len(self.waiting) > 0:\n",
+        "        if len(self.running) + self._num_waiting() > 1:\n",
+        "        if len(self.running) + self._num_waiting() > 0:\n",
         "The long-prefill cap is applied even when a single request exists.",
         {"GREEDY-BUDGET"},
     ),
     mutant(
         "chunking-off-queue-not-blocked",
         "vllm/scheduler.py",
-        "            if not config.enable_chunked_prefill and num_new > step.token_budget:\n"
-        "                break  # head-of-line: nothing behind it is tried this step\n",
-        "            if not config.enable_chunked_prefill and num_new > step.token_budget:\n"
-        "                skipped.append(self.waiting.pop())  # try the ones behind it\n"
-        "                continue\n",
+        "                if not config.enable_chunked_prefill and num_new > step.token_budget:\n"
+        "                    break  # head-of-line: nothing behind it is tried this step\n",
+        "                if not config.enable_chunked_prefill and num_new > step.token_budget:\n"
+        "                    skips.skip(queue, loads)  # try the ones behind it\n"
+        "                    continue\n",
         "Chunked prefill off: a prompt too big for the budget left is set aside (vLLM's "
         "skipped-waiting pattern, which async scheduling uses for stale output) and a "
         "smaller one behind it is admitted.",
@@ -714,9 +734,9 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "abort-leaks-blocks",
         "vllm/scheduler.py",
-        "            request.status = RequestStatus.FINISHED_ABORTED\n"
-        "            self._free_request(request)\n",
-        "            request.status = RequestStatus.FINISHED_ABORTED\n"
+        "            request.status = status\n"
+        "            self._free_request(request, delay_free_blocks=in_flight)\n",
+        "            request.status = status\n"
         "            del self.requests[request.request_id]\n"
         "            self.finished_req_ids.add(request.request_id)\n",
         "finish_requests (abort) forgets the request without freeing its blocks.",
@@ -770,8 +790,10 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "max-num-seqs-off-by-one",
         "vllm/scheduler.py",
-        "            if len(self.running) >= config.max_num_seqs:\n",
-        "            if len(self.running) > config.max_num_seqs:\n",
+        "            loads_only = len(self.running) >= config.max_num_seqs or step.token_budget"
+        " <= 0\n",
+        "            loads_only = len(self.running) > config.max_num_seqs or step.token_budget"
+        " <= 0\n",
         "Admission lets the running list grow to max_num_seqs + 1.",
         {"SEQS"},
     ),
@@ -826,8 +848,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "padding-over-budget-runs-unpadded",
         "vllm/scheduler.py",
-        "            if padded < 0:\n                break\n",
-        "            if padded < 0:\n                padded = 0\n",
+        "                if padded < 0:\n                    break\n",
+        "                if padded < 0:\n                    padded = 0\n",
         "A one-token admission whose 1 + K padded tokens do not fit the budget left runs "
         "unpadded, where vLLM holds it for a later step.",
         {"GREEDY-BUDGET"},
@@ -900,8 +922,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             "        if self._cache_aware_window:\n"
             "            self._reorder_waiting_by_cached_prefix()\n"
-            "        skipped: list[Request] = []\n",
-            "        skipped: list[Request] = []\n",
+            "        skips = _Skips()\n",
+            "        skips = _Skips()\n",
         ),
         configs=cache_aware_tight_kv,
     ),
@@ -920,6 +942,127 @@ MUTANTS: tuple[Mutant, ...] = (
         "stale output is, so later arrivals run ahead of it and it waits forever.",
         {"PROGRESS"},
         configs=synchronous_tight_kv,
+    ),
+    # ------------------------------------------- the KV connector (issue 31, items 1-2)
+    mutant(
+        "kv-load-reserves-nothing",
+        "vllm/scheduler.py",
+        "                reserved_blocks=loads.reserved_blocks(request) if load_async and loads"
+        " else 0,\n",
+        "                reserved_blocks=0,\n",
+        "vLLM #45388 (fixed by PRs #44560, #48433, #57104): an async load is admitted if "
+        "its own blocks fit, reserving nothing for the loads already parked; two "
+        "half-admitted loads then hold the pool between them, each promoted and neither "
+        "able to run: running 0, waiting N.",
+        {"PROGRESS", "DRAIN"},
+        configs=connector_tight_kv,
+    ),
+    mutant(
+        "kv-aborted-load-never-freed",
+        "vllm/kv_loads.py",
+        """            elif rid in self.held and self.held[rid][1] == "loading":
+                self.release(rid)
+""",
+        """            elif rid in self.held and self.held[rid][1] == "loading":
+                pass
+""",
+        "vLLM #46283: a load aborted in flight keeps its blocks, and when its transfer "
+        "reports they are never freed: they leak for as long as the engine runs.",
+        {"CONNECTOR-FINISHED", "NO-LEAK"},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-abort-frees-a-load-in-flight",
+        "vllm/kv_loads.py",
+        "        in_flight = rid not in self.received\n",
+        "        in_flight = False\n",
+        "An abort of a parked load frees its blocks at once, though its transfer is still "
+        "in flight and writes into them (the blocks go to the next request).",
+        {"CONNECTOR-FINISHED-ABORT"},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-abort-in-flight-double-free",
+        "vllm/scheduler.py",
+        "        if not held:\n            self.kv_cache_manager.free(request)\n",
+        "        if not held or delay_free_blocks:\n"
+        "            self.kv_cache_manager.free(request)\n",
+        "An abort of a load in flight both frees its blocks and holds them for the "
+        "transfer; when the load reports, they are freed a second time.",
+        {"CONSERVATION", "CONNECTOR-FINISHED-ABORT", "OUTPUT"},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-load-cached-at-park",
+        "vllm/scheduler.py",
+        "                delay_cache_blocks=load_async,\n",
+        "                delay_cache_blocks=False,\n",
+        "An async load's blocks are registered in the prefix cache when it parks, before "
+        "its KV is there: a request that hits them reads garbage.",
+        {"LOAD-UNCACHED", "CACHE-COMPUTED"},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-promoted-before-its-report",
+        "vllm/kv_loads.py",
+        "        return request.request_id in self.received\n",
+        "        return True\n",
+        "A parked load is promoted by the next schedule() whether or not its worker has "
+        "reported it: the request runs on KV that is not there.",
+        {"LOAD-PROMOTION"},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-promoted-with-no-token-to-compute",
+        "vllm/kv_loads.py",
+        "            request.num_computed_tokens -= 1  # its logits are what the next step"
+        " is for\n",
+        "            pass\n",
+        "A load of the whole prompt is promoted with every token computed, leaving none to "
+        "compute: nothing yields the first output's logits.",
+        {"LOAD-PROMOTION", "OUTPUT", "CACHE-CONTENT", CRASH},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-bad-block-not-cut",
+        "vllm/kv_loads.py",
+        "                    request.num_computed_tokens = index * block_size\n",
+        "                    pass\n",
+        "A load with a bad block keeps every token it loaded as computed: under "
+        "'recompute' the request runs on the bad block's garbage.",
+        {"LOAD-FAILURE"},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-fail-policy-recovers",
+        "vllm/kv_loads.py",
+        """        if self.config.kv_load_failure_policy == "recompute":
+            self.failed |= affected
+            return set()
+        return affected
+""",
+        """        self.failed |= affected
+        return set()
+""",
+        "Under 'fail' a failed load recovers as under 'recompute' instead of ending its "
+        "request with an error.",
+        {"LOAD-FAILURE"},
+        configs=with_connector,
+    ),
+    mutant(
+        "kv-abort-skips-request-finished",
+        "vllm/scheduler.py",
+        "        held = loads is not None and loads.finished(request, delay_free_blocks)\n",
+        "        held = (\n"
+        "            loads is not None\n"
+        "            and request.status is not RequestStatus.FINISHED_ABORTED\n"
+        "            and loads.finished(request, delay_free_blocks)\n"
+        "        )\n",
+        "An aborted request is freed without telling the connector (no request_finished): "
+        "a producer never learns to drop what it would send, and a load in flight is not "
+        "held.",
+        {"CONNECTOR-FINISHED-ABORT", "CONNECTOR-FINISHED"},
+        configs=with_connector,
     ),
     # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
     *ASYNC_REVIEW_MUTANTS,

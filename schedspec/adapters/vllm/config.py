@@ -51,6 +51,11 @@ Translation of the config (`SchedulerConfig` -> vLLM):
   (`Release.mismatch`) still runs, and the engine claims safety only: vllm-v1 is
   vLLM's exact decisions as the config states them, and this release decides
   otherwise there. That is how two releases meet in one diff (`--profile safety`).
+- KV connector (config.kv_connector): vLLM's KVTransferConfig names our connector
+  class by module path (adapters/vllm/connector.py, the spec's fake connector),
+  kv_role "kv_both" (it loads and sends), with the config's kv_load_failure_policy;
+  0.34.0's max_num_inflight_kv_loads goes to vLLM's SchedulerConfig (0.33.0 has no
+  such knob: `Release.refusal`). Only under sync scheduling: see `refusal`.
 - prefix caching hashes with SHA-256, as vLLM's engine does by default;
   with an EAGLE drafter vLLM's block hashes also cover the token after each
   block (its "lookahead hashes"), as in production.
@@ -62,7 +67,9 @@ What is refused, and the configs vLLM runs instead:
 - `refusal` (and `unsupported_reason`, the same as one line): a lookahead without
   drafts or other than 0 or K, an EAGLE config whose budget is <= K (vLLM refuses it),
   drafts without padding (F1), a max_model_len above TINY_MAX_POSITIONS, the tiny
-  model's position limit. `build_scheduler` raises it as a ConfigError; an installed
+  model's position limit, a KV connector under async scheduling. `build_scheduler`
+  raises it as a ConfigError, and the installed release's own refusals
+  (`Release.refusal`: a cap on KV loads in flight before 0.34.0); an installed
   release outside releases.SUPPORTED is UnsupportedVllmError, before vLLM is imported.
 - `expressible`: the nearest config vLLM can run (the release's knob values, an
   inexpressible lookahead becomes the n-gram drafter's 0, a drafter vLLM cannot build
@@ -134,7 +141,9 @@ def unsupported_reason(config: SchedulerConfig) -> str | None:
 def expressible(config: SchedulerConfig, release: Release | None = None) -> SchedulerConfig:
     """The nearest config vLLM (`release`, by default the installed one) can run: the
     release's knob values, an inexpressible lookahead becomes 0 (n-gram), a drafter
-    vLLM cannot build goes, and padding is on exactly when it speculates."""
+    vLLM cannot build goes, and padding is on exactly when it speculates. (A KV
+    connector under async scheduling is refused by SchedulerConfig itself: vLLM then
+    defers block frees past the batch in flight, which the spec does not model.)"""
     config = (release or current_release()).knobs(config)
     if refusal(config) is None:
         return config
@@ -196,7 +205,7 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
     refuses at start-up (and SchedulerConfig refuses too).
     """
     release = current_release()  # UnsupportedVllmError before vLLM is imported
-    refused = refusal(config)
+    refused = refusal(config) or release.refusal(config)
     if refused is not None:
         raise refused
     v = load_vllm()
@@ -219,6 +228,7 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
         # Explicit: left unset, VllmConfig turns it on wherever the executor can.
         async_scheduling=config.async_scheduling,
         **_cache_aware_admission(release, config),
+        **_inflight_kv_loads(release, config),
     )
     cache_config = v.CacheConfig(
         block_size=config.block_size,
@@ -231,6 +241,7 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
         cache_config=cache_config,
         device_config=v.DeviceConfig(device="cpu"),
         speculative_config=_speculative_config(v, config, model_config),
+        kv_transfer_config=_kv_transfer_config(v, config),
     )
     usable = config.num_blocks if num_blocks is None else num_blocks
     num_vllm_blocks = usable + 1  # block 0 is vLLM's null block
@@ -271,6 +282,29 @@ def _cache_aware_admission(release: Release, config: SchedulerConfig) -> dict[st
         "cache_aware_admission_window": config.cache_aware_admission_window,
         "cache_aware_admission_threshold": config.cache_aware_admission_threshold,
     }
+
+
+def _inflight_kv_loads(release: Release, config: SchedulerConfig) -> dict[str, Any]:
+    """max_num_inflight_kv_loads for vLLM's SchedulerConfig, where the release has it
+    (0.34.0 on; build_scheduler refused a cap elsewhere)."""
+    if not release.inflight_kv_load_cap:
+        return {}
+    return {"max_num_inflight_kv_loads": config.max_num_inflight_kv_loads}
+
+
+def _kv_transfer_config(v: Vllm, config: SchedulerConfig) -> Any:
+    """vLLM's KVTransferConfig naming our connector class, or None without a connector.
+    kv_both: the spec's connector both loads (RemoteKV) and sends (send_on_finish)."""
+    if not config.kv_connector:
+        return None
+    from schedspec.adapters.vllm.connector import CONNECTOR_CLASS, CONNECTOR_MODULE
+
+    return v.KVTransferConfig(
+        kv_connector=CONNECTOR_CLASS,
+        kv_connector_module_path=CONNECTOR_MODULE,
+        kv_role="kv_both",
+        kv_load_failure_policy=config.kv_load_failure_policy,
+    )
 
 
 def _speculative_config(v: Vllm, config: SchedulerConfig, model_config: Any) -> Any:
@@ -324,6 +358,14 @@ def _check_translation(
         "max_concurrent_batches": vllm_config.max_concurrent_batches,
         # (window, threshold): the threshold means nothing without a window.
         "cache_aware_admission": (window, sc.cache_aware_admission_threshold if window else None),
+        "kv_connector": type(scheduler.connector).__name__ if scheduler.connector else None,
+        "kv_load_failure_policy": (
+            vllm_config.kv_transfer_config.kv_load_failure_policy
+            if vllm_config.kv_transfer_config is not None
+            else "fail"
+        ),
+        # Absent before 0.34.0, which has no cap: None.
+        "max_num_inflight_kv_loads": getattr(sc, "max_num_inflight_kv_loads", None),
         # What a GPU deployment runs; the scheduler reads it once, when built. 0.34.0
         # removed the V1 runner and this attribute with it: absent is V2.
         "use_v2_model_runner": getattr(scheduler, "use_v2_model_runner", True),
@@ -353,6 +395,9 @@ def _check_translation(
             own_window,
             config.cache_aware_admission_threshold if own_window else None,
         ),
+        "kv_connector": "SchedspecConnector" if config.kv_connector else None,
+        "kv_load_failure_policy": config.kv_load_failure_policy,
+        "max_num_inflight_kv_loads": config.max_num_inflight_kv_loads,
         "use_v2_model_runner": True,
     }
     differ = {name: (wanted[name], got) for name, got in seen.items() if got != wanted[name]}

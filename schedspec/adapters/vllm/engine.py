@@ -60,10 +60,9 @@ num_computed_tokens, status, block table (minus the null block offset),
 num_preemptions, priority and arrival index, and the async pipeline's
 counters (num_in_flight_tokens, num_output_placeholders,
 num_stale_output_tokens, drop_stale_output, is_prefill_chunk); the waiting
-queue in the order vLLM pops it (kv-holding queue first, then the FCFS deque
-or the priority heap drained in order; 0.34.0's async_kv_waiting holds only
-requests a KV connector may load, and the adapter runs none); the running
-list; the free queue front to back; each block's ref count and cached hash;
+queue (kv-holding queue first, then the FCFS deque or the priority heap
+drained in order, then 0.34.0's async_kv_waiting, as the reference lists them);
+the running list; the free queue front to back; each block's ref count and cached hash;
 the prefix-cache map. vLLM names a block's content by SHA-256 over pickled tokens, the spec by
 chained BLAKE2b: each vLLM request carries its own block hashes, computed
 from its tokens, so the adapter pairs vLLM hash i of a request with the spec
@@ -71,6 +70,16 @@ hash of the same request's block i (from its tokens, independent of any
 block table) and translates the pool's hashes through that pairing. (With
 EAGLE's lookahead hashes two vLLM hashes can name one spec hash: same block,
 different next token; the prefix-cache map then lists that spec hash twice.)
+
+With a KV connector (config.kv_connector: our connector class,
+adapters/vllm/connector.py, loaded by vLLM by module path): each request's RemoteKV
+rides on it as kv_transfer_params; the worker's report (ModelRunnerOutput's
+kv_connector_output) becomes vLLM's KVConnectorOutput, block ids shifted past the
+null block; a load that fails under "fail" finishes with vLLM's ERROR reason
+(FINISHED_ERROR). The snapshot's State.connector reads vLLM's bookkeeping
+(`_connector_state`); a finished request vLLM keeps in `requests` while the
+connector holds its blocks is there, not among State.requests. vLLM's
+drop_stale_output is mapped to what it does (see `snapshot`).
 """
 
 from __future__ import annotations
@@ -81,6 +90,7 @@ from typing import Any
 
 from schedspec.adapters.in_flight import check_landing
 from schedspec.adapters.vllm.config import build_scheduler
+from schedspec.adapters.vllm.connector import remote_kv_of, remote_kv_params
 from schedspec.adapters.vllm.output import (
     DraftingSkips,
     external_id,
@@ -94,6 +104,7 @@ from schedspec.spec import (
     BlockHash,
     KVState,
     ModelRunnerOutput,
+    OutputError,
     Request,
     RequestError,
     RequestOutput,
@@ -106,6 +117,13 @@ from schedspec.spec import (
     validate_new_request,
 )
 from schedspec.spec.config import require_family
+from schedspec.spec.connector import (
+    ConnectorState,
+    HeldBlocks,
+    KVConnectorOutput,
+    LoadPhase,
+    interleaved,
+)
 from schedspec.spec.invariants import Profile
 
 _STATUS: dict[str, RequestStatus] = {
@@ -115,12 +133,15 @@ _STATUS: dict[str, RequestStatus] = {
     "FINISHED_STOPPED": RequestStatus.FINISHED_STOPPED,
     "FINISHED_LENGTH_CAPPED": RequestStatus.FINISHED_LENGTH_CAPPED,
     "FINISHED_ABORTED": RequestStatus.FINISHED_ABORTED,
+    "WAITING_FOR_REMOTE_KVS": RequestStatus.WAITING_FOR_REMOTE_KVS,
+    "FINISHED_ERROR": RequestStatus.FINISHED_ERROR,
 }
 # vLLM's FinishReason names: STOP covers EOS and stop tokens (and stop strings).
 _FINISH_STATUS: dict[str, RequestStatus] = {
     "STOP": RequestStatus.FINISHED_STOPPED,
     "LENGTH": RequestStatus.FINISHED_LENGTH_CAPPED,
     "ABORT": RequestStatus.FINISHED_ABORTED,
+    "ERROR": RequestStatus.FINISHED_ERROR,  # a failed KV load under "fail"
 }
 
 
@@ -175,11 +196,16 @@ class VllmEngine:
     def add_request(self, request: Request) -> None:
         # vLLM checks these above the Scheduler (front end, engine core).
         validate_new_request(request, self.config)
-        if self._live_id(request.request_id) is not None:
+        # A finished request whose blocks the connector holds keeps its id too.
+        if self._internal.get(request.request_id) in self.scheduler.requests:
             raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
         rid = internal_id(request.request_id, self._num_arrivals)
+        remote = request.remote_kv
         params = self._v.SamplingParams(
-            max_tokens=request.max_tokens, stop_token_ids=list(request.stop_token_ids)
+            max_tokens=request.max_tokens,
+            stop_token_ids=list(request.stop_token_ids),
+            # How a client hands a connector its per-request parameters.
+            extra_args=None if remote is None else {"kv_transfer_params": remote_kv_params(remote)},
         )
         if request.eos_token_id is not None:
             params.update_from_generation_config({}, request.eos_token_id)
@@ -217,10 +243,15 @@ class VllmEngine:
         sampled = model_runner_output.sampled_token_ids
         oldest = self._in_flight[0][0] if self._in_flight else None
         check_landing(oldest, scheduler_output, sampled)
+        # Refused, like the reference does, before anything changes.
+        kv_output = self._kv_connector_output(model_runner_output.kv_connector_output)
         out = self._in_flight.popleft()[1]
         req_ids = list(out.num_scheduled_tokens)  # vLLM's ids of this step's requests
         runner_output = vllm_runner_output(
-            self._v, req_ids, [list(sampled.get(external_id(rid), ())) for rid in req_ids]
+            self._v,
+            req_ids,
+            [list(sampled.get(external_id(rid), ())) for rid in req_ids],
+            kv_output,
         )
         reported = self.scheduler.update_from_output(out, runner_output)
         self._learn_tracked()
@@ -233,6 +264,55 @@ class VllmEngine:
             for engine_core_outputs in reported.values()
             for o in engine_core_outputs.outputs
         }
+
+    def _kv_connector_output(self, report: KVConnectorOutput | None) -> Any:
+        """The worker's report as vLLM's KVConnectorOutput (its request ids, its block
+        ids: the spec's + 1), or None where there is none. A request the report names
+        must be one vLLM still holds (live, or finished with its blocks held), as the
+        reference's check_report requires; and, where vLLM asserts so halfway through
+        update_from_output, a finished load must be parked or finished (held), a
+        finished send finished: refused here first, before anything changes."""
+        if report is None:
+            return None
+        if not self.config.kv_connector:
+            raise OutputError("kv_connector_output", "this scheduler has no KV connector")
+        known = {external_id(rid): rid for rid in self.scheduler.requests}
+        # Lists, sorted by the spec's id, where vLLM's type says sets: vLLM frees the
+        # blocks of finished loads and sends in the order it iterates these, and a
+        # set of strings iterates in string-hash order, which changes from process to
+        # process. vLLM only iterates them and tests membership, which lists serve;
+        # the reference goes in sorted order too.
+        ids: dict[str, list[str]] = {}
+        for name in ("finished_recving", "failed_recving", "finished_sending"):
+            unknown = sorted(set(getattr(report, name)) - set(known))
+            if unknown:
+                raise OutputError(
+                    f"kv_connector_output.{name}", f"request {unknown[0]!r} has no transfer"
+                )
+            ids[name] = [known[rid] for rid in sorted(getattr(report, name))]
+        parked = self._v.RequestStatus.WAITING_FOR_REMOTE_KVS
+        for name, allowed in (("finished_recving", (parked,)), ("finished_sending", ())):
+            for rid in ids[name]:
+                request = self.scheduler.requests[rid]
+                if not (request.is_finished() or request.status in allowed):
+                    raise OutputError(
+                        f"kv_connector_output.{name}",
+                        f"request {external_id(rid)!r} is {request.status.name}: it has no "
+                        "transfer in flight (vLLM asserts on it)",
+                    )
+        for block in report.invalid_block_ids:
+            if not isinstance(block, int) or not 0 <= block < self.config.num_blocks:
+                raise OutputError(
+                    "kv_connector_output.invalid_block_ids",
+                    f"block ids must be in [0, num_blocks ({self.config.num_blocks})), "
+                    f"got {block!r}",
+                )
+        return self._v.KVConnectorOutput(
+            finished_sending=ids["finished_sending"],
+            finished_recving=ids["finished_recving"],
+            failed_recving=ids["failed_recving"],
+            invalid_block_ids={b + 1 for b in report.invalid_block_ids},  # the null block
+        )
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         # vLLM passes the drafts through its structured-output manager (0.33.0's
@@ -256,9 +336,11 @@ class VllmEngine:
         self._learn_tracked()
 
     def _live_id(self, request_id: str) -> str | None:
-        """vLLM's id of the live request the spec calls request_id, if there is one."""
+        """vLLM's id of the live request the spec calls request_id, if there is one (a
+        finished one whose blocks the connector holds is not live)."""
         rid = self._internal.get(request_id)
-        return rid if rid is not None and rid in self.scheduler.requests else None
+        request = None if rid is None else self.scheduler.requests.get(rid)
+        return rid if request is not None and not request.is_finished() else None
 
     # ---------------------------------------------------- the refinement mapping
 
@@ -268,6 +350,8 @@ class VllmEngine:
         pool = kv.block_pool
         requests: dict[str, RequestState] = {}
         for rid, r in s.requests.items():
+            if r.is_finished():
+                continue  # its blocks wait for the connector: State.connector.held
             self._learn(rid, r)
             params = r.sampling_params
             request_id = external_id(rid)
@@ -288,17 +372,24 @@ class VllmEngine:
                 num_in_flight_tokens=r.num_in_flight_tokens,
                 num_output_placeholders=r.num_output_placeholders,
                 num_stale_output_tokens=r.num_stale_output_tokens,
-                drop_stale_output=r.drop_stale_output,
+                # vLLM reads the flag only while stale output is in flight; a producer
+                # connector (requires_kv_delivery) sets it at every preemption, stale
+                # output or none, and it stays set. Without stale output it means
+                # nothing, and the spec's flag is "drops the stale output it has".
+                drop_stale_output=r.drop_stale_output and r.num_stale_output_tokens > 0,
                 is_prefill_chunk=r.is_prefill_chunk,
+                remote_kv=remote_kv_of(r) if self.config.kv_connector else None,
             )
         blocks = pool.blocks[1:]  # block 0 is the null block
         return State(
             config=self.config,
             requests=requests,
-            # The order vLLM pops them in: kv-holding requests first, then the
-            # FCFS deque front to back or the priority heap drained in order.
-            waiting=tuple(external_id(r.request_id) for r in s.kv_holding_waiting)
-            + tuple(external_id(r.request_id) for r in s.waiting),
+            # The order vLLM examines them in: kv-holding requests first (drained
+            # before any other queue), then the FCFS deque front to back or the priority
+            # heap drained in order, interleaved with 0.34.0's async_kv_waiting (filled
+            # only by a connector under max_num_inflight_kv_loads) as _next_waiting_queue
+            # takes them: the async queue's head first where it goes first.
+            waiting=tuple(external_id(r.request_id) for r in self._waiting_order()),
             running=tuple(external_id(r.request_id) for r in s.running),
             kv=KVState(
                 num_blocks=len(blocks),
@@ -314,13 +405,74 @@ class VllmEngine:
                     for key, held in _prefix_cache_entries(pool.cached_block_hash_to_block)
                 ),
             ),
+            connector=self._connector_state() if self.config.kv_connector else None,
         )
+
+    def _waiting_order(self) -> list[Any]:
+        s = self.scheduler
+        priority = self.config.policy == "priority"
+
+        def goes_first(async_head: Any, head: Any) -> bool:
+            if priority:
+                return bool(
+                    (async_head.priority, async_head.arrival_time)
+                    < (head.priority, head.arrival_time)
+                )
+            return bool(async_head.arrival_time < head.arrival_time)
+
+        rest = interleaved(list(s.waiting), list(getattr(s, "async_kv_waiting", ())), goes_first)
+        return [*s.kv_holding_waiting, *rest]
+
+    def _connector_state(self) -> ConnectorState:
+        """vLLM's connector bookkeeping as the spec's ConnectorState.
+
+        loads: each request of kv_holding_waiting. Parked (WAITING_FOR_REMOTE_KVS): failed
+        if a failure marked it for recovery at promotion (failed_recving_kv_req_ids, only
+        under "recompute"), else received once the worker reported it
+        (finished_recving_kv_req_ids), else loading. Back in WAITING or PREEMPTED with
+        computed tokens: promoted (vLLM's _holds_kv_blocks; a failed load with nothing
+        valid gave its blocks back and holds none).
+        held: the finished requests vLLM keeps in `requests` because their blocks wait
+        for a report: a send our connector asked to wait for (request_finished's
+        delay_free), else a load aborted or failed in flight (0.34.0 lists these in
+        _aborted_kv_loads; 0.33.0 keeps no such list, so the connector's record decides).
+        """
+        s = self.scheduler
+        connector = s.connector  # connector.connector_class()
+        parked = self._v.RequestStatus.WAITING_FOR_REMOTE_KVS
+        kv = s.kv_cache_manager
+        loads: dict[str, LoadPhase] = {}
+        for r in self._waiting_order():
+            rid = r.request_id
+            phase: LoadPhase | None
+            if r.status == parked:
+                if rid in s.failed_recving_kv_req_ids:
+                    phase = "failed"
+                elif rid in s.finished_recving_kv_req_ids:
+                    phase = "received"
+                else:
+                    phase = "loading"
+            else:
+                # In and waiting for admission with the blocks it loaded (a whole
+                # one-token prompt's load leaves nothing computed and holds its block).
+                phase = "promoted" if spec_block_ids(kv.get_block_ids(rid)) else None
+            if phase is not None:
+                loads[external_id(rid)] = phase
+        held = {
+            external_id(rid): HeldBlocks(
+                spec_block_ids(kv.get_block_ids(rid)),
+                "sending" if rid in connector.delayed else "loading",
+            )
+            for rid, r in s.requests.items()
+            if r.is_finished()
+        }
+        return ConnectorState(loads, held, tuple(connector.model.finished_calls))
 
     def _status(self, request: Any) -> RequestStatus:
         name = request.status.name
         status = _STATUS.get(name)
         if status is None:
-            # Grammar, remote-KV, streaming, error and repetition states need
+            # Grammar, streaming and repetition states need
             # inputs the harness never gives; seeing one is an adapter gap.
             raise RuntimeError(f"request {request.request_id!r} in vLLM status {name}")
         return status
@@ -332,7 +484,7 @@ class VllmEngine:
             return None
         status = _FINISH_STATUS.get(reason.name)
         if status is None:
-            # Errors and repetition detection need inputs the harness never gives.
+            # Other errors and repetition detection need inputs the harness never gives.
             raise RuntimeError(f"vLLM finish reason {reason.name}")
         return status
 

@@ -12,6 +12,11 @@ to values of them. Two kinds of difference between releases:
     `cache_aware_admission_window` and `..._threshold`
     (`Scheduler._reorder_waiting_by_cached_prefix`), passed through as the spec's
     knobs; 0.33.0 has neither, so its window is 0.
+  - `inflight_kv_load_cap`: 0.34.0's SchedulerConfig has `max_num_inflight_kv_loads`
+    (and with it the async-load queue, async_kv_waiting, and connectors'
+    may_load_async); 0.33.0 has none, so it runs no cap. A config that sets one is
+    refused there (`refusal`): without the cap vLLM would not run what it describes,
+    and unlike the other knobs no harness default stands for "the release's rule".
 - API shapes are found by feature detection where the adapter reads vLLM: the output
   layout (output.py), ModelRunnerOutput's fields and the prefix-cache map (runtime.py,
   engine.py), `use_v2_model_runner` (config.py). A release that only moves those
@@ -60,16 +65,31 @@ class Release:
     long_prefill_needs_chunked_prefill: bool
     # Whether its SchedulerConfig has cache_aware_admission_window and _threshold.
     cache_aware_admission: bool
+    # Whether its SchedulerConfig has max_num_inflight_kv_loads.
+    inflight_kv_load_cap: bool
 
     def knobs(self, config: SchedulerConfig) -> SchedulerConfig:
         """The config with this release's knob values: the long-prefill rule it has,
-        and no cache-aware admission where it has none."""
+        and no cache-aware admission or cap on KV loads in flight where it has none."""
         rule = self.long_prefill_needs_chunked_prefill
         config = replace(config, long_prefill_needs_chunked_prefill=rule)
+        if not self.inflight_kv_load_cap:
+            config = replace(config, max_num_inflight_kv_loads=None)
         if self.cache_aware_admission:
             return config
         # SchedulerConfig's defaults: off.
         return replace(config, cache_aware_admission_window=0, cache_aware_admission_threshold=0.5)
+
+    def refusal(self, config: SchedulerConfig) -> ConfigError | None:
+        """Why this release cannot run the config (the knob and why), or None."""
+        cap = config.max_num_inflight_kv_loads
+        if cap is not None and not self.inflight_kv_load_cap:
+            return ConfigError(
+                "max_num_inflight_kv_loads",
+                f"{cap}: vLLM {self.version} has no cap on KV loads in flight (it came "
+                "with 0.34.0); it must be None there",
+            )
+        return None
 
     def mismatch(self, config: SchedulerConfig) -> ConfigError | None:
         """Where the config's knobs do not describe this release (the knob and why), or
@@ -105,8 +125,18 @@ class Release:
 
 # Oldest first; the last is what scripts/install_vllm.sh installs by default.
 SUPPORTED: tuple[Release, ...] = (
-    Release("0.33.0", long_prefill_needs_chunked_prefill=False, cache_aware_admission=False),
-    Release("0.34.0", long_prefill_needs_chunked_prefill=True, cache_aware_admission=True),
+    Release(
+        "0.33.0",
+        long_prefill_needs_chunked_prefill=False,
+        cache_aware_admission=False,
+        inflight_kv_load_cap=False,
+    ),
+    Release(
+        "0.34.0",
+        long_prefill_needs_chunked_prefill=True,
+        cache_aware_admission=True,
+        inflight_kv_load_cap=True,
+    ),
 )
 NEWEST = SUPPORTED[-1]
 

@@ -68,6 +68,11 @@ class Vllm:
     SamplingParams: Any
     ModelRunnerOutput: Any
     DraftTokenIds: Any
+    # The KV connector's parts (adapters/vllm/connector.py).
+    KVTransferConfig: Any
+    KVConnectorBase_V1: Any
+    KVConnectorMetadata: Any
+    KVConnectorOutput: Any
     float32: Any
     model_dir: str
     eagle_dir: str
@@ -83,12 +88,17 @@ def _import_vllm() -> Vllm:
         from vllm.config import (
             CacheConfig,
             DeviceConfig,
+            KVTransferConfig,
             ModelConfig,
             ParallelConfig,
             SpeculativeConfig,
             VllmConfig,
         )
         from vllm.config import SchedulerConfig as VllmSchedulerConfig
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+            KVConnectorBase_V1,
+            KVConnectorMetadata,
+        )
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -99,7 +109,7 @@ def _import_vllm() -> Vllm:
             KVCacheConfig,
             KVCacheGroupSpec,
         )
-        from vllm.v1.outputs import DraftTokenIds
+        from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput
         from vllm.v1.outputs import ModelRunnerOutput as VllmModelRunnerOutput
         from vllm.v1.request import Request as VllmRequest
         from vllm.v1.request import RequestStatus as VllmRequestStatus
@@ -129,6 +139,10 @@ def _import_vllm() -> Vllm:
         SamplingParams=SamplingParams,
         ModelRunnerOutput=VllmModelRunnerOutput,
         DraftTokenIds=DraftTokenIds,
+        KVTransferConfig=KVTransferConfig,
+        KVConnectorBase_V1=KVConnectorBase_V1,
+        KVConnectorMetadata=KVConnectorMetadata,
+        KVConnectorOutput=KVConnectorOutput,
         float32=torch.float32,
         model_dir=folders["model"],
         eagle_dir=folders["eagle"],
@@ -145,14 +159,19 @@ def load_vllm() -> Vllm:
     return VLLM.get()
 
 
-def vllm_runner_output(v: Vllm, req_ids: list[str], sampled: Sequence[list[int]]) -> Any:
+def vllm_runner_output(
+    v: Vllm, req_ids: list[str], sampled: Sequence[list[int]], kv_connector_output: Any = None
+) -> Any:
     """vLLM's ModelRunnerOutput for one step: `sampled[i]` is what request `req_ids[i]`
-    sampled. 0.33.0's Scheduler.update_from_output finds a request's row through
-    req_id_to_index; 0.34.0's through the order of req_ids, and has no such field."""
+    sampled; kv_connector_output, the connector's worker report (a vLLM
+    KVConnectorOutput) or None. 0.33.0's Scheduler.update_from_output finds a request's
+    row through req_id_to_index; 0.34.0's through the order of req_ids, and has no such
+    field."""
     index = {"req_id_to_index": {rid: i for i, rid in enumerate(req_ids)}}
     return v.ModelRunnerOutput(
         req_ids=req_ids,
         sampled_token_ids=list(sampled),
+        kv_connector_output=kv_connector_output,
         **(index if v.runner_output_indexed else {}),
     )
 

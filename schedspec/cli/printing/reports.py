@@ -26,7 +26,7 @@ from schedspec.cli.printing.check_report import invariants_of
 from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.files import write_atomically
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
-from schedspec.properties.corners import Corner, corners_for
+from schedspec.properties.corners import Corner, shown_corners
 from schedspec.properties.differential import failing_side
 from schedspec.properties.failure_report import format_event
 from schedspec.spec.invariants import InvariantInfo, Profile
@@ -144,7 +144,7 @@ def summary(report: RunReport) -> dict[str, Any]:
             }
             for info in _invariants(report)
         },
-        "corners": {c.name: stats.corners.get(c.name, 0) for c in _corners(report)},
+        "corners": {c.name: stats.corners.get(c.name, 0) for c in _corners(report, stats.corners)},
         "violations": _violations(report.violation),
         "divergence": _divergence(report.divergence),
         "engine_error": _engine_error(report.engine_error),
@@ -341,8 +341,8 @@ def _violated(report: RunReport) -> set[str]:
     return {v.invariant for v in report.violation.violations} if report.violation else set()
 
 
-def _corners(report: RunReport) -> tuple[Corner, ...]:
-    return corners_for(report.profile or "safety")
+def _corners(report: RunReport, counts: Mapping[str, int]) -> tuple[Corner, ...]:
+    return shown_corners(counts, report.profile or "safety")
 
 
 def _invariants(report: RunReport) -> list[InvariantInfo]:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from schedspec.engines.events import AddRequest
 from schedspec.properties.strategies.raw_choices import IntegerChoice, raw_draw
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import RemoteKV, SchedulerConfig
+from schedspec.spec.connector import LOAD_FAILURES
 from schedspec.spec.request import max_prompt_tokens
 
 # Few distinct token ids, and prompts built from shared prefixes, so that the
@@ -155,6 +156,46 @@ def build_add_request(
         EOS_CHOICES[drawn.eos],
         STOP_TOKEN_CHOICES[drawn.stop_ids],
         drawn.priority if drawn.priority < URGENT else min(live_priorities, default=0) - 1,
+        remote_kv_for(config, drawn, len(prompt)) if prompt else None,
+    )
+
+
+def remote_kv_for(config: SchedulerConfig, drawn: RequestDraw, length: int) -> RemoteKV | None:
+    """What the remote side holds for a request, under a config with a KV connector.
+
+    Decoded from the draw's own integers (the high bits of `anything`, whose low bits
+    pick the length), so a config without a connector draws exactly what it drew
+    before, and 0 (where shrinking goes) means no remote KV. Of the rest: the whole
+    prompt, whole blocks of it, or any part; async loads three times in four; a lookup
+    not ready for a step or two now and then; loads of one, two or eight steps, a third of
+    them failing (as a whole or on a block); sends after one or two steps, now and then
+    never reported.
+    """
+    if not config.kv_connector:
+        return None
+    code = drawn.anything >> 4
+    if code % 4 == 0:
+        return None
+    code //= 4
+    code, extent = divmod(code, 3)
+    size = config.block_size
+    whole_blocks = max(length // size * size, 1)
+    num_tokens = (length, whole_blocks, 1 + drawn.variety % length)[extent]
+    code, not_async = divmod(code, 4)
+    code, unready = divmod(code, 4)
+    code, load_steps = divmod(code, 3)
+    code, failure = divmod(code, 6)
+    code, send = divmod(code, 4)
+    return RemoteKV(
+        num_tokens=num_tokens,
+        load_async=not_async != 0,
+        num_unready_queries=max(unready - 2, 0),
+        send_on_finish=send < 2,
+        send_never_finishes=send == 0 and drawn.variety % 5 == 0,
+        # Some loads stay in flight for a while: aborts then meet them (vLLM #46283).
+        load_steps=(1, 2, 8)[load_steps],
+        load_failure=LOAD_FAILURES[failure] if failure < len(LOAD_FAILURES) else "none",
+        send_steps=1 + drawn.variety % 2,
     )
 
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.strategies.regimes import (
+    CONNECTOR_REGIMES,
     MOST_SEATS,
     PLAIN_WEIGHT,
     REGIMES,
@@ -54,6 +55,9 @@ _ADMISSION_THRESHOLD_DRAWS = st.sampled_from([0.0, 0.0, 0.5, 0.25, 1.0])
 # narrows it (strategies/regimes.py), each as often as its weight.
 _REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
     [None] * PLAIN_WEIGHT + [r for r in REGIMES for _ in range(r.weight)]
+)
+_CONNECTOR_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
+    [None] * PLAIN_WEIGHT + [r for r in (*REGIMES, *CONNECTOR_REGIMES) for _ in range(r.weight)]
 )
 _SGLANG_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
     [None] * SGLANG_PLAIN_WEIGHT + [r for r in SGLANG_REGIMES for _ in range(r.weight)]
@@ -98,12 +102,16 @@ def configs(
     pad_spec_decode: bool | None = None,
     long_prefill_needs_chunked_prefill: bool | None = None,
     cache_aware_admission: bool = True,
+    kv_connector: bool = False,
 ) -> SchedulerConfig:
     """Small configs; async_scheduling, pad_spec_decode and the long-prefill rule are
     drawn unless fixed, and cache-aware admission unless turned off (an engine that runs
     only some modes or releases narrows them here rather than by filtering). Half of
-    them narrowed by a regime (strategies/regimes.py) into a bug's corner."""
-    regime = draw(_REGIME_DRAWS)
+    them narrowed by a regime (strategies/regimes.py) into a bug's corner; with
+    kv_connector the KV connector's regimes are drawn too (the suite's own configs), and
+    a caller that fixes async_scheduling on gets their configs without one (the spec
+    refuses a connector under async scheduling)."""
+    regime = draw(_CONNECTOR_REGIME_DRAWS if kv_connector else _REGIME_DRAWS)
     block_size = draw(_BLOCK_SIZE_DRAWS)
     max_model_len = draw(_integers(2, max_model_len_cap))
     # From exactly one max_model_len request of blocks up to four: tiny caches
@@ -156,6 +164,13 @@ def configs(
     narrowed = regime.narrow(drawn)
     if pad_spec_decode is False and narrowed.pad_spec_decode:
         narrowed = dataclasses.replace(narrowed, pad_spec_decode=False)
+    if async_scheduling and narrowed.kv_connector:
+        narrowed = dataclasses.replace(
+            narrowed,
+            kv_connector=False,
+            kv_load_failure_policy="fail",
+            max_num_inflight_kv_loads=None,
+        )
     if not cache_aware_admission and narrowed.cache_aware_admission_window:
         narrowed = dataclasses.replace(
             narrowed, cache_aware_admission_window=0, cache_aware_admission_threshold=0.5

@@ -184,3 +184,12 @@ def _windowed(config: SchedulerConfig, window: int) -> SchedulerConfig:
             cache_aware_admission_threshold=0.0,
         )
     )
+
+
+def connector_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's configs with the KV connector's regimes drawn too (docs/SPEC.md, "The
+    KV connector"): `schedspec check --configs
+    schedspec.properties.strategies.engine_configs:connector_configs`, as .ci/run runs it
+    on the reference. Synchronous where the connector is drawn (the spec refuses it under
+    async scheduling)."""
+    return configs(max_model_len_cap, kv_connector=True)

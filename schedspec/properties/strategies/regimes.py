@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.config import smallest_pool
 
 MOST_SEATS = 8  # the most max_num_seqs the default configs draw
 
@@ -257,6 +258,39 @@ def cache_aware_reorder(config: SchedulerConfig) -> SchedulerConfig:
     )
 
 
+def kv_connector(config: SchedulerConfig) -> SchedulerConfig:
+    """A KV connector (docs/SPEC.md, "The KV connector"): requests load KV from elsewhere,
+    async or sync, some loads fail, some finished requests keep their blocks while they
+    send them. The failure policy follows the pool's parity (both policies, and no draw
+    of its own). Prefix caching on: loads, hits and promotions meet in the cache."""
+    return dataclasses.replace(
+        config,
+        kv_connector=True,
+        async_scheduling=False,  # SchedulerConfig refuses it with a connector
+        enable_prefix_caching=True,
+        kv_load_failure_policy="recompute" if config.num_blocks % 2 else "fail",
+        num_blocks=max(config.num_blocks, _connector_pool(config)),
+    )
+
+
+def _connector_pool(config: SchedulerConfig) -> int:
+    """The smallest pool SchedulerConfig allows this config once it has a connector."""
+    return smallest_pool(config, kv_connector=True)
+
+
+def kv_loads_capped(config: SchedulerConfig) -> SchedulerConfig:
+    """A KV connector under vLLM 0.34.0's max_num_inflight_kv_loads (one or two), a pool
+    of one max_model_len request and at most two seats: async loads start while the
+    batch is full, wait for the cap, and reserve the blocks still to come against each
+    other (the #45388 deadlock's corner)."""
+    return dataclasses.replace(
+        kv_connector(config),
+        max_num_inflight_kv_loads=1 + config.max_num_seqs % 2,
+        max_num_seqs=min(config.max_num_seqs, 2),
+        num_blocks=max(_tight_cache(config), _connector_pool(config)),
+    )
+
+
 @dataclass(frozen=True)
 class Regime:
     name: str
@@ -274,6 +308,13 @@ REGIMES: tuple[Regime, ...] = (
     Regime("padded-tight-budget", "padded-admission", padded_tight_budget, 2),
     Regime("cache-aware-reorder", "cache-aware-reorder", cache_aware_reorder, 2),
     Regime("padded-near-max-model-len", "padding-near-max-model-len", padded_near_max_model_len, 3),
+)
+# The KV connector's regimes, drawn beside REGIMES where a strategy asks for a connector
+# (configs(kv_connector=True): the suite's own configs). Kept apart so that every
+# strategy built on configs() without one draws exactly what it drew before.
+CONNECTOR_REGIMES: tuple[Regime, ...] = (
+    Regime("kv-connector", "load-in-progress", kv_connector, 2),
+    Regime("kv-loads-capped", "load-in-progress", kv_loads_capped, 2),
 )
 
 

@@ -112,6 +112,9 @@ class KVCacheManager:
         num_lookahead_tokens: int = 0,
         full_sequence_must_fit: bool = False,
         has_running_requests: bool = False,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> list[KVCacheBlock] | None:
         """Give the request KV slots for its new tokens; None (and no change) if they don't fit.
 
@@ -124,11 +127,18 @@ class KVCacheManager:
         running loop preempts. The watermark is charged only to admissions
         while something is running.
         """
-        if num_new_tokens <= 0 and num_new_computed_tokens <= 0:
+        if (
+            num_new_tokens <= 0
+            and num_new_computed_tokens <= 0
+            and num_external_computed_tokens <= 0
+        ):
             raise ValueError("allocate_slots needs new tokens or new computed tokens")
         rid = request.request_id
         max_model_len = self.max_model_len
-        total_computed = min(request.num_computed_tokens + num_new_computed_tokens, max_model_len)
+        total_computed = min(
+            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
+            max_model_len,
+        )
         slots = num_slots(total_computed, num_new_tokens, num_lookahead_tokens, max_model_len)
         table = self.req_to_blocks.get(rid)
         num_held = len(table) if table is not None else 0
@@ -162,7 +172,7 @@ class KVCacheManager:
             if needed + watermark > free:
                 return None
         needed = blocks_to_allocate(num_held, slots, num_hit_blocks, evictable, self.block_size)
-        if needed + watermark > free:
+        if needed + watermark > free - reserved_blocks:
             return None
 
         # Commit: nothing above changed any state.
@@ -176,6 +186,8 @@ class KVCacheManager:
             max(cdiv(slots, self.block_size) - len(table), 0)
         )
         table.extend(new_blocks)
+        if delay_cache_blocks:
+            return new_blocks
         # Blocks are registered at schedule time; drafts are not known tokens
         # yet, so the count stops at num_tokens.
         self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))

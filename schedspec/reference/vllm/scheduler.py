@@ -25,13 +25,16 @@ from schedspec.reference.sizing import (
     running_new_tokens,
     sure_to_reach_max_tokens,
 )
+from schedspec.reference.vllm.free_block_queue import KVCacheBlock
 from schedspec.reference.vllm.kv_cache_manager import BLOCK_ID, KVCacheManager
+from schedspec.reference.vllm.kv_loads import KVLoads, holds_blocks
 from schedspec.reference.vllm.request_queue import FCFSQueue, WaitingQueue, make_waiting_queue
 from schedspec.reference.vllm.step_plan import StepPlan
 from schedspec.reference.vllm.stop_checker import append_output_tokens
 from schedspec.spec import (
     PLACEHOLDER_TOKEN_ID,
     CachedRequestData,
+    ConnectorState,
     ModelRunnerOutput,
     NewRequestData,
     OutputError,
@@ -46,6 +49,7 @@ from schedspec.spec import (
     validate_new_request,
 )
 from schedspec.spec.config import require_family
+from schedspec.spec.connector import interleaved
 from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids
 
@@ -55,6 +59,8 @@ class Scheduler:
         require_family(config, "the reference scheduler", ("vllm",))
         self.config = config
         self.kv_cache_manager = KVCacheManager(config)
+        # The KV connector's side (docs/SPEC.md, "The KV connector"); None without one.
+        self.kv_loads = KVLoads(config, self.kv_cache_manager) if config.kv_connector else None
         self.requests: dict[str, Request] = {}  # every unfinished request
         self.waiting: WaitingQueue = make_waiting_queue(config.policy)
         self.running: list[Request] = []  # admission order
@@ -77,13 +83,29 @@ class Scheduler:
 
     def add_request(self, request: Request) -> None:
         validate_new_request(request, self.config)
+        loads = self.kv_loads
         if request.request_id in self.requests:
             raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        if loads is not None and request.request_id in loads.held:
+            # Its blocks still wait for the worker, whose report names the id.
+            raise RequestError(
+                "request_id",
+                f"request id {request.request_id!r} is still held by the KV connector",
+            )
         request.arrival = self._num_arrivals
         self._num_arrivals += 1
         self.kv_cache_manager.hash_prompt(request)
         self.requests[request.request_id] = request
-        self.waiting.add(request)
+        if loads is None:
+            self.waiting.add(request)
+            return
+        loads.connector.on_new_request(request.request_id)
+        remote = request.remote_kv
+        may_load_async = remote is not None and remote.num_tokens > 0 and remote.load_async
+        if self.config.max_num_inflight_kv_loads is not None and may_load_async:
+            loads.async_waiting.add(request)
+        else:
+            self.waiting.add(request)
 
     def finish_requests(self, request_ids: str | Iterable[str]) -> None:
         """Abort requests wherever they are; unknown or finished ids are ignored."""
@@ -91,13 +113,28 @@ class Scheduler:
         for rid in ids:
             if not isinstance(rid, str):
                 raise RequestError("request_ids", f"ids must be str, got {rid!r}")
+        self._finish(ids, RequestStatus.FINISHED_ABORTED)
+
+    def _finish(self, ids: Iterable[str], status: RequestStatus) -> None:
+        """Finish live requests wherever they are (an abort, or a failed load)."""
         aborted = [self.requests[rid] for rid in dict.fromkeys(ids) if rid in self.requests]
         running_ids = {r.request_id for r in aborted if r.status is RequestStatus.RUNNING}
         self.running = [r for r in self.running if r.request_id not in running_ids]
-        self.waiting.remove({r.request_id for r in aborted} - running_ids)
+        waiting_ids = {r.request_id for r in aborted} - running_ids
+        self.waiting.remove(waiting_ids)
+        loads = self.kv_loads
+        if loads is not None:
+            loads.holding.remove(waiting_ids)
+            loads.async_waiting.remove(waiting_ids)
         for request in aborted:
-            request.status = RequestStatus.FINISHED_ABORTED
-            self._free_request(request)
+            # A parked load's blocks stay while its transfer still writes them.
+            in_flight = (
+                loads is not None
+                and request.status is RequestStatus.WAITING_FOR_REMOTE_KVS
+                and loads.abort_parked(request)
+            )
+            request.status = status
+            self._free_request(request, delay_free_blocks=in_flight)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -105,9 +142,14 @@ class Scheduler:
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
 
-    def _free_request(self, request: Request) -> None:
+    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> None:
+        """A finished request leaves. With a connector, request_finished is called first
+        (once, before any free), and the blocks stay if it or the scheduler delays."""
         assert request.is_finished
-        self.kv_cache_manager.free(request)
+        loads = self.kv_loads
+        held = loads is not None and loads.finished(request, delay_free_blocks)
+        if not held:
+            self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
         self.finished_req_ids.add(request.request_id)
 
@@ -124,6 +166,8 @@ class Scheduler:
         output = self._build_output(step)
         self._in_flight.append((output, self._update_after_schedule(step)))
         self.finished_req_ids = set()
+        if self.kv_loads is not None:
+            self.kv_loads.connector.on_schedule()
         return output
 
     def _update_after_schedule(self, step: StepPlan) -> dict[str, Request]:
@@ -138,6 +182,8 @@ class Scheduler:
             request.is_prefill_chunk = (
                 request.num_computed_tokens < request.num_tokens + request.num_output_placeholders
             )
+            if self.kv_loads is not None:
+                self.kv_loads.on_scheduled(request)
         if self.config.async_scheduling:
             self._add_output_placeholders(step)
         return scheduled
@@ -168,9 +214,15 @@ class Scheduler:
         config = self.config
         if config.long_prefill_needs_chunked_prefill and not config.enable_chunked_prefill:
             return 0
-        if len(self.running) + len(self.waiting) > 1:
+        if len(self.running) + self._num_waiting() > 1:
             return config.long_prefill_token_threshold
         return 0
+
+    def _num_waiting(self) -> int:
+        """Requests in any waiting queue (parked loads among them)."""
+        loads = self.kv_loads
+        extra = 0 if loads is None else len(loads.holding) + len(loads.async_waiting)
+        return len(self.waiting) + extra
 
     def _schedule_running(self, step: StepPlan, cap: int) -> None:
         # Locals: this loop runs once per running request per step.
@@ -259,6 +311,8 @@ class Scheduler:
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
         request.num_preemptions += 1
+        if self.kv_loads is not None:
+            self.kv_loads.forget(request)
         self.waiting.prepend(request)
 
     @staticmethod
@@ -352,45 +406,110 @@ class Scheduler:
         # blocks: the usage and the cache it reads are this step's.
         if self._cache_aware_window:
             self._reorder_waiting_by_cached_prefix()
-        skipped: list[Request] = []
+        skips = _Skips()
         try:
-            self._admit_waiting(step, cap, skipped)
+            self._admit_waiting(step, cap, skips)
         finally:
-            # Skipped requests go back where they were, in their order.
-            for waiting_again in reversed(skipped):
-                self.waiting.prepend(waiting_again)
+            skips.requeue(self.waiting, self.kv_loads)
 
-    def _admit_waiting(self, step: StepPlan, cap: int, skipped: list[Request]) -> None:
+    def _next_queue(self, loads_only: bool, take_async: bool) -> WaitingQueue | None:
+        """The queue the next admission comes from, or None to stop. Requests holding
+        blocks (parked and promoted loads) go first; then the plain queue, or the
+        async-load queue when its head arrived first. When the batch or the budget is
+        full, only async loads may start: they take neither until their KV is in."""
+        loads = self.kv_loads
+        if loads_only:
+            if loads is None or not take_async or not loads.async_waiting:
+                return None
+            return loads.async_waiting
+        queue: WaitingQueue = self.waiting
+        if loads is not None:
+            if loads.holding:
+                return loads.holding
+            async_waiting = loads.async_waiting
+            if take_async and async_waiting:
+                first = not self.waiting or self._goes_first(
+                    async_waiting.peek(), self.waiting.peek()
+                )
+                queue = async_waiting if first else self.waiting
+        return queue if queue else None
+
+    def _admit_waiting(self, step: StepPlan, cap: int, skips: _Skips) -> None:
         config = self.config
         kv = self.kv_cache_manager
-        while self.waiting and step.token_budget > 0:
-            if len(self.running) >= config.max_num_seqs:
+        loads = self.kv_loads
+        take_async = True
+        while True:
+            loads_only = len(self.running) >= config.max_num_seqs or step.token_budget <= 0
+            queue = self._next_queue(loads_only, take_async)
+            if queue is None:
                 break
-            request = self.waiting.peek()
+            request = queue.peek()
+            if request.status is RequestStatus.WAITING_FOR_REMOTE_KVS:
+                assert loads is not None
+                if not loads.is_ready(request):
+                    skips.skip(queue, loads)
+                    continue
+                loads.promote(request)
             if self._awaits_stale_output(request):
-                skipped.append(self.waiting.pop())
+                skips.skip(queue, loads)
                 continue
-            hit_blocks, num_hit = kv.get_computed_blocks(request)
-            num_new = request.num_tokens - num_hit
-            padded = self._padded_admission(num_new, num_hit, step, cap)
-            if padded < 0:
-                break
-            num_new = padded or self._admission_chunk(num_new, cap)
-            if not config.enable_chunked_prefill and num_new > step.token_budget:
-                break  # head-of-line: nothing behind it is tried this step
-            num_new = min(num_new, step.token_budget)
+            hit_blocks: list[KVCacheBlock] = []
+            num_hit = external = 0
+            load_async = False
+            # Only a request with nothing computed looks up the cache and the connector;
+            # a promoted load starts from what it loaded.
+            if request.num_computed_tokens == 0:
+                hit_blocks, num_hit = kv.get_computed_blocks(request)
+                if loads is not None:
+                    matched, load_async = loads.connector.get_num_new_matched_tokens(
+                        request.request_id, request.remote_kv, request.num_tokens, num_hit
+                    )
+                    if matched is None:  # not ready: ask again next step
+                        skips.skip(queue, loads)
+                        continue
+                    loads.on_lookup(request)
+                    external = matched
+            if (load_async and loads is not None and not loads.admits_inflight_load()) or (
+                loads_only and not load_async
+            ):
+                # It waits at its queue's head; other queues may still admit.
+                if loads is None or queue is not loads.async_waiting:
+                    break
+                take_async = False
+                continue
+            computed = request.num_computed_tokens + num_hit + external
+            num_new = padded = 0  # an async load computes nothing until its KV is in
+            if not load_async:
+                num_new = request.num_tokens - computed
+                padded = self._padded_admission(num_new, computed, step, cap)
+                if padded < 0:
+                    break
+                num_new = padded or self._admission_chunk(num_new, cap)
+                if not config.enable_chunked_prefill and num_new > step.token_budget:
+                    break  # head-of-line: nothing behind it is tried this step
+                num_new = min(num_new, step.token_budget)
             blocks = kv.allocate_slots(
                 request,
                 num_new,
                 num_new_computed_tokens=num_hit,
                 new_computed_blocks=hit_blocks,
-                num_lookahead_tokens=config.lookahead_tokens,
+                # An async load runs no forward pass yet: no lookahead slots.
+                num_lookahead_tokens=0 if load_async else config.lookahead_tokens,
                 full_sequence_must_fit=True,
                 has_running_requests=bool(self.running),
+                num_external_computed_tokens=external,
+                delay_cache_blocks=load_async,
+                reserved_blocks=loads.reserved_blocks(request) if load_async and loads else 0,
             )
             if blocks is None:
                 break  # head-of-line on KV too
-            self.waiting.pop()
+            if load_async:
+                assert loads is not None
+                loads.park(request, computed)
+                skips.skip(queue, loads)  # now holding blocks: queued behind the holders
+                continue
+            queue.pop()
             self.running.append(request)
             kv.record_prefix_cache_lookup(request, num_hit)
             if request.status is RequestStatus.WAITING:
@@ -402,7 +521,9 @@ class Scheduler:
             if padded:
                 step.spec_decode_tokens[request.request_id] = (PLACEHOLDER_TOKEN_ID,) * (padded - 1)
             request.status = RequestStatus.RUNNING
-            request.num_computed_tokens = num_hit
+            request.num_computed_tokens = computed
+            if loads is not None:
+                loads.on_admitted(request, num_new)
 
     def _build_output(self, step: StepPlan) -> SchedulerOutput:
         new_reqs = tuple(
@@ -467,7 +588,15 @@ class Scheduler:
         sampling = sampling_requests(
             scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
         )
+        report = model_runner_output.kv_connector_output
+        loads = self.kv_loads
+        if report is not None:
+            if loads is None:
+                raise OutputError("kv_connector_output", "this scheduler has no KV connector")
+            loads.check_report(report, requests)
         in_flight.popleft()
+        # Failed loads first: their requests take no output this step.
+        failed_loads = loads.failed_requests(report) if loads is not None and report else set()
         stale = self._land_in_flight_tokens(scheduler_output, scheduled)
         stopped: set[str] = set()
         stopped_waiting: set[str] = set()  # stale output stopped a preempted request
@@ -486,6 +615,13 @@ class Scheduler:
             self.running = [r for r in self.running if r.request_id not in stopped]
         if stopped_waiting:
             self.waiting.remove(stopped_waiting)
+        if loads is not None and report:
+            # Under "fail" a failed load ends its request; then the completed transfers
+            # land (an aborted or failed load's blocks are freed once it reports).
+            self._finish(sorted(failed_loads), RequestStatus.FINISHED_ERROR)
+            for rid in sorted(failed_loads):
+                outputs[rid] = RequestOutput(rid, (), RequestStatus.FINISHED_ERROR, None)
+            loads.land_transfers(report, requests)
         return outputs
 
     def _land_in_flight_tokens(
@@ -566,7 +702,64 @@ class Scheduler:
                 rid: RequestState.of(r, tuple(map(BLOCK_ID, tables.get(rid, ()))))
                 for rid, r in self.requests.items()
             },
-            waiting=tuple(r.request_id for r in self.waiting),
+            waiting=self._waiting_order(),
             running=tuple(r.request_id for r in self.running),
             kv=kv.snapshot(),
+            connector=None if self.kv_loads is None else self._connector_state(),
         )
+
+    def _connector_state(self) -> ConnectorState:
+        loads = self.kv_loads
+        assert loads is not None
+        return loads.snapshot([*loads.holding, *self.waiting, *loads.async_waiting])
+
+    def _waiting_order(self) -> tuple[str, ...]:
+        """Every waiting request in the order admission looks at them: the block
+        holders, then the plain queue, then the async-load queue (whose head may go
+        before the plain queue's when it arrived first)."""
+        if self.kv_loads is None:
+            return tuple(r.request_id for r in self.waiting)
+        loads = self.kv_loads
+        rest = interleaved(list(self.waiting), list(loads.async_waiting), self._goes_first)
+        return tuple(r.request_id for r in [*loads.holding, *rest])
+
+    def _goes_first(self, async_head: Request, head: Request) -> bool:
+        """Does the async-load queue's head go before the plain queue's?"""
+        if self.config.policy == "priority":
+            return (async_head.priority, async_head.arrival) < (head.priority, head.arrival)
+        return async_head.arrival < head.arrival
+
+
+class _Skips:
+    """Requests passed over in this step's waiting phase, by where they go back: each
+    queue's skipped ones return to its front in their order, and loads started this
+    step join the holders' queue behind the older ones (vLLM 0.34.0)."""
+
+    def __init__(self) -> None:
+        self.waiting: list[Request] = []
+        self.holding: list[Request] = []
+        self.async_waiting: list[Request] = []
+        self.started_loads: list[Request] = []
+
+    def skip(self, queue: WaitingQueue, loads: KVLoads | None) -> None:
+        request = queue.pop()
+        if loads is None:
+            self.waiting.append(request)
+        elif holds_blocks(request):
+            started = queue is not loads.holding
+            (self.started_loads if started else self.holding).append(request)
+        elif queue is loads.async_waiting:
+            self.async_waiting.append(request)
+        else:
+            self.waiting.append(request)
+
+    def requeue(self, waiting: WaitingQueue, loads: KVLoads | None) -> None:
+        if loads is not None:
+            for request in reversed(self.holding):
+                loads.holding.prepend(request)
+            for request in self.started_loads:
+                loads.holding.add(request)
+            for request in reversed(self.async_waiting):
+                loads.async_waiting.prepend(request)
+        for request in reversed(self.waiting):
+            waiting.prepend(request)

@@ -23,6 +23,7 @@ from schedspec.spec.invariants.sglang import policy as sglang_policy  # noqa: F4
 from schedspec.spec.invariants.sglang import admission as sglang_admission  # noqa: F401
 from schedspec.spec.invariants.sglang import lifecycle as sglang_lifecycle  # noqa: F401
 from schedspec.spec.invariants.safety import state  # noqa: F401
+from schedspec.spec.invariants.safety import connector  # noqa: F401
 from schedspec.spec.invariants.safety import update  # noqa: F401
 from schedspec.spec.invariants.vllm import split  # noqa: F401
 from schedspec.spec.invariants.vllm import cache_aware  # noqa: F401

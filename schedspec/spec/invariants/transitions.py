@@ -200,6 +200,9 @@ class DrainResult:
     final: State
     num_steps: int
     step_bound: int = field(default=0)
+    # Finished requests whose sends the worker never reports (RemoteKV
+    # send_never_finishes): their blocks stay held by the connector, and rightly.
+    unreported_sends: frozenset[str] = frozenset()
 
 
 def computed_before(output: SchedulerOutput) -> Mapping[str, int]:

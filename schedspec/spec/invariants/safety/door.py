@@ -17,6 +17,9 @@ def door_refuses(t: AddTransition) -> str | None:
         return str(err)
     if t.request.request_id in t.pre.requests:
         return f"duplicate request id {t.request.request_id!r}"
+    if t.pre.connector is not None and t.request.request_id in t.pre.connector.held:
+        # Its blocks still wait for the connector's worker, whose report names the id.
+        return f"request id {t.request.request_id!r} is still held by the KV connector"
     return None
 
 
@@ -26,7 +29,8 @@ def door_refuses(t: AddTransition) -> str | None:
     "safety",
     "add_request raises ValueError for, and only for, a request the spec refuses (empty "
     "prompt, prompt of max_model_len tokens or more (family sglang: max_model_len - 6 or "
-    "more), max_tokens < 1, bad token ids, a live duplicate id), and a refusal changes "
+    "more), max_tokens < 1, bad token ids, a live duplicate id or one the KV connector "
+    "still holds, remote KV without a connector or past the prompt), and a refusal changes "
     "nothing; an accepted request is WAITING at the "
     "back of the queue (by key under priority) with nothing computed.",
 )
@@ -65,6 +69,11 @@ def check_door(t: AddTransition) -> list[Violation]:
 def _queue_after_arrival(t: AddTransition, added: RequestState) -> tuple[str, ...]:
     """fcfs: the new request joins the back; priority: the queue stays ordered by
     (priority, arrival)."""
+    if t.pre.config.kv_connector:
+        # Holders go first and async loads queue apart (docs/SPEC.md, "The KV
+        # connector"): the arrival keeps the others' order, wherever it joins.
+        position = t.post.waiting.index(added.request_id)
+        return (*t.pre.waiting[:position], added.request_id, *t.pre.waiting[position:])
     if t.pre.config.policy == "fcfs":
         return (*t.pre.waiting, added.request_id)
 

@@ -4,13 +4,15 @@ with no arrivals, everything finishes and frees (DRAIN, NO-LEAK)."""
 
 from __future__ import annotations
 
-from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.config import SchedulerConfig, smallest_pool
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import DrainResult, PassedOver, ScheduleTransition
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
 
 
-def drain_step_bound(config: SchedulerConfig, num_unfinished: int) -> int:
+def drain_step_bound(
+    config: SchedulerConfig, num_unfinished: int, max_unready_queries: int = 0
+) -> int:
     """Steps within which a drain of num_unfinished requests must end.
 
     Under fcfs the oldest running request is never a victim (it only
@@ -24,11 +26,22 @@ def drain_step_bound(config: SchedulerConfig, num_unfinished: int) -> int:
     max_model_len or max_tokens) and the next step lands that output, so each
     of its tokens may take two steps. With async scheduling one more step
     lands the last output in flight.
+
+    With a KV connector the drain's worker reports every transfer at the first landing,
+    and a load is promoted by the next schedule(): two steps more (three under async
+    scheduling, which lands a step later), after a connector lookup that answers "not
+    ready" for up to max_unready_queries steps.
     """
     pipelined_drafts = config.async_scheduling and config.num_speculative_tokens > 0
     steps_per_token = 2 if pipelined_drafts else 1
+    connector_steps = (
+        max_unready_queries + 2 + int(config.async_scheduling) if config.kv_connector else 0
+    )
     return (
-        num_unfinished * config.max_model_len * steps_per_token + 1 + int(config.async_scheduling)
+        num_unfinished * config.max_model_len * steps_per_token
+        + 1
+        + int(config.async_scheduling)
+        + connector_steps
     )
 
 
@@ -39,8 +52,9 @@ def progress_step_bound(config: SchedulerConfig) -> int:
     may be a preempted request whose stale output is still in flight (STALE-HOLD): the
     step that waits for it schedules nothing, so the engine core lands the step in
     flight (pipeline.BatchQueue), and the next step finds the head's output landed: one.
-    A request waiting on KV from elsewhere (vLLM's WAITING_FOR_REMOTE_KVS) would add the
-    steps its transfer may take; the model has no such state (no KV connector)."""
+    A request whose KV connector lookup is not ready may be passed over once per step
+    until it is (its RemoteKV's num_unready_queries): the caller adds those; a parked
+    load still loading is passed over by right (passed_over_head)."""
     return int(config.async_scheduling)
 
 
@@ -51,13 +65,37 @@ def passed_over_head(t: ScheduleTransition) -> str | None:
     scheduled in it nor gone after it (refused at schedule time, or finished)."""
     if t.pre.running or not t.pre.waiting:
         return None
-    # Every waiting request is ready to run: the model has no request waiting on KV
-    # from elsewhere (no KV connector). With one, the head is the first ready request,
-    # and a parked one is passed over by right (docs/SPEC.md, "PROGRESS").
     head = waiting_phase_queue(t)[0]
     if head in t.output.num_scheduled_tokens or head not in t.post.requests:
         return None
+    if connector_excuses(t):
+        return None
     return head
+
+
+def connector_excuses(t: ScheduleTransition) -> bool:
+    """May a KV connector hold the head back by right (docs/SPEC.md, "PROGRESS")? While a
+    load is in flight its blocks, its reservation and its place under
+    max_num_inflight_kv_loads hold until the worker reports; blocks held for a send are
+    beyond the scheduler's reach; and a step that parked a load made progress. Once every
+    load has reported and no send is pending, the head is judged like any other: two
+    loads that are in and wait for each other's blocks (vLLM #45388) are caught."""
+    for state in (t.pre, t.post):
+        connector = state.connector
+        if connector is None:
+            return False
+        if connector.held or "loading" in connector.loads.values():
+            return True
+    # The connector's lookups and the async-load queue reorder admissions: a step that
+    # admitted someone made progress.
+    return bool(t.output.num_scheduled_tokens)
+
+
+def head_bound(t: ScheduleTransition, head: str) -> int:
+    """progress_step_bound, plus the steps the head's connector lookup is not ready."""
+    remote = t.pre.requests[head].remote_kv
+    unready = remote.num_unready_queries if remote is not None else 0
+    return progress_step_bound(t.pre.config) + unready
 
 
 def _times_passed_over(t: ScheduleTransition, head: str) -> int:
@@ -102,7 +140,7 @@ def check_progress(t: ScheduleTransition) -> list[Violation]:
     if head is None:
         return []
     times = _times_passed_over(t, head) + 1
-    bound = progress_step_bound(t.pre.config)
+    bound = head_bound(t, head)
     if times <= bound:
         return []
     return [
@@ -123,10 +161,14 @@ def check_progress(t: ScheduleTransition) -> list[Violation]:
     "safety",
     "With no new arrivals, every unfinished request finishes within "
     "num_unfinished * max_model_len + 1 steps (each token may take two under async "
-    "scheduling with drafts; one more step lands the last output in flight).",
+    "scheduling with drafts; one more step lands the last output in flight; a KV "
+    "connector adds its lookups and one report and promotion), unless blocks held for "
+    "sends the worker never reports leave less than a max_model_len request's blocks.",
 )
 def check_drain(d: DrainResult) -> list[Violation]:
     if not d.final.requests and d.num_steps <= d.step_bound:
+        return []
+    if stalled_by_lost_sends(d):
         return []
     return [
         Violation(
@@ -140,17 +182,51 @@ def check_drain(d: DrainResult) -> list[Violation]:
     ]
 
 
+def stalled_by_lost_sends(d: DrainResult) -> bool:
+    """Do blocks held for sends that the worker never reports leave the pool smaller than
+    the config may be (smallest_pool: a max_model_len request's blocks, or with drafts an
+    async load's beside a verify step's)? Then a request may wait for ever, and rightly: nothing
+    in the scheduler can take those blocks back (upstream's open question, vLLM #46283's
+    class). Otherwise the drain's bound stands: every request fits what is left."""
+    connector = d.final.connector
+    if connector is None:
+        return False
+    lost = {
+        block
+        for rid, held in connector.held.items()
+        if rid in d.unreported_sends
+        for block in held.block_ids
+    }
+    config = d.final.config
+    return bool(lost) and config.num_blocks - len(lost) < smallest_pool(config)
+
+
 @invariant(
     "NO-LEAK",
     "drain",
     "safety",
-    "Once every request has finished or been aborted, every block is free with ref count 0.",
+    "Once every request has finished or been aborted, every block is free with ref count 0, "
+    "but those the KV connector holds for a send its worker never reports.",
 )
 def check_no_leak(d: DrainResult) -> list[Violation]:
     if d.final.requests:
         return []  # DRAIN reports the unfinished requests
     kv = d.final.kv
     out: list[Violation] = []
+    kept: set[int] = set()
+    if d.final.connector is not None:
+        for rid, held in d.final.connector.held.items():
+            if rid in d.unreported_sends:
+                kept.update(held.block_ids)
+            else:
+                out.append(
+                    Violation("NO-LEAK", f"still held for the connector ({held.reason})", rid)
+                )
+    if kept:
+        leaked = [b for b, ref in enumerate(kv.ref_counts) if ref and b not in kept]
+        for block in leaked:
+            out.append(Violation("NO-LEAK", "held with nothing live", None, block))
+        return out
     if len(kv.free_block_ids) != kv.num_blocks:
         out.append(
             Violation(

@@ -13,6 +13,7 @@ the semantics these predicates hold engines to.
 from __future__ import annotations
 
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import ended_by_failed_load
 from schedspec.spec.invariants.transitions import ScheduleTransition, UpdateTransition
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
 from schedspec.spec.state import RequestState, State
@@ -272,6 +273,8 @@ def check_delivery(t: UpdateTransition) -> list[Violation]:
     for rid, pre in t.pre.requests.items():
         post = t.post.requests.get(rid)
         if not t.scheduled_for(pre):
+            if post is None and ended_by_failed_load(t, rid):
+                continue
             if post is None or post.output_token_ids != pre.output_token_ids:
                 out.append(
                     Violation(

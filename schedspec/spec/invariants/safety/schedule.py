@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import connector_in_play, is_load
 from schedspec.spec.invariants.transitions import ChainHashes, ScheduleTransition
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
 from schedspec.spec.state import KVState, RequestState
@@ -126,6 +127,8 @@ def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
             continue
         if rid in t.output.preempted_req_ids:
             continue  # PREEMPT-RESET covers the reset
+        if rid not in scheduled and is_load(t.pre, t.post, rid):
+            continue  # LOAD-PARKED, LOAD-PROMOTION and LOAD-FAILURE judge a load's count
         if rid in scheduled and rid in before:
             expected = before[rid] + scheduled[rid]
             if pre.status is RequestStatus.RUNNING and before[rid] != pre.num_computed_tokens:
@@ -323,7 +326,12 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
         described.append(new.request_id)
         pre = t.pre.requests.get(new.request_id)
         post = t.post.requests.get(new.request_id)
-        if pre is None or post is None or pre.status is not RequestStatus.WAITING:
+        # A KV connector's load is promoted and admitted in one schedule(): it was parked.
+        if pre is None or post is None:
+            out.append(Violation("OUTPUT", "new request was not WAITING", new.request_id))
+            continue
+        promoted = pre.status is RequestStatus.WAITING_FOR_REMOTE_KVS and not pre.num_preemptions
+        if not (pre.status is RequestStatus.WAITING or promoted):
             out.append(Violation("OUTPUT", "new request was not WAITING", new.request_id))
             continue
         if new.prompt_token_ids != pre.prompt_token_ids or new.block_ids != post.block_ids:
@@ -423,7 +431,10 @@ def _hits_are_own_prefix(t: ScheduleTransition) -> list[Violation]:
         if post is None or rid not in before:
             continue
         hit = before[rid]
-        if hit % bs or hit > post.num_tokens - 1:
+        # A KV connector's load counts its tokens as computed: any count, whole blocks
+        # or not, that leaves the last token to compute (LOAD-PROMOTION).
+        loaded = t.post.config.kv_connector and post.remote_kv is not None
+        if (hit % bs and not loaded) or hit > post.num_tokens - 1:
             out.append(
                 Violation(
                     "CACHE-CONTENT",
@@ -440,7 +451,7 @@ def _hits_are_own_prefix(t: ScheduleTransition) -> list[Violation]:
             block = post.block_ids[index]
             if not 0 <= block < len(hashes):
                 continue  # CONSERVATION reports ids out of range
-            if hashes[block] != own[index]:
+            if hashes[block] != own[index] and not (loaded and hashes[block] is None):
                 out.append(
                     Violation(
                         "CACHE-CONTENT",
@@ -502,6 +513,11 @@ def _held_blocks_carry_own_hashes(t: ScheduleTransition) -> list[Violation]:
         if _holds_only_its_own_old_hashes(post, t.post.kv, t.pre.kv, t.hashes):
             continue
         known = min(post.num_computed_tokens, post.num_tokens)
+        before = t.pre.requests.get(rid)
+        if before is not None and is_load(t.pre, t.post, rid):
+            # A promoted load registers what it loaded, the last token included, which
+            # it then computes again (LOAD-PROMOTION).
+            known = max(known, min(before.num_computed_tokens, post.num_tokens))
         # Worked out at the first hashed block that needs it, not for every request.
         content: list[BlockHash] | None = None
         for index, block in enumerate(post.block_ids):
@@ -644,6 +660,8 @@ def check_finish_reported(t: ScheduleTransition) -> list[Violation]:
 def check_no_empty_step(t: ScheduleTransition) -> list[Violation]:
     in_flight = any(r.num_in_flight_tokens for r in t.pre.requests.values())
     unfinished = [r for r in t.pre.requests.values() if not r.abort_pending]
+    if connector_in_play(t.pre, t.post):
+        return []  # loads wait for their worker: PROGRESS judges the head
     if unfinished and not in_flight and not t.output.num_scheduled_tokens:
         return [
             Violation(

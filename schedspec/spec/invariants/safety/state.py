@@ -16,8 +16,9 @@ _WAITING_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
     "state",
     "safety",
     "Every block is either free (ref count 0, in the free queue exactly once) or held; its "
-    "ref count equals the number of block tables holding it; free + held == num_blocks; no "
-    "table holds a block twice.",
+    "ref count equals the number of block tables holding it (a live request's, or a "
+    "finished one's that the KV connector holds); free + held == num_blocks; no table "
+    "holds a block twice.",
 )
 def check_conservation(state: State) -> list[Violation]:
     if _conserved(state):
@@ -30,8 +31,8 @@ def _conserved(state: State) -> bool:
     kv = state.kv
     counts = [0] * kv.num_blocks
     try:
-        for request in state.requests.values():
-            for block in request.block_ids:
+        for _, table in state.held_tables():
+            for block in table:
                 if block < 0:
                     return False
                 counts[block] += 1
@@ -48,15 +49,14 @@ def _conserved(state: State) -> bool:
 
 def _shared_ok(state: State) -> bool:
     """No table holds the same block twice (sharing across tables is EXCLUSIVE's business)."""
-    return all(len(set(r.block_ids)) == len(r.block_ids) for r in state.requests.values())
+    return all(len(set(table)) == len(table) for _, table in state.held_tables())
 
 
 def _diagnose_conservation(state: State) -> list[Violation]:
     kv = state.kv
     out: list[Violation] = []
     holders: Counter[int] = Counter()
-    for rid, request in state.requests.items():
-        table = request.block_ids
+    for rid, table in state.held_tables():
         if len(set(table)) != len(table):
             dupes = sorted(b for b, n in Counter(table).items() if n > 1)
             out.append(Violation("CONSERVATION", f"table holds blocks {dupes} twice", rid))
@@ -172,8 +172,9 @@ def check_cache_index(state: State) -> list[Violation]:
     "state",
     "safety",
     "Each unfinished request sits exactly once in waiting or running: RUNNING ones in "
-    "running, WAITING and PREEMPTED ones in waiting; a waiting request holds no blocks, no "
-    "drafts and no computed tokens; finished requests are gone.",
+    "running, WAITING, PREEMPTED and WAITING_FOR_REMOTE_KVS ones in waiting; a WAITING or "
+    "PREEMPTED request holds no drafts, and no blocks and no computed tokens unless it is "
+    "a KV connector's promoted load; finished requests are gone.",
 )
 def check_queues(state: State) -> list[Violation]:
     if _queues_ok(state):
@@ -201,15 +202,27 @@ def _queues_ok(state: State) -> bool:
         elif status is RequestStatus.WAITING or status is RequestStatus.PREEMPTED:
             if (
                 rid not in waiting
-                or request.block_ids
+                or (
+                    _holds_nothing_expected(state, rid)
+                    and (request.block_ids or request.num_computed_tokens)
+                )
                 or request.spec_token_ids
-                or request.num_computed_tokens
                 or (status is RequestStatus.PREEMPTED and request.num_preemptions < 1)
             ):
+                return False
+        elif status is RequestStatus.WAITING_FOR_REMOTE_KVS:
+            if rid not in waiting:
                 return False
         else:
             return False
     return True
+
+
+def _holds_nothing_expected(state: State, request_id: str) -> bool:
+    """A waiting request holds no blocks and no computed tokens, unless it is a KV
+    connector's promoted load waiting for admission (LOAD-PARKED judges those)."""
+    connector = state.connector
+    return connector is None or connector.loads.get(request_id) != "promoted"
 
 
 def _diagnose_queues(state: State) -> list[Violation]:
@@ -229,8 +242,9 @@ def _diagnose_queues(state: State) -> list[Violation]:
         elif (request.status is RequestStatus.RUNNING) != (rid in running):
             where = "running" if rid in running else "waiting"
             out.append(Violation("QUEUES", f"status {request.status.name} but in {where}", rid))
+        holds = request.block_ids or request.num_computed_tokens
         if request.status in _WAITING_STATUSES and (
-            request.block_ids or request.spec_token_ids or request.num_computed_tokens
+            (holds and _holds_nothing_expected(state, rid)) or request.spec_token_ids
         ):
             out.append(
                 Violation(

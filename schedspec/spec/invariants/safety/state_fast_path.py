@@ -34,6 +34,9 @@ def state_holds(state: State) -> bool:
     config = state.config
     kv = state.kv
     requests = state.requests
+    connector = state.connector
+    if connector is not None and (connector.loads or connector.held):
+        return False  # loads and held tables: the named predicates judge those
     running = set(state.running)
     waiting = set(state.waiting)
     # QUEUES and SEQS: each live request queued exactly once, nothing else queued.

@@ -7,6 +7,7 @@ from operator import attrgetter
 
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import ended_by_failed_load, is_load
 from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
 from schedspec.spec.outputs import RequestOutput
 from schedspec.spec.request import RequestStatus, sglang_max_new_tokens
@@ -52,7 +53,8 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
         sampled = tuple(t.model_output.sampled_token_ids.get(rid, ()))
         if not t.scheduled_for(pre) or not sampled:
             if post is None:
-                out.append(Violation("STOP", "finished without sampling", rid))
+                if not ended_by_failed_load(t, rid):
+                    out.append(Violation("STOP", "finished without sampling", rid))
             elif post.output_token_ids != pre.output_token_ids:
                 out.append(Violation("STOP", "outputs changed without sampling", rid))
             continue
@@ -173,6 +175,8 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
         if pre is None:
             out.append(Violation("ROLLBACK", "appeared during update_from_output", rid))
             continue
+        if is_load(t.pre, t.post, rid) and not t.scheduled_for(pre):
+            continue  # a failed load's cut: LOAD-FAILURE judges it
         # Output of a step scheduled for an earlier request under this id (aborted while
         # the step ran) is not this request's: it changes nothing here (DELIVERY).
         sampled = t.model_output.sampled_token_ids.get(rid, ()) if t.scheduled_for(pre) else ()
@@ -313,7 +317,12 @@ def check_abort(t: AbortTransition) -> list[Violation]:
             deferred.add(rid)
     kept_running = tuple(r for r in t.pre.running if r not in named or r in deferred)
     kept_waiting = tuple(r for r in t.pre.waiting if r not in named)
-    if t.post.running != kept_running or t.post.waiting != kept_waiting:
+    waiting = t.post.waiting
+    if t.pre.config.max_num_inflight_kv_loads is not None:
+        # The plain and async-load queues interleave by their heads (docs/SPEC.md, "The
+        # KV connector"): removing a head may change which goes first, not who waits.
+        waiting, kept_waiting = tuple(sorted(waiting)), tuple(sorted(kept_waiting))
+    if t.post.running != kept_running or waiting != kept_waiting:
         out.append(
             Violation(
                 "ABORT",

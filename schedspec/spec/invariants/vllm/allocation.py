@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import connector_in_play, is_load
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.invariants.vllm.policy import (
     _capped,
@@ -54,7 +55,7 @@ def check_alloc_exact(t: ScheduleTransition) -> list[Violation]:
         if pre is None or rid in t.output.preempted_req_ids:
             continue
         if rid not in scheduled:
-            if post.block_ids != pre.block_ids:
+            if post.block_ids != pre.block_ids and not is_load(t.pre, t.post, rid):
                 out.append(
                     Violation(
                         "ALLOC-EXACT",
@@ -66,8 +67,8 @@ def check_alloc_exact(t: ScheduleTransition) -> list[Violation]:
                     )
                 )
             continue
-        if rid not in before:
-            continue  # OUTPUT reports the missing scheduling data
+        if rid not in before or is_load(t.pre, t.post, rid):
+            continue  # OUTPUT reports the missing data; LOAD-* judge a load's table
         held = () if rid in admitted else pre.block_ids
         expected = table_after_allocation(t.pre, pre, len(held), before[rid], scheduled[rid])
         if post.block_ids[: len(held)] != held or len(post.block_ids) != expected:
@@ -111,7 +112,7 @@ def check_admission_fit(t: ScheduleTransition) -> list[Violation]:
     made = t.admitted_ids
     # In the order they were made: the queue's, after cache-aware admission's reorder.
     admissions = [r for r in waiting_phase_queue(t) if r in made]
-    if not admissions:
+    if not admissions or connector_in_play(t.pre, t.post):
         return []
     config = t.pre.config
     bs = config.block_size

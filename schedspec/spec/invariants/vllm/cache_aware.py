@@ -11,6 +11,7 @@ scheduling order, then the queue left after the step.
 from __future__ import annotations
 
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import stands_aside_for_connector
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.invariants.vllm.reorder import OFF, WaitingPhase, may_move, waiting_phase
 from schedspec.spec.state import RequestState
@@ -77,6 +78,7 @@ def _why_fixed(phase: WaitingPhase, request: RequestState, position: int, window
     "other request keeps its exact place in the queue (vLLM lets a moving request jump "
     "over it).",
 )
+@stands_aside_for_connector
 def check_cache_aware_keep(t: ScheduleTransition) -> list[Violation]:
     config = t.pre.config
     if not config.cache_aware_admission_window:
@@ -113,6 +115,7 @@ def check_cache_aware_keep(t: ScheduleTransition) -> list[Violation]:
     "prefix-cache lookup would hit at the start of the waiting phase, never the last), "
     "queue position breaking ties.",
 )
+@stands_aside_for_connector
 def check_cache_aware_order(t: ScheduleTransition) -> list[Violation]:
     if not t.pre.config.cache_aware_admission_window:
         return []

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import is_load
 from schedspec.spec.invariants.safety.update import expected_kept
 from schedspec.spec.invariants.transitions import (
     ChainHashes,
@@ -178,6 +179,8 @@ def check_cache_hit_longest(t: ScheduleTransition) -> list[Violation]:
     cached = held_both_sides(t.pre.kv, t.post.kv)
     out: list[Violation] = []
     for rid in order:
+        if is_load(t.pre, t.post, rid):
+            continue  # a promoted load starts from what it loaded, with no lookup
         request = t.post.requests[rid]
         own = t.hashes.of(request)[: (request.num_tokens - 1) // bs]
         reachable = next((i for i, h in enumerate(own) if h not in cached), len(own))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.safety.connector import connector_in_play
 from schedspec.spec.invariants.transitions import (
     AbortTransition,
     ScheduleTransition,
@@ -97,8 +98,13 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     in_running_order = [r for r in t.pre.running if r in scheduled]
     in_queue_order = [r for r in queue if r in admitted]
     out: list[Violation] = []
+    if connector_in_play(t.pre, t.post):
+        # Lookups that are not ready, parked loads and the async-load queue take
+        # admissions out of queue order (docs/FORMAL.md, "What is left free"): only
+        # running first, in running order, and admissions appended, are judged.
+        in_queue_order = [r for r in scheduled if r in admitted]
     expected_admitted = _admissible(t.pre, queue)[: len(admitted)]
-    if in_queue_order != expected_admitted:
+    if in_queue_order != expected_admitted and not connector_in_play(t.pre, t.post):
         out.append(
             Violation(
                 "SCHEDULE-ORDER",
@@ -277,6 +283,8 @@ def check_victim(t: ScheduleTransition) -> list[Violation]:
     "priority: the queue is ordered by (priority, arrival).",
 )
 def check_queue_order(t: ScheduleTransition) -> list[Violation]:
+    if connector_in_play(t.pre, t.post):
+        return []  # holders first, and the async-load queue apart: LOAD-PARKED judges
     waiting = list(t.post.waiting)
     if t.pre.config.policy == "priority":
         expected = sorted(waiting, key=lambda r: _key(t.post.requests[r]))
@@ -343,6 +351,8 @@ def admission_blocks_needed(
     "chunked prefill off, or its blocks plus the watermark over the free blocks).",
 )
 def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
+    if connector_in_play(t.pre, t.post):
+        return []
     config = t.post.config
     budget_left = config.max_num_batched_tokens - sum(t.output.num_scheduled_tokens.values())
     admissible = _admissible(t.post)
@@ -425,10 +435,26 @@ def _check_free_order(
     "free queue (reused first), cached ones to the back (evicted last, LRU).",
 )
 def check_free_order_update(t: UpdateTransition) -> list[Violation]:
+    if connector_frees_unordered(t.pre, t.post):
+        return []
+    held = t.post.connector.held if t.post.connector is not None else {}
     freed = [
-        r for r in t.output.num_scheduled_tokens if r in t.pre.requests and r not in t.post.requests
+        r
+        for r in t.output.num_scheduled_tokens
+        if r in t.pre.requests and r not in t.post.requests and r not in held
     ]
     return _check_free_order("FREE-ORDER", t.pre, t.post, freed)
+
+
+def connector_frees_unordered(pre: State, post: State) -> bool:
+    """Did the KV connector's reports free blocks in this transition (a held request
+    released, or a failed load ended)? vLLM frees those in set order, which the spec
+    leaves open, after the step's plain frees."""
+    if pre.connector is None or post.connector is None:
+        return False
+    released = any(rid not in post.connector.held for rid in pre.connector.held)
+    ended_loads = any(rid not in post.requests for rid in pre.connector.loads)
+    return released or ended_loads
 
 
 @invariant(
@@ -439,7 +465,8 @@ def check_free_order_update(t: UpdateTransition) -> list[Violation]:
     "in set order, which the spec leaves open).",
 )
 def check_free_order_abort(t: AbortTransition) -> list[Violation]:
+    held = t.post.connector.held if t.post.connector is not None else {}
     freed = [r for r in dict.fromkeys(t.request_ids) if r in t.pre.requests]
-    if len(freed) != 1:
+    if len(freed) != 1 or freed[0] in held:
         return []
     return _check_free_order("FREE-ORDER-ABORT", t.pre, t.post, freed)
