@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from schedspec.spec.errors import RequestError, shown
+from schedspec.spec.errors import OutputError, RequestError, shown
 
 LoadFailurePolicy = Literal["fail", "recompute"]
 # How the fake remote side's load of a request fails: not at all, as a whole
@@ -120,6 +120,16 @@ class KVConnectorOutput:
     failed_recving: frozenset[str] = frozenset()  # loads that failed as a whole
     invalid_block_ids: frozenset[int] = frozenset()  # blocks whose load failed
     finished_sending: frozenset[str] = frozenset()  # sends that completed
+
+    def check_block_ids(self, num_blocks: int) -> None:
+        """Refuse, naming the field and the bound, a failed block id outside the pool
+        (every engine checks a report here before it changes anything)."""
+        for block in self.invalid_block_ids:
+            if not isinstance(block, int) or not 0 <= block < num_blocks:
+                raise OutputError(
+                    "kv_connector_output.invalid_block_ids",
+                    f"block ids must be in [0, num_blocks ({num_blocks})), got {block!r}",
+                )
 
     def __bool__(self) -> bool:
         return bool(

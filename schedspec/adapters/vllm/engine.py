@@ -300,13 +300,7 @@ class VllmEngine:
                         f"request {external_id(rid)!r} is {request.status.name}: it has no "
                         "transfer in flight (vLLM asserts on it)",
                     )
-        for block in report.invalid_block_ids:
-            if not isinstance(block, int) or not 0 <= block < self.config.num_blocks:
-                raise OutputError(
-                    "kv_connector_output.invalid_block_ids",
-                    f"block ids must be in [0, num_blocks ({self.config.num_blocks})), "
-                    f"got {block!r}",
-                )
+        report.check_block_ids(self.config.num_blocks)
         return self._v.KVConnectorOutput(
             finished_sending=ids["finished_sending"],
             finished_recving=ids["finished_recving"],

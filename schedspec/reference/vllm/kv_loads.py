@@ -229,13 +229,7 @@ class KVLoads:
                     f"kv_connector_output.{name}",
                     f"request {unexpected[0]!r} has no such transfer in flight",
                 )
-        for block in report.invalid_block_ids:
-            if not isinstance(block, int) or not 0 <= block < self.config.num_blocks:
-                raise OutputError(
-                    "kv_connector_output.invalid_block_ids",
-                    f"block ids must be in [0, num_blocks ({self.config.num_blocks})), "
-                    f"got {block!r}",
-                )
+        report.check_block_ids(self.config.num_blocks)
 
     def failed_requests(self, report: KVConnectorOutput) -> set[str]:
         """Apply the report's failures to the parked loads. Under "recompute" each
