@@ -171,6 +171,72 @@ def test_two_victims_in_one_step() -> None:
     assert counts["two-victims"] == counts["preemption"] == 1
 
 
+def _victim_with_a_chunk_in_flight(caching: bool) -> dict[str, int]:
+    """Async, 3 blocks of 4: A (4 tokens) and B's first chunk (4 of 8, its block
+    registered as it is scheduled) fill two; before that step lands, A's decode takes
+    the last block and B, the newest, is preempted with its chunk still in flight."""
+    driver = Driver(
+        block_size=4,
+        num_blocks=3,
+        max_model_len=12,
+        max_num_batched_tokens=8,
+        max_num_seqs=2,
+        enable_chunked_prefill=True,
+        watermark=0.0,
+        async_scheduling=True,
+        enable_prefix_caching=caching,
+    )
+    driver.add("A", 4, max_tokens=10)
+    driver.add("B", 8, max_tokens=1)
+    driver.schedule()
+    t = driver.schedule()
+    assert t.output.preempted_req_ids == {"B"}
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    return counts
+
+
+def test_a_victim_whose_cached_block_holds_kv_in_flight() -> None:
+    counts = _victim_with_a_chunk_in_flight(caching=True)
+    assert counts["victim-kv-in-flight-cached"] == 1
+    # Without prefix caching the same victim's blocks carry no registration.
+    counts = _victim_with_a_chunk_in_flight(caching=False)
+    assert counts["preempted-with-output-in-flight"] == 1
+    assert "victim-kv-in-flight-cached" not in counts
+
+
+def test_a_chunk_cut_to_the_room_the_reservations_leave() -> None:
+    """Mixed chunks, a 7-token budget over 60 one-token slots: d (1 token, 10 to decode)
+    runs beside a's 52-token prompt. Each mixed step d takes a slot that its reservation
+    (0.21 of what it has left) did not count, so the room shrinks: at a's ninth chunk it
+    is 1 slot, below the budget left (6), the rest of the prompt (4) and the 3 free
+    slots, and the chunk is cut to it. The step before, the room still covered the
+    budget: not the corner."""
+    driver = Driver(
+        family="sglang",
+        block_size=1,
+        num_blocks=60,
+        max_num_batched_tokens=7,
+        max_num_seqs=2,
+        max_model_len=59,
+        enable_chunked_prefill=True,
+        enable_mixed_chunk=True,
+        schedule_conservativeness=0.3,
+    )
+    driver.add("d", 1, max_tokens=10)
+    driver.add("a", 52, max_tokens=1)
+    for _ in range(9):  # d's prefill, then eight of a's chunks
+        before = driver.schedule()
+        driver.update(before)
+    counts: dict[str, int] = {}
+    count_schedule(counts, before)
+    assert before.output.num_scheduled_tokens["a"] == 6 and "sg-chunk-room-cut" not in counts
+    t = driver.schedule()
+    assert t.output.num_scheduled_tokens["a"] == 1
+    count_schedule(counts, t)
+    assert counts["sg-chunk-room-cut"] == 1
+
+
 def test_an_abort_mid_prefill_is_counted_and_one_after_it_is_not() -> None:
     driver = Driver(
         family="sglang",

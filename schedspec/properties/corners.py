@@ -101,6 +101,12 @@ CORNERS: tuple[Corner, ...] = (
     ),
     Corner("stale-output-lands", "async: output scheduled before a preemption lands"),
     Corner(
+        "victim-kv-in-flight-cached",
+        "async, prefix caching: a victim with blocks registered before the step over KV a "
+        "step in flight still writes, which CACHE-SCHEDULE-KEPT keeps registered",
+        VLLM_ONLY,
+    ),
+    Corner(
         "max-tokens-in-flight",
         "async: a request whose step in flight is sure to reach max_tokens (PR #27922)",
     ),
@@ -139,6 +145,13 @@ CORNERS: tuple[Corner, ...] = (
         SGLANG_ONLY,
     ),
     Corner("sg-mixed-step", "SGLang: a mixed-chunk step (an extend beside decodes)", SGLANG_ONLY),
+    Corner(
+        "sg-chunk-room-cut",
+        "SGLang: the chunked request's next chunk cut to the room the running requests' "
+        "reservations leave, short of the chunk budget and of its prompt (SG-CHUNK-ROOM "
+        "judges it)",
+        SGLANG_ONLY,
+    ),
     Corner(
         "load-in-progress",
         "KV connector: a step that parked an async load (WAITING_FOR_REMOTE_KVS, blocks "
@@ -203,6 +216,10 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
             pre.requests[r].num_in_flight_tokens for r in preempted if r in pre.requests
         ):
             _bump(counts, "preempted-with-output-in-flight")
+            if config.enable_prefix_caching and any(
+                _cached_over_kv_in_flight(pre, r) for r in preempted
+            ):
+                _bump(counts, "victim-kv-in-flight-cached")
     # The reorder runs before any admission, so a step that admits nothing counts too.
     if config.cache_aware_admission_window and waiting_phase(t).moved:
         _bump(counts, "cache-aware-reorder")
@@ -233,9 +250,23 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
         _bump(counts, "shared-hash")
 
 
+def _cached_over_kv_in_flight(pre: State, request_id: str) -> bool:
+    """Does the request hold a block registered before the step whose tokens are not
+    all confirmed, only computed by a step still in flight?"""
+    request = pre.requests.get(request_id)
+    if request is None or not request.num_in_flight_tokens:
+        return False
+    bs = pre.config.block_size
+    confirmed = request.num_computed_tokens - request.num_in_flight_tokens
+    full = request.block_ids[confirmed // bs : request.num_computed_tokens // bs]
+    return any(pre.kv.block_hashes[b] is not None for b in full)
+
+
 def _count_sglang_pass(
     counts: MutableMapping[str, int], t: ScheduleTransition, policy: SGLangState
 ) -> None:
+    if policy.chunked_request_id is not None and _chunk_cut_by_room(PrefillPass.of(t, policy)):
+        _bump(counts, "sg-chunk-room-cut")
     if not t.pre.waiting:
         return
     if not t.admitted_ids and not latch_surely_open(t, policy):
@@ -247,6 +278,20 @@ def _count_sglang_pass(
     spent = before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0)
     if spent and count.refused is not None and count.surely_fits(count.refused):
         _bump(counts, "sg-budget-stop")
+
+
+def _chunk_cut_by_room(count: PrefillPass) -> bool:
+    """Did the reservations, surely leaving some room, size the chunked request's next
+    chunk below the chunk budget, the rest of its prompt and the free and evictable
+    slots (so that a chunk sized without them would be larger)?"""
+    room = count.chunk_room()
+    if count.chunked is None or not count.chunk or room is None or room.lo <= 0:
+        return False
+    rem_chunk = count.start.rem_chunk
+    assert rem_chunk is not None
+    prefix = count.t.computed_before.get(count.chunked, 0)
+    remaining = count.t.pre.requests[count.chunked].num_tokens - prefix
+    return room.hi < min(remaining, rem_chunk.lo, count.available(frozenset()).lo)
 
 
 def _count_admissions(counts: MutableMapping[str, int], t: ScheduleTransition, free: int) -> None:

@@ -18,7 +18,6 @@ from schedspec.spec.invariants.sglang.prefill_pass import (
     Before,
     PrefillPass,
     RunningBatch,
-    Span,
     admissions_in_batch_order,
     ceil_paged,
     maybe_out_of_batch,
@@ -277,15 +276,10 @@ def check_chunk_room(t: ScheduleTransition) -> list[Violation]:
     request = t.pre.requests[count.chunked]
     prefix = t.computed_before.get(count.chunked, 0)
     remaining = request.num_tokens - prefix
-    start = count.start
-    rem_chunk = start.rem_chunk
-    if rem_chunk is None:
+    rem_chunk = count.start.rem_chunk
+    room = count.chunk_room()
+    if rem_chunk is None or room is None:
         return []
-    available = count.available(frozenset())
-    room = Span(
-        min(rem_chunk.lo, int(available.lo - start.reserved.hi)),
-        min(rem_chunk.hi, int(available.hi - start.reserved.lo)),
-    )
     # Where the reservations surely leave room the chunk is at most that room; where
     # they may leave none, SGLang takes the whole budget.
     most = min(remaining, int(room.hi) if room.lo > 0 else int(rem_chunk.hi))

@@ -354,6 +354,19 @@ class PrefillPass:
         chunk = int(rem_chunk) // page * page
         return max((prefix + chunk) // page * page - prefix, 0)
 
+    def chunk_room(self) -> Span | None:
+        """The room the reservations leave the chunked request's next chunk
+        (add_chunked_req's min(rem_chunk_tokens, remaining_total)), bounded both ways;
+        None without chunked prefill."""
+        rem_chunk = self.start.rem_chunk
+        if rem_chunk is None:
+            return None
+        available = self.available(frozenset())
+        return Span(
+            min(rem_chunk.lo, int(available.lo - self.start.reserved.hi)),
+            min(rem_chunk.hi, int(available.hi - self.start.reserved.lo)),
+        )
+
     def seats_left(self, num_can_run: int) -> Span:
         """_num_allocatable less what the pass already took: seats under
         max_running_requests and free request rows. Rows are held by the running list
