@@ -2,11 +2,13 @@
 
 tests/mutants runs each mutant under the CI profile on one pinned seed. This
 benchmark asks the harder question of issue #19: does `schedspec check` alone (no
-lockstep diff, no targeted config strategy: the suite's default configs, the CI
-profile's 100 examples of up to 40 actions, the profile the engine claims) kill every
-mutant on its first run, whatever the seed? For each mutant and each seed it runs what
-`schedspec check --engine MUTANT --seed SEED --no-shrink` runs (run_suite with no config
-strategy; shrinking off, since only the verdict counts here) and replays any
+lockstep diff, no targeted config strategy: the suite's default configs, or the configs
+a user of the feature passes (a KV connector's: `--configs ...:connector_configs`,
+the mutant's `user_configs`), the CI profile's 100 examples of up to 40 actions, the
+profile the engine claims) kill every mutant on its first run, whatever the seed? For
+each mutant and each seed it runs what `schedspec check --engine MUTANT --seed SEED
+--no-shrink` runs (run_suite with those configs; shrinking off, since only the verdict
+counts here) and replays any
 counterexample on the real reference, which must pass it (else the "kill" is the
 suite's false alarm, shown as F).
 
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{len(mutants)} mutants x {len(seeds)} seeds ({seeds[0]}-{seeds[-1]}) under "
         f"`schedspec check`: the CI profile ({settings.examples} examples of up to "
-        f"{settings.rules_per_example} actions), default configs, no shrinking; "
+        f"{settings.rules_per_example} actions), default or user configs, no shrinking; "
         f"{args.workers} processes, {os.cpu_count()} CPUs"
     )
     started = time.perf_counter()

@@ -28,9 +28,10 @@ from schedspec.adapters.vllm.config import (
 from schedspec.adapters.vllm.engine import VllmEngine
 from schedspec.adapters.vllm.releases import SUPPORTED, current_release
 from schedspec.adapters.vllm.runtime import VllmMissingError
+from schedspec.engines.events import Step
 from schedspec.engines.fake_model import FakeModel
 from schedspec.engines.pipeline import run_step
-from schedspec.properties.checked_engine import InvariantViolationError, replay
+from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError, replay
 from schedspec.properties.differential import DiffOptions, diff_trace
 from schedspec.properties.strategies.engine_configs import vllm_default_configs
 from schedspec.properties.suite import SuiteSettings, run_suite
@@ -39,6 +40,7 @@ from schedspec.spec import (
     PLACEHOLDER_TOKEN_ID,
     ConfigError,
     ModelRunnerOutput,
+    RemoteKV,
     Request,
     RequestError,
     RequestOutput,
@@ -48,6 +50,7 @@ from schedspec.spec import (
     State,
     extend_block_hashes,
 )
+from schedspec.spec.config import smallest_pool
 from schedspec.spec.invariants import CHECKS, ids_for
 from schedspec.traces.trace import Trace
 
@@ -68,6 +71,8 @@ STANDS: dict[str, dict[str, bool]] = {
     "F2": {"0.33.0": True, "0.34.0": True},  # a priority victim keeps its registrations
     "F3": {"0.33.0": True, "0.34.0": True},  # the long-prefill cap cuts padding: assert
     "G1": {"0.33.0": True, "0.34.0": True},  # EAGLE's lookahead hashes (the reference's gap)
+    "F5": {"0.33.0": True, "0.34.0": True},  # a failed load's retry is charged its own reservation
+    "F6": {"0.33.0": True, "0.34.0": True},  # no async load beside a verify step, tight pool
 }
 
 
@@ -429,6 +434,68 @@ def test_f3_padding_cut_by_the_long_prefill_cap_crashes_vllm() -> None:
     assert not isinstance(caught.value, InvariantViolationError)
     assert str(caught.traceback[-1].path).endswith("vllm/v1/core/sched/scheduler.py")
     assert avoid_known_corners(trace.config).long_prefill_token_threshold == 3
+
+
+def test_f5_a_failed_loads_retry_waits_for_ever_on_vllm() -> None:
+    """FINDING F5: r1's async load (its whole 2-token prompt) fails under "recompute"
+    with nothing valid. The reference frees its blocks and starts the retry's load in
+    the same step. vLLM (0.33.0 through `_inflight_prefills`, 0.34.0 through
+    `_reserve_parked`) still counts r1's own reservation, 2 blocks, against the retry's
+    2 in a pool of 3, and never starts it: nothing runs and the pool stays free.
+    The default configs run the "fail" policy instead."""
+    trace = Trace.load(FINDINGS / "vllm-failed-load-retry-reserves-itself.json")
+    replay(trace, reference_engine, "vllm-v1")
+    assert trace.config.kv_load_failure_policy == "recompute"
+    assert avoid_known_corners(trace.config).kv_load_failure_policy == "fail"
+    if not stands("F5"):
+        replay(trace, VllmEngine, "safety")
+        return
+    checked = CheckedEngine.from_factory(VllmEngine, trace.config, "safety", trace.model)
+    checked.apply(trace.events[0])
+    checked.apply(trace.events[1])
+    for _ in range(20):  # and it stays so, step after step
+        with pytest.raises(InvariantViolationError) as caught:
+            checked.apply(Step())
+        assert {v.invariant for v in caught.value.violations} == {"PROGRESS"}
+        assert checked.state.waiting == ("r1",) and not checked.state.running
+        assert checked.state.requests["r1"].status is RequestStatus.WAITING
+        assert len(checked.state.kv.free_block_ids) == trace.config.num_blocks
+
+
+def test_f6_no_async_load_beside_a_verify_step_in_a_tight_pool() -> None:
+    """FINDING F6, probed (the spec refuses this pool, vLLM accepts it): with drafts
+    (K = 1) and a pool of one max_model_len request (4 blocks of 4), a 15-token prompt
+    held remotely, async, needs all 4 blocks, and vLLM reserves one verify step's block
+    against the load beside them. The load never starts; nothing else is there to wait
+    for."""
+    cfg = config(
+        block_size=4,
+        num_blocks=5,
+        max_model_len=16,
+        max_num_batched_tokens=16,
+        num_speculative_tokens=1,
+        num_lookahead_tokens=0,
+        pad_spec_decode=True,
+        kv_connector=True,
+    )
+    assert smallest_pool(cfg) == 5  # the spec's floor: the load's 4 blocks, the step's 1
+    with pytest.raises(ConfigError, match="num_blocks"):
+        replace(cfg, num_blocks=4)
+    model = FakeModel(seed=0, vocab_size=64, num_speculative_tokens=1)
+    roomy = VllmEngine(cfg)  # the spec's floor: the load parks at once
+    roomy.add_request(Request("r1", [1] * 15, 1, remote_kv=RemoteKV(num_tokens=15)))
+    run_step(roomy, model)
+    assert roomy.snapshot().requests["r1"].status is RequestStatus.WAITING_FOR_REMOTE_KVS
+    engine = VllmEngine(cfg, num_blocks=4)
+    engine.add_request(Request("r1", [1] * 15, 1, remote_kv=RemoteKV(num_tokens=15)))
+    for _ in range(10):
+        output, _ = run_step(engine, model)
+        if not stands("F6"):
+            return
+        assert not output.num_scheduled_tokens
+        state = engine.snapshot()
+        assert state.requests["r1"].status is RequestStatus.WAITING
+        assert not state.requests["r1"].block_ids and len(state.kv.free_block_ids) == 4
 
 
 def test_f4_cache_aware_admission_keeps_cold_waiting_as_the_reference_does() -> None:

@@ -31,6 +31,7 @@ from schedspec.properties import probe as runner
 from schedspec.properties.differential import DiffOptions, diff_trace
 from schedspec.properties.strategies.engine_configs import (
     vllm_cache_aware_configs,
+    vllm_connector_configs,
     vllm_default_configs,
     vllm_long_prefill_rule_configs,
     vllm_release_neutral_configs,
@@ -153,6 +154,29 @@ def test_the_default_configs_are_the_releases(release: Release, data: st.DataObj
     assert unsupported_reason(drawn) is None
     assert release.mismatch(drawn) is None
     assert release.knobs(drawn) == drawn
+
+
+@pytest.mark.parametrize("release", SUPPORTED, ids=lambda r: r.version)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_connector_configs_are_the_releases_outside_f5(
+    release: Release, data: st.DataObject
+) -> None:
+    drawn = data.draw(vllm_connector_configs(release=release))
+    assert unsupported_reason(drawn) is None
+    assert release.refusal(drawn) is None  # no cap on 0.33.0
+    assert release.knobs(drawn) == drawn
+    assert not (drawn.kv_connector and drawn.async_scheduling)
+    assert drawn.kv_load_failure_policy == "fail"  # F5: "recompute" is moved off
+
+
+def test_the_connector_configs_draw_loads_and_0_34_0_draws_the_cap() -> None:
+    assert find(vllm_connector_configs(release=V033), lambda c: c.kv_connector).kv_connector
+    capped = find(
+        vllm_connector_configs(release=V034),
+        lambda c: c.kv_connector and c.max_num_inflight_kv_loads is not None,
+    )
+    assert capped.max_num_inflight_kv_loads is not None
 
 
 def test_0_34_0_draws_cache_aware_admission_where_it_applies() -> None:

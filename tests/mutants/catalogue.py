@@ -14,6 +14,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from schedspec.properties.strategies.configs import configs
+from schedspec.properties.strategies.engine_configs import connector_configs
 from schedspec.properties.strategies.regimes import (
     cache_aware_reorder,
     kv_connector,
@@ -956,6 +957,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "able to run: running 0, waiting N.",
         {"PROGRESS", "DRAIN"},
         configs=connector_tight_kv,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-aborted-load-never-freed",
@@ -970,6 +972,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "reports they are never freed: they leak for as long as the engine runs.",
         {"CONNECTOR-FINISHED", "NO-LEAK"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-abort-frees-a-load-in-flight",
@@ -980,6 +983,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "in flight and writes into them (the blocks go to the next request).",
         {"CONNECTOR-FINISHED-ABORT"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-abort-in-flight-double-free",
@@ -991,6 +995,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "transfer; when the load reports, they are freed a second time.",
         {"CONSERVATION", "CONNECTOR-FINISHED-ABORT", "OUTPUT"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-load-cached-at-park",
@@ -1001,6 +1006,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "its KV is there: a request that hits them reads garbage.",
         {"LOAD-UNCACHED", "CACHE-COMPUTED"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-promoted-before-its-report",
@@ -1011,6 +1017,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "reported it: the request runs on KV that is not there.",
         {"LOAD-PROMOTION"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-promoted-with-no-token-to-compute",
@@ -1022,6 +1029,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "compute: nothing yields the first output's logits.",
         {"LOAD-PROMOTION", "OUTPUT", "CACHE-CONTENT", CRASH},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-bad-block-not-cut",
@@ -1032,6 +1040,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "'recompute' the request runs on the bad block's garbage.",
         {"LOAD-FAILURE"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-fail-policy-recovers",
@@ -1048,6 +1057,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "request with an error.",
         {"LOAD-FAILURE"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     mutant(
         "kv-abort-skips-request-finished",
@@ -1063,6 +1073,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "held.",
         {"CONNECTOR-FINISHED-ABORT", "CONNECTOR-FINISHED"},
         configs=with_connector,
+        user_configs=connector_configs,
     ),
     # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
     *ASYNC_REVIEW_MUTANTS,

@@ -87,6 +87,11 @@ class Mutant:
     gap: str = ""
     # The policy family the mutated scheduler implements (its profile is that family's).
     family: Family = "vllm"
+    # The configs a user of the feature the mutant breaks passes to `schedspec check
+    # --configs` (the KV connector's: engine_configs.connector_configs, which .ci/run
+    # runs too); None: the family's defaults. check_as_a_user runs these, never
+    # `configs`, which may be narrowed for the one pinned CI seed.
+    user_configs: Callable[[], st.SearchStrategy[SchedulerConfig]] | None = None
 
 
 def mutant(
@@ -101,11 +106,21 @@ def mutant(
     examples: int | None = None,
     gap: str = "",
     family: Family = "vllm",
+    user_configs: Callable[[], st.SearchStrategy[SchedulerConfig]] | None = None,
 ) -> Mutant:
     """A Mutant from one edit (old -> new), plus any further (old, new) edits of the same file."""
     edits = (Edit(old, new), *(Edit(o, n) for o, n in more_edits))
     return Mutant(
-        id, file, edits, description, frozenset(caught_by), configs, examples, gap, family
+        id,
+        file,
+        edits,
+        description,
+        frozenset(caught_by),
+        configs,
+        examples,
+        gap,
+        family,
+        user_configs,
     )
 
 
@@ -283,14 +298,16 @@ def check_as_a_user(
     mutant: Mutant, root: Path, seed: int, settings: SuiteSettings | None = None
 ) -> SeedVerdict:
     """What `schedspec check --engine MUTANT --seed SEED --no-shrink` finds: the profile
-    of the mutant's family (vllm-v1, sglang), that family's default configs (never the
-    mutant's targeted ones) and the CI profile's sizes unless told otherwise. A
+    of the mutant's family (vllm-v1, sglang), that family's default configs or the
+    feature's user configs (`user_configs`; never the mutant's targeted ones) and the
+    CI profile's sizes unless told otherwise. A
     counterexample must pass on the real reference, or the kill is the suite's false
     alarm (F)."""
     factory = engine_factory(build_mutant_package(mutant, root), mutant.family)
     profile = FAMILY_PROFILES[mutant.family]
     chosen = dataclasses.replace(settings or SuiteSettings.quick(), seed=seed, shrink=False)
-    result = run_suite(factory, profile, chosen)
+    user_configs = mutant.user_configs() if mutant.user_configs is not None else None
+    result = run_suite(factory, profile, chosen, user_configs)
     steps = result.stats.steps
     if result.passed:
         return SeedVerdict(".", (), steps, "")

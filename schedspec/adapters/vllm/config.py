@@ -172,6 +172,12 @@ def avoid_known_corners(config: SchedulerConfig) -> SchedulerConfig:
       earlier wherever the next tokens differ; the reference's hits do not, so the
       vllm-v1 profile (ADMISSION-STOP, and a lockstep diff) parts there. With prefix
       caching on, the drafter is n-gram (lookahead 0) until the reference models it.
+    - F5, a vLLM finding (a KV load that failed with nothing valid under "recompute"
+      stays in vLLM's reservation, and its retry's async load is charged it: the retry
+      must fit twice over, and where it cannot it waits for ever with the pool free):
+      the policy becomes "fail". No pool floor avoids it: blocks held for sends the
+      worker never reports shrink the pool below any floor, down to `smallest_pool`,
+      where the spec still requires every request to finish.
 
     Each corner has a test (tests/test_vllm_adapter.py) showing that it still parts,
     so this narrowing hides nothing else.
@@ -184,6 +190,8 @@ def avoid_known_corners(config: SchedulerConfig) -> SchedulerConfig:
         config = replace(config, long_prefill_token_threshold=cap)
     if config.enable_prefix_caching and config.lookahead_tokens > 0:
         config = replace(config, num_lookahead_tokens=0)
+    if config.kv_connector and config.kv_load_failure_policy == "recompute":
+        config = replace(config, kv_load_failure_policy="fail")
     return config
 
 

@@ -35,6 +35,7 @@ def vllm_configs(
     async_scheduling: bool | None = None,
     drafts: bool | None = None,
     release: Release | None = None,
+    kv_connector: bool = False,
 ) -> st.SearchStrategy[SchedulerConfig]:
     """The suite's configs as vLLM runs them: sync and async, no drafts, n-gram
     (lookahead 0) and EAGLE (lookahead K) drafters, padding on whenever it
@@ -44,6 +45,8 @@ def vllm_configs(
     (K = 0 draws become an EAGLE K = 1), drafts=False none; None draws them.
     release: whose knob values (by default the installed release's): its long-prefill
     rule, and cache-aware admission drawn only where it has it.
+    kv_connector: the KV connector's regimes are drawn too (sync configs only carry
+    one); the cap on loads in flight only where the release has it.
     """
     release = release or current_release()
     drawn = configs(
@@ -52,6 +55,7 @@ def vllm_configs(
         pad_spec_decode=True,
         long_prefill_needs_chunked_prefill=release.long_prefill_needs_chunked_prefill,
         cache_aware_admission=release.cache_aware_admission,
+        kv_connector=kv_connector,
     )
     if drafts is not None:
         drawn = drawn.map(functools.partial(_with_drafts, drafts))
@@ -101,6 +105,19 @@ def vllm_sync_configs_with_drafts() -> st.SearchStrategy[SchedulerConfig]:
     """vllm_default_configs() in sync mode (`--no-async-scheduling`), every config
     speculating."""
     return vllm_default_configs(async_scheduling=False, drafts=True)
+
+
+def vllm_connector_configs(
+    max_model_len_cap: int = 96, *, release: Release | None = None
+) -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_default_configs with the KV connector's regimes drawn too (issue 31): vLLM's
+    own connector scheduler path runs our connector class (adapters/vllm/connector.py),
+    in sync mode wherever one is drawn, with the cap on loads in flight only where the
+    release has it, and outside F5 (`avoid_known_corners`). `schedspec check --engine
+    vllm --configs schedspec.properties.strategies.engine_configs:vllm_connector_configs`."""
+    return vllm_configs(max_model_len_cap, release=release, kv_connector=True).map(
+        avoid_known_corners
+    )
 
 
 # ----------------------------------------------------------------------- SGLang
