@@ -13,6 +13,7 @@ from schedspec.properties.corners import CORNER_NAMES
 from schedspec.properties.strategies.actions import URGENT, decode_request_draw
 from schedspec.properties.strategies.configs import configs, sglang_configs
 from schedspec.properties.strategies.regimes import (
+    CONNECTOR_REGIMES,
     MOST_SEATS,
     PLAIN_WEIGHT,
     REGIMES,
@@ -21,6 +22,8 @@ from schedspec.properties.strategies.regimes import (
     SHORT_MAX_MODEL_LEN,
     SHORTEST_MAX_MODEL_LEN,
     head_of_line,
+    kv_loads_capped,
+    kv_loads_contend,
     padded_near_max_model_len,
     padded_tight_budget,
     padded_under_a_cap,
@@ -83,6 +86,43 @@ def test_tight_cache_worked_example() -> None:
         ROOMY, enable_chunked_prefill=True, max_num_batched_tokens=1, max_num_seqs=1
     )
     assert tight_cache(one).max_num_batched_tokens == 2
+
+
+def test_kv_loads_contend_worked_example() -> None:
+    narrowed = kv_loads_contend(ROOMY)
+    assert narrowed.kv_connector and narrowed.max_num_inflight_kv_loads is None
+    assert (narrowed.num_blocks, narrowed.max_num_seqs) == (8, 2)  # one 64-token request
+    assert narrowed.enable_prefix_caching and not narrowed.async_scheduling
+    # Where the capped regime lets one load in at a time, this one lets both park.
+    assert kv_loads_capped(ROOMY).max_num_inflight_kv_loads == 2  # one seat drawn: 1 + 1
+    assert (
+        kv_loads_capped(dataclasses.replace(ROOMY, max_num_seqs=2)).max_num_inflight_kv_loads == 1
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(config=configs())
+def test_every_connector_regime_narrows_any_drawn_config_to_a_legal_one(
+    config: SchedulerConfig,
+) -> None:
+    for regime in CONNECTOR_REGIMES:
+        narrowed = regime.narrow(config)
+        assert narrowed.kv_connector and not narrowed.async_scheduling
+        assert narrowed.max_model_len == config.max_model_len
+        assert regime.corner in CORNER_NAMES
+
+
+def test_connector_configs_carry_a_connector_in_half_their_draws() -> None:
+    counts: Counter[bool] = Counter()
+
+    @settings(max_examples=600, deadline=None, database=None)
+    @given(config=configs(kv_connector=True))
+    def draw(config: SchedulerConfig) -> None:
+        counts[config.kv_connector] += 1
+
+    draw()
+    assert sum(r.weight for r in CONNECTOR_REGIMES) == PLAIN_WEIGHT + sum(r.weight for r in REGIMES)
+    assert 0.35 < counts[True] / sum(counts.values()) < 0.65, counts
 
 
 def test_head_of_line_worked_example() -> None:

@@ -239,8 +239,9 @@ def test_the_cap_starts_loads_while_the_batch_is_full_and_counts_them_until_they
 
 def test_a_failed_load_retries_without_its_own_reservation() -> None:
     """FINDINGS F5: a load that failed with nothing valid keeps the reservation its
-    promotion set; vLLM 0.34.0 counts it against the retry, which a pool holding the
-    request once never fits. The reference leaves the request's own reservation out."""
+    promotion set; vLLM (0.33.0 and 0.34.0) counts it against the retry, which a pool
+    holding the request once never fits. The reference leaves the request's own
+    reservation out."""
     d = driver(num_blocks=3, max_model_len=12, kv_load_failure_policy="recompute")
     d.add("a1", prompt=tokens(1, 11), max_tokens=1, remote_kv=RemoteKV(11))
     d.step()

@@ -82,8 +82,9 @@ class KVLoads:
         """What a new async load of `request` must leave free: every other parked load's
         reservation, every in-flight prefill's remaining blocks, and one verify step of
         drafts. Not its own reservation: a load that failed with nothing valid keeps the
-        one its promotion set, and vLLM 0.34.0 counts it against the retry's load
-        (docs/FINDINGS.md F5), which then never fits a pool that holds it once."""
+        one its promotion set, and vLLM (0.33.0 and 0.34.0) counts it against the
+        retry's load (docs/FINDINGS.md F5), which then never fits a pool that holds it
+        once."""
         own = self.parked_reservations.get(request.request_id, 0)
         return (
             sum(self.parked_reservations.values())
