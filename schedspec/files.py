@@ -8,10 +8,15 @@ binary or UTF-16 file, a folder, /dev/zero, a gigabyte, a thousand nested lists.
 
 Out: write_atomically writes a sibling temporary file, flushes it to disk and renames
 it over the target, so a reader (a CI job, the next run) sees the old file or the new
-one, never half of one, even when the disk fills. prepare_output_dir and
-prepare_output_file check before a run starts that its outputs can be written, so a
-finding is never lost to a bad path at the end; the latter also removes a stale file,
-so a crashed run cannot leave the last run's report looking like its own.
+one, never half of one, even when the disk fills. The new file gets the mode a plain
+open() would give it (0644 under a umask of 022), or the mode of the file it replaces.
+Only a regular file (or nothing) may stand at an output path: a device, a FIFO, a socket
+or a folder there is refused, never replaced (as root, `--json /dev/null` would
+otherwise turn the system's device into a file); a symbolic link is followed, so the
+file it names is replaced and the link kept. Nothing is ever unlinked but schedspec's
+own temporary file. prepare_output_dir and prepare_output_file check before a run
+starts that its outputs can be written, so a finding is never lost to a bad path at
+the end.
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ class InputFileError(ValueError):
         self.detail = detail
 
 
-class OutputPathError(ValueError):
-    """An output path that cannot be written; the message names it and why."""
+class OutputPathError(OSError, ValueError):
+    """An output path that cannot be written; the message names it and why. An OSError
+    too, so that a writer that turns a failed write into a warning (a report, a trace)
+    treats a path refused at the end like a full disk."""
 
     def __init__(self, path: Path | str, detail: str) -> None:
         super().__init__(f"{path}: {detail}")
@@ -129,19 +136,75 @@ def json_depth(document: Any) -> int:
 def write_atomically(path: Path, content: str | bytes) -> None:
     """Replace path's content all at once: a temporary file beside it, flushed to disk,
     then renamed over it. On any error the target is as it was and no temporary file
-    is left; the error is raised."""
+    is left; the error is raised (an OutputPathError where the path is no regular file)."""
     data = content.encode() if isinstance(content, str) else content
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    target = output_target(path)
+    mode = _new_file_mode(target)
+    handle, temporary = tempfile.mkstemp(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+    )
     try:
         with os.fdopen(handle, "wb") as stream:
+            os.fchmod(stream.fileno(), mode)  # mkstemp's 0600 is for the temporary only
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def output_target(path: Path) -> Path:
+    """The file a write to path replaces: path with its symbolic links followed (the
+    link is kept, the file it names replaced). An OutputPathError if something other
+    than a regular file stands there: replacing a device, a FIFO, a socket or a folder
+    would destroy what the user pointed at by mistake."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as err:
+        raise OutputPathError(path, f"cannot be examined: {err.strerror or err}") from None
+    if not stat.S_ISREG(mode):
+        raise OutputPathError(path, f"is {_kind_of(mode)}, not a regular file; name a file")
+    return target
+
+
+def _kind_of(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _new_file_mode(target: Path) -> int:
+    """The mode of the file it replaces, or what open() would create under the umask."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    """The process's umask. Read from /proc where Linux offers it, because setting it to
+    read it back (the only portable way) briefly changes it for every thread."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def prepare_output_dir(path: Path) -> None:
@@ -150,17 +213,14 @@ def prepare_output_dir(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
         handle, probe = tempfile.mkstemp(dir=path, prefix=".schedspec-probe-")
         os.close(handle)
-        os.unlink(probe)
+        os.unlink(probe)  # our own probe: the only file this function removes
     except OSError as err:
         raise OutputPathError(path, f"cannot write files here: {err.strerror or err}") from None
 
 
 def prepare_output_file(path: Path) -> None:
-    """Check that the file can be written (its folder is created) and remove a stale one."""
-    if path.is_dir():
-        raise OutputPathError(path, "is a folder; name a file")
-    prepare_output_dir(path.parent)
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as err:
-        raise OutputPathError(path, f"cannot replace it: {err.strerror or err}") from None
+    """Check that the file can be written: nothing but a regular file stands there (see
+    output_target) and its folder exists (created) and takes a new file. A report left
+    by an earlier run stays until the run's own report replaces it, keeping its mode."""
+    target = output_target(path)
+    prepare_output_dir(target.parent)
