@@ -73,3 +73,36 @@ def profileless(config: SchedulerConfig) -> ProfilelessEngine:
 
 
 NOT_A_FACTORY = 42
+
+
+class FlakyEngine(ReferenceEngine):
+    """Raises once, on the process's 40th schedule() across every engine built: an error
+    that a replay of the same example does not repeat (Hypothesis' FlakyFailure)."""
+
+    calls_in_process = 0
+
+    def schedule(self) -> SchedulerOutput:
+        FlakyEngine.calls_in_process += 1
+        if FlakyEngine.calls_in_process == 40:
+            raise RuntimeError("planted one-off crash in schedule()")
+        return super().schedule()
+
+
+def flaky(config: SchedulerConfig) -> FlakyEngine:
+    return FlakyEngine(config)
+
+
+class InterruptingEngine(ReferenceEngine):
+    """Raises KeyboardInterrupt from its third schedule(): the engine's error, not Ctrl-C."""
+
+    calls = 0
+
+    def schedule(self) -> SchedulerOutput:
+        self.calls += 1
+        if self.calls == 3:
+            raise KeyboardInterrupt
+        return super().schedule()
+
+
+def interrupting(config: SchedulerConfig) -> InterruptingEngine:
+    return InterruptingEngine(config)

@@ -51,3 +51,12 @@ def assert_refused(result: Probe, code: int, *phrases: str) -> None:
     assert "Traceback" not in result.output, result.output
     for phrase in phrases:
         assert phrase in result.output, result.output
+
+
+def assert_engine_blamed(result: Probe, code: int, *phrases: str) -> None:
+    """The run exited `code` (4: the engine raised; 5: it hung) blaming the engine: its
+    traceback is printed, schedspec's own never is."""
+    assert result.code == code, result.output
+    assert "HARNESS ERROR" not in result.output, result.output
+    for phrase in phrases:
+        assert phrase in result.output, result.output

@@ -9,7 +9,9 @@ On the way back from each adapter call it
   by standing in for it during the call; an engine that ends the process from native
   code, or from a thread of its own, is beyond reach: a run in `--workers` processes
   reports that as an engine error too, parallel.py.)
-- refuses a return value of the wrong type (EngineContractError).
+- refuses a return value of the wrong type (EngineContractError);
+- turns a KeyboardInterrupt the engine raised itself, with no signal behind it, into
+  EngineInterruptError: the engine's bug, not the user's Ctrl-C (engines/signals.py).
 
 guarded(factory, watchdog) builds engines behind the door. Building is guarded the
 same way but not timed: a real engine's first build may import and initialize far
@@ -27,10 +29,12 @@ from schedspec.engines.errors import (
     EngineContractError,
     EngineExitError,
     EngineHalt,
+    EngineInterruptError,
     mark_engine_call,
 )
 from schedspec.engines.profiles import claimed_profiles
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
+from schedspec.engines.signals import interrupt_signals
 from schedspec.engines.watchdog import Watchdog
 from schedspec.spec import (
     ModelRunnerOutput,
@@ -49,6 +53,7 @@ def through_the_door(
 ) -> T:
     """function(*args) as an engine call named `call` (see the module docstring)."""
     real_exit = os._exit
+    signals_before = interrupt_signals()
 
     def trapped_exit(status: int) -> NoReturn:
         raise EngineExitError(call, status)
@@ -60,7 +65,11 @@ def through_the_door(
         return watchdog.run(call, function, *args)
     except SystemExit as err:
         raise EngineExitError(call, err.code) from None
-    except (KeyboardInterrupt, EngineHalt):
+    except KeyboardInterrupt as err:
+        if signals_before is not None and interrupt_signals() == signals_before:
+            raise EngineInterruptError(call) from err  # no signal came: the engine's own
+        raise
+    except EngineHalt:
         raise
     except BaseException as err:
         mark_engine_call(err, call)

@@ -43,6 +43,15 @@ class EngineContractError(Exception):
         self.call = call
 
 
+class EngineInterruptError(Exception):
+    """The engine raised KeyboardInterrupt itself in a call, with no signal behind it
+    (engines/signals.py): its error, not the user's Ctrl-C."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(f"the engine raised KeyboardInterrupt in {call}, with no signal behind it")
+        self.call = call
+
+
 def mark_engine_call(err: BaseException, call: str) -> None:
     """Record that `err` was raised by the engine inside `call` (the first call wins:
     an error re-raised through an outer call keeps where it started)."""
@@ -52,7 +61,21 @@ def mark_engine_call(err: BaseException, call: str) -> None:
 
 def engine_call_of(err: BaseException) -> str | None:
     """The engine call `err` came out of, or None if the engine did not raise it."""
-    if isinstance(err, EngineHalt | EngineContractError):
+    if isinstance(err, EngineHalt | EngineContractError | EngineInterruptError):
         return err.call
     call = getattr(err, _ENGINE_CALL, None)
     return call if isinstance(call, str) else None
+
+
+def engine_error_in(err: BaseException) -> BaseException | None:
+    """The engine's own error in `err`: err itself, or the first one inside an exception
+    group (Hypothesis raises a group for several distinct failures, and a FlakyFailure
+    holding the engine's error when replaying the example did not repeat it)."""
+    if engine_call_of(err) is not None:
+        return err
+    if isinstance(err, BaseExceptionGroup):
+        for inner in err.exceptions:
+            found = engine_error_in(inner)
+            if found is not None:
+                return found
+    return None
