@@ -22,6 +22,7 @@ the end.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -207,15 +208,46 @@ def current_umask() -> int:
     return mask
 
 
+# Kernel pseudo-filesystems: a folder there is never a place for files. (/dev is not
+# one: /dev/shm is a fine tmpfs; a device at a file path is output_target's refusal.)
+PSEUDO_FILESYSTEMS = (Path("/proc"), Path("/sys"))
+
+
 def prepare_output_dir(path: Path) -> None:
-    """Create the folder (and its parents) and prove a file can be written in it."""
+    """Create the folder (and its parents) and prove a file can be written in it. An
+    OutputPathError names the problem: a pseudo-filesystem, a loop of symbolic links, a
+    file where a folder should be, a read-only filesystem, no permission."""
+    resolved = Path(os.path.realpath(path))
+    if any(resolved.is_relative_to(root) for root in PSEUDO_FILESYSTEMS):
+        root = next(r for r in PSEUDO_FILESYSTEMS if resolved.is_relative_to(r))
+        raise OutputPathError(path, f"is under {root}, the kernel's, not a folder on disk")
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise OutputPathError(path, f"cannot write files here: {_why(err)}") from None
     try:
         path.mkdir(parents=True, exist_ok=True)
         handle, probe = tempfile.mkstemp(dir=path, prefix=".schedspec-probe-")
         os.close(handle)
         os.unlink(probe)  # our own probe: the only file this function removes
     except OSError as err:
-        raise OutputPathError(path, f"cannot write files here: {err.strerror or err}") from None
+        raise OutputPathError(path, f"cannot write files here: {_why(err)}") from None
+
+
+# Errors a folder meets, said plainly.
+_REASONS = {
+    errno.ELOOP: "a loop of symbolic links",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "a file stands there, not a folder",
+    errno.EROFS: "the filesystem is read-only",
+    errno.ENOSPC: "no space left on the device",
+}
+
+
+def _why(err: OSError) -> str:
+    return _REASONS.get(err.errno or 0, err.strerror or str(err))
 
 
 def prepare_output_file(path: Path) -> None:
