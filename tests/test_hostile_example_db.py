@@ -37,15 +37,15 @@ def test_a_bad_example_db_is_refused_before_the_run(
     loop = tmp_path / "loop"
     loop.symlink_to(tmp_path / "loop")
     path = where.format(file=tmp_path / "file", loop=loop)
-    result = probe("check", *QUICK, "--example-db", path, "--trace-dir", str(tmp_path), cwd=tmp_path)
+    result = probe(
+        "check", *QUICK, "--example-db", path, "--trace-dir", str(tmp_path), cwd=tmp_path
+    )
     assert_refused(result, 2, "Invalid value for '--example-db'", phrase)
     assert "checking" not in result.stdout
     assert not (tmp_path / ".hypothesis").exists() and not (tmp_path / "examples").exists()
 
 
-def test_a_read_only_example_db_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_read_only_example_db_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read-only filesystem, as the probe file meets it (root may write anywhere else,
     so the filesystem's refusal is planted)."""
 

@@ -34,9 +34,7 @@ from tests.hostile import assert_refused, probe
         (["check", "--duration", "0s"], "--duration", "more than 0 s"),
     ],
 )
-def test_a_fan_out_past_its_bound_is_a_usage_error(
-    args: list[str], flag: str, phrase: str
-) -> None:
+def test_a_fan_out_past_its_bound_is_a_usage_error(args: list[str], flag: str, phrase: str) -> None:
     result = probe(*args)
     assert_refused(result, 2, f"Invalid value for '{flag}'", phrase)
     assert "checking" not in result.stdout and "swarm:" not in result.stdout

@@ -38,9 +38,7 @@ class Bound:
         """RunPlanError naming the option, the bound and its reason, above it."""
         if value > self.most:
             shown = f"{value:,}" if value < 10**15 else f"a {len(str(value))}-digit number"
-            raise RunPlanError(
-                self.field, f"at most {self.most:,} ({self.reason}), got {shown}"
-            )
+            raise RunPlanError(self.field, f"at most {self.most:,} ({self.reason}), got {shown}")
 
 
 def usable_cores() -> int:
