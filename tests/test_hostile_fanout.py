@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from schedspec.adapters.gpu import DEVICE_ENV
 from schedspec.campaign import bounds
 from schedspec.campaign.bounds import (
     MAX_CLUSTER_WORKERS,
@@ -58,3 +59,23 @@ def test_a_bound_names_its_field_and_takes_its_limit() -> None:
         bound.check(bound.most + 1)
     assert caught.value.field == "workers"
     assert MAX_SWARM_INSTANCES == 65_536  # stated in the README's exit-code section
+
+
+def test_swarm_mode_refuses_a_strategy_of_non_configs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As one-process check does (exit 2 naming --configs), not exit 6."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv(DEVICE_ENV, "cpu")  # chunks on workers run on the CPU only
+    configs = "tests.test_hostile_fanout:integer_configs"
+    for workers in ("1", "2"):
+        result = probe(
+            "check", "--engine", "gpu", "--instances", "2", "--workers", workers,
+            "--configs", configs, "--seed", "1",
+        )  # fmt: skip
+        assert_refused(result, 2, "Invalid value for '--configs'", "not a SchedulerConfig")
+
+
+def integer_configs() -> object:
+    """A --configs strategy of ints."""
+    from hypothesis import strategies as st
+
+    return st.integers(0, 3)

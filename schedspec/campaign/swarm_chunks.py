@@ -42,7 +42,7 @@ from schedspec.campaign.swarm_trace import SwarmRun
 from schedspec.campaign.workers import ChunkRunner, WorkerCrashed, WorkerLost, report_progress
 from schedspec.engines.registry import load_config_strategy
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
-from schedspec.properties.strategies.configs import configs
+from schedspec.properties.strategies.configs import checked_configs, configs
 from schedspec.properties.strategies.constant_pool import local_constants_pinned
 from schedspec.properties.suite import Chunk
 from schedspec.spec import SchedulerConfig
@@ -90,7 +90,7 @@ def run_configs(
 
     @hypothesis_seed(seed)
     @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate])
-    @given(config=strategy)
+    @given(config=checked_configs(strategy))  # --configs' mistakes: ConfigStrategyError
     def one_config(config: SchedulerConfig) -> None:
         # Hypothesis has no early exit that skips its replay: the draws left run empty.
         if any(r.finding is not None for r in results):

@@ -17,7 +17,8 @@ engines/registry.py asks for it, before importing this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -51,6 +52,7 @@ from schedspec.engines.protocol import EngineFactory
 from schedspec.gpu_impl.device_checks import CHECK_IDS
 from schedspec.properties.failure_report import plural
 from schedspec.properties.run_plan import RunRequest, resolve_plan
+from schedspec.properties.strategies.configs import ConfigStrategyError, vet_config_strategy
 from schedspec.traces.trace import SWARM_TRACE_STEM, trace_file_name
 
 # What a swarm's chunks count, for the progress bar and the closing line.
@@ -72,6 +74,9 @@ def run_swarm_check(
     prepare_device(device)  # before anything runs on it, and before workers are forked
     with usage_errors():
         plan = resolve_plan(request, (factory,))  # as check resolves it: what gpu claims
+    if plan.config_strategy is not None:
+        with _configs_refused():
+            vet_config_strategy(plan.config_strategy, plan.seed)
     echo_seed(plan)
     planned = plan_swarm(plan, instances, device)
     how_many = how_much(plan, plural(planned.configs, "config"), "configs")
@@ -81,7 +86,8 @@ def run_swarm_check(
         "schedule() and update" + configs_phrase(plan)
     )
     if not request.backend.parallel:
-        results = run_swarm_here(planned, _echo_config())
+        with _configs_refused():
+            results = run_swarm_here(planned, _echo_config())
         _echo_table(results)
         finding = next((r for r in results if r.finding is not None), None)
         if finding is None:
@@ -97,6 +103,16 @@ def run_swarm_check(
             progress=progress_bar(options, UNITS),
         )
     return _campaign_verdict(options, planned, campaign, backend)
+
+
+@contextmanager
+def _configs_refused() -> Iterator[None]:
+    """A --configs strategy that raises or draws a non-config is a usage error, as in
+    one-process check: vetted before the swarm runs, and caught if a later draw fails."""
+    try:
+        yield
+    except ConfigStrategyError as err:
+        raise click.BadParameter(str(err), param_hint="'--configs'") from None
 
 
 def _echo_config() -> Callable[[SwarmResult], None]:
