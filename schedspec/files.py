@@ -1,6 +1,7 @@
 """Files in and out, the same careful way for every command and loader.
 
-In: read_input_text reads a regular file (or a pipe) of at most a stated size and
+In: read_input_text reads a regular file (or a pipe, giving up on one that delivers
+nothing for PIPE_WAIT_SECONDS: a FIFO nobody writes to) of at most a stated size and
 decodes it as UTF-8; parse_json parses it, refusing what the standard library would
 take but a loader cannot use (NaN, Infinity, nesting past MAX_JSON_DEPTH). Every
 refusal is an InputFileError naming the file and saying what is wrong with it: a
@@ -25,6 +26,7 @@ import contextlib
 import errno
 import json
 import os
+import select
 import stat
 import tempfile
 from pathlib import Path
@@ -75,8 +77,11 @@ def read_input_text(path: Path, max_bytes: int) -> str:
     if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
         raise InputFileError(path, "is not a regular file (a device or a socket?)")
     try:
-        with path.open("rb") as stream:
-            data = stream.read(max_bytes + 1)
+        if stat.S_ISFIFO(mode):
+            data = _read_pipe(path, max_bytes + 1)
+        else:
+            with path.open("rb") as stream:
+                data = stream.read(max_bytes + 1)
     except OSError as err:
         raise InputFileError(path, f"cannot be read: {err.strerror or err}") from None
     if len(data) > max_bytes:
@@ -90,6 +95,37 @@ def read_input_text(path: Path, max_bytes: int) -> str:
         raise InputFileError(
             path, f"is not UTF-8 text (byte {err.start} is {data[err.start]:#04x}): a binary file?"
         ) from None
+
+
+# How long a pipe (a FIFO, `<(command)`) may keep an input waiting for its next bytes: a
+# FIFO nobody writes to would otherwise block the command forever.
+PIPE_WAIT_SECONDS = 10.0
+
+
+def _read_pipe(path: Path, limit: int) -> bytes:
+    """Up to `limit` bytes from a pipe, until its writer closes it; an InputFileError
+    when no byte (nor the end) arrives within PIPE_WAIT_SECONDS."""
+    handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening never waits for a writer
+    try:
+        data = bytearray()
+        while len(data) < limit:
+            ready, _, _ = select.select([handle], [], [], PIPE_WAIT_SECONDS)
+            if not ready:
+                raise InputFileError(
+                    path,
+                    f"is a pipe that delivered nothing for {PIPE_WAIT_SECONDS:g} s "
+                    "(a FIFO with no writer?)",
+                )
+            try:
+                chunk = os.read(handle, min(65_536, limit - len(data)))
+            except BlockingIOError:  # woken, but the bytes went to another reader
+                continue
+            if not chunk:
+                break
+            data += chunk
+        return bytes(data)
+    finally:
+        os.close(handle)
 
 
 def parse_json(text: str, where: str) -> Any:
