@@ -286,6 +286,20 @@ def _why(err: OSError) -> str:
     return _REASONS.get(err.errno or 0, err.strerror or str(err))
 
 
+def require_free_space(folder: Path, needed: int) -> None:
+    """OutputPathError unless the filesystem holding the folder has `needed` bytes free
+    (for a command whose outputs come after its expensive part)."""
+    try:
+        info = os.statvfs(folder)
+    except OSError as err:
+        raise OutputPathError(folder, f"cannot be examined: {_why(err)}") from None
+    free = info.f_bavail * info.f_frsize
+    if free < needed:
+        raise OutputPathError(
+            folder, f"has {free:,} bytes free, less than the {needed:,} its files may take"
+        )
+
+
 def prepare_output_file(path: Path) -> None:
     """Check that the file can be written: nothing but a regular file stands there (see
     output_target) and its folder exists (created) and takes a new file. A report left

@@ -28,7 +28,7 @@ def silent_fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_fifo_with_no_writer_is_given_up_on(silent_fifo: Path) -> None:
     started = time.monotonic()
-    with pytest.raises(InputFileError, match="delivered nothing for 0.3 s"):
+    with pytest.raises(InputFileError, match=r"delivered nothing for 0\.3 s"):
         read_input_text(silent_fifo, 100)
     assert time.monotonic() - started < 5
 
