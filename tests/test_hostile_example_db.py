@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from schedspec import files
 from schedspec.cli import suite_run
 from schedspec.cli.main import main
 from schedspec.files import OutputPathError
@@ -69,7 +70,7 @@ def test_a_failure_that_could_not_be_saved_is_a_warning(
 ) -> None:
     """The folder took files at the start, not at the end (a disk filled, a remount)."""
     checks = {"count": 0}
-    real = suite_run.prepare_output_dir
+    real = files.prepare_output_dir
 
     def fails_at_the_end(path: Path) -> None:
         if path == tmp_path / "db":
