@@ -87,12 +87,26 @@ def _workload(name: str, seed: int, max_model_len: int, synthetic: dict[str, obj
         for field in ("prompt_len", "output_len"):
             if isinstance(given.get(field), str):
                 given[field] = LengthDistribution.parse(str(given[field]), field)
+        _warn_if_prefix_cut(given.get("prefix_len"), max_model_len)
         return builtin_workload(
             name, seed, max_model_len, with_fields(SyntheticWorkload(), **given)
         )
     if given:
         raise SimulationInputError("workload", "a trace file sets its own lengths and arrivals")
     return load_trace(Path(name), seed, max_model_len=max_model_len)
+
+
+def _warn_if_prefix_cut(prefix_len: object, max_model_len: int) -> None:
+    """A --prefix-len that the smallest config's max_model_len cuts (the workload keeps
+    room for one output token) is said, not cut without a word."""
+    room = max_model_len - 1
+    if isinstance(prefix_len, int) and prefix_len > room:
+        click.echo(
+            f"warning: --prefix-len {prefix_len} is cut to {room} tokens: the smallest "
+            f"config's max_model_len is {max_model_len}, and each request keeps one token "
+            "for its output",
+            err=True,
+        )
 
 
 def _trade_off_lines(runs: list[ConfigRun], workload: Workload) -> list[str]:
