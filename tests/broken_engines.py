@@ -4,6 +4,7 @@ user's adapter would be."""
 from __future__ import annotations
 
 import dataclasses
+import signal
 
 from schedspec.adapters.reference import ReferenceEngine
 from schedspec.spec import SchedulerConfig, SchedulerOutput
@@ -106,3 +107,37 @@ class InterruptingEngine(ReferenceEngine):
 
 def interrupting(config: SchedulerConfig) -> InterruptingEngine:
     return InterruptingEngine(config)
+
+
+class HangsWhenBuilt(ReferenceEngine):
+    """Never returns from __init__: the build limit (watchdog.BUILD_TIMEOUT) reports it."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        while True:  # no sleep: only a signal gets it out
+            pass
+
+
+def hangs_when_built(config: SchedulerConfig) -> HangsWhenBuilt:
+    return HangsWhenBuilt(config)
+
+
+class OwnsSigalrm(ReferenceEngine):
+    """Installs a SIGALRM handler of its own when built, then hangs in its third
+    schedule(): the watchdog takes SIGALRM back for each call."""
+
+    calls = 0
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        super().__init__(config)
+        signal.signal(signal.SIGALRM, lambda signum, frame: None)
+
+    def schedule(self) -> SchedulerOutput:
+        self.calls += 1
+        if self.calls == 3:
+            while True:
+                pass
+        return super().schedule()
+
+
+def owns_sigalrm(config: SchedulerConfig) -> OwnsSigalrm:
+    return OwnsSigalrm(config)

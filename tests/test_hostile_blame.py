@@ -1,6 +1,7 @@
 """Blame: an exception the engine raised is exit 4 whether or not replaying its example
 repeats it (Hypothesis' FlakyFailure), and says when it did not; a KeyboardInterrupt the
-engine raises itself is its error, not a Ctrl-C; a real Ctrl-C still exits 130."""
+engine raises itself is its error, not a Ctrl-C; a real Ctrl-C still exits 130; a hang
+in __init__ or behind the engine's own SIGALRM handler is still a hang (exit 5)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from schedspec.cli.main import main
+from schedspec.engines import boundary
 from tests.hostile import ROOT, assert_engine_blamed, probe
 
 
@@ -47,3 +53,18 @@ def test_a_real_ctrl_c_is_still_an_interrupt(tmp_path: Path) -> None:
     assert process.returncode == 130, stdout + stderr
     assert "interrupted by sigint" in (stdout + stderr).lower()
     assert "engine raised KeyboardInterrupt" not in stdout + stderr
+
+
+def test_an_engine_that_hangs_when_built_is_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(boundary, "BUILD_TIMEOUT", 0.5)  # ten minutes in a real run
+    engine = "tests.broken_engines:hangs_when_built"
+    result = CliRunner().invoke(main, ["check", "--engine", engine, "--examples", "2"])
+    assert result.exit_code == 5, result.output
+    assert "building the engine ran past the build time limit of 0.5 s" in result.output
+
+
+def test_an_engine_with_its_own_sigalrm_handler_still_times_out(tmp_path: Path) -> None:
+    engine = "tests.broken_engines:owns_sigalrm"
+    args = ["--examples", "5", "--seed", "1", "--step-timeout", "0.5"]
+    result = probe("check", "--engine", engine, *args, "--trace-dir", str(tmp_path))
+    assert_engine_blamed(result, 5, "schedule() ran past the step time limit of 0.5 s")
