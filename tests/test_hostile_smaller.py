@@ -50,3 +50,20 @@ def test_a_nan_arrival_time_names_the_field(tmp_path: Path) -> None:
     workload.write_text('{"arrival_time": NaN, "prompt_tokens": 5, "output_tokens": 3}\n')
     result = probe("simulate", "--workload", str(workload), "--out", str(tmp_path / "out"))
     assert_refused(result, 2, "line 1: field 'arrival_time' must be a finite number, got NaN")
+
+
+def test_a_long_trace_replays_printing_only_its_last_events(tmp_path: Path) -> None:
+    from schedspec.cli.replay import SHOWN_EVENTS
+    from schedspec.engines.events import AddRequest, Step
+    from schedspec.spec import SchedulerConfig
+    from schedspec.traces.trace import Trace
+
+    config = SchedulerConfig(
+        block_size=4, num_blocks=64, max_num_batched_tokens=8, max_num_seqs=2, max_model_len=16
+    )
+    events = [e for i in range(150) for e in (AddRequest(f"r{i}", (1, 2, 3), 2), Step(), Step())]
+    path = tmp_path / "long.json"
+    Trace(config, tuple(events)).save(path)
+    result = probe("replay", str(path))
+    assert_refused(result, 0, f"... {len(events) - SHOWN_EVENTS} earlier events not shown")
+    assert result.stdout.count("\n  #") == SHOWN_EVENTS
