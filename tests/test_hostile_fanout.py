@@ -4,6 +4,8 @@ and the bound, before anything is forked, started or allocated."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from schedspec.adapters.gpu import DEVICE_ENV
@@ -79,3 +81,10 @@ def integer_configs() -> object:
     from hypothesis import strategies as st
 
     return st.integers(0, 3)
+
+
+def test_the_closing_line_says_what_actually_ran(tmp_path: Path) -> None:
+    """--workers 8 for 3 examples starts a process a chunk: 3, and says so."""
+    args = ["--workers", "8", "--examples", "3", "--seed", "1", "--trace-dir", str(tmp_path)]
+    result = probe("check", *args)
+    assert_refused(result, 0, "on 8 local processes (3 workers used: one a chunk): 3 chunks")

@@ -30,6 +30,15 @@ class Backend:
     on_ray: bool
 
 
+def ran_on(backend: Backend, chunks: int) -> str:
+    """Where a finished run ran, as it ran: the backend's name, and how many of its
+    workers had a chunk where fewer did than were asked for (`--workers 8 --examples 3`
+    starts 3 processes, not 8)."""
+    if chunks >= backend.workers:
+        return backend.name
+    return f"{backend.name} ({plural(chunks, 'worker')} used: one a chunk)"
+
+
 def require_backend(choice: BackendChoice) -> None:
     """What the backend needs, checked before anything runs: a run on Ray needs Ray
     (MissingDependencyError, saying what brings it), and --workers stays within its

@@ -25,7 +25,6 @@ from pathlib import Path
 import click
 
 from schedspec.adapters.gpu import DEVICE_ENV
-from schedspec.campaign.backend import Backend
 from schedspec.campaign.swarm import SwarmResult
 from schedspec.campaign.swarm_chunks import SwarmCampaign, finding_label, prepare_device
 from schedspec.campaign.swarm_plan import (
@@ -95,14 +94,14 @@ def run_swarm_check(
         _report_finding(finding, options.trace_dir, plan.seed, plan.profile)
         return _failed(finding, plan.seed)
     with usage_errors():  # an address given with --ray where no cluster answers
-        campaign, backend = run_swarm_parallel(
+        campaign, where = run_swarm_parallel(
             planned,
             options.trace_dir,
             on_backend=echo_backend,
             on_config=_echo_config(),
             progress=progress_bar(options, UNITS),
         )
-    return _campaign_verdict(options, planned, campaign, backend)
+    return _campaign_verdict(options, planned, campaign, where)
 
 
 @contextmanager
@@ -130,7 +129,7 @@ def _echo_config() -> Callable[[SwarmResult], None]:
 
 
 def _campaign_verdict(
-    options: SuiteRunOptions, planned: SwarmPlan, campaign: SwarmCampaign, backend: Backend
+    options: SuiteRunOptions, planned: SwarmPlan, campaign: SwarmCampaign, where: str
 ) -> int:
     """The closing table, what the chunks covered, the findings and the exit code, as a
     run in one process reports them."""
@@ -141,7 +140,7 @@ def _campaign_verdict(
         path = _report_finding(campaign.first, options.trace_dir, seed, profile)
         campaign.findings[0] = replace(campaign.findings[0], trace_path=path)
     coverage = Coverage(len(results), campaign.instance_steps, campaign.seconds, UNITS)
-    echo_coverage(backend.name, campaign.chunks, campaign.lost, coverage)
+    echo_coverage(where, campaign.chunks, campaign.lost, coverage)
     if options.duration is not None:
         echo_findings(campaign.findings)
     if campaign.interrupted is not None:
