@@ -39,8 +39,11 @@ class CrashingEngine(ReferenceEngine):
     def schedule(self) -> SchedulerOutput:
         self.calls += 1
         if self.calls == 3:
-            raise RuntimeError("planted crash in schedule()")
+            raise self.planted()
         return super().schedule()
+
+    def planted(self) -> BaseException:
+        return RuntimeError("planted crash in schedule()")
 
 
 def crashing(config: SchedulerConfig) -> CrashingEngine:
@@ -93,16 +96,11 @@ def flaky(config: SchedulerConfig) -> FlakyEngine:
     return FlakyEngine(config)
 
 
-class InterruptingEngine(ReferenceEngine):
+class InterruptingEngine(CrashingEngine):
     """Raises KeyboardInterrupt from its third schedule(): the engine's error, not Ctrl-C."""
 
-    calls = 0
-
-    def schedule(self) -> SchedulerOutput:
-        self.calls += 1
-        if self.calls == 3:
-            raise KeyboardInterrupt
-        return super().schedule()
+    def planted(self) -> BaseException:
+        return KeyboardInterrupt()
 
 
 def interrupting(config: SchedulerConfig) -> InterruptingEngine:

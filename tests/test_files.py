@@ -187,21 +187,15 @@ class TestPrepareOutputs:
 class TestModes:
     """mkstemp makes 0600 files; what schedspec leaves behind has the umask's mode."""
 
-    def test_a_new_file_gets_0644_under_umask_022(self, tmp_path: Path) -> None:
-        previous = os.umask(0o022)
+    @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+    def test_a_new_file_gets_the_umasks_mode(self, tmp_path: Path, umask: int, mode: int) -> None:
+        """0644 under a umask of 022, as open() would make it (mkstemp alone: 0600)."""
+        previous = os.umask(umask)
         try:
             write_atomically(tmp_path / "report.json", "{}")
         finally:
             os.umask(previous)
-        assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == 0o644
-
-    def test_a_new_file_follows_a_stricter_umask(self, tmp_path: Path) -> None:
-        previous = os.umask(0o077)
-        try:
-            write_atomically(tmp_path / "report.json", "{}")
-        finally:
-            os.umask(previous)
-        assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == 0o600
+        assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == mode
 
     def test_a_replaced_report_keeps_its_mode(self, tmp_path: Path) -> None:
         path = tmp_path / "report.json"

@@ -13,6 +13,8 @@ stops at once instead of shrinking.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # Set on an exception raised inside an engine call: the call, e.g. "schedule()".
 _ENGINE_CALL = "schedspec_engine_call"
 # What building an engine (the factory's call) is called in messages.
@@ -71,11 +73,19 @@ def engine_error_in(err: BaseException) -> BaseException | None:
     """The engine's own error in `err`: err itself, or the first one inside an exception
     group (Hypothesis raises a group for several distinct failures, and a FlakyFailure
     holding the engine's error when replaying the example did not repeat it)."""
-    if engine_call_of(err) is not None:
+    return first_in_groups(err, lambda inner: engine_call_of(inner) is not None)
+
+
+def first_in_groups(
+    err: BaseException, wanted: Callable[[BaseException], bool]
+) -> BaseException | None:
+    """err if it is wanted, else the first wanted exception inside it where err is an
+    exception group (depth first, in order); None if there is none."""
+    if wanted(err):
         return err
     if isinstance(err, BaseExceptionGroup):
         for inner in err.exceptions:
-            found = engine_error_in(inner)
+            found = first_in_groups(inner, wanted)
             if found is not None:
                 return found
     return None

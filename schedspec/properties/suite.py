@@ -31,7 +31,12 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
-from schedspec.engines.errors import EngineHalt, engine_call_of, engine_error_in
+from schedspec.engines.errors import (
+    EngineHalt,
+    engine_call_of,
+    engine_error_in,
+    first_in_groups,
+)
 from schedspec.engines.events import Step
 from schedspec.engines.protocol import EngineFactory
 from schedspec.engines.watchdog import StepTimeoutError
@@ -366,14 +371,8 @@ def _minimize(result: SuiteResult, target: Target, plain_knobs: bool) -> None:
 
 def _first_finding(err: BaseException) -> InvariantViolationError | DivergenceError | None:
     """The violation or divergence in what Hypothesis raised (maybe inside a group)."""
-    if isinstance(err, InvariantViolationError | DivergenceError):
-        return err
-    if isinstance(err, BaseExceptionGroup):
-        for inner in err.exceptions:
-            found = _first_finding(inner)
-            if found is not None:
-                return found
-    return None
+    found = first_in_groups(err, lambda e: isinstance(e, InvariantViolationError | DivergenceError))
+    return cast(InvariantViolationError | DivergenceError | None, found)
 
 
 def _blamed(err: BaseException, trace: Trace | None) -> BaseException:
