@@ -305,4 +305,9 @@ def prepare_output_file(path: Path) -> None:
     output_target) and its folder exists (created) and takes a new file. A report left
     by an earlier run stays until the run's own report replaces it, keeping its mode."""
     target = output_target(path)
-    prepare_output_dir(target.parent)
+    try:
+        prepare_output_dir(target.parent)
+    except OutputPathError as err:
+        if target == Path(os.path.abspath(path)):
+            raise
+        raise OutputPathError(path, f"leads to {err}") from None  # name what the user gave

@@ -69,3 +69,12 @@ def test_reports_get_the_umask_mode_and_keep_an_existing_one(tmp_path: Path) -> 
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
     assert stat.S_IMODE(kept.stat().st_mode) == 0o640
     assert "<testsuite" in kept.read_text()
+
+
+@pytest.mark.parametrize("path", ["/dev/null", "/dev/stdout"])
+def test_system_device_paths_are_refused(tmp_path: Path, path: str) -> None:
+    """As root, replacing /dev/null with a file would break the system; /dev/stdout is
+    a pipe here (or a terminal): neither is a file to replace."""
+    result = probe("check", *QUICK, "--json", path, "--trace-dir", str(tmp_path))
+    assert_refused(result, 2, "Invalid value for '--json'")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
