@@ -4,6 +4,7 @@ and the bound, before anything is forked, started or allocated."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,30 @@ def test_the_closing_line_says_what_actually_ran(tmp_path: Path) -> None:
     args = ["--workers", "8", "--examples", "3", "--seed", "1", "--trace-dir", str(tmp_path)]
     result = probe("check", *args)
     assert_refused(result, 0, "on 8 local processes (3 workers used: one a chunk): 3 chunks")
+
+
+def test_swarm_mode_on_workers_refuses_a_strategy_that_goes_bad_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the driver's vetting draws, a worker's bad draw is still a usage error."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv(DEVICE_ENV, "cpu")
+    configs = "tests.test_hostile_fanout:configs_bad_in_workers"
+    args = ["--instances", "2", "--workers", "2", "--configs", configs, "--seed", "1"]
+    result = probe("check", "--engine", "gpu", *args)
+    assert_refused(result, 2, "Invalid value for '--configs'", "planted: bad in a worker")
+
+
+_LOADED_IN = os.getpid()
+
+
+def configs_bad_in_workers() -> object:
+    """The suite's configs in the process that loads it; in a forked worker, a raise."""
+    from schedspec.properties.strategies.configs import configs
+
+    def planted(config: object) -> object:
+        if os.getpid() != _LOADED_IN:
+            raise RuntimeError("planted: bad in a worker")
+        return config
+
+    return configs().map(planted)

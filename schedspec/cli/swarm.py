@@ -154,7 +154,8 @@ def _campaign_verdict(
     if campaign.first is not None:
         return _failed(campaign.first, seed)
     if campaign.error is not None:
-        raise campaign.error  # the command group reports it, with its exit code
+        with _configs_refused():  # a bad --configs draw in a worker: a usage error
+            raise campaign.error  # else the command group reports it, with its exit code
     return _passed(results, seed)
 
 
