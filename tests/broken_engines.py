@@ -4,6 +4,7 @@ user's adapter would be."""
 from __future__ import annotations
 
 import dataclasses
+import signal
 
 from schedspec.adapters.reference import ReferenceEngine
 from schedspec.spec import SchedulerConfig, SchedulerOutput
@@ -38,8 +39,11 @@ class CrashingEngine(ReferenceEngine):
     def schedule(self) -> SchedulerOutput:
         self.calls += 1
         if self.calls == 3:
-            raise RuntimeError("planted crash in schedule()")
+            raise self.planted()
         return super().schedule()
+
+    def planted(self) -> BaseException:
+        return RuntimeError("planted crash in schedule()")
 
 
 def crashing(config: SchedulerConfig) -> CrashingEngine:
@@ -73,3 +77,65 @@ def profileless(config: SchedulerConfig) -> ProfilelessEngine:
 
 
 NOT_A_FACTORY = 42
+
+
+class FlakyEngine(ReferenceEngine):
+    """Raises once, on the process's 40th schedule() across every engine built: an error
+    that a replay of the same example does not repeat (Hypothesis' FlakyFailure)."""
+
+    calls_in_process = 0
+
+    def schedule(self) -> SchedulerOutput:
+        FlakyEngine.calls_in_process += 1
+        if FlakyEngine.calls_in_process == 40:
+            raise RuntimeError("planted one-off crash in schedule()")
+        return super().schedule()
+
+
+def flaky(config: SchedulerConfig) -> FlakyEngine:
+    return FlakyEngine(config)
+
+
+class InterruptingEngine(CrashingEngine):
+    """Raises KeyboardInterrupt from its third schedule(): the engine's error, not Ctrl-C."""
+
+    def planted(self) -> BaseException:
+        return KeyboardInterrupt()
+
+
+def interrupting(config: SchedulerConfig) -> InterruptingEngine:
+    return InterruptingEngine(config)
+
+
+class HangsWhenBuilt(ReferenceEngine):
+    """Never returns from __init__: the build limit (watchdog.BUILD_TIMEOUT) reports it."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        while True:  # no sleep: only a signal gets it out
+            pass
+
+
+def hangs_when_built(config: SchedulerConfig) -> HangsWhenBuilt:
+    return HangsWhenBuilt(config)
+
+
+class OwnsSigalrm(ReferenceEngine):
+    """Installs a SIGALRM handler of its own when built, then hangs in its third
+    schedule(): the watchdog takes SIGALRM back for each call."""
+
+    calls = 0
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        super().__init__(config)
+        signal.signal(signal.SIGALRM, lambda signum, frame: None)
+
+    def schedule(self) -> SchedulerOutput:
+        self.calls += 1
+        if self.calls == 3:
+            while True:
+                pass
+        return super().schedule()
+
+
+def owns_sigalrm(config: SchedulerConfig) -> OwnsSigalrm:
+    return OwnsSigalrm(config)

@@ -1,13 +1,15 @@
 """schedspec.files: inputs read bounded and decoded strictly, outputs written atomically
 and checked before a run; and the commands' use of both (paths refused up front, a
-stale report removed, a full disk leaving no half-written file, a finding kept when
-its trace cannot be written)."""
+stale report replaced, never unlinked, a full disk leaving no half-written file, a
+finding kept when its trace cannot be written). The hostile paths (devices, FIFOs,
+sockets) as the command line meets them: tests/test_hostile_outputs.py."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -146,16 +148,69 @@ class TestPrepareOutputs:
         with pytest.raises(OutputPathError, match="cannot write files here"):
             prepare_output_dir(tmp_path / "file" / "traces")
 
-    def test_a_file_path_that_is_a_folder_is_refused_and_a_stale_file_removed(
+    def test_a_file_path_that_is_a_folder_is_refused_and_a_stale_file_kept(
         self, tmp_path: Path
     ) -> None:
-        with pytest.raises(OutputPathError, match="is a folder; name a file"):
+        with pytest.raises(OutputPathError, match="is a folder, not a regular file"):
             prepare_output_file(tmp_path)
         stale = tmp_path / "out" / "report.json"
         stale.parent.mkdir()
         stale.write_text('{"outcome": "passed"}')
         prepare_output_file(stale)
-        assert not stale.exists()
+        assert stale.read_text() == '{"outcome": "passed"}'  # replaced at the end, not now
+
+    @pytest.mark.parametrize("kind", ["fifo", "socket"])
+    def test_a_fifo_or_socket_is_refused_and_left_as_it_was(
+        self, tmp_path: Path, kind: str
+    ) -> None:
+        path = _special_file(tmp_path, kind)
+        with pytest.raises(OutputPathError, match="not a regular file"):
+            prepare_output_file(path)
+        with pytest.raises(OutputPathError, match="not a regular file"):
+            write_atomically(path, "x")
+        assert not stat.S_ISREG(path.lstat().st_mode)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+    def test_a_device_node_is_refused_and_left_as_it_was(self, tmp_path: Path) -> None:
+        """As root (CI containers), replacing the device would destroy it."""
+        if os.geteuid() != 0:
+            pytest.skip("creating a device node needs root (the FIFO and socket cases run)")
+        null = tmp_path / "null"
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        with pytest.raises(OutputPathError, match="is a character device"):
+            prepare_output_file(null)
+        with pytest.raises(OutputPathError, match="is a character device"):
+            write_atomically(null, "x")
+        assert stat.S_ISCHR(null.stat().st_mode)
+
+
+class TestModes:
+    """mkstemp makes 0600 files; what schedspec leaves behind has the umask's mode."""
+
+    @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+    def test_a_new_file_gets_the_umasks_mode(self, tmp_path: Path, umask: int, mode: int) -> None:
+        """0644 under a umask of 022, as open() would make it (mkstemp alone: 0600)."""
+        previous = os.umask(umask)
+        try:
+            write_atomically(tmp_path / "report.json", "{}")
+        finally:
+            os.umask(previous)
+        assert stat.S_IMODE((tmp_path / "report.json").stat().st_mode) == mode
+
+    def test_a_replaced_report_keeps_its_mode(self, tmp_path: Path) -> None:
+        path = tmp_path / "report.json"
+        path.write_text("old")
+        path.chmod(0o640)
+        write_atomically(path, "new")
+        assert (path.read_text(), stat.S_IMODE(path.stat().st_mode)) == ("new", 0o640)
+
+    def test_a_symlink_is_kept_and_the_file_it_names_replaced(self, tmp_path: Path) -> None:
+        real = tmp_path / "real.json"
+        real.write_text("old")
+        link = tmp_path / "link.json"
+        link.symlink_to(real)
+        write_atomically(link, "new")
+        assert link.is_symlink() and real.read_text() == "new"
 
 
 # ------------------------------------------------------------- the commands
@@ -228,6 +283,19 @@ class TestCommandOutputs:
         assert result.exit_code == 1
         (path,) = tmp_path.glob("schedspec-failure-*.json")
         assert Trace.load(path).events
+
+
+def _special_file(folder: Path, kind: str) -> Path:
+    """A FIFO or a bound UNIX socket at folder/kind (the socket's file outlives it)."""
+    path = folder / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(path))
+    return path
 
 
 def raising_configs() -> object:

@@ -201,7 +201,11 @@ class TestJsonlTrace:
                 "finite",
             ),
             ("[" * 100 + "]" * 100, "record", "nests deeper than 32"),
-            ('{"arrival_time": NaN, "prompt_tokens": 3, "output_tokens": 1}', "record", "NaN"),
+            (
+                '{"arrival_time": NaN, "prompt_tokens": 3, "output_tokens": 1}',
+                "arrival_time",
+                "NaN",
+            ),  # the field, not the record (issue 33)
             (
                 {"arrival_time": 0, "prompt_tokens": 3, "output_tokens": 2.5},
                 "output_tokens",

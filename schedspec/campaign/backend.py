@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from schedspec.campaign.bounds import check_fan_out
 from schedspec.campaign.ray_cluster import RayClusterError, ray_cluster, require_ray
 from schedspec.campaign.workers import ChunkRunner, ForkedWorkers
 from schedspec.properties.failure_report import plural
@@ -29,9 +30,20 @@ class Backend:
     on_ray: bool
 
 
+def ran_on(backend: Backend, chunks: int) -> str:
+    """Where a finished run ran, as it ran: the backend's name, and how many of its
+    workers had a chunk where fewer did than were asked for (`--workers 8 --examples 3`
+    starts 3 processes, not 8)."""
+    if chunks >= backend.workers:
+        return backend.name
+    return f"{backend.name} ({plural(chunks, 'worker')} used: one a chunk)"
+
+
 def require_backend(choice: BackendChoice) -> None:
-    """What the backend needs installed, checked before anything runs (a run on Ray
-    needs Ray): MissingDependencyError, saying what brings it."""
+    """What the backend needs, checked before anything runs: a run on Ray needs Ray
+    (MissingDependencyError, saying what brings it), and --workers stays within its
+    bound (campaign/bounds.py; RunPlanError naming the bound)."""
+    check_fan_out(choice)
     if choice.ray is not None:
         require_ray()
 

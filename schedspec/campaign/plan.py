@@ -15,12 +15,12 @@ the backend once open (on_backend), and gives the progress bar (ProgressBar).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from schedspec.campaign.backend import Backend, open_backend
+from schedspec.campaign.backend import Backend, open_backend, ran_on
 from schedspec.campaign.chunk_work import NamedEngines
 from schedspec.campaign.example_db import DatabaseSource, LocalDirectory, campaign_namespace
 from schedspec.campaign.parallel import (
@@ -55,6 +55,15 @@ class CampaignStart:
     chunks: Iterable[Chunk]
     keep_going: bool  # a campaign: on past failures until its deadline
     on_progress: OnProgress | None
+
+    @property
+    def where(self) -> str:
+        """Where the run runs, as it runs: a count of chunks (a list) fewer than the
+        workers asked for uses one worker a chunk (backend.ran_on); a campaign's chunks
+        come until its deadline, on every worker."""
+        if isinstance(self.chunks, Sized):
+            return ran_on(self.backend, len(self.chunks))
+        return self.backend.name
 
 
 @contextmanager
@@ -139,7 +148,7 @@ class ParallelRun:
     """A finished parallel run and where it ran."""
 
     campaign: CampaignResult
-    backend: str  # Backend.name
+    backend: str  # where it ran, as it ran (backend.ran_on)
     workers: int
 
 
@@ -171,4 +180,4 @@ def run_parallel(
             trace_dir=trace_dir,
             on_progress=start.on_progress,
         )
-    return ParallelRun(campaign, start.backend.name, start.backend.workers)
+    return ParallelRun(campaign, start.where, start.backend.workers)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schedspec.campaign import ray_reaper
-from schedspec.engines.dependencies import RAY, require
+from schedspec.engines.dependencies import RAY, import_required, require
 from schedspec.environment import environment_set
 
 # A local cluster's object store (Ray's least is 75 MiB): results are a chunk's counts
@@ -74,7 +74,7 @@ def ray_cluster(address: str | None, cpus: int | None = None) -> Iterator[RayClu
     require_ray()
     if address is None and "ray" not in sys.modules:
         os.environ.update(LOOPBACK_ONLY)  # before Ray's first import (the module docstring)
-    import ray
+    ray = import_required("--ray", RAY)  # a broken install: a usage error, not exit 6
 
     if ray.is_initialized():
         raise RayClusterError("Ray is already initialized in this process")

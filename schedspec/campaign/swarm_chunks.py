@@ -42,7 +42,11 @@ from schedspec.campaign.swarm_trace import SwarmRun
 from schedspec.campaign.workers import ChunkRunner, WorkerCrashed, WorkerLost, report_progress
 from schedspec.engines.registry import load_config_strategy
 from schedspec.gpu_impl.cpu_allocator import retain_freed_memory
-from schedspec.properties.strategies.configs import configs
+from schedspec.properties.strategies.configs import (
+    ConfigStrategyError,
+    checked_configs,
+    configs,
+)
 from schedspec.properties.strategies.constant_pool import local_constants_pinned
 from schedspec.properties.suite import Chunk
 from schedspec.spec import SchedulerConfig
@@ -90,7 +94,7 @@ def run_configs(
 
     @hypothesis_seed(seed)
     @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate])
-    @given(config=strategy)
+    @given(config=checked_configs(strategy))  # --configs' mistakes: ConfigStrategyError
     def one_config(config: SchedulerConfig) -> None:
         # Hypothesis has no early exit that skips its replay: the draws left run empty.
         if any(r.finding is not None for r in results):
@@ -116,6 +120,9 @@ class SwarmChunkOutcome:
 
     chunk: Chunk
     results: tuple[SwarmResult, ...]
+    # A --configs draw that raised or drew a non-config (ConfigStrategyError's message):
+    # the user's mistake, sent back as such rather than as a crashed worker.
+    config_strategy_error: str | None = None
 
     @property
     def examples(self) -> int:
@@ -143,9 +150,12 @@ class SwarmWork:
             done.append(result)
             report_progress(ChunkProgress(len(done), sum(r.instance_steps for r in done)))
 
-        results = run_configs(
-            strategy, chunk.examples, chunk.seed, self.swarm, progress, self.deadline
-        )
+        try:
+            results = run_configs(
+                strategy, chunk.examples, chunk.seed, self.swarm, progress, self.deadline
+            )
+        except ConfigStrategyError as err:
+            return SwarmChunkOutcome(chunk, tuple(done), config_strategy_error=str(err))
         outcome = SwarmChunkOutcome(chunk, tuple(results))
         report_progress(ChunkProgress(outcome.examples, outcome.steps), final=True)
         return outcome
@@ -200,6 +210,9 @@ def run_swarm_campaign(
             campaign.lost += 1
             campaign.error = lost_chunk(campaign.findings, outcome) or campaign.error
             return Merged(not keep_going, len(campaign.findings))
+        if outcome.config_strategy_error is not None:
+            campaign.error = campaign.error or ConfigStrategyError(outcome.config_strategy_error)
+            return Merged(True, len(campaign.findings))
         for result in outcome.results:
             campaign.results.append(result)
             if on_config is not None:

@@ -80,9 +80,10 @@ def run_swarm_parallel(
     on_backend: Callable[[Backend], None] | None = None,
     on_config: Callable[[SwarmResult], None] | None = None,
     progress: ProgressBar = no_progress,
-) -> tuple[SwarmCampaign, Backend]:
+) -> tuple[SwarmCampaign, str]:
     """The configs in chunks of SWARM_CHUNK_CONFIGS on the plan's backend
-    (campaign/plan.started_campaign, as `check` and `diff` start theirs)."""
+    (campaign/plan.started_campaign, as `check` and `diff` start theirs), and where
+    they ran, as they ran (CampaignStart.where)."""
     plan = planned.plan
     sizes = (SWARM_CHUNK_CONFIGS, SWARM_CHUNK_CONFIGS)
     with started_campaign(
@@ -98,4 +99,4 @@ def run_swarm_parallel(
             on_config=on_config,
             on_progress=start.on_progress,
         )
-    return campaign, start.backend
+    return campaign, start.where

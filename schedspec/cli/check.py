@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from schedspec.campaign.backend import require_backend
+from schedspec.campaign.bounds import check_instances
 from schedspec.campaign.chunk_work import NamedEngines
 from schedspec.cli.campaign_run import OnExample, echo_campaign, examples_phrase, run_planned
 from schedspec.cli.exit_codes import Outcome
@@ -113,6 +114,7 @@ def check(
             why = f"not used in swarm mode (--instances {options.instances}): {reason}"
             refuse_flags(ctx, [flag], why)
     with usage_errors():
+        check_instances(options.instances)
         require_backend(options.request.backend)  # before any output is written
     raise SystemExit(run_check(options))
 

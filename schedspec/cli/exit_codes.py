@@ -4,9 +4,12 @@
 | 0 | passed | every invariant held (and the engines agreed) |
 | 1 | violation | an invariant broke (run: the workload did not drain; simulate: the engine
       stalled; prove: a counterexample) |
-| 2 | usage-error | a bad flag or input file, an engine that cannot be loaded |
+| 2 | usage-error | a bad flag or input file, an engine that cannot be loaded, an output
+      that cannot be written (standard output on a full device too), a fan-out past its
+      bound (campaign/bounds.py) |
 | 3 | divergence | diff: the engines disagreed (prove: a query was undecided) |
-| 4 | engine-error | the engine under test raised, or ended the process, in one of its calls |
+| 4 | engine-error | the engine under test raised, or ended the process, in one of its calls,
+      whether or not a replay repeats it (engines/errors.engine_error_in) |
 | 5 | hang | an engine call ran past --step-timeout |
 | 6 | harness-error | schedspec itself failed: a bug in schedspec, never a finding |
 | 128 + N | interrupted | signal N: 130 for Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP;

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from schedspec.engines.signals import count_interrupt_signal, interrupt_signals_counted
+
 # The signals turned into interrupts, where the platform has them.
 TERMINATIONS = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
@@ -55,6 +57,7 @@ def interrupt_name(err: KeyboardInterrupt) -> str:
 
 
 def _raise_termination(signum: int, frame: FrameType | None) -> None:
+    count_interrupt_signal()
     if not _received:
         _received.append(signum)
     raise TerminationInterrupt(signum)
@@ -70,7 +73,8 @@ def terminations_interrupt() -> Iterator[None]:
     saved = {signum: signal.signal(signum, _raise_termination) for signum in TERMINATIONS}
     _received.clear()
     try:
-        yield
+        with interrupt_signals_counted():  # so the engine's own KeyboardInterrupt is its error
+            yield
     finally:
         _received.clear()
         for signum, handler in saved.items():

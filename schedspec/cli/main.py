@@ -14,6 +14,7 @@ never mistaken for an invariant that broke (1).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -68,18 +69,52 @@ class LazyGroup(click.Group):
                 if engine_call_of(err) is not None:  # the engine's own pipe: its error
                     raise SystemExit(_escaped(err)) from None
                 raise SystemExit(_stdout_gone()) from None
+            except OSError as err:
+                if engine_call_of(err) is None and _while_printing(err):
+                    raise SystemExit(_output_unwritable(err)) from None
+                raise SystemExit(_escaped(err)) from None
             except (Exception, EngineHalt) as err:
                 raise SystemExit(_escaped(err)) from None
 
 
 def _stdout_gone() -> int:
     """The reader of standard output went away (`schedspec prove | head`): exit as a
-    process that SIGPIPE ended (128 + 13, what a shell reports), quietly, with standard
-    output pointed at /dev/null so that the interpreter's last flush does not fail too."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    process that SIGPIPE ended (128 + 13, what a shell reports), quietly."""
+    _silence(sys.stdout)
     return 128 + signal.SIGPIPE
+
+
+def _while_printing(err: OSError) -> bool:
+    """Whether err came out of printing (click.echo) to standard output or error: every
+    file schedspec writes itself turns a failed write into a warning, so this is the
+    one place a full device (`> /dev/full`) or a quota meets an output stream."""
+    frame = err.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        if code.co_name == "echo" and code.co_filename.endswith(os.path.join("click", "utils.py")):
+            return True
+        frame = frame.tb_next
+    return False
+
+
+def _output_unwritable(err: OSError) -> int:
+    """Standard output (or error) cannot be written: the usage error of an output path
+    that cannot be written (exit 2), said in one line where it can still be said, and
+    no traceback."""
+    _silence(sys.stdout)
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"schedspec: cannot write its output: {err.strerror or err}\n")
+        sys.stderr.flush()
+    return EXIT_CODES[Outcome.USAGE_ERROR]
+
+
+def _silence(stream: Any) -> None:
+    """Point a standard stream at /dev/null, so that the interpreter's last flush on the
+    way out does not fail again (and print a traceback of its own)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def _escaped(err: BaseException) -> int:

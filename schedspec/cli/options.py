@@ -200,6 +200,17 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(str(err)) from None
 
 
+def _example_db(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """The folder as a Path; an empty string is refused (as a Path it is the working
+    directory, which would fill with Hypothesis' folders). The folder itself is checked
+    with the other outputs (suite_run.prepare_outputs)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter("is empty: name a folder for Hypothesis' example database")
+    return Path(value)
+
+
 # Where the chunks of a `check` or `diff` run (or of swarm mode's configs) go: local
 # processes, or Ray; for a count of examples, or for a time (a campaign).
 backend_options = stack(
@@ -231,7 +242,8 @@ backend_options = stack(
     ),
     click.option(
         "--example-db",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(file_okay=False),
+        callback=_example_db,
         default=None,
         metavar="DIR",
         help="Hypothesis' example database: failing examples are saved here and tried "

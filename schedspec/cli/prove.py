@@ -10,6 +10,7 @@ fresh requests reaches the violation, writes that run as a trace.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -74,6 +75,21 @@ Z3_FLAGS = [
 ]
 
 
+# The longest a single Z3 query may be given: a day (Z3 takes milliseconds as an integer,
+# so nan and inf cannot even be passed on).
+MAX_QUERY_TIMEOUT = 86_400.0
+
+
+def _query_timeout(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """Seconds per query: finite, more than 0, at most MAX_QUERY_TIMEOUT (click's
+    FloatRange lets nan through)."""
+    if not (math.isfinite(value) and 0 < value <= MAX_QUERY_TIMEOUT):
+        raise click.BadParameter(
+            f"must be more than 0 and at most {MAX_QUERY_TIMEOUT:g} seconds, got {value!r}"
+        )
+    return value
+
+
 @click.command("prove")
 @click.option(
     "--contracts",
@@ -99,10 +115,11 @@ Z3_FLAGS = [
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(0, min_open=True),
+    type=float,
+    callback=_query_timeout,
     default=300.0,
     show_default=True,
-    help="Seconds per Z3 query.",
+    help=f"Seconds per Z3 query (more than 0, at most {MAX_QUERY_TIMEOUT:g}).",
 )
 @click.option(
     "--only",

@@ -30,6 +30,10 @@ from schedspec.properties.run_plan import RunRequest, build_engine, one_engine, 
 from schedspec.spec.invariants import Profile
 from schedspec.traces.trace import Trace
 
+# The events a replay prints, the last ones before the failure (or the end): a trace of a
+# million events printed whole was a minute of output nobody reads.
+SHOWN_EVENTS = 200
+
 
 @click.command()
 @click.argument("trace", type=click.Path(exists=True, dir_okay=False, path_type=Path))
@@ -73,7 +77,7 @@ def _replay(path: Path, trace: Trace, factory: EngineFactory, request: RunReques
     if trace.note:  # what the run that wrote the trace saw
         click.echo("recorded failure: " + trace.note.replace("\n", "\n  "))
     log = replay_with_log(trace, engine, profile)
-    for line in format_log(log):
+    for line in format_log(log, last=SHOWN_EVENTS):
         click.echo(line)
     if log.violation is not None:
         broken = ", ".join(sorted({v.invariant for v in log.violation.violations}))

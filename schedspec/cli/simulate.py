@@ -10,6 +10,7 @@ and the exit codes are check's: 4 when the engine raised, 5 when it hung.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -23,7 +24,13 @@ from schedspec.engines.errors import EngineHalt
 from schedspec.engines.protocol import EngineFactory
 from schedspec.engines.registry import named_engine
 from schedspec.engines.watchdog import Watchdog
-from schedspec.files import OutputPathError, prepare_output_dir, write_atomically
+from schedspec.files import (
+    OutputPathError,
+    output_target,
+    prepare_output_dir,
+    require_free_space,
+    write_atomically,
+)
 from schedspec.properties.failure_report import crash_report
 from schedspec.simulate.configs import (
     COMPARE_PRESETS,
@@ -57,6 +64,12 @@ from schedspec.simulate.workloads import (
     with_fields,
 )
 
+# simulate's outputs land after the simulation, its expensive part: the folder must hold
+# them first. summary.json of a 400-request run and its pictures take about 1 MiB; a
+# run with several configs or many requests a few.
+SUMMARY_NAME = "summary.json"
+OUT_FREE_BYTES = 8 * 2**20
+
 
 def _cost_model(cost_json: Path | None, cost: tuple[str, ...]) -> CostModel:
     model = CostModel.from_json(cost_json) if cost_json is not None else CostModel()
@@ -74,12 +87,26 @@ def _workload(name: str, seed: int, max_model_len: int, synthetic: dict[str, obj
         for field in ("prompt_len", "output_len"):
             if isinstance(given.get(field), str):
                 given[field] = LengthDistribution.parse(str(given[field]), field)
+        _warn_if_prefix_cut(given.get("prefix_len"), max_model_len)
         return builtin_workload(
             name, seed, max_model_len, with_fields(SyntheticWorkload(), **given)
         )
     if given:
         raise SimulationInputError("workload", "a trace file sets its own lengths and arrivals")
     return load_trace(Path(name), seed, max_model_len=max_model_len)
+
+
+def _warn_if_prefix_cut(prefix_len: object, max_model_len: int) -> None:
+    """A --prefix-len that the smallest config's max_model_len cuts (the workload keeps
+    room for one output token) is said, not cut without a word."""
+    room = max_model_len - 1
+    if isinstance(prefix_len, int) and prefix_len > room:
+        click.echo(
+            f"warning: --prefix-len {prefix_len} is cut to {room} tokens: the smallest "
+            f"config's max_model_len is {max_model_len}, and each request keeps one token "
+            "for its output",
+            err=True,
+        )
 
 
 def _trade_off_lines(runs: list[ConfigRun], workload: Workload) -> list[str]:
@@ -194,6 +221,8 @@ def simulate(
         refuse_flags(ctx, ["--config", "--experiment"], "--compare runs its own presets")
     try:
         prepare_output_dir(out)
+        output_target(out / SUMMARY_NAME)  # a regular file or nothing
+        require_free_space(out, OUT_FREE_BYTES)
     except OutputPathError as err:
         raise click.BadParameter(str(err), param_hint="'--out'") from None
     factory = load_engine(engine)
@@ -220,8 +249,9 @@ def simulate(
     except SimulationStalledError as err:
         raise click.ClickException(str(err)) from None
     document = runs_document(runs, seed, workload)
-    paths = [] if no_plots else write_plots(runs, out, formats or FORMATS)
-    write_atomically(out / "summary.json", json.dumps(document, indent=2))
+    paths, problems = _write_outputs(runs, out, document, [] if no_plots else formats or FORMATS)
+    for problem in problems:  # as check and diff do: the files are lost, not the results
+        click.echo(f"warning: {problem}", err=True)
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
@@ -232,7 +262,27 @@ def simulate(
         for line in _trade_off_lines(runs, requests):
             click.echo(line)
     click.echo()
-    click.echo(f"Wrote {out / 'summary.json'}" + (f" and {len(paths)} pictures" if paths else ""))
+    if not problems:
+        click.echo(f"Wrote {out / SUMMARY_NAME}" + (f" and {len(paths)} pictures" if paths else ""))
+
+
+def _write_outputs(
+    runs: list[ConfigRun], out: Path, document: object, formats: Sequence[str]
+) -> tuple[list[Path], list[str]]:
+    """Write the pictures (none without formats) and summary.json; a write that fails (a
+    disk filled during the simulation) is a line in the returned problems."""
+    paths: list[Path] = []
+    problems: list[str] = []
+    try:
+        if formats:
+            paths = write_plots(runs, out, formats)
+    except OSError as err:
+        problems.append(f"could not write the pictures in {out}: {err.strerror or err}")
+    try:
+        write_atomically(out / SUMMARY_NAME, json.dumps(document, indent=2))
+    except OSError as err:
+        problems.append(f"could not write {out / SUMMARY_NAME}: {err.strerror or err}")
+    return paths, problems
 
 
 def _simulate(

@@ -123,20 +123,44 @@ def configs_phrase(plan: RunPlan) -> str:
 
 def prepare_outputs(options: SuiteRunOptions) -> None:
     """Every path the run may write, checked before it starts (a failure found must not
-    be lost to a bad path at the end): the trace folder is created, a stale report at
-    --junit or --json is removed. A usage error names the flag."""
+    be lost to a bad path at the end): the trace folder and the example database are
+    created and proved writable, --junit and --json hold nothing but a regular file.
+    A usage error names the flag."""
     reports = [("--junit", options.junit), ("--json", options.json)]
     given = [(flag, path) for flag, path in reports if path is not None]
     if len(given) == 2 and given[0][1].resolve() == given[1][1].resolve():
         raise click.BadParameter("--junit and --json name the same file", param_hint="'--json'")
-    for flag, path in [*given, ("--trace-dir", options.trace_dir)]:
+    folders = [("--trace-dir", options.trace_dir), ("--example-db", options.example_db)]
+    for flag, path in [*given, *folders]:
+        if path is None:
+            continue
         try:
-            if flag == "--trace-dir":
+            if flag in ("--trace-dir", "--example-db"):
                 prepare_output_dir(path)
             else:
                 prepare_output_file(path)
         except OutputPathError as err:
             raise click.BadParameter(str(err), param_hint=f"'{flag}'") from None
+
+
+# The outcomes whose failing example Hypothesis saves to the example database.
+_SAVED = (Outcome.VIOLATION, Outcome.DIVERGENCE, Outcome.ENGINE_ERROR, Outcome.HANG)
+
+
+def unsaved_failure(report: RunReport, example_db: Path | None) -> str | None:
+    """A warning when the run failed and its example database no longer takes files
+    (Hypothesis drops a failed save without a word, so "tried first next time" would
+    silently not happen); None otherwise."""
+    if example_db is None or report.outcome not in _SAVED:
+        return None
+    try:
+        prepare_output_dir(example_db)
+    except OutputPathError as err:
+        return (
+            f"the failure could not be saved to --example-db ({err}); "
+            "the next run will not try it first"
+        )
+    return None
 
 
 @contextmanager
@@ -156,7 +180,9 @@ def reported(report: RunReport, options: SuiteRunOptions) -> Iterator[RunReport]
         report.error = err
         raise
     finally:
-        for problem in write_reports(report, options.junit, options.json):
+        problems = write_reports(report, options.junit, options.json)
+        unsaved = unsaved_failure(report, options.example_db)
+        for problem in [*problems, *([unsaved] if unsaved else [])]:
             click.echo(f"warning: {problem}", err=True)
 
 

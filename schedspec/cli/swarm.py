@@ -17,14 +17,14 @@ engines/registry.py asks for it, before importing this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from schedspec.adapters.gpu import DEVICE_ENV
-from schedspec.campaign.backend import Backend
 from schedspec.campaign.swarm import SwarmResult
 from schedspec.campaign.swarm_chunks import SwarmCampaign, finding_label, prepare_device
 from schedspec.campaign.swarm_plan import (
@@ -51,6 +51,7 @@ from schedspec.engines.protocol import EngineFactory
 from schedspec.gpu_impl.device_checks import CHECK_IDS
 from schedspec.properties.failure_report import plural
 from schedspec.properties.run_plan import RunRequest, resolve_plan
+from schedspec.properties.strategies.configs import ConfigStrategyError, vet_config_strategy
 from schedspec.traces.trace import SWARM_TRACE_STEM, trace_file_name
 
 # What a swarm's chunks count, for the progress bar and the closing line.
@@ -72,6 +73,9 @@ def run_swarm_check(
     prepare_device(device)  # before anything runs on it, and before workers are forked
     with usage_errors():
         plan = resolve_plan(request, (factory,))  # as check resolves it: what gpu claims
+    if plan.config_strategy is not None:
+        with _configs_refused():
+            vet_config_strategy(plan.config_strategy, plan.seed)
     echo_seed(plan)
     planned = plan_swarm(plan, instances, device)
     how_many = how_much(plan, plural(planned.configs, "config"), "configs")
@@ -81,7 +85,8 @@ def run_swarm_check(
         "schedule() and update" + configs_phrase(plan)
     )
     if not request.backend.parallel:
-        results = run_swarm_here(planned, _echo_config())
+        with _configs_refused():
+            results = run_swarm_here(planned, _echo_config())
         _echo_table(results)
         finding = next((r for r in results if r.finding is not None), None)
         if finding is None:
@@ -89,14 +94,24 @@ def run_swarm_check(
         _report_finding(finding, options.trace_dir, plan.seed, plan.profile)
         return _failed(finding, plan.seed)
     with usage_errors():  # an address given with --ray where no cluster answers
-        campaign, backend = run_swarm_parallel(
+        campaign, where = run_swarm_parallel(
             planned,
             options.trace_dir,
             on_backend=echo_backend,
             on_config=_echo_config(),
             progress=progress_bar(options, UNITS),
         )
-    return _campaign_verdict(options, planned, campaign, backend)
+    return _campaign_verdict(options, planned, campaign, where)
+
+
+@contextmanager
+def _configs_refused() -> Iterator[None]:
+    """A --configs strategy that raises or draws a non-config is a usage error, as in
+    one-process check: vetted before the swarm runs, and caught if a later draw fails."""
+    try:
+        yield
+    except ConfigStrategyError as err:
+        raise click.BadParameter(str(err), param_hint="'--configs'") from None
 
 
 def _echo_config() -> Callable[[SwarmResult], None]:
@@ -114,7 +129,7 @@ def _echo_config() -> Callable[[SwarmResult], None]:
 
 
 def _campaign_verdict(
-    options: SuiteRunOptions, planned: SwarmPlan, campaign: SwarmCampaign, backend: Backend
+    options: SuiteRunOptions, planned: SwarmPlan, campaign: SwarmCampaign, where: str
 ) -> int:
     """The closing table, what the chunks covered, the findings and the exit code, as a
     run in one process reports them."""
@@ -125,7 +140,7 @@ def _campaign_verdict(
         path = _report_finding(campaign.first, options.trace_dir, seed, profile)
         campaign.findings[0] = replace(campaign.findings[0], trace_path=path)
     coverage = Coverage(len(results), campaign.instance_steps, campaign.seconds, UNITS)
-    echo_coverage(backend.name, campaign.chunks, campaign.lost, coverage)
+    echo_coverage(where, campaign.chunks, campaign.lost, coverage)
     if options.duration is not None:
         echo_findings(campaign.findings)
     if campaign.interrupted is not None:
@@ -139,7 +154,8 @@ def _campaign_verdict(
     if campaign.first is not None:
         return _failed(campaign.first, seed)
     if campaign.error is not None:
-        raise campaign.error  # the command group reports it, with its exit code
+        with _configs_refused():  # a bad --configs draw in a worker: a usage error
+            raise campaign.error  # else the command group reports it, with its exit code
     return _passed(results, seed)
 
 

@@ -9,11 +9,13 @@ On the way back from each adapter call it
   by standing in for it during the call; an engine that ends the process from native
   code, or from a thread of its own, is beyond reach: a run in `--workers` processes
   reports that as an engine error too, parallel.py.)
-- refuses a return value of the wrong type (EngineContractError).
+- refuses a return value of the wrong type (EngineContractError);
+- turns a KeyboardInterrupt the engine raised itself, with no signal behind it, into
+  EngineInterruptError: the engine's bug, not the user's Ctrl-C (engines/signals.py).
 
 guarded(factory, watchdog) builds engines behind the door. Building is guarded the
-same way but not timed: a real engine's first build may import and initialize far
-more than any step does.
+same way, under a limit of its own (watchdog.BUILD_TIMEOUT, ten minutes): a real
+engine's first build may import and initialize far more than any step does.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from schedspec.engines.errors import (
     EngineContractError,
     EngineExitError,
     EngineHalt,
+    EngineInterruptError,
     mark_engine_call,
 )
 from schedspec.engines.profiles import claimed_profiles
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
-from schedspec.engines.watchdog import Watchdog
+from schedspec.engines.signals import interrupt_signals
+from schedspec.engines.watchdog import BUILD_TIMEOUT, Watchdog
 from schedspec.spec import (
     ModelRunnerOutput,
     Request,
@@ -45,10 +49,16 @@ T = TypeVar("T")
 
 
 def through_the_door(
-    call: str, function: Callable[..., T], *args: Any, watchdog: Watchdog | None = None
+    call: str,
+    function: Callable[..., T],
+    *args: Any,
+    watchdog: Watchdog | None = None,
+    limit: float | None = None,
 ) -> T:
-    """function(*args) as an engine call named `call` (see the module docstring)."""
+    """function(*args) as an engine call named `call` (see the module docstring), under
+    the watchdog's step limit, or `limit` seconds where given."""
     real_exit = os._exit
+    signals_before = interrupt_signals()
 
     def trapped_exit(status: int) -> NoReturn:
         raise EngineExitError(call, status)
@@ -57,10 +67,14 @@ def through_the_door(
     try:
         if watchdog is None:
             return function(*args)
-        return watchdog.run(call, function, *args)
+        return watchdog.run(call, function, *args, limit=limit)
     except SystemExit as err:
         raise EngineExitError(call, err.code) from None
-    except (KeyboardInterrupt, EngineHalt):
+    except KeyboardInterrupt as err:
+        if signals_before is not None and interrupt_signals() == signals_before:
+            raise EngineInterruptError(call) from err  # no signal came: the engine's own
+        raise
+    except EngineHalt:
         raise
     except BaseException as err:
         mark_engine_call(err, call)
@@ -125,7 +139,8 @@ _GUARDED = "schedspec_guarded"
 
 
 def guarded(factory: EngineFactory, watchdog: Watchdog | None = None) -> EngineFactory:
-    """The factory's engines behind the door (building them too, without a time limit).
+    """The factory's engines behind the door (building them too, under BUILD_TIMEOUT
+    rather than the step limit).
     A factory guarded already is returned as it is: the command line guards with its
     watchdog first, and the library's own guarding (CheckedEngine.from_factory) then
     adds nothing."""
@@ -133,7 +148,8 @@ def guarded(factory: EngineFactory, watchdog: Watchdog | None = None) -> EngineF
         return factory
 
     def build(config: SchedulerConfig) -> EngineAdapter:
-        return GuardedEngine(through_the_door(BUILDING, factory, config), watchdog)
+        inner = through_the_door(BUILDING, factory, config, watchdog=watchdog, limit=BUILD_TIMEOUT)
+        return GuardedEngine(inner, watchdog)
 
     setattr(build, _GUARDED, True)
     return build

@@ -11,8 +11,10 @@ imported: the commands report it as a usage error instead of a traceback.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from dataclasses import dataclass
+from types import ModuleType
 
 
 @dataclass(frozen=True)
@@ -73,3 +75,27 @@ def require(needed_by: str, *dependencies: OptionalDependency) -> None:
     for dependency in dependencies:
         if dependency.missing():
             raise MissingDependencyError(needed_by, dependency)
+
+
+class BrokenDependencyError(MissingDependencyError):
+    """Installed, but importing it fails (a half-installed or mismatched package): as
+    good as missing for the run, and said so with the import's own error."""
+
+    def __init__(self, needed_by: str, dependency: OptionalDependency, error: Exception) -> None:
+        ValueError.__init__(
+            self,
+            f"{needed_by} needs {dependency.name}, which is installed here but fails to "
+            f"import ({type(error).__name__}: {error}); reinstall it: {dependency.install}",
+        )
+        self.dependency = dependency
+
+
+def import_required(needed_by: str, dependency: OptionalDependency) -> ModuleType:
+    """The dependency's module, imported: MissingDependencyError where it is missing,
+    BrokenDependencyError where importing it fails (find_spec alone finds a broken
+    package)."""
+    require(needed_by, dependency)
+    try:
+        return importlib.import_module(dependency.module)
+    except Exception as err:
+        raise BrokenDependencyError(needed_by, dependency, err) from err

@@ -13,6 +13,8 @@ stops at once instead of shrinking.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # Set on an exception raised inside an engine call: the call, e.g. "schedule()".
 _ENGINE_CALL = "schedspec_engine_call"
 # What building an engine (the factory's call) is called in messages.
@@ -43,6 +45,15 @@ class EngineContractError(Exception):
         self.call = call
 
 
+class EngineInterruptError(Exception):
+    """The engine raised KeyboardInterrupt itself in a call, with no signal behind it
+    (engines/signals.py): its error, not the user's Ctrl-C."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(f"the engine raised KeyboardInterrupt in {call}, with no signal behind it")
+        self.call = call
+
+
 def mark_engine_call(err: BaseException, call: str) -> None:
     """Record that `err` was raised by the engine inside `call` (the first call wins:
     an error re-raised through an outer call keeps where it started)."""
@@ -52,7 +63,29 @@ def mark_engine_call(err: BaseException, call: str) -> None:
 
 def engine_call_of(err: BaseException) -> str | None:
     """The engine call `err` came out of, or None if the engine did not raise it."""
-    if isinstance(err, EngineHalt | EngineContractError):
+    if isinstance(err, EngineHalt | EngineContractError | EngineInterruptError):
         return err.call
     call = getattr(err, _ENGINE_CALL, None)
     return call if isinstance(call, str) else None
+
+
+def engine_error_in(err: BaseException) -> BaseException | None:
+    """The engine's own error in `err`: err itself, or the first one inside an exception
+    group (Hypothesis raises a group for several distinct failures, and a FlakyFailure
+    holding the engine's error when replaying the example did not repeat it)."""
+    return first_in_groups(err, lambda inner: engine_call_of(inner) is not None)
+
+
+def first_in_groups(
+    err: BaseException, wanted: Callable[[BaseException], bool]
+) -> BaseException | None:
+    """err if it is wanted, else the first wanted exception inside it where err is an
+    exception group (depth first, in order); None if there is none."""
+    if wanted(err):
+        return err
+    if isinstance(err, BaseExceptionGroup):
+        for inner in err.exceptions:
+            found = first_in_groups(inner, wanted)
+            if found is not None:
+                return found
+    return None

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
-from schedspec.engines.errors import EngineHalt
+from schedspec.engines.errors import BUILDING, EngineHalt
 
 T = TypeVar("T")
 
@@ -35,13 +35,19 @@ DEFAULT_STEP_TIMEOUT = 10.0
 # The longest limit accepted: a day. setitimer takes any finite float, but a limit
 # past the length of any CI job is no limit, and 0 says that plainly.
 MAX_STEP_TIMEOUT = 86_400.0
+# How long building an engine may take while a step limit is on: a real engine's first
+# build imports and initializes far more than any step does (seconds to a minute for
+# vLLM's scheduler), so not the step limit, but not forever either: an __init__ that
+# hangs is reported as a hang (exit 5) after ten minutes.
+BUILD_TIMEOUT = 600.0
 
 
 class StepTimeoutError(EngineHalt):
     """An engine call ran past the step time limit."""
 
     def __init__(self, call: str, seconds: float) -> None:
-        super().__init__(f"{call} ran past the step time limit of {seconds:g} s")
+        kind = "the build time limit" if call == BUILDING else "the step time limit"
+        super().__init__(f"{call} ran past {kind} of {seconds:g} s")
         self.call = call
         self.seconds = seconds
 
@@ -58,6 +64,7 @@ class Watchdog:
         self.seconds = seconds if seconds else None  # 0 or None: no limit
         self.active = False
         self._call = ""
+        self._limit = 0.0  # seconds the call under way may take
         self._previous: Any = None
 
     def __enter__(self) -> Watchdog:
@@ -81,16 +88,23 @@ class Watchdog:
             self.active = False
 
     def _expired(self, signum: int, frame: FrameType | None) -> None:
-        assert self.seconds is not None
-        raise StepTimeoutError(self._call, self.seconds)
+        raise StepTimeoutError(self._call, self._limit)
 
-    def run(self, call: str, function: Callable[..., T], *args: Any) -> T:
-        """function(*args), interrupted by StepTimeoutError if it runs past the limit."""
+    def run(
+        self, call: str, function: Callable[..., T], *args: Any, limit: float | None = None
+    ) -> T:
+        """function(*args), interrupted by StepTimeoutError if it runs past the limit
+        (the step limit, or `limit` seconds: building an engine, BUILD_TIMEOUT)."""
         if not self.active:
             return function(*args)
         assert self.seconds is not None
         self._call = call
-        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self._limit = limit if limit is not None else self.seconds
+        if signal.getsignal(signal.SIGALRM) != self._expired:
+            # The engine installed a SIGALRM handler of its own (building it, or in an
+            # earlier call): ours again, or its hangs would escape the limit.
+            signal.signal(signal.SIGALRM, self._expired)
+        signal.setitimer(signal.ITIMER_REAL, self._limit)
         try:
             return function(*args)
         finally:

@@ -150,9 +150,17 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def format_log(log: ReplayLog) -> list[str]:
+def format_log(log: ReplayLog, last: int | None = None) -> list[str]:
+    """The replayed events with what the engine did, and what broke; with `last`, only
+    the last that many events (a long trace's earlier ones held every invariant, or the
+    replay would have stopped there), after a line saying how many are left out."""
     lines: list[str] = []
-    for entry in log.entries:
+    entries = log.entries
+    if last is not None and len(entries) > last:
+        left_out = len(entries) - last
+        lines.append(f"  ... {plural(left_out, 'earlier event')} not shown")
+        entries = entries[left_out:]
+    for entry in entries:
         lines.append(f"  #{entry.index} {format_event(entry.event)}")
         lines += [f"{INDENT}{format_output(o)}" for o in entry.outputs]
     if log.violation is not None:

@@ -28,10 +28,16 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
-from hypothesis.errors import Unsatisfiable
+from hypothesis.errors import Flaky, Unsatisfiable
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
-from schedspec.engines.errors import EngineHalt
+from schedspec.engines.errors import (
+    EngineHalt,
+    engine_call_of,
+    engine_error_in,
+    first_in_groups,
+)
+from schedspec.engines.events import Step
 from schedspec.engines.protocol import EngineFactory
 from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
@@ -295,7 +301,7 @@ def _run_burst(
         record_failure(result, ConfigStrategyError(f"no example could draw a config: {err}"))
         return True
     except (Exception, EngineHalt) as err:  # engine crashes and hangs are failures too
-        record_failure(result, _first_finding(err) or err)
+        record_failure(result, _blamed(err, recorder.last_failure))
         result.trace = recorder.last_failure
         return True
     except KeyboardInterrupt as err:
@@ -365,14 +371,36 @@ def _minimize(result: SuiteResult, target: Target, plain_knobs: bool) -> None:
 
 def _first_finding(err: BaseException) -> InvariantViolationError | DivergenceError | None:
     """The violation or divergence in what Hypothesis raised (maybe inside a group)."""
-    if isinstance(err, InvariantViolationError | DivergenceError):
+    found = first_in_groups(err, lambda e: isinstance(e, InvariantViolationError | DivergenceError))
+    return cast(InvariantViolationError | DivergenceError | None, found)
+
+
+def _blamed(err: BaseException, trace: Trace | None) -> BaseException:
+    """What a failed Hypothesis run is filed under: a finding first, else the engine's
+    own error, else err (schedspec's own). The engine's error stays its error when
+    replaying the example did not repeat it (Hypothesis then raises FlakyFailure, a
+    group holding it): a note says so, and the run exits 4, never 6."""
+    found = _first_finding(err)
+    if found is not None:
+        return found
+    engine_error = engine_error_in(err)
+    if engine_error is None or engine_error is err:
         return err
-    if isinstance(err, BaseExceptionGroup):
-        for inner in err.exceptions:
-            found = _first_finding(inner)
-            if found is not None:
-                return found
-    return None
+    if isinstance(err, Flaky):
+        engine_error.add_note(_not_repeated(engine_error, trace))
+    return engine_error
+
+
+def _not_repeated(error: BaseException, trace: Trace | None) -> str:
+    """The note on an engine error that replaying its example did not repeat."""
+    steps = sum(isinstance(e, Step) for e in trace.events) if trace is not None else None
+    where = f" at step {steps}" if steps else ""
+    call = engine_call_of(error)
+    return (
+        f"the engine raised {type(error).__name__}{where} (in {call}); replay did not "
+        "repeat it: the engine depends on something besides its calls (time, a counter "
+        "across engines, randomness)"
+    )
 
 
 class TimeBudgetSpent(BaseException):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,11 +143,26 @@ def load_trace(path: Path, seed: int, *, max_model_len: int) -> Workload:
     return Workload(lambda: _requests(records, origin, seed, name), len(records))
 
 
+# A field whose value is one of the constants JSON lacks (NaN, Infinity), as a line has it.
+_NON_JSON_FIELD = re.compile(r'"([^"\\]+)"\s*:\s*(-?Infinity|NaN)\b')
+
+
+def _refused_field(text: str, detail: str) -> tuple[str, str]:
+    """(field, detail) for a line the JSON parser refused: the field holding NaN or
+    Infinity where there is one (an arrival time of NaN names arrival_time), else the
+    whole record."""
+    found = _NON_JSON_FIELD.search(text)
+    if found is None:
+        return "record", detail
+    field = named(found.group(1))
+    return field, f"field {field!r} must be a finite number, got {found.group(2)} (not JSON)"
+
+
 def _record(name: str, number: int, text: str, seen: set[str], max_model_len: int) -> _Record:
     try:
         record = parse_json(text, f"{name} line {number}")
     except InputFileError as err:
-        raise TraceRecordError(name, number, "record", err.detail) from None
+        raise TraceRecordError(name, number, *_refused_field(text, err.detail)) from None
     if not isinstance(record, dict):
         raise TraceRecordError(name, number, "record", "expected a JSON object")
     line = _Line(name, number, record)

@@ -249,3 +249,29 @@ def checked_configs(
             "not a SchedulerConfig"
         )
     return config
+
+
+# Configs drawn to vet a --configs strategy before a run that draws its configs where a
+# failure would be hard to report (swarm mode's draws, perhaps in worker processes).
+VET_DRAWS = 5
+
+
+def vet_config_strategy(strategy: st.SearchStrategy[SchedulerConfig], seed: int) -> None:
+    """ConfigStrategyError if a few draws from the strategy (on seed) raise or draw what
+    is not a SchedulerConfig, as checked_configs says; nothing else is run."""
+    from hypothesis import Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=VET_DRAWS, database=None, deadline=None, phases=[Phase.generate])
+    @given(checked_configs(strategy))
+    def draw(config: SchedulerConfig) -> None:
+        pass
+
+    try:
+        draw()
+    except ConfigStrategyError:
+        raise
+    except BaseExceptionGroup as group:  # several distinct failures: the first one's
+        first = group.exceptions[0]
+        raise first if isinstance(first, ConfigStrategyError) else group from None
