@@ -373,9 +373,10 @@ def sglang_mixed_overcommit(config: SchedulerConfig) -> SchedulerConfig:
     prompt, and sizes the next chunk (the corner sg-chunk-room-cut, SG-CHUNK-ROOM's
     judged case: a chunk that ignores the reservations shows). The room shrinks by about
     one slot a step: a budget of four leaves, after the decode's token, a window of
-    three it cannot skip. The same overcommit retracts the decode often (about three
-    retractions an example, the tight-radix regime's two), under the overlap scheduler
-    as drawn with its result in flight (preempted-with-output-in-flight).
+    three it cannot skip. The same overcommit retracts the decode often (three times an
+    example, twice the tight-radix regime's rate, measured on the reference), under the
+    overlap loop as drawn with its result in flight (preempted-with-output-in-flight:
+    in 25 examples on each of seeds 1-10, where the whole mix missed it on seed 5).
 
     Measured with benchmarks/bench_mutants.py on rv-chunk-room-ignores-reservations,
     every config narrowed so, 25 examples, seeds 1-10: caught on 9 (a budget of twice
