@@ -342,8 +342,9 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "                heapq.heappush(heap, (parent.last_access_time, parent.id, parent))\n",
         "",
         "Eviction does not consider a parent that its evictions turned into a leaf: it "
-        "stops short of the slots asked for.",
-        {"SG-EVICT-ORDER", CRASH, "SG-RETRACT"},
+        "stops short of the slots asked for (after a retraction: evictable blocks left "
+        "while the survivors lack slots, SG-RETRACT-EVICT).",
+        {"SG-EVICT-ORDER", CRASH, "SG-RETRACT", "SG-RETRACT-EVICT"},
         family="sglang",
     ),
     mutant(
