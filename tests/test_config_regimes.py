@@ -14,6 +14,7 @@ from schedspec.properties.strategies.actions import URGENT, decode_request_draw
 from schedspec.properties.strategies.configs import configs, sglang_configs
 from schedspec.properties.strategies.regimes import (
     CONNECTOR_REGIMES,
+    LONG_MAX_MODEL_LEN,
     MOST_SEATS,
     PLAIN_WEIGHT,
     REGIMES,
@@ -29,6 +30,7 @@ from schedspec.properties.strategies.regimes import (
     padded_under_a_cap,
     priority_contention,
     priority_tight_cache,
+    sglang_mixed_overcommit,
     sglang_small_chunks,
     sglang_tight_radix,
     tight_cache,
@@ -265,6 +267,13 @@ def test_sglang_regimes_worked_examples() -> None:
     assert radix.num_blocks == 20  # one max_model_len request of 2-token pages
     assert radix.enable_chunked_prefill and radix.enable_mixed_chunk
     assert radix.max_num_batched_tokens == 64  # the drawn budget: at least a seat's
+    # At least three seats, so that a retraction can leave two survivors to order.
+    assert sglang_tight_radix(dataclasses.replace(drawn, max_num_seqs=1)).max_num_seqs == 3
+    overcommit = sglang_mixed_overcommit(drawn)
+    assert overcommit.max_model_len == overcommit.num_blocks == LONG_MAX_MODEL_LEN
+    assert overcommit.block_size == 1 and overcommit.max_num_seqs == 2
+    assert overcommit.max_num_batched_tokens == 4  # a decode's token and a chunk of three
+    assert overcommit.enable_mixed_chunk and overcommit.schedule_conservativeness == 0.1
 
 
 @settings(max_examples=200, deadline=None)
@@ -274,7 +283,9 @@ def test_every_sglang_regime_narrows_any_drawn_config_to_a_legal_one(
 ) -> None:
     for regime in SGLANG_REGIMES:
         narrowed = regime.narrow(config)  # validated in __post_init__
-        assert narrowed.family == "sglang" and narrowed.max_model_len == config.max_model_len
+        # sglang-mixed-overcommit lengthens a short context (its prompts must be long);
+        # the others keep it.
+        assert narrowed.family == "sglang" and narrowed.max_model_len >= config.max_model_len
         assert narrowed.async_scheduling == config.async_scheduling
         assert regime.corner in CORNER_NAMES
 
@@ -289,7 +300,8 @@ def test_sglang_configs_spend_their_share_in_the_regimes() -> None:
 
     draw()
     total = SGLANG_PLAIN_WEIGHT + sum(r.weight for r in SGLANG_REGIMES)
-    assert total == 5
-    # The tight-radix regime (1 of 5) plus the plain draws of 0.1 (a third of 4 of 5).
+    assert total == 8
+    # The tight-radix and mixed-overcommit regimes (4 of 8) plus the other draws of 0.1
+    # (a third of 4 of 8): two thirds.
     share = counts["radix"] / sum(counts.values())
-    assert 0.3 < share < 0.65, counts
+    assert 0.5 < share < 0.8, counts

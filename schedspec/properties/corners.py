@@ -100,6 +100,10 @@ CORNERS: tuple[Corner, ...] = (
         "async: a victim whose step was still in flight (#41190)",
     ),
     Corner("stale-output-lands", "async: output scheduled before a preemption lands"),
+    # It counts such a victim whether or not the step served it before preempting it
+    # (the output does not say: docs/FORMAL.md), so it over-counts where an engine could
+    # wrongly take those registrations back: only a victim the step served, under the
+    # priority policy, is unscheduled and has its registrations revisited.
     Corner(
         "victim-kv-in-flight-cached",
         "async, prefix caching: a victim with blocks registered before the step over KV a "

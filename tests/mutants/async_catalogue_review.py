@@ -266,7 +266,15 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "blocks its earlier step, still in flight, is writing (they are computed). It was "
         "a known gap until CACHE-SCHEDULE-KEPT said what a victim's freed blocks keep "
         "(CACHE-CONTENT and CACHE-COMPUTED bound registrations from above only, and "
-        "CACHE-COMPLETE judges requests still running).",
+        "CACHE-COMPLETE judges requests still running). Only in part: what it takes back "
+        "of the step's own registrations no run can show (docs/FORMAL.md, \"Left free by "
+        'the abstract state itself"); it is caught where the victim, served earlier in '
+        "the step, also held a registration older than the step over KV in flight (a "
+        "prefill chunk of the step in flight): priority, async, prefix caching and chunked "
+        "prefill at once. benchmarks/bench_mutants.py: 9 of seeds 1-10; seed 9's run "
+        "reaches victim-kv-in-flight-cached 35 times, a corner that counts such victims "
+        "whether or not the step served them first (the output does not say), and none "
+        "of them shows it (issue 36).",
         {"CACHE-SCHEDULE-KEPT", "CACHE-HIT-LONGEST", "CACHE-COMPLETE"},
     ),
 )

@@ -186,8 +186,8 @@ def sglang_configs(
     regimes: bool = True,
 ) -> SchedulerConfig:
     """Small configs of family "sglang" (SGLang's knobs drawn, vLLM's at their
-    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed. Two of
-    five are narrowed by an SGLang regime (strategies/regimes.py) unless `regimes` is off,
+    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed. Five of
+    eight are narrowed by an SGLang regime (strategies/regimes.py) unless `regimes` is off,
     for a caller that narrows the draws itself."""
     page_size = draw(_PAGE_SIZE_DRAWS)
     max_model_len = draw(_integers(MIN_SGLANG_MAX_MODEL_LEN, max_model_len_cap))
