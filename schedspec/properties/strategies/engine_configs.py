@@ -82,11 +82,16 @@ def vllm_default_configs(
     async_scheduling: bool | None = None,
     drafts: bool | None = None,
     release: Release | None = None,
+    kv_connector: bool = False,
 ) -> st.SearchStrategy[SchedulerConfig]:
     """`--engine vllm`'s default configs: vllm_configs() outside the corners where vLLM and
     the spec are known to part (`avoid_known_corners`), so a run fails only on something new."""
     return vllm_configs(
-        max_model_len_cap, async_scheduling=async_scheduling, drafts=drafts, release=release
+        max_model_len_cap,
+        async_scheduling=async_scheduling,
+        drafts=drafts,
+        release=release,
+        kv_connector=kv_connector,
     ).map(avoid_known_corners)
 
 
@@ -115,9 +120,7 @@ def vllm_connector_configs(
     in sync mode wherever one is drawn, with the cap on loads in flight only where the
     release has it, and outside F5 (`avoid_known_corners`). `schedspec check --engine
     vllm --configs schedspec.properties.strategies.engine_configs:vllm_connector_configs`."""
-    return vllm_configs(max_model_len_cap, release=release, kv_connector=True).map(
-        avoid_known_corners
-    )
+    return vllm_default_configs(max_model_len_cap, release=release, kv_connector=True)
 
 
 # ----------------------------------------------------------------------- SGLang
