@@ -26,10 +26,25 @@ edited; each is an extension point SGLang offers or a module attribute replaced)
    a PULL socket is bound to that endpoint before the scheduler connects (a PUSH that
    connects first retries every 100 ms) and drained, its messages unread: the adapter
    reads each request's outcome from SGLang's Req objects.
+5. The memory probe's full garbage collection. Before it reads the free memory to size
+   the KV pool, SGLang's KV-cache configurator runs `gc.collect()` (weights' temporaries
+   on a GPU). Here the pool's size is given (max_total_tokens) and the model is one
+   parameter, so it frees nothing the probe could see; but in a process holding
+   Hypothesis's and torch's objects it took about 80 % of each build (0.38 of 0.44 CPU
+   seconds). The configurator's `gc` is a stand-in whose `collect` is the youngest
+   generation's; `_check_translation` (config.py) still refuses a pool that came out
+   another size.
+6. torch's intra-op threads: one. Each step the harness model builds a (batch, vocab)
+   logits tensor and SGLang's sampler takes its argmax; on tensors this small a pool of
+   threads only adds its hand-offs, which on a loaded 2-core machine made those two calls
+   about 15 times slower than on one thread (3.5 ms against 0.2 ms a step), the larger
+   part of a checked step. The count is set once, when SGLang is imported, for the
+   process (`schedspec run` does the same for its tiny model).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import importlib.machinery
 import logging
@@ -163,6 +178,8 @@ def _import_sglang() -> Sglang:
         from sglang.srt.sampling.sampling_params import SamplingParams
         from sglang.srt.server_args import PortArgs, ServerArgs
     _run_parallel_runtime_once(bootstrap)
+    _young_collection_in_memory_probe()
+    torch.set_num_threads(1)
     ModelRegistry._load_default_models()
     ModelRegistry.models[_TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
     folders = engine_import.tiny_model_folders("schedspec-sglang-", {"model": _TINY_MODEL})
@@ -235,6 +252,29 @@ def _run_parallel_runtime_once(bootstrap: Any) -> None:
 
     init_parallel_runtime_once._schedspec_once = True  # type: ignore[attr-defined]
     bootstrap.init_parallel_runtime = init_parallel_runtime_once
+
+
+class _YoungCollection(types.ModuleType):
+    """The `gc` the KV-cache configurator sees (the module docstring, 5): every other
+    attribute is the real module's."""
+
+    def __init__(self) -> None:
+        super().__init__("gc")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(gc, name)
+
+    @staticmethod
+    def collect(generation: int = 0) -> int:
+        return gc.collect(0)
+
+
+def _young_collection_in_memory_probe() -> None:
+    """Give SGLang's KV-cache configurator the young-generation `gc` (idempotent)."""
+    from sglang.srt.mem_cache import kv_cache_configurator
+
+    if not isinstance(kv_cache_configurator.gc, _YoungCollection):
+        kv_cache_configurator.gc = _YoungCollection()
 
 
 # SGLang's loggers warn about every tiny config (a pool smaller than the context

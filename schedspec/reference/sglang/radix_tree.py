@@ -34,7 +34,16 @@ _ANCESTOR_STEP = 0.00001
 
 
 class RadixNode:
-    __slots__ = ("children", "id", "key", "last_access_time", "lock_ref", "pages", "parent")
+    __slots__ = (
+        "children",
+        "hashes",
+        "id",
+        "key",
+        "last_access_time",
+        "lock_ref",
+        "pages",
+        "parent",
+    )
 
     def __init__(
         self,
@@ -51,6 +60,9 @@ class RadixNode:
         self.children: dict[tuple[int, ...], RadixNode] = {}
         self.lock_ref = 0
         self.last_access_time = now
+        # The chain hash of each page's prefix (page_hashes), computed when first asked
+        # for: a node's prefix never changes (a split divides the hashes with the key).
+        self.hashes: tuple[BlockHash, ...] | None = None
 
     def __repr__(self) -> str:
         return f"RadixNode({self.id}, {len(self.key)} tokens, lock {self.lock_ref})"
@@ -67,6 +79,12 @@ class RadixTree:
         # Tokens in unlocked and locked nodes (SGLang's evictable_size / protected_size).
         self.evictable_size = 0
         self.protected_size = 0
+        # Bumped by every change to the tree's shape, locks or access times: the
+        # snapshot's views (page_hashes, eviction_order) are computed once per change,
+        # not once per snapshot (most steps are decodes, which change none of them).
+        self._changes = 0
+        self._hashes_seen: tuple[int, tuple[tuple[int, BlockHash], ...]] | None = None
+        self._order_seen: tuple[int, tuple[int, ...]] | None = None
 
     # ------------------------------------------------------------------ clock
 
@@ -100,6 +118,7 @@ class RadixTree:
         place and its lock count; child keeps the tail and gets a fresh time."""
         parent = child.parent
         assert parent is not None
+        self._changes += 1
         head = RadixNode(
             next(self._ids),
             child.key[:split_len],
@@ -108,6 +127,9 @@ class RadixTree:
             self._tick(),
         )
         head.lock_ref = child.lock_ref
+        if child.hashes is not None:
+            head.hashes = child.hashes[: split_len // self.page_size]
+            child.hashes = child.hashes[split_len // self.page_size :]
         head.children = {self._child_key(child.key, split_len): child}
         parent.children[self._child_key(child.key, 0)] = head
         child.key = child.key[split_len:]
@@ -118,6 +140,7 @@ class RadixTree:
 
     def _stamp_path(self, node: RadixNode) -> None:
         """A match's access times: the node newest, each ancestor a little older."""
+        self._changes += 1
         now = self._tick()
         walker: RadixNode | None = node
         while walker is not None:
@@ -172,6 +195,7 @@ class RadixTree:
         prev_prefix_len that duplicate pages already in the tree go back to the
         pool. Returns the tokens that were already cached and the node the
         insert ends on."""
+        self._changes += 1
         self.root.last_access_time = self._tick()
         key = tuple(tokens[: self.page_aligned(len(tokens))])
         values = list(pages[: len(key) // self.page_size])
@@ -210,6 +234,7 @@ class RadixTree:
 
     def lock(self, node: RadixNode) -> None:
         """A request takes the path to node: unlocked nodes on it become protected."""
+        self._changes += 1
         walker: RadixNode | None = node
         while walker is not None and walker is not self.root:
             if walker.lock_ref == 0:
@@ -219,6 +244,7 @@ class RadixTree:
             walker = walker.parent
 
     def unlock(self, node: RadixNode) -> None:
+        self._changes += 1
         walker: RadixNode | None = node
         while walker is not None and walker is not self.root:
             walker.lock_ref -= 1
@@ -248,6 +274,7 @@ class RadixTree:
     def _drop_leaf(self, leaf: RadixNode) -> list[int]:
         parent = leaf.parent
         assert parent is not None
+        self._changes += 1
         del parent.children[self._child_key(leaf.key, 0)]
         self.evictable_size -= len(leaf.key)
         return leaf.pages
@@ -265,8 +292,13 @@ class RadixTree:
             if parent is not None and self._is_evictable_leaf(parent):
                 heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
 
-    def eviction_order(self) -> list[int]:
+    def eviction_order(self) -> tuple[int, ...]:
         """Every evictable page, in the order evicting everything would free them."""
+        if self._order_seen is None or self._order_seen[0] != self._changes:
+            self._order_seen = (self._changes, tuple(self._eviction_order()))
+        return self._order_seen[1]
+
+    def _eviction_order(self) -> list[int]:
         order: list[int] = []
         heap = self._leaf_heap()
         removed: set[int] = set()
@@ -284,16 +316,31 @@ class RadixTree:
                 heapq.heappush(heap, (parent.last_access_time, parent.id, parent))
         return order
 
-    def page_hashes(self) -> list[tuple[int, BlockHash]]:
+    def page_hashes(self) -> tuple[tuple[int, BlockHash], ...]:
         """Every page in the tree with the chain hash of the prefix it ends (the hash
         the abstract state gives a cached block: spec.block_hash)."""
+        if self._hashes_seen is None or self._hashes_seen[0] != self._changes:
+            self._hashes_seen = (self._changes, tuple(self._page_hashes()))
+        return self._hashes_seen[1]
+
+    def _page_hashes(self) -> list[tuple[int, BlockHash]]:
         out: list[tuple[int, BlockHash]] = []
-        p = self.page_size
         stack: list[tuple[RadixNode, BlockHash | None]] = [(self.root, None)]
         while stack:
             node, parent_hash = stack.pop()
-            for index, page in enumerate(node.pages):
-                parent_hash = hash_block_tokens(parent_hash, node.key[index * p : (index + 1) * p])
-                out.append((page, parent_hash))
-            stack.extend((child, parent_hash) for child in node.children.values())
+            hashes = self._node_hashes(node, parent_hash)
+            out.extend(zip(node.pages, hashes, strict=True))
+            last = hashes[-1] if hashes else parent_hash
+            stack.extend((child, last) for child in node.children.values())
         return out
+
+    def _node_hashes(self, node: RadixNode, parent_hash: BlockHash | None) -> tuple[BlockHash, ...]:
+        """node's page hashes, chained from parent_hash (the hash of the page above it)."""
+        if node.hashes is None:
+            p = self.page_size
+            hashes: list[BlockHash] = []
+            for index in range(len(node.pages)):
+                parent_hash = hash_block_tokens(parent_hash, node.key[index * p : (index + 1) * p])
+                hashes.append(parent_hash)
+            node.hashes = tuple(hashes)
+        return node.hashes

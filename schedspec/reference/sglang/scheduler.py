@@ -722,7 +722,7 @@ class SGLangScheduler:
             prefix_cache.append((block_hash, (page,)))
         return KVState(
             num_blocks=num_pages,
-            free_block_ids=tuple(kv.pool.free_pages + kv.tree.eviction_order()),
+            free_block_ids=tuple(kv.pool.free_pages) + kv.tree.eviction_order(),
             ref_counts=tuple(refs),
             block_hashes=tuple(hashes),
             prefix_cache=tuple(prefix_cache),
