@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from schedspec.engines.capabilities import VLLM_FAMILY_CAPABILITIES, Capability
 from schedspec.gpu_impl.batch_state import (
     FINISHED_LENGTH_CAPPED,
     FINISHED_STOPPED,
@@ -86,6 +87,8 @@ class HostRequest:
 
 class GpuEngine:
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
+    # Every vLLM-family knob but the KV connector (it refuses one).
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES - {Capability.KV_CONNECTOR}
 
     def __init__(self, config: SchedulerConfig, device: torch.device | str | None = None) -> None:
         chosen = device if device is not None else os.environ.get(DEVICE_ENV) or default_device()

@@ -167,7 +167,7 @@ def _check(options: CheckOptions, plan: RunPlan, report: RunReport) -> None:
         for line in failure_report(result, factory, engine):
             click.echo(line)
     echo_trace_problem(result)
-    failing = echo_checks(result, profile)
+    failing = echo_checks(result, profile, capabilities=plan.capabilities)
     if parallel is not None:
         echo_campaign(parallel, options)
     if report.outcome is Outcome.PASSED:

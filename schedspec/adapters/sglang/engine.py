@@ -66,6 +66,7 @@ from schedspec.adapters.sglang.requests import (
     spec_id,
 )
 from schedspec.adapters.sglang.runtime import Sglang, load_sglang
+from schedspec.engines.capabilities import SGLANG_FAMILY_CAPABILITIES, Capability
 from schedspec.spec import (
     BatchKind,
     ModelRunnerOutput,
@@ -123,6 +124,7 @@ class SGLangEngine:
     it is the policy that profile states."""
 
     profiles: frozenset[Profile] = frozenset({"safety", "sglang"})
+    capabilities: frozenset[Capability] = SGLANG_FAMILY_CAPABILITIES
 
     def __init__(self, config: SchedulerConfig) -> None:
         require_family(config, "SGLang's scheduler", ("sglang",))

@@ -101,6 +101,7 @@ from schedspec.adapters.vllm.output import (
 )
 from schedspec.adapters.vllm.releases import current_release
 from schedspec.adapters.vllm.runtime import load_vllm, vllm_runner_output
+from schedspec.engines.capabilities import VLLM_FAMILY_CAPABILITIES, Capability
 from schedspec.spec import (
     BlockHash,
     KVState,
@@ -156,6 +157,9 @@ class VllmEngine:
     # What it claims for a config whose knobs describe the installed release (the
     # instance narrows it to safety where they do not: __init__).
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
+    # Every knob of the vLLM family: drafts (n-gram and EAGLE), async scheduling, the KV
+    # connector, both releases' knobs.
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
