@@ -20,6 +20,7 @@ The vLLM and SGLang adapters use the parts; docs/ADAPTERS.md walks through an ad
 built on KitAdapter (examples/toyserve_adapter.py).
 """
 
+from schedspec.adapters.kit.base import KitAdapter
 from schedspec.adapters.kit.block_hashes import HashTranslator, OwnHashes
 from schedspec.adapters.kit.given import Given
 from schedspec.adapters.kit.pipeline import InFlight, Pipeline, ScheduledRow
@@ -32,6 +33,7 @@ __all__ = [
     "Given",
     "HashTranslator",
     "InFlight",
+    "KitAdapter",
     "OwnHashes",
     "Pipeline",
     "ScheduledRow",
