@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from schedspec.adapters.reference import ReferenceEngine
 from schedspec.spec import (
@@ -118,7 +118,7 @@ class SchedulesNothing(_Safety):
 class ReportsStrangers(_Safety):
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
-    ) -> Mapping[str, RequestOutput]:
+    ) -> dict[str, RequestOutput]:
         super().update_from_output(scheduler_output, model_runner_output)
         return {"someone": RequestOutput("someone", (), None)}
 

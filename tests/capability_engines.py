@@ -60,7 +60,7 @@ class DraftsRefused(ReferenceEngine):
 
 class StringCapabilities(ReferenceEngine):
     profiles: frozenset[Profile] = frozenset({"safety"})
-    capabilities = frozenset({"drafts"})  # type: ignore[assignment]
+    capabilities = frozenset({"drafts"})  # type: ignore[arg-type]
 
 
 class PaddingWithoutDrafts(ReferenceEngine):

@@ -140,7 +140,8 @@ def test_step_output_is_derived_from_the_states_around_schedule() -> None:
     )
     assert list(output.num_scheduled_tokens.items()) == [("old", 1), ("new", 3), ("back", 5)]
     assert output.total_num_scheduled_tokens == 9
-    assert (output.preempted_req_ids, output.finished_req_ids) == ({"victim"}, {"gone"})
+    assert output.preempted_req_ids == frozenset({"victim"})
+    assert output.finished_req_ids == frozenset({"gone"})
 
 
 def test_finished_since_reports_each_request_once() -> None:
