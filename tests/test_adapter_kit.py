@@ -11,6 +11,7 @@ from schedspec.adapters.kit import (
     EngineRequest,
     FinishedSince,
     Given,
+    HashCollisionError,
     HashTranslator,
     InFlight,
     OwnHashes,
@@ -83,7 +84,7 @@ def test_the_translator_pairs_engine_hashes_with_the_spec_by_content() -> None:
     assert hashes.spec_or_none("y") == spec[1] and hashes.spec_or_none(None) is None
     with pytest.raises(RuntimeError, match="no request's tokens produced"):
         hashes.spec_of("z")
-    with pytest.raises(RuntimeError, match="the hash of other content"):
+    with pytest.raises(HashCollisionError, match="the hash of other content"):
         hashes.learn("b", ["x"], [9, 9])  # "x" named [1, 2] before
     with pytest.raises(RuntimeError, match="its tokens fill only 1"):
         hashes.learn("c", ["p", "q"], [1, 2, 3])

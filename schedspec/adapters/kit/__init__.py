@@ -21,7 +21,7 @@ built on KitAdapter (examples/toyserve_adapter.py).
 """
 
 from schedspec.adapters.kit.base import KitAdapter
-from schedspec.adapters.kit.block_hashes import HashTranslator, OwnHashes
+from schedspec.adapters.kit.block_hashes import HashCollisionError, HashTranslator, OwnHashes
 from schedspec.adapters.kit.given import Given
 from schedspec.adapters.kit.pipeline import InFlight, Pipeline, ScheduledRow
 from schedspec.adapters.kit.request_state import EngineRequest, request_state
@@ -31,6 +31,7 @@ __all__ = [
     "EngineRequest",
     "FinishedSince",
     "Given",
+    "HashCollisionError",
     "HashTranslator",
     "InFlight",
     "KitAdapter",

@@ -12,7 +12,7 @@ lists it under the engine's hash long after the request is gone. Learn a request
 hashes whenever its tokens may have grown (in snapshot(), and right after any call that
 can cache a block and free it at once: a request finishing inside update_from_output,
 a victim inside schedule()). An engine that gives one hash to two different contents is
-refused with a RuntimeError: its prefix cache would hand a request someone else's KV.
+refused with HashCollisionError: its prefix cache would hand a request someone else's KV.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 
 from schedspec.spec import BlockHash, extend_block_hashes
+
+
+class HashCollisionError(RuntimeError):
+    """The engine gave two different contents one hash (or one content id)."""
 
 
 class OwnHashes:
@@ -68,7 +72,7 @@ class HashTranslator:
         for i in range(done, len(engine_hashes)):
             known = self._spec.setdefault(engine_hashes[i], own[i])
             if known != own[i]:
-                raise RuntimeError(
+                raise HashCollisionError(
                     f"request {key!r}: the engine gives block {i} the hash of other content"
                 )
         self._learned[key] = len(engine_hashes)
