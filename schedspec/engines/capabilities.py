@@ -62,8 +62,10 @@ FAMILY_CAPABILITIES: dict[Family, frozenset[Capability]] = {
 }
 # An adapter that declares none is held to every config (the module docstring says why).
 DEFAULT_CAPABILITIES = ALL_CAPABILITIES
-# The protocol method each capability needs, where it needs one.
-METHODS: dict[Capability, str] = {Capability.DRAFTS: "update_draft_token_ids"}
+# The protocol method each capability needs, where it needs one, and what it must do.
+METHODS: dict[Capability, tuple[str, str]] = {
+    Capability.DRAFTS: ("update_draft_token_ids", "take the drafter's proposals")
+}
 # A capability that makes sense only with another.
 REQUIRES: dict[Capability, Capability] = {
     Capability.SPEC_DECODE_PADDING: Capability.DRAFTS,
@@ -83,6 +85,9 @@ def refuses_drafts(method: F) -> F:
 
 class CapabilityError(SpecInputError):
     """An adapter's `capabilities` declaration is malformed or not backed by its methods."""
+
+
+_UNDECLARED = "declares no capabilities, so it is taken to have every one, including"
 
 
 def claimed_capabilities(engine: object) -> frozenset[Capability]:
@@ -109,19 +114,15 @@ def claimed_capabilities(engine: object) -> frozenset[Capability]:
                 f"the adapter {name} declares {capability.name} without {needed.name}, "
                 f"which it needs: declare both, or neither",
             )
-    for capability, method in METHODS.items():
+    said = "declares" if getattr(engine, "capabilities", None) is not None else _UNDECLARED
+    for capability, (method, job) in METHODS.items():
         if capability in declared and not _has_method(engine, method):
-            given = (
-                "declares"
-                if getattr(engine, "capabilities", None) is not None
-                else ("declares no capabilities, so it is taken to have every one, including")
-            )
             raise CapabilityError(
                 "capabilities",
-                f"the adapter {name} {given} {capability.name}, but its `{method}` is "
-                f"missing, None or refuses every draft: implement {method} (take the "
-                f"drafter's proposals), or leave {capability.name} out of "
-                f"`capabilities` so no config draws it",
+                f"the adapter {name} {said} {capability.name}, but its `{method}` is "
+                f"missing, None or the adapter kit's refusing default: implement {method} "
+                f"({job}), or leave {capability.name} out of `capabilities` so that no "
+                "config draws it",
             )
     return frozenset(declared)
 
