@@ -474,7 +474,7 @@ def applicable(corner: Corner, capabilities: frozenset[Capability]) -> bool:
     return corner.needs <= capabilities
 
 
-NOT_APPLICABLE = "n/a"
+NOT_APPLICABLE = "not applicable"
 
 
 def format_corners(
@@ -483,14 +483,20 @@ def format_corners(
     capabilities: frozenset[Capability] = ALL_CAPABILITIES,
 ) -> list[str]:
     """One row per named corner of the profile's family (shown_corners): how often the
-    run reached it, and what it is; "n/a" for a corner that needs a capability the
-    engines lack, counted neither reached nor missed."""
+    run reached it, and what it is; "not applicable" for a corner that needs a capability
+    the engines lack, counted neither reached nor missed."""
     corners = shown_corners(counts, profile)
     width = max(len("corner"), *(len(c.name) for c in corners))
-    lines = [f"{'corner':<{width}}  {'reached':>9}  what"]
+    reached = {
+        c.name: str(counts.get(c.name, 0)) if applicable(c, capabilities) else NOT_APPLICABLE
+        for c in corners
+    }
+    column = max(len("reached"), 9, *(len(r) for r in reached.values()))
+    lines = [f"{'corner':<{width}}  {'reached':>{column}}  what"]
     for corner in corners:
-        reached = counts.get(corner.name, 0) if applicable(corner, capabilities) else NOT_APPLICABLE
-        lines.append(f"{corner.name:<{width}}  {reached:>9}  {corner.description}")
+        lines.append(
+            f"{corner.name:<{width}}  {reached[corner.name]:>{column}}  {corner.description}"
+        )
     inapplicable = [c.name for c in corners if not applicable(c, capabilities)]
     live = [c for c in corners if applicable(c, capabilities)]
     missed = [c.name for c in live if not counts.get(c.name)]
