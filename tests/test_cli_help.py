@@ -29,6 +29,7 @@ def test_every_option_has_help(name: str) -> None:
 
 ENGINE_OPTIONS = [
     ("check", "--engine"),
+    ("conform", "--engine"),
     ("replay", "--engine"),
     ("diff", "--left"),
     ("diff", "--right"),

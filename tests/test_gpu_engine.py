@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import schedspec.gpu_impl.hashing as hashing
-from schedspec.adapters.gpu import GpuEngine, HashCollisionError
+from schedspec.adapters.gpu import GpuEngine
+from schedspec.adapters.kit import HashCollisionError
 from schedspec.adapters.reference import ReferenceEngine
 from schedspec.gpu_impl import prefix_index
 from schedspec.gpu_impl.admission import longest_cached_prefix
@@ -141,7 +142,7 @@ class TestContentIds:
         )  # every block gets id 0
         engine = GpuEngine(CACHED, device="cpu")
         engine.add_request(Request("a", (1, 2), max_tokens=2))
-        with pytest.raises(HashCollisionError, match="names two block hashes"):
+        with pytest.raises(HashCollisionError, match="the hash of other content"):
             engine.add_request(Request("b", (3, 4), max_tokens=2))
 
 

@@ -99,7 +99,7 @@ def test_the_steps_in_turn_give_the_plan_resolve_plan_gives() -> None:
     request = RunRequest(engines=one_engine(f"{BROKEN}:safety_only"), seed=5)
     factories = load_engines(request)
     chosen = choose_run_profile(request, factories)
-    assert tuple(chosen) == ("vllm", "safety")
+    assert tuple(chosen)[:2] == ("vllm", "safety")
     assert complete_plan(request, factories, chosen) == resolve_plan(request)
 
 

@@ -13,11 +13,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schedspec.adapters.kit import Pipeline, ScheduledRow
 from schedspec.adapters.sglang import runtime as sglang_runtime
 from schedspec.adapters.sglang.config import max_running_requests, refusal
 from schedspec.adapters.sglang.engine import SGLangEngine
 from schedspec.adapters.sglang.kv import free_block_order, slot_block, table_blocks
-from schedspec.adapters.sglang.output import BatchRow, Pipeline
 from schedspec.adapters.sglang.probe import CACHE_VARIABLES, FAMILIES, PLAN
 from schedspec.adapters.sglang.requests import sglang_rid, spec_id
 from schedspec.properties import probe as runner
@@ -115,7 +115,7 @@ class TestBlocks:
 class TestPipeline:
     def test_an_overlap_step_holds_tokens_and_a_placeholder_until_it_lands(self) -> None:
         pipeline = Pipeline(async_scheduling=True)
-        rows = {"0#a": BatchRow("a", 5, 0, True)}
+        rows = {"0#a": ScheduledRow("a", 5, 0, True)}
         pipeline.on_schedule(rows)
         held = pipeline.of("0#a")
         assert (held.tokens, held.placeholders, held.prefill_chunk) == (5, 1, False)
@@ -124,9 +124,9 @@ class TestPipeline:
 
     def test_a_retracted_requests_step_in_flight_is_stale_and_dropped(self) -> None:
         pipeline = Pipeline(async_scheduling=True)
-        rows = {"0#a": BatchRow("a", 1, 7, True)}
+        rows = {"0#a": ScheduledRow("a", 1, 7, True)}
         pipeline.on_schedule(rows)
-        pipeline.on_retract("0#a")
+        pipeline.on_preempt("0#a", drop_stale=True)
         held = pipeline.of("0#a")
         assert (held.stale, held.drop_stale, held.placeholders) == (1, True, 0)
         pipeline.on_land(rows)
@@ -135,7 +135,7 @@ class TestPipeline:
 
     def test_a_chunk_samples_nothing_and_leaves_no_placeholder(self) -> None:
         pipeline = Pipeline(async_scheduling=True)
-        pipeline.on_schedule({"0#a": BatchRow("a", 8, 0, False)})
+        pipeline.on_schedule({"0#a": ScheduledRow("a", 8, 0, False)})
         held = pipeline.of("0#a")
         assert (held.tokens, held.placeholders, held.prefill_chunk) == (8, 0, True)
 

@@ -5,8 +5,12 @@ so that importing schedspec never needs an engine installed. A folder is split b
 runtime.py imports the engine (once, offline and quiet, with its tiny model folders:
 engine_import.py is what every engine's import shares), config.py translates the spec's
 config into the engine's and says what it refuses and why, engine.py is the adapter and
-what it does per call, output.py translates what the engine schedules, and probe.py is
-the plan of its install probe (probe_plan.py; schedspec.properties.probe runs it).
+what it does per call, output.py (vLLM) translates what the engine schedules, and
+probe.py is the plan of its install probe (probe_plan.py; schedspec.properties.probe runs
+it). What every adapter derives the same way (a RequestState from the few fields an
+engine gives, what is in flight, a step's SchedulerOutput from the states around it,
+block-hash translation) is the adapter kit's (`schedspec.adapters.kit`), which
+docs/ADAPTERS.md teaches with examples/toyserve_adapter.py.
 
 - `schedspec.adapters.vllm`: vLLM V1's `Scheduler` (with its own KVCacheManager and
   BlockPool), driven on CPU with no model download (`--engine vllm`). Install vLLM with
@@ -19,4 +23,5 @@ the plan of its install probe (probe_plan.py; schedspec.properties.probe runs it
   torch, the `gpu` extra).
 - `schedspec.adapters.reference`: the reference scheduler, which speaks the spec already.
 - in_flight.py: what the vLLM and SGLang adapters check when the harness lands a step.
+- kit/: the adapter kit (its __init__ says what is where).
 """

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from schedspec.adapters.kit import HashTranslator
+from schedspec.engines.capabilities import VLLM_FAMILY_CAPABILITIES, Capability
 from schedspec.gpu_impl.batch_state import (
     FINISHED_LENGTH_CAPPED,
     FINISHED_STOPPED,
@@ -38,7 +40,6 @@ from schedspec.gpu_impl.batch_state import (
 from schedspec.gpu_impl.engine import BatchedScheduler, NewRequests, default_device
 from schedspec.gpu_impl.step_plan import SCHEDULED_NEW, SCHEDULED_RESUMED, StepPlan
 from schedspec.spec import (
-    BlockHash,
     CachedRequestData,
     KVState,
     ModelRunnerOutput,
@@ -52,7 +53,6 @@ from schedspec.spec import (
     SchedulerConfig,
     SchedulerOutput,
     State,
-    extend_block_hashes,
     validate_new_request,
 )
 from schedspec.spec.invariants import Profile
@@ -66,10 +66,6 @@ _FINISH = {FINISHED_STOPPED: RequestStatus.FINISHED_STOPPED}
 _FINISH[FINISHED_LENGTH_CAPPED] = RequestStatus.FINISHED_LENGTH_CAPPED
 
 
-class HashCollisionError(RuntimeError):
-    """Two different BLAKE2b block hashes got the same device content id."""
-
-
 @dataclass
 class HostRequest:
     """What the tensors do not hold about a request."""
@@ -77,7 +73,6 @@ class HostRequest:
     request: Request
     slot: int
     outputs: list[int] = field(default_factory=list)
-    hashes: list[BlockHash] = field(default_factory=list)  # BLAKE2b of its full blocks
 
     @property
     def tokens(self) -> list[int]:
@@ -86,6 +81,8 @@ class HostRequest:
 
 class GpuEngine:
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
+    # Every vLLM-family knob but the KV connector (it refuses one).
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES - {Capability.KV_CONNECTOR}
 
     def __init__(self, config: SchedulerConfig, device: torch.device | str | None = None) -> None:
         chosen = device if device is not None else os.environ.get(DEVICE_ENV) or default_device()
@@ -97,7 +94,7 @@ class GpuEngine:
         # Steps scheduled and not landed, oldest first, with the requests each
         # scheduled: an id can be aborted and reused while its step is in flight.
         self._in_flight: deque[tuple[SchedulerOutput, dict[str, HostRequest]]] = deque()
-        self._content: dict[int, BlockHash] = {}  # device content id -> BLAKE2b
+        self._hashes = HashTranslator(config.block_size)  # device content id -> BLAKE2b
         self._arrivals = 0
 
     # ----------------------------------------------------------------- requests
@@ -160,6 +157,7 @@ class GpuEngine:
         self.engine.finish_requests(mask.to(self.device), rank.to(self.device))
         for rid in aborted:
             del self.requests[rid]
+            self._hashes.forget(rid)
             self.finished_req_ids.add(rid)
 
     def has_unfinished_requests(self) -> bool:
@@ -297,6 +295,7 @@ class GpuEngine:
         for rid, output in outputs.items():
             if output.finish_status is not None:
                 del self.requests[rid]
+                self._hashes.forget(rid)
                 self.finished_req_ids.add(rid)
         return outputs
 
@@ -352,19 +351,16 @@ class GpuEngine:
     # ------------------------------------------------------------ content ids
 
     def _learn_hashes(self, hosts: list[HostRequest]) -> None:
-        """Pair each request's device content ids with its BLAKE2b block hashes."""
+        """Pair each request's device content ids (one per full block of its known tokens)
+        with its BLAKE2b block hashes."""
         if not self.config.enable_prefix_caching or not hosts:
             return
         rows = self.engine.state.req_hash[0].tolist()
+        size = self.config.block_size
         for host in hosts:
-            extend_block_hashes(host.hashes, host.tokens, self.config.block_size)
-            for device_id, blake in zip(rows[host.slot], host.hashes, strict=False):
-                known = self._content.setdefault(device_id, blake)
-                if known != blake:
-                    raise HashCollisionError(
-                        f"device content id {device_id} names two block hashes: "
-                        f"{known:#x} and {blake:#x}"
-                    )
+            tokens = host.tokens
+            full = rows[host.slot][: len(tokens) // size]
+            self._hashes.learn(host.request.request_id, full, tokens)
 
     # --------------------------------------------------------------- inspection
 
@@ -436,9 +432,9 @@ class GpuEngine:
             num_blocks=self.config.num_blocks,
             free_block_ids=tuple(b for _, b in free),
             ref_counts=tuple(refs),
-            block_hashes=tuple(None if h == NO_HASH else self._content[h] for h in hashes),
+            block_hashes=tuple(None if h == NO_HASH else self._hashes.spec_of(h) for h in hashes),
             prefix_cache=tuple(
-                (self._content[h], tuple(b for _, b in sorted(holders[h]))) for h in keys
+                (self._hashes.spec_of(h), tuple(b for _, b in sorted(holders[h]))) for h in keys
             ),
         )
 

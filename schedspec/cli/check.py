@@ -1,10 +1,17 @@
-"""`schedspec check`: the invariant suite against an engine.
+"""`schedspec check`: the invariant suite against an engine; `schedspec conform`: the
+adapter's own protocol, checked first.
 
-Random workloads (properties/state_machine.py) drive the engine, every
+check: random workloads (properties/state_machine.py) drive the engine, every
 invariant of the profile is checked after every event, and a failure is
 shrunk, printed step by step (properties/failure_report.py) and written as a
 trace. With --instances N it runs swarm mode instead (swarm.py). Exit codes
 as suite_run.py lists them.
+
+conform: the adapter kit's conformance script (schedspec.adapters.kit.conformance) on
+the engine named, each check it passed printed; the first broken promise is printed
+with the adapter method at fault, and the command exits 1 (a violation, of the
+protocol). Run it first: a malformed snapshot or a refusal that is not a ValueError
+would otherwise be reported as a broken scheduling invariant.
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from schedspec.campaign.backend import require_backend
 from schedspec.campaign.bounds import check_instances
 from schedspec.campaign.chunk_work import NamedEngines
 from schedspec.cli.campaign_run import OnExample, echo_campaign, examples_phrase, run_planned
-from schedspec.cli.exit_codes import Outcome
+from schedspec.cli.exit_codes import EXIT_CODES, Outcome
 from schedspec.cli.loading import load_engine, usage_errors
 from schedspec.cli.options import (
+    ENGINE_HELP,
     as_profile,
     backend_options,
     engine_option,
@@ -48,6 +56,7 @@ from schedspec.engines.protocol import EngineFactory
 from schedspec.properties.failure_report import failure_report
 from schedspec.properties.run_plan import RunPlan, RunRequest, one_engine
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_suite
+from schedspec.spec import FAMILIES, Family
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +176,7 @@ def _check(options: CheckOptions, plan: RunPlan, report: RunReport) -> None:
         for line in failure_report(result, factory, engine):
             click.echo(line)
     echo_trace_problem(result)
-    failing = echo_checks(result, profile)
+    failing = echo_checks(result, profile, capabilities=plan.capabilities)
     if parallel is not None:
         echo_campaign(parallel, options)
     if report.outcome is Outcome.PASSED:
@@ -190,3 +199,40 @@ def _swarm_engine(options: CheckOptions) -> EngineFactory:
 def _in_python(python: str | None) -> str:
     """What a first line adds for an engine in another interpreter."""
     return "" if python is None else f" (in {python})"
+
+
+# ---------------------------------------------------------------- conform
+
+
+@click.command()
+@click.option("--engine", required=True, help=ENGINE_HELP)
+@click.option(
+    "--family",
+    type=click.Choice(FAMILIES),
+    default="vllm",
+    show_default=True,
+    help="The policy family whose config the engine is built with.",
+)
+def conform(engine: str, family: Family) -> None:
+    """Check an adapter's own protocol (snapshot shape, ids, queues, block hashes,
+    refusals) and name the adapter method at fault."""
+    raise SystemExit(run_conform(engine, family))
+
+
+def run_conform(engine: str, family: Family) -> int:
+    from schedspec.adapters.kit.conformance import ConformanceError, conform
+
+    factory = load_engine(engine)
+    click.echo(f"conformance of {engine} (family {family}):")
+    try:
+        passed = conform(factory, family)
+    except ConformanceError as err:
+        for check in err.passed:
+            click.echo(f"  ok      {check}")
+        click.echo(f"  FAILED  {err.check}: the adapter's {err.method}: {err.message}")
+        click.echo(f"FAILED: fix the adapter's {err.method} first (then run schedspec check)")
+        return EXIT_CODES[Outcome.VIOLATION]
+    for check in passed:
+        click.echo(f"  ok      {check}")
+    click.echo("PASSED: the adapter keeps its protocol; now run schedspec check on it")
+    return EXIT_CODES[Outcome.PASSED]

@@ -146,6 +146,7 @@ def _diff(options: DiffCommandOptions, plan: RunPlan, report: RunReport) -> None
         result,
         profile,
         "checks per engine (both engines were checked the same until the failure):",
+        plan.capabilities,
     )
     if parallel is not None:
         echo_campaign(parallel, options)

@@ -32,6 +32,7 @@ from schedspec.engines.errors import EngineHalt, engine_call_of
 COMMANDS: dict[str, str] = {
     "run": "schedspec.cli.run:run",
     "check": "schedspec.cli.check:check",
+    "conform": "schedspec.cli.check:conform",
     "replay": "schedspec.cli.replay:replay",
     "diff": "schedspec.cli.diff:diff",
     "diff-replay": "schedspec.cli.diff_replay:diff_replay",

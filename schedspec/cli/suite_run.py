@@ -25,6 +25,7 @@ from schedspec.cli.loading import load_factories, usage_error, usage_errors
 from schedspec.cli.printing.check_report import format_table, format_totals
 from schedspec.cli.printing.reports import RunReport, write_reports
 from schedspec.engines.boundary import guarded
+from schedspec.engines.capabilities import ALL_CAPABILITIES, FAMILY_CAPABILITIES, Capability
 from schedspec.engines.errors import EngineHalt
 from schedspec.engines.watchdog import DEFAULT_STEP_TIMEOUT, Watchdog
 from schedspec.files import OutputPathError, prepare_output_dir, prepare_output_file
@@ -102,6 +103,7 @@ def planned_run(
             yield None
             return
         report.profile = chosen.profile
+        report.capabilities = chosen.capabilities
         with usage_errors():
             plan = complete_plan(request, guarded_factories, chosen)
         report.seed = plan.seed
@@ -118,7 +120,11 @@ def echo_seed(plan: RunPlan) -> None:
 
 def configs_phrase(plan: RunPlan) -> str:
     """What a run's first line adds about its configs: nothing for the suite's own."""
-    return "" if plan.configs is None else f", configs from {plan.configs}"
+    configs = "" if plan.configs is None else f", configs from {plan.configs}"
+    if plan.capabilities >= FAMILY_CAPABILITIES[plan.family]:
+        return configs
+    has = ", ".join(sorted(c.value for c in plan.capabilities)) or "none of the optional ones"
+    return f"{configs}, within the capabilities the adapter declares ({has})"
 
 
 def prepare_outputs(options: SuiteRunOptions) -> None:
@@ -212,8 +218,14 @@ def refuse_bad_config_strategy(result: SuiteResult) -> None:
         raise click.BadParameter(str(result.other_error), param_hint="'--configs'")
 
 
-def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = None) -> list[str]:
-    """Print the per-invariant table and the totals; return the ids that failed."""
+def echo_checks(
+    result: SuiteResult,
+    profile: Profile,
+    heading: str | None = None,
+    capabilities: frozenset[Capability] = ALL_CAPABILITIES,
+) -> list[str]:
+    """Print the per-invariant table, the corners (those the engines' capabilities rule
+    out as not applicable) and the totals; return the ids that failed."""
     failing = [v.invariant for v in result.error.violations] if result.error else []
     click.echo()
     if heading is not None:
@@ -221,7 +233,7 @@ def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = Non
     for line in format_table(result.stats, profile, failing):
         click.echo(line)
     click.echo()
-    for line in format_corners(result.stats.corners, profile):
+    for line in format_corners(result.stats.corners, profile, capabilities):
         click.echo(line)
     click.echo(format_totals(result))
     return failing

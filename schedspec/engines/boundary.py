@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
+from schedspec.engines.capabilities import claimed_capabilities
 from schedspec.engines.errors import (
     BUILDING,
     EngineContractError,
@@ -95,6 +96,7 @@ class GuardedEngine:
         self.inner = inner
         self.watchdog = watchdog
         self.profiles = through_the_door(BUILDING, claimed_profiles, inner)
+        self.capabilities = through_the_door(BUILDING, claimed_capabilities, inner)
 
     def _call(self, call: str, function: Callable[..., T], *args: Any) -> T:
         return through_the_door(call, function, *args, watchdog=self.watchdog)

@@ -12,6 +12,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from schedspec.engines.capabilities import (
+    ALL_CAPABILITIES,
+    Capability,
+    CapabilityError,
+    claimed_capabilities,
+)
+from schedspec.engines.errors import EngineHalt
 from schedspec.spec import Family, SchedulerConfig, SpecInputError, shown
 from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN
 from schedspec.spec.invariants import FAMILY_PROFILES, PROFILES, Profile
@@ -74,6 +81,23 @@ def probe_profiles(factory: EngineFactory, family: Family = "vllm") -> frozenset
     """The profiles the engine a factory builds for `family` claims; raises what
     building it raises (an engine that does not follow that family refuses the config)."""
     return claimed_profiles(factory(probe_config(family)))
+
+
+def probe_capabilities(factories: Sequence[EngineFactory], family: Family) -> frozenset[Capability]:
+    """The capabilities every engine the factories build for `family` declares (the
+    intersection: a run drives them all on the same configs). A refusal of the
+    declaration (CapabilityError) is raised; an engine that cannot even be built is
+    taken to have every capability: the run itself then reports why it cannot be built."""
+    found = ALL_CAPABILITIES
+    for factory in factories:
+        try:
+            engine = factory(probe_config(family))
+        except CapabilityError:
+            raise
+        except (Exception, EngineHalt):
+            continue
+        found &= claimed_capabilities(engine)
+    return found
 
 
 def default_profile(claimed: frozenset[Profile]) -> Profile:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from schedspec.engines.capabilities import claimed_capabilities
 from schedspec.engines.profiles import claimed_profiles
 from schedspec.engines.protocol import EngineAdapter
 from schedspec.spec import ModelRunnerOutput, Request, RequestOutput, SchedulerOutput, State
@@ -47,6 +48,7 @@ class RecordingEngine:
     def __init__(self, inner: EngineAdapter) -> None:
         self.inner = inner
         self.profiles = claimed_profiles(inner)
+        self.capabilities = claimed_capabilities(inner)
         self.outputs: list[SchedulerOutput] = []  # every schedule() result
         self.observations: list[Observation] = []
         self._last_call = "start"

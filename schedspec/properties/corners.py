@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
+from schedspec.engines.capabilities import ALL_CAPABILITIES, Capability
 from schedspec.spec import RequestStatus, SchedulerOutput, SGLangState, State
 from schedspec.spec.invariants import (
     DraftsTransition,
@@ -27,6 +28,12 @@ from schedspec.spec.invariants.sglang.prefill_pass import PrefillPass
 
 VLLM_ONLY = ("vllm",)
 SGLANG_ONLY = ("sglang",)
+_DRAFTS = frozenset({Capability.DRAFTS})
+_PADDING = frozenset({Capability.DRAFTS, Capability.SPEC_DECODE_PADDING})
+_ASYNC = frozenset({Capability.ASYNC_SCHEDULING})
+_CACHING = frozenset({Capability.PREFIX_CACHING})
+_CONNECTOR = frozenset({Capability.KV_CONNECTOR})
+_CHUNKED = frozenset({Capability.CHUNKED_PREFILL})
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,9 @@ class Corner:
     # Reachable only under a config with a KV connector: a run that drew none reaches
     # none of them, and its table leaves them out (shown_corners).
     needs_connector: bool = False
+    # What an engine must have for a run to reach it (engines/capabilities.py): on an
+    # engine without them the corner is not applicable, not "never reached".
+    needs: frozenset[Capability] = frozenset()
 
 
 CORNERS: tuple[Corner, ...] = (
@@ -47,6 +57,7 @@ CORNERS: tuple[Corner, ...] = (
         "a priority preemption whose victim ran ahead of a request served in the step "
         "(#49097, #23347)",
         VLLM_ONLY,
+        needs=frozenset({Capability.PRIORITY}),
     ),
     Corner("preemption", "a step that preempted"),
     Corner(
@@ -66,40 +77,53 @@ CORNERS: tuple[Corner, ...] = (
         "a preempted request with outputs resumed: its known sequence is longer than its "
         "prompt (#18115)",
     ),
-    Corner("prefix-hit", "an admission that hit the prefix cache"),
+    Corner("prefix-hit", "an admission that hit the prefix cache", needs=_CACHING),
     Corner(
         "hit-on-free-block",
         "a prefix hit on a free cached block, taken out of the free queue (#33775)",
+        needs=_CACHING,
     ),
-    Corner("shared-hash", "one hash held by two blocks in the prefix cache", VLLM_ONLY),
+    Corner(
+        "shared-hash", "one hash held by two blocks in the prefix cache", VLLM_ONLY, needs=_CACHING
+    ),
     Corner(
         "lookahead-at-max-model-len",
         "a step whose lookahead slots reach past max_model_len (they are capped there)",
         VLLM_ONLY,
+        needs=_DRAFTS,
     ),
-    Corner("drafts-scheduled", "a step that verified drafts", VLLM_ONLY),
+    Corner("drafts-scheduled", "a step that verified drafts", VLLM_ONLY, needs=_DRAFTS),
     Corner(
         "stop-inside-drafts",
         "a stop token among the accepted drafts: the tokens after it are dropped",
         VLLM_ONLY,
+        needs=_DRAFTS,
     ),
     Corner(
         "drafts-on-prefill",
         "drafts proposed for a request in its prefill, which must drop them (PR #30618)",
         VLLM_ONLY,
+        needs=_DRAFTS,
     ),
-    Corner("padded-admission", "an admission padded to 1 + K for spec decode", VLLM_ONLY),
+    Corner(
+        "padded-admission",
+        "an admission padded to 1 + K for spec decode",
+        VLLM_ONLY,
+        needs=_PADDING,
+    ),
     Corner(
         "padding-near-max-model-len",
         "a one-token admission under spec-decode padding whose padded step and sampled "
         "token would end on or past max_model_len (#53962)",
         VLLM_ONLY,
+        needs=_PADDING,
     ),
     Corner(
         "preempted-with-output-in-flight",
         "async: a victim whose step was still in flight (#41190)",
+        needs=_ASYNC,
     ),
-    Corner("stale-output-lands", "async: output scheduled before a preemption lands"),
+    Corner("stale-output-lands", "async: output scheduled before a preemption lands", needs=_ASYNC),
     # It counts such a victim whether or not the step served it before preempting it
     # (the output does not say: docs/FORMAL.md), so it over-counts where an engine could
     # wrongly take those registrations back: only a victim the step served, under the
@@ -109,16 +133,19 @@ CORNERS: tuple[Corner, ...] = (
         "async, prefix caching: a victim with blocks registered before the step over KV a "
         "step in flight still writes, which CACHE-SCHEDULE-KEPT keeps registered",
         VLLM_ONLY,
+        needs=_ASYNC | _CACHING,
     ),
     Corner(
         "max-tokens-in-flight",
         "async: a request whose step in flight is sure to reach max_tokens (PR #27922)",
+        needs=_ASYNC,
     ),
     Corner(
         "cache-aware-reorder",
         "a step whose cache-aware admission moved a waiting request with a deeper cached "
         "prefix ahead (vLLM 0.34.0)",
         VLLM_ONLY,
+        needs=frozenset({Capability.CACHE_AWARE_ADMISSION, Capability.PREFIX_CACHING}),
     ),
     Corner(
         "idle-with-waiting",
@@ -135,6 +162,7 @@ CORNERS: tuple[Corner, ...] = (
         "an abort of a running request between the chunks of its prefill (SGLang's chunked "
         "request: its chunking stops and its KV is freed uncached, SG-CHUNKED-ABORT; "
         "sglang #16067's class)",
+        needs=_CHUNKED,
     ),
     Corner(
         "sg-latch-closed",
@@ -148,13 +176,19 @@ CORNERS: tuple[Corner, ...] = (
         "fits memory (the latch must stay open)",
         SGLANG_ONLY,
     ),
-    Corner("sg-mixed-step", "SGLang: a mixed-chunk step (an extend beside decodes)", SGLANG_ONLY),
+    Corner(
+        "sg-mixed-step",
+        "SGLang: a mixed-chunk step (an extend beside decodes)",
+        SGLANG_ONLY,
+        needs=frozenset({Capability.MIXED_CHUNK}),
+    ),
     Corner(
         "sg-chunk-room-cut",
         "SGLang: the chunked request's next chunk cut to the room the running requests' "
         "reservations leave, short of the chunk budget and of its prompt (SG-CHUNK-ROOM "
         "judges it)",
         SGLANG_ONLY,
+        needs=_CHUNKED,
     ),
     Corner(
         "load-in-progress",
@@ -162,6 +196,7 @@ CORNERS: tuple[Corner, ...] = (
         "held, nothing cached; vllm #45388's class)",
         VLLM_ONLY,
         needs_connector=True,
+        needs=_CONNECTOR,
     ),
     Corner(
         "load-failed",
@@ -169,6 +204,7 @@ CORNERS: tuple[Corner, ...] = (
         "(invalid_block_ids, failed_recving)",
         VLLM_ONLY,
         needs_connector=True,
+        needs=_CONNECTOR,
     ),
     Corner(
         "send-delayed",
@@ -176,6 +212,7 @@ CORNERS: tuple[Corner, ...] = (
         "(request_finished's delay_free)",
         VLLM_ONLY,
         needs_connector=True,
+        needs=_CONNECTOR,
     ),
     Corner(
         "abort-while-loading",
@@ -183,6 +220,7 @@ CORNERS: tuple[Corner, ...] = (
         "reports (vllm #46283)",
         VLLM_ONLY,
         needs_connector=True,
+        needs=_CONNECTOR,
     ),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
@@ -431,19 +469,44 @@ def shown_corners(counts: Mapping[str, int], profile: str = "safety") -> tuple[C
     return tuple(c for c in corners if not c.needs_connector)
 
 
-def format_corners(counts: Mapping[str, int], profile: str = "safety") -> list[str]:
+def applicable(corner: Corner, capabilities: frozenset[Capability]) -> bool:
+    """Can a run on engines with these capabilities reach the corner at all?"""
+    return corner.needs <= capabilities
+
+
+NOT_APPLICABLE = "not applicable"
+
+
+def format_corners(
+    counts: Mapping[str, int],
+    profile: str = "safety",
+    capabilities: frozenset[Capability] = ALL_CAPABILITIES,
+) -> list[str]:
     """One row per named corner of the profile's family (shown_corners): how often the
-    run reached it, and what it is."""
+    run reached it, and what it is; "not applicable" for a corner that needs a capability
+    the engines lack, counted neither reached nor missed."""
     corners = shown_corners(counts, profile)
     width = max(len("corner"), *(len(c.name) for c in corners))
-    lines = [f"{'corner':<{width}}  {'reached':>9}  what"]
+    reached = {
+        c.name: str(counts.get(c.name, 0)) if applicable(c, capabilities) else NOT_APPLICABLE
+        for c in corners
+    }
+    column = max(len("reached"), 9, *(len(r) for r in reached.values()))
+    lines = [f"{'corner':<{width}}  {'reached':>{column}}  what"]
     for corner in corners:
         lines.append(
-            f"{corner.name:<{width}}  {counts.get(corner.name, 0):>9}  {corner.description}"
+            f"{corner.name:<{width}}  {reached[corner.name]:>{column}}  {corner.description}"
         )
-    missed = [c.name for c in corners if not counts.get(c.name)]
+    inapplicable = [c.name for c in corners if not applicable(c, capabilities)]
+    live = [c for c in corners if applicable(c, capabilities)]
+    missed = [c.name for c in live if not counts.get(c.name)]
     lines.append(
-        f"corners reached: {len(corners) - len(missed)}/{len(corners)}"
+        f"corners reached: {len(live) - len(missed)}/{len(live)}"
         + (f" (never: {', '.join(missed)})" if missed else "")
+        + (
+            f"; not applicable (the engine lacks what they need): {', '.join(inapplicable)}"
+            if inapplicable
+            else ""
+        )
     )
     return lines

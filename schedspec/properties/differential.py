@@ -25,16 +25,17 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
+from schedspec.engines.capabilities import Capability
 from schedspec.engines.errors import EngineHalt
 from schedspec.engines.events import Event
-from schedspec.engines.profiles import ProfileError
+from schedspec.engines.profiles import ProfileError, probe_capabilities
 from schedspec.engines.protocol import EngineFactory
 from schedspec.engines.recording import Observation, RecordingEngine, Scheduled
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats, InvariantViolationError
 from schedspec.properties.state_machine import SuiteRecorder
 from schedspec.properties.suite import SuiteResult, SuiteSettings, run_target
 from schedspec.spec import SchedulerConfig, SchedulerOutput, State
-from schedspec.spec.invariants import Profile
+from schedspec.spec.invariants import Profile, family_of
 from schedspec.traces.divergence import Divergence, DivergenceError, first_difference
 from schedspec.traces.trace import DIFF_TRACE_STEM, ModelParams, Trace
 
@@ -182,6 +183,10 @@ class LockstepTarget:
     right: EngineFactory
     profile: Profile
     options: DiffOptions = DiffOptions()
+
+    def capabilities(self) -> frozenset[Capability]:
+        family = family_of(self.profile) or "vllm"
+        return probe_capabilities([self.left, self.right], family)
 
     def start(self, config: SchedulerConfig, model: ModelParams, stats: CheckStats) -> Lockstep:
         return Lockstep(self.left, self.right, config, self.profile, model, self.options, stats)

@@ -12,11 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from schedspec.engines.capabilities import Capability
 from schedspec.engines.events import Event
+from schedspec.engines.profiles import probe_capabilities
 from schedspec.engines.protocol import EngineFactory
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
 from schedspec.spec import SchedulerConfig, State
-from schedspec.spec.invariants import Profile
+from schedspec.spec.invariants import Profile, family_of
 from schedspec.traces.trace import ModelParams, Trace
 
 
@@ -39,6 +41,9 @@ class Target(Protocol):
     @property
     def profile(self) -> Profile: ...
 
+    def capabilities(self) -> frozenset[Capability]:
+        """What its engines all have (each built once to read it: engines/profiles.py)."""
+
     def start(self, config: SchedulerConfig, model: ModelParams, stats: CheckStats) -> Harness:
         """A fresh harness for one example (or one replay)."""
 
@@ -49,6 +54,9 @@ class SingleEngine:
 
     factory: EngineFactory
     profile: Profile
+
+    def capabilities(self) -> frozenset[Capability]:
+        return probe_capabilities([self.factory], family_of(self.profile) or "vllm")
 
     def start(self, config: SchedulerConfig, model: ModelParams, stats: CheckStats) -> Harness:
         return CheckedEngine.from_factory(self.factory, config, self.profile, model, stats)

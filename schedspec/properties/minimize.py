@@ -19,6 +19,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from schedspec.engines.capabilities import ALL_CAPABILITIES, Capability, needed_capabilities
 from schedspec.engines.errors import EngineHalt
 from schedspec.engines.events import Event, Step
 from schedspec.engines.protocol import EngineFactory
@@ -96,7 +97,8 @@ def minimize_on(
                     changed = True
                     break
             index = min(index, len(events)) - 1
-        for plainer in plainer_configs(config) if plain_knobs else []:
+        knobs = plainer_configs(config, target.capabilities()) if plain_knobs else []
+        for plainer in knobs:
             if clock() >= deadline:
                 break
             if wanted & failure_signature(_with(trace, events, plainer), target):
@@ -133,9 +135,13 @@ _FOLLOWERS: dict[str, dict[str, object]] = {
 }
 
 
-def plainer_configs(config: SchedulerConfig) -> list[SchedulerConfig]:
+def plainer_configs(
+    config: SchedulerConfig, capabilities: frozenset[Capability] = ALL_CAPABILITIES
+) -> list[SchedulerConfig]:
     """The config with one feature knob set back to its default, for each knob that is
-    not at its default (and a valid config that way), in field order."""
+    not at its default (and a valid config that way), in field order; never one that
+    needs a capability the engine lacks (chunked prefill is on by default)."""
+    allowed = capabilities | needed_capabilities(config)
     plainer: list[SchedulerConfig] = []
     for field in dataclasses.fields(config):
         if field.name not in FEATURE_KNOBS or getattr(config, field.name) == field.default:
@@ -146,7 +152,7 @@ def plainer_configs(config: SchedulerConfig) -> list[SchedulerConfig]:
         except ConfigError:
             continue  # not valid in this family, or with these sizes
         # num_lookahead_tokens is stored resolved: its default may be the value it has.
-        if candidate != config:
+        if candidate != config and needed_capabilities(candidate) <= allowed:
             plainer.append(candidate)
     return plainer
 

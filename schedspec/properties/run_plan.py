@@ -31,6 +31,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from schedspec.engines.capabilities import (
+    ALL_CAPABILITIES,
+    Capability,
+    CapabilityError,
+    claimed_capabilities,
+)
 from schedspec.engines.profiles import (
     ProfileError,
     choose_profile,
@@ -142,6 +148,8 @@ class RunPlan:
     factories: tuple[EngineFactory, ...]  # one per engine of the request, in its order
     family: Family  # the policy family the engines run in together
     profile: Profile
+    # What every engine has (engines/capabilities.py): the configs drawn stay within it.
+    capabilities: frozenset[Capability]
     configs: str | None  # module:strategy the configs come from; None: the suite's own
     config_strategy: SearchStrategy[SchedulerConfig] | None  # configs, loaded
     seed: int
@@ -152,6 +160,8 @@ class RunPlan:
 class ChosenProfile(NamedTuple):
     family: Family
     profile: Profile
+    # What every engine declares it has (read with its claims).
+    capabilities: frozenset[Capability] = ALL_CAPABILITIES
 
 
 class ChosenSeed(NamedTuple):
@@ -187,7 +197,10 @@ def choose_run_profile(request: RunRequest, factories: Sequence[EngineFactory]) 
     for if every engine claims it, else the family profile they all claim, else safety.
     Each engine is built once, at its family's smallest config, to read its claims."""
     family = run_family_of(request)
-    return ChosenProfile(family, profile_of(request, claims_in(request, factories, family)))
+    claims = _claims(request, factories, family)
+    profile = profile_of(request, [profiles for profiles, _ in claims])
+    shared = frozenset.intersection(ALL_CAPABILITIES, *(c for _, c in claims))
+    return ChosenProfile(family, profile, shared)
 
 
 def complete_plan(
@@ -201,6 +214,7 @@ def complete_plan(
         tuple(factories),
         chosen.family,
         chosen.profile,
+        chosen.capabilities,
         configs,
         load_configs(configs),
         seed.seed,
@@ -222,23 +236,33 @@ def claims_in(
     request: RunRequest, factories: Sequence[EngineFactory], family: Family
 ) -> list[frozenset[Profile]]:
     """What each engine claims, built once at the family's smallest config (build_engine)."""
+    return [profiles for profiles, _ in _claims(request, factories, family)]
+
+
+def _claims(
+    request: RunRequest, factories: Sequence[EngineFactory], family: Family
+) -> list[tuple[frozenset[Profile], frozenset[Capability]]]:
+    """What each engine claims and declares, built once at the family's smallest config."""
     config = probe_config(family)
-    return [
-        build_engine(engine.field, factory, config)[1]
-        for engine, factory in zip(request.engines, factories, strict=True)
-    ]
+    claims = []
+    for engine, factory in zip(request.engines, factories, strict=True):
+        built, profiles = build_engine(engine.field, factory, config)
+        claims.append((profiles, claimed_capabilities(built)))
+    return claims
 
 
 def build_engine(
     field: str, factory: EngineFactory, config: SchedulerConfig
 ) -> tuple[EngineAdapter, frozenset[Profile]]:
     """The engine a factory builds at `config`, and the profiles it claims. An adapter
-    that declares no profiles is refused on its `field`; whatever else building it
-    raises is the engine's own failure, raised as it is."""
+    that declares no profiles, or capabilities its methods do not back, is refused on
+    its `field`; whatever else building it raises is the engine's own failure, raised
+    as it is."""
     try:
         engine = factory(config)
+        claimed_capabilities(engine)  # refused at load, not when a run draws the knob
         return engine, claimed_profiles(engine)
-    except ProfileError as err:
+    except (ProfileError, CapabilityError) as err:
         raise RunPlanError(field, str(err)) from err
 
 

@@ -10,12 +10,14 @@ invariants.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+from schedspec.engines.capabilities import FAMILY_CAPABILITIES, within
 from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.engines.fake_model import StepDecisions
 from schedspec.engines.protocol import EngineFactory
@@ -285,11 +287,15 @@ def make_target_machine(
     Each call makes a SchedulerMachine subclass of its own, which carries the run's
     target, recorder and initialize rule (and which the pytest plugin renames).
     """
+    family = family_of(target.profile) or "vllm"
     chosen_configs: st.SearchStrategy[SchedulerConfig] = (
-        checked_configs(config_strategy)
-        if config_strategy is not None
-        else family_configs(family_of(target.profile) or "vllm")
+        checked_configs(config_strategy) if config_strategy is not None else family_configs(family)
     )
+    # Every config within what the engines have (engines/capabilities.py): the defaults,
+    # and a --configs strategy's too (a knob the engine lacks would only fail it).
+    capabilities = target.capabilities()
+    if not capabilities >= FAMILY_CAPABILITIES[family]:
+        chosen_configs = chosen_configs.map(functools.partial(within, capabilities))
     # @initialize takes its strategies when it makes the rule, and the configs are the
     # run's: so the rule around SchedulerMachine.start is made here, once per run.
     start = initialize(config=chosen_configs, seed=_MODEL_SEEDS, first=_FIRST_ARRIVALS)

@@ -52,11 +52,10 @@ from typing import Any
 
 from schedspec.adapters.engine_import import TINY_VOCAB_SIZE
 from schedspec.adapters.in_flight import check_landing
+from schedspec.adapters.kit import FinishedSince, Given, Pipeline, ScheduledRow, step_output
 from schedspec.adapters.sglang.config import build_scheduler
 from schedspec.adapters.sglang.kv import SlotContents, kv_state, table_blocks
-from schedspec.adapters.sglang.output import BatchRow, Pipeline, spec_output
 from schedspec.adapters.sglang.requests import (
-    Given,
     abort_pending,
     finish_status,
     known_tokens,
@@ -67,6 +66,7 @@ from schedspec.adapters.sglang.requests import (
     spec_id,
 )
 from schedspec.adapters.sglang.runtime import Sglang, load_sglang
+from schedspec.engines.capabilities import SGLANG_FAMILY_CAPABILITIES, Capability
 from schedspec.spec import (
     BatchKind,
     ModelRunnerOutput,
@@ -116,7 +116,7 @@ class _Launched:
     output: SchedulerOutput
     batch: Any
     result: Any
-    rows: dict[str, BatchRow]
+    rows: dict[str, ScheduledRow]
 
 
 class SGLangEngine:
@@ -124,6 +124,7 @@ class SGLangEngine:
     it is the policy that profile states."""
 
     profiles: frozenset[Profile] = frozenset({"safety", "sglang"})
+    capabilities: frozenset[Capability] = SGLANG_FAMILY_CAPABILITIES
 
     def __init__(self, config: SchedulerConfig) -> None:
         require_family(config, "SGLang's scheduler", ("sglang",))
@@ -141,7 +142,7 @@ class SGLangEngine:
         self._contents = SlotContents(config.block_size)
         # Requests that finished since the last schedule() (spec ids), and the running
         # order of the last snapshot (for requests a queued result is about to finish).
-        self._finished: set[str] = set()
+        self._finished = FinishedSince()
         self._running_order: tuple[str, ...] = ()
         self._last_kind: BatchKind | None = None
         self._state: State | None = None  # the last snapshot, while nothing changed
@@ -187,12 +188,7 @@ class SGLangEngine:
             raise RequestError("prompt_token_ids", f"SGLang refused it: {message(reason)}")
         self._num_arrivals += 1
         self._rid[request.request_id] = rid
-        self._given[rid] = Given(
-            arrival=self._num_arrivals - 1,
-            priority=request.priority,
-            eos_token_id=request.eos_token_id,
-            stop_token_ids=tuple(request.stop_token_ids),
-        )
+        self._given[rid] = Given.of(request, self._num_arrivals - 1)
 
     def schedule(self) -> SchedulerOutput:
         s = self.scheduler
@@ -200,14 +196,13 @@ class SGLangEngine:
         self._changing()
         # Requests that vanish inside this call (an aborted chunked request, SGLang's
         # abort of the last request retraction cannot fit) are the next call's to report.
-        reported = frozenset(self._finished)
-        self._finished.clear()
+        reported = self._finished.take()
         plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
         s.running_batch = plan.running_batch
         batch = plan.batch_to_run
         for req in s.waiting_queue:
             if req.is_retracted and spec_id(req.rid) in pre.running:
-                self._pipeline.on_retract(req.rid)
+                self._pipeline.on_preempt(req.rid, drop_stale=True)
         rows = self._rows(batch, pre)
         nothing_to_land = not self._in_flight or self._in_flight[-1].batch is None
         if batch is not None:
@@ -229,8 +224,8 @@ class SGLangEngine:
         self._last_kind = "idle" if batch is None else _BATCH_KIND[batch.forward_mode.name]
         self._pipeline.on_schedule(rows)
         post = self.snapshot()
-        self._note_finished(pre, post)
-        output = spec_output(tuple(rows.values()), pre, post, reported)
+        self._finished.note(pre, post)
+        output = step_output(tuple(rows.values()), pre, post, reported)
         self._in_flight.append(_Launched(output, launched_batch, result, rows))
         return output
 
@@ -261,7 +256,7 @@ class SGLangEngine:
             newest = self._in_flight[-1]
             s.launch_batch_sample_if_needed(newest.result, newest.batch)
         post = self.snapshot()
-        self._note_finished(pre, post)
+        self._finished.note(pre, post)
         return reported
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
@@ -278,7 +273,7 @@ class SGLangEngine:
                 self.scheduler.abort_request(self._v.AbortReq(rid=rid))
         self._drain_outputs()
         post = self.snapshot()
-        self._note_finished(pre, post)
+        self._finished.note(pre, post)
 
     # --------------------------------------------------------------- helpers
 
@@ -287,22 +282,22 @@ class SGLangEngine:
         rid = self._rid.get(request_id)
         return rid if rid is not None and rid in self._given else None
 
-    def _rows(self, batch: Any, pre: State) -> dict[str, BatchRow]:
-        """The batch's rows (see BatchRow), by SGLang rid, in batch order."""
+    def _rows(self, batch: Any, pre: State) -> dict[str, ScheduledRow]:
+        """The batch's rows (see ScheduledRow), by SGLang rid, in batch order."""
         if batch is None:
             return {}
         chunked = self.scheduler.chunked_req
-        rows: dict[str, BatchRow] = {}
+        rows: dict[str, ScheduledRow] = {}
         if batch.forward_mode.is_decode():
             for req in batch.reqs:
                 before = pre.requests[spec_id(req.rid)].num_computed_tokens
-                rows[req.rid] = BatchRow(spec_id(req.rid), 1, before, True)
+                rows[req.rid] = ScheduledRow(spec_id(req.rid), 1, before, True)
             return rows
         for req, prefix, extend in zip(
             batch.reqs, batch.prefix_lens, batch.extend_lens, strict=True
         ):
             samples = req is not chunked
-            rows[req.rid] = BatchRow(spec_id(req.rid), int(extend), int(prefix), samples)
+            rows[req.rid] = ScheduledRow(spec_id(req.rid), int(extend), int(prefix), samples)
         return rows
 
     def _process(
@@ -337,12 +332,6 @@ class SGLangEngine:
             if new_tokens or status is not None:
                 reported[spec_id(req.rid)] = RequestOutput(spec_id(req.rid), new_tokens, status)
         return reported
-
-    def _note_finished(self, pre: State, post: State) -> None:
-        """Requests live before a call and gone after it finished during it."""
-        for request_id in pre.requests:
-            if request_id not in post.requests:
-                self._finished.add(request_id)
 
     def _drain_outputs(self) -> None:
         """Read and drop what the scheduler streamed to the tokenizer manager's socket, so

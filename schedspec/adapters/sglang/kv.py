@@ -27,7 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedspec.spec import BlockHash, KVState, RequestState, extend_block_hashes
+from schedspec.adapters.kit import OwnHashes
+from schedspec.spec import BlockHash, KVState, RequestState
 
 
 def slot_block(slot: int, page_size: int) -> int:
@@ -59,14 +60,17 @@ class SlotContents:
     _position: dict[int, int] = field(default_factory=dict)  # slot -> position last held at
     _content: dict[int, BlockHash] = field(default_factory=dict)  # block -> hash
     # Per live request (SGLang rid): the chain hashes of its own full blocks so far.
-    _own: dict[str, list[BlockHash]] = field(default_factory=dict)
+    _own: OwnHashes = field(init=False)
     # Per live request: its row and how many of its full blocks were recorded when last
     # observed; a row that only grew since is recorded from where it left off.
     _seen: dict[str, tuple[list[int], int]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self._own = OwnHashes(self.page_size)
+
     def observe(self, rid: str, tokens: Sequence[int], row: Sequence[int]) -> None:
         """Record a live request's table: its slots' positions, its full blocks' content."""
-        own = extend_block_hashes(self._own.setdefault(rid, []), tokens, self.page_size)
+        own = self._own.of(rid, tokens)
         row = list(row)
         seen_row, seen_blocks = self._seen.get(rid, ([], 0))
         if row[: len(seen_row)] != seen_row:  # retracted and given new slots: all anew
@@ -81,9 +85,9 @@ class SlotContents:
     def forget(self, live: Iterable[str]) -> None:
         """Drop the per-request hashes of requests no longer live."""
         keep = set(live)
-        for rid in [r for r in self._own if r not in keep]:
-            del self._own[rid]
-            self._seen.pop(rid, None)
+        self._own.keep_only(keep)
+        for rid in [r for r in self._seen if r not in keep]:
+            del self._seen[rid]
 
     def position_of(self, slot: int) -> int | None:
         return self._position.get(slot)

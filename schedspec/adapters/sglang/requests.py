@@ -13,9 +13,9 @@ length as the computed count (0 unless running), status (a request in the waitin
 is PREEMPTED once retracted, else WAITING; a request in the running batch, the batch
 just formed or the chunked one is RUNNING), retraction count, clipped max_new_tokens
 (at least 1), abort_pending when SGLang marked it aborted and will finish it when its
-next step lands, the in-flight counters (adapters/sglang/output.py's Pipeline); what
-SGLang keeps in other words (arrival, priority, EOS and stop tokens) as the harness
-gave it (`Given`).
+next step lands, the in-flight counters (the adapter kit's Pipeline); what SGLang keeps
+in other words (arrival, priority, EOS and stop tokens) as the harness gave it (the
+kit's `Given`), the RequestState itself built by the kit (adapters/kit/).
 
 The running order (`running_reqs`) is the order the running batch will have after the
 next merge: the running batch, the unmerged requests of the last prefill batch,
@@ -30,10 +30,10 @@ a RuntimeError (an adapter gap).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from schedspec.adapters.sglang.output import InFlight
+from schedspec.adapters import kit
+from schedspec.adapters.kit import EngineRequest, Given, InFlight
 from schedspec.spec import RequestState, RequestStatus
 
 RID_SEPARATOR = "#"
@@ -52,16 +52,6 @@ def sglang_rid(request_id: str, arrival: int) -> str:
 def spec_id(rid: str) -> str:
     """The spec's request id behind an SGLang rid the adapter made (sglang_rid's inverse)."""
     return rid.partition(RID_SEPARATOR)[2]
-
-
-@dataclass(frozen=True)
-class Given:
-    """What the harness said about a request that SGLang keeps in other words."""
-
-    arrival: int
-    priority: int
-    eos_token_id: int | None
-    stop_token_ids: tuple[int, ...]
 
 
 def known_tokens(req: Any) -> list[int]:
@@ -130,27 +120,17 @@ def request_state(
         status = RequestStatus.PREEMPTED
     else:
         status = RequestStatus.WAITING
-    return RequestState(
-        request_id=spec_id(req.rid),
-        priority=given.priority,
-        arrival=given.arrival,
-        prompt_token_ids=tuple(int(t) for t in req.origin_input_ids),
+    engine = EngineRequest(
         output_token_ids=tuple(int(t) for t in req.output_ids),
-        spec_token_ids=(),
         num_computed_tokens=req.kv.kv_allocated_len if running else 0,
         status=status,
         block_ids=blocks,
         num_preemptions=int(req.retraction_count),
+        prompt_token_ids=tuple(int(t) for t in req.origin_input_ids),
         max_tokens=max(1, int(req.sampling_params.max_new_tokens)),
-        eos_token_id=given.eos_token_id,
-        stop_token_ids=given.stop_token_ids,
-        num_in_flight_tokens=counters.tokens,
-        num_output_placeholders=counters.placeholders,
-        num_stale_output_tokens=counters.stale,
-        drop_stale_output=counters.drop_stale,
         abort_pending=aborting,
-        is_prefill_chunk=counters.prefill_chunk,
     )
+    return kit.request_state(spec_id(req.rid), given, engine, counters)
 
 
 def finish_status(reason: Any) -> RequestStatus | None:

@@ -89,6 +89,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from schedspec.adapters.in_flight import check_landing
+from schedspec.adapters.kit import HashTranslator
 from schedspec.adapters.vllm.config import build_scheduler
 from schedspec.adapters.vllm.connector import remote_kv_of, remote_kv_params
 from schedspec.adapters.vllm.output import (
@@ -100,6 +101,7 @@ from schedspec.adapters.vllm.output import (
 )
 from schedspec.adapters.vllm.releases import current_release
 from schedspec.adapters.vllm.runtime import load_vllm, vllm_runner_output
+from schedspec.engines.capabilities import VLLM_FAMILY_CAPABILITIES, Capability
 from schedspec.spec import (
     BlockHash,
     KVState,
@@ -113,7 +115,6 @@ from schedspec.spec import (
     SchedulerConfig,
     SchedulerOutput,
     State,
-    extend_block_hashes,
     validate_new_request,
 )
 from schedspec.spec.config import require_family
@@ -156,6 +157,9 @@ class VllmEngine:
     # What it claims for a config whose knobs describe the installed release (the
     # instance narrows it to safety where they do not: __init__).
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
+    # Every knob of the vLLM family: drafts (n-gram and EAGLE), async scheduling, the KV
+    # connector, both releases' knobs.
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
@@ -184,9 +188,7 @@ class VllmEngine:
         # Every request added and not yet seen finished: its hashes are learned
         # even from inside the update_from_output call that frees it.
         self._tracked: dict[str, Any] = {}
-        self._own_hashes: dict[str, list[BlockHash]] = {}
-        self._num_learned: dict[str, int] = {}
-        self._spec_hash: dict[bytes, BlockHash] = {}  # vLLM block hash -> spec hash
+        self._hashes = HashTranslator(config.block_size)  # vLLM block hash -> spec hash
         # Each step scheduled and not landed, oldest first: ours and vLLM's output.
         self._in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
         self._drafting = DraftingSkips()
@@ -222,8 +224,6 @@ class VllmEngine:
         self._num_arrivals += 1
         self._internal[request.request_id] = rid
         self._tracked[rid] = vllm_request
-        self._own_hashes[rid] = []
-        self._num_learned[rid] = 0
         self._learn(rid, vllm_request)
 
     def schedule(self) -> SchedulerOutput:
@@ -486,19 +486,7 @@ class VllmEngine:
 
     def _learn(self, rid: str, request: Any) -> None:
         """Pair the request's vLLM block hashes with the spec's hashes of its own blocks."""
-        vllm_hashes = request.block_hashes
-        done = self._num_learned.get(rid, 0)
-        if len(vllm_hashes) <= done:
-            return
-        own = self._own_hashes.setdefault(rid, [])
-        extend_block_hashes(own, list(request.all_token_ids), self.config.block_size)
-        for i in range(done, len(vllm_hashes)):
-            known = self._spec_hash.setdefault(bytes(vllm_hashes[i]), own[i])
-            if known != own[i]:
-                raise RuntimeError(
-                    f"request {rid!r}: vLLM gives block {i} the hash of other content"
-                )
-        self._num_learned[rid] = len(vllm_hashes)
+        self._hashes.learn(rid, request.block_hashes, request.all_token_ids)
 
     def _learn_tracked(self) -> None:
         """After a call that may append tokens or free requests: learn, then forget
@@ -508,15 +496,11 @@ class VllmEngine:
             if request.is_finished():
                 del self._tracked[rid]
                 self._drafting.forget(external_id(rid))
-                self._own_hashes.pop(rid, None)
-                self._num_learned.pop(rid, None)
+                self._hashes.forget(rid)
 
     def _spec_of(self, key: bytes) -> BlockHash:
         """A pool key (block hash + 4-byte group id) as the spec's hash."""
-        found = self._spec_hash.get(bytes(key[:-4]))
-        if found is None:
-            raise RuntimeError("a vLLM block carries a hash no request's tokens produce")
-        return found
+        return self._hashes.spec_of(bytes(key[:-4]))
 
 
 def _prefix_cache_entries(cache: Any) -> Iterator[tuple[bytes, tuple[int, ...]]]:

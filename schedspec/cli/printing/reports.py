@@ -23,10 +23,11 @@ from typing import Any
 from schedspec.cli.exit_codes import Outcome, error_outcome, exit_code_of, outcome_of
 from schedspec.cli.interrupts import interrupt_name
 from schedspec.cli.printing.check_report import invariants_of
+from schedspec.engines.capabilities import ALL_CAPABILITIES, Capability
 from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.files import write_atomically
 from schedspec.properties.checked_engine import CheckStats, InvariantViolationError
-from schedspec.properties.corners import Corner, shown_corners
+from schedspec.properties.corners import Corner, applicable, shown_corners
 from schedspec.properties.differential import failing_side
 from schedspec.properties.failure_report import format_event
 from schedspec.spec.invariants import InvariantInfo, Profile
@@ -64,6 +65,8 @@ class RunReport:
     # A run on several workers or for a time (cli/campaign_run.py): where it ran, what it
     # covered, every distinct failure it kept; None for a run in one process.
     campaign: dict[str, object] | None = None
+    # What the engines declare they have (None: the run ended before they were read).
+    capabilities: frozenset[Capability] | None = None
 
     @property
     def outcome(self) -> Outcome:
@@ -144,7 +147,19 @@ def summary(report: RunReport) -> dict[str, Any]:
             }
             for info in _invariants(report)
         },
-        "corners": {c.name: stats.corners.get(c.name, 0) for c in _corners(report, stats.corners)},
+        "capabilities": (
+            None if report.capabilities is None else sorted(c.value for c in report.capabilities)
+        ),
+        "corners": {
+            c.name: stats.corners.get(c.name, 0)
+            for c in _corners(report, stats.corners)
+            if applicable(c, _capabilities(report))
+        },
+        "corners_not_applicable": [
+            c.name
+            for c in _corners(report, stats.corners)
+            if not applicable(c, _capabilities(report))
+        ],
         "violations": _violations(report.violation),
         "divergence": _divergence(report.divergence),
         "engine_error": _engine_error(report.engine_error),
@@ -343,6 +358,10 @@ def _violated(report: RunReport) -> set[str]:
 
 def _corners(report: RunReport, counts: Mapping[str, int]) -> tuple[Corner, ...]:
     return shown_corners(counts, report.profile or "safety")
+
+
+def _capabilities(report: RunReport) -> frozenset[Capability]:
+    return ALL_CAPABILITIES if report.capabilities is None else report.capabilities
 
 
 def _invariants(report: RunReport) -> list[InvariantInfo]:

@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import cast
 
+from schedspec.engines.capabilities import Capability
 from schedspec.engines.errors import BUILDING
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.engines.registry import load_engine_factory
@@ -62,9 +63,11 @@ class RemoteEngineFactory:
         engine = next(self._ids)
         claims = self.process.request(BUILDING, Call(BUILD, engine, (config,)))
         remote = RemoteEngine(self.process, engine)  # dropped there too if claims fail
-        if isinstance(claims, ErrorRecord):  # what reading its profiles raised there
+        if isinstance(claims, ErrorRecord):  # what reading its claims raised there
             raise rebuild_error(claims, self.process.describe())
-        remote.profiles = cast("frozenset[Profile]", claims)
+        profiles, capabilities = cast("tuple[frozenset[Profile], frozenset[Capability]]", claims)
+        remote.profiles = profiles
+        remote.capabilities = capabilities
         return remote
 
     def close(self) -> None:
@@ -83,6 +86,7 @@ class RemoteEngine:
     """One engine in the process, by its id there."""
 
     profiles: frozenset[Profile] = frozenset()  # the factory sets what the engine claims
+    capabilities: frozenset[Capability] = frozenset()  # and what it declares
 
     def __init__(self, process: EngineProcess, engine: int) -> None:
         self._process = process

@@ -32,6 +32,7 @@ from types import TracebackType
 
 from schedspec.engines import boundary
 from schedspec.engines.boundary import through_the_door
+from schedspec.engines.capabilities import claimed_capabilities
 from schedspec.engines.dependencies import MissingDependencyError
 from schedspec.engines.errors import BUILDING
 from schedspec.engines.profiles import claimed_profiles
@@ -201,8 +202,9 @@ def _run(engines: dict[int, Hosted], factory: EngineFactory, call: Call) -> obje
     if call.op == BUILD:
         adapter = through_the_door(BUILDING, factory, *call.args)
         engines[call.engine] = Hosted(adapter)
-        try:  # read as GuardedEngine reads it, so a refusal names the adapter's class
-            return through_the_door(BUILDING, claimed_profiles, adapter)
+        try:  # read as GuardedEngine reads them, so a refusal names the adapter's class
+            profiles = through_the_door(BUILDING, claimed_profiles, adapter)
+            return profiles, through_the_door(BUILDING, claimed_capabilities, adapter)
         except BaseException as err:
             return _packed(err)
     hosted = engines.get(call.engine)

@@ -28,6 +28,7 @@ import sys
 from typing import NamedTuple
 
 import schedspec
+from schedspec.engines.capabilities import Capability
 from schedspec.spec import (
     CachedRequestData,
     KVState,
@@ -43,8 +44,9 @@ from schedspec.spec import (
     State,
 )
 
-# Bumped whenever the messages of server.py and process.py change shape.
-PROTOCOL = 1
+# Bumped whenever the messages of server.py and process.py change shape (2: a build
+# answers with the capabilities too).
+PROTOCOL = 2
 # Python 3.8 and later read it; it sends large buffers without copies.
 PICKLE_PROTOCOL = 5
 _HEADER = struct.Struct(">Q")  # each frame: its length, then its pickle
@@ -62,6 +64,7 @@ WIRE_CLASSES: tuple[type, ...] = (
     RequestState,
     KVState,
     SGLangState,
+    Capability,
 )
 
 
@@ -84,7 +87,7 @@ class OutputRef(NamedTuple):
 
 
 # Call.op of building an engine (args: the SchedulerConfig); the value is its claimed
-# profiles, or the ErrorRecord of reading them.
+# profiles and declared capabilities, or the ErrorRecord of reading them.
 BUILD = "build"
 # The outputs each side keeps per engine for OutputRef, the oldest let go beyond it
 # (both sides alike, so they agree): far more than any pipeline holds in flight.
