@@ -1,4 +1,4 @@
-"""scripts/lib/dist_requirements.py: vLLM's pins as constraints, and the METADATA trim
+"""schedspec/install/lib/dist_requirements.py: vLLM's pins as constraints, and the METADATA trim
 that keeps later pip installs quiet about what scripts/install_vllm.sh leaves out."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from types import ModuleType
 import packaging
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "lib" / "dist_requirements.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "schedspec/install/lib/dist_requirements.py"
 
 
 def _load() -> ModuleType:

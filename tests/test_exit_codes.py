@@ -43,6 +43,7 @@ INNER = {
     "simulate": "schedspec.simulate.simulator.scheduled_entries",
     "run": "schedspec.cli.run.record_step",
     "prove": "schedspec.cli.prove.prove",
+    "install": "schedspec.cli.setup.install.script_path",
 }
 
 
@@ -101,6 +102,10 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("run", 1): Scenario(("--quiet", "--max-steps", "3"), says="--max-steps 3"),
     ("run", 2): Scenario(("--watermark", "1.5"), says="watermark"),
     ("prove", 0): Scenario(("--only", "BUDGET", "--max-n", "1", "--trace-dir", "{out}")),
+    ("install", 0): Scenario(("--where", "vllm"), says="install_vllm.sh"),
+    # The script cannot create its venv under a file: it fails at its first step.
+    ("install", 1): Scenario(("torch-cpu", "/dev/null/venv")),
+    ("install", 2): Scenario(("sglang", "{out}", "--version", "0.5.23"), says="--version"),
     ("prove", 1): Scenario(
         (
             "--only",

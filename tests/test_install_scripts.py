@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from schedspec.adapters.vllm.releases import SUPPORTED
+from schedspec.install import script_path
 
+# Run as a checkout runs them: scripts/ wraps the packaged ones (schedspec/install/).
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 USAGE = {
     "install_torch_cpu.sh": "VENV_DIR",
@@ -49,7 +51,7 @@ def test_a_script_wants_exactly_one_venv(script: str, args: list[str], tmp_path:
 
 def test_install_vllm_supports_the_adapters_releases() -> None:
     """One list in two languages: the script's SUPPORTED_VERSIONS is releases.SUPPORTED."""
-    text = (SCRIPTS / "install_vllm.sh").read_text()
+    text = script_path("vllm").read_text()
     found = re.search(r"^SUPPORTED_VERSIONS=\(([^)]*)\)$", text, re.MULTILINE)
     assert found is not None
     assert found.group(1).split() == [release.version for release in SUPPORTED]

@@ -43,11 +43,12 @@ import re
 from dataclasses import dataclass, replace
 
 from schedspec.adapters.vllm.runtime import VllmMissingError
+from schedspec.install import install_command
 from schedspec.spec import ConfigError, SchedulerConfig
 
 # Set to 1: an installed release outside SUPPORTED runs as the nearest supported one.
 ANY_RELEASE_VARIABLE = "SCHEDSPEC_VLLM_ANY_RELEASE"
-INSTALL_HINT = "scripts/install_vllm.sh --version VERSION VENV_DIR"
+INSTALL_HINT = install_command("vllm", version="VERSION")
 
 
 class UnsupportedVllmError(VllmMissingError):
