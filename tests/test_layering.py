@@ -47,7 +47,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "engines": frozenset({"spec", "install"}),
     "adapters": frozenset({"spec", "engines", "reference", "gpu_impl", "install"}),
     "traces": frozenset({"spec", "engines", "files"}),
-    "properties": frozenset({"spec", "engines", "adapters", "traces", "environment"}),
+    "properties": frozenset({"spec", "engines", "adapters", "traces", "environment", "files"}),
     "campaign": frozenset(
         {"spec", "engines", "adapters", "traces", "properties", "gpu_impl", "files", "environment"}
     ),
