@@ -9,7 +9,8 @@ under tests/), makes a fresh venv, and runs the workflow's `run:` steps there in
 with bash -e -o pipefail, as GitHub's runner does, stopping at the first that fails; the
 upload step (`if: failure()`) then collects its `path:` glob. SCHEDSPEC_SOURCE, which the
 README tells the user to set, points at a copy of this checkout's sources. Three
-scenarios, one fresh venv each:
+scenarios, each with every step, in one venv made fresh for the run (the later scenarios'
+install steps then rebuild schedspec but download nothing: CI's time):
 
 - green: the adapter and the test pass; every step exits 0 and nothing is uploaded;
 - broken-adapter: the adapter miscounts its total; `schedspec check` exits 1 and the
@@ -298,14 +299,14 @@ def problems_with_traces(paths: list[Path], python: Path, environment: dict[str,
     return found
 
 
-def try_scenario(scenario: Scenario, workflow: Workflow, root: Path, source: Path) -> list[str]:
-    """Run the workflow on the scenario's repository in a fresh venv; what went wrong."""
-    repository = root / scenario.name / "repository"
+def try_scenario(
+    scenario: Scenario, workflow: Workflow, root: Path, source: Path, venv: Path
+) -> list[str]:
+    """Run the workflow on the scenario's repository with the venv; what went wrong."""
+    repository = root / scenario.name
     for name, text in scenario.files.items():
         (repository / name).parent.mkdir(parents=True, exist_ok=True)
         (repository / name).write_text(text)
-    venv = root / scenario.name / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     environment = runner_environment(venv, workflow, source)
     runs, uploaded = run_workflow(workflow, repository, environment)
     problems = []
@@ -348,10 +349,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="schedspec-ci-workflow-") as temporary:
         root = arguments.keep or Path(temporary)
         source = copy_distribution_sources(REPO, root / "schedspec-source")
+        venv = root / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         failures = {}
         for scenario in chosen:
             print(f"== scenario {scenario.name}", flush=True)
-            problems = try_scenario(scenario, workflow, root, source)
+            problems = try_scenario(scenario, workflow, root, source, venv)
             if problems:
                 failures[scenario.name] = problems
     if failures:
