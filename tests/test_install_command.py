@@ -30,6 +30,7 @@ from schedspec.install import (
     script_path,
     source_of,
 )
+from tests.script_modules import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 HINTS = {
@@ -174,11 +175,7 @@ def test_a_built_wheel_holds_the_install_scripts(tmp_path: Path) -> None:
     ships every file of schedspec/install/, the scripts executable. Built from a copy:
     a build writes build/ and schedspec.egg-info beside the sources, which the checkout's
     editable installs own."""
-    spec = importlib.util.spec_from_file_location("ci", REPO / "scripts/try_ci_workflow.py")
-    assert spec is not None and spec.loader is not None
-    ci = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = ci  # dataclasses look their module up there
-    spec.loader.exec_module(ci)
+    ci = load_script(REPO / "scripts" / "try_ci_workflow.py", "try_ci_workflow")
     source = ci.copy_distribution_sources(REPO, tmp_path / "source")
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
     subprocess.run([*pip_wheel, "--wheel-dir", str(tmp_path), str(source)], check=True)

@@ -6,27 +6,16 @@ where pytest runs, and an artifact glob over the folder every trace is sent to."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.script_modules import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _load() -> ModuleType:
-    path = REPO / "scripts" / "try_ci_workflow.py"
-    spec = importlib.util.spec_from_file_location("try_ci_workflow", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-ci = _load()
+ci = load_script(REPO / "scripts" / "try_ci_workflow.py", "try_ci_workflow")
 
 WORKED = """name: w
 on: [push]
