@@ -7,7 +7,7 @@
 # Its own venv, not vLLM's: SGLang 0.5.23 and vLLM 0.33.0 pin the same packages to
 # versions that exclude each other (openai ==2.8.0 against >=2.25.0, compressed-tensors
 # ==0.18.0 against ==0.17.0, xgrammar ==0.2.7 against ==0.2.8), so one venv would run
-# one of them on dependencies it was not released with. The README's set-up section
+# one of them on dependencies it was not released with. docs/ENGINES.md's set-up line
 # names the venv .venv-sglang.
 #
 # Only SGLang's scheduler stack is needed (Scheduler, PrefillAdder, ScheduleBatch, the
