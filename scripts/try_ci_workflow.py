@@ -1,6 +1,6 @@
 """Run the README's GitHub Actions workflow as a runner would, on a planted bug.
 
-    python scripts/try_ci_workflow.py [--keep DIR]
+    python scripts/try_ci_workflow.py [--keep DIR] [--scenario NAME] [--readme PATH]
 
 The workflow ("Put it in CI" in the README, between its ci-workflow snippet markers;
 docs/CI.md shows the same block) must work when copied as is. This script copies a
@@ -342,9 +342,15 @@ def main() -> int:
     parser.add_argument(
         "--scenario", choices=[s.name for s in SCENARIOS], help="only this one [default: all]"
     )
+    parser.add_argument(
+        "--readme",
+        type=Path,
+        default=README,
+        help="take the workflow from this file [default: the checkout's README.md]",
+    )
     arguments = parser.parse_args()
     chosen = [s for s in SCENARIOS if arguments.scenario in (None, s.name)]
-    workflow = parse_workflow(workflow_text(README.read_text()))
+    workflow = parse_workflow(workflow_text(arguments.readme.read_text()))
     os.umask(RUNNER_UMASK)  # the runner's; the steps inherit it
     with tempfile.TemporaryDirectory(prefix="schedspec-ci-workflow-") as temporary:
         root = arguments.keep or Path(temporary)
