@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,26 @@ def test_install_vllm_refuses_another_version_naming_the_range(
 def test_the_version_flag_wins_over_the_environment(tmp_path: Path) -> None:
     result = run("install_vllm.sh", ["--version", "0.1.0", "venv"], tmp_path, VERSION="0.34.0")
     assert "vllm 0.1.0 is not supported" in result.stderr
+
+
+@pytest.mark.parametrize("script", ["install_vllm.sh", "install_sglang.sh"])
+def test_outside_a_checkout_a_venv_without_schedspec_is_refused_first(
+    script: str, tmp_path: Path
+) -> None:
+    """Run from an installed schedspec (no checkout above the scripts), the script has no
+    source to install schedspec from: it says so before it downloads anything."""
+    installed = tmp_path / "site-packages" / "schedspec" / "install"
+    shutil.copytree(script_path("vllm").parent, installed, ignore=shutil.ignore_patterns("*.pyc"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    result = subprocess.run(
+        ["bash", str(installed / script), str(venv)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    engine = script.removeprefix("install_").removesuffix(".sh")
+    assert result.stderr == (
+        f"{script}: error: schedspec is not installed in {venv} (or lacks its dependencies): "
+        f"install it there first ({venv}/bin/pip install, from where you installed schedspec), "
+        f"then run `{venv}/bin/schedspec install {engine}`\n"
+    )

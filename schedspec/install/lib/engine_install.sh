@@ -192,6 +192,11 @@ install_engine() {
         python3 -m venv "$VENV"
     fi
     PY="$VENV/bin/python"
+    # Outside a checkout there is no source to install schedspec from: say so before
+    # anything is downloaded.
+    if [[ -z $CHECKOUT ]] && ! schedspec_dependencies_installed; then
+        die "schedspec is not installed in $VENV (or lacks its dependencies): install it there first ($VENV/bin/pip install, from where you installed schedspec), then run \`$VENV/bin/schedspec install $PROBE_ENGINE\`"
+    fi
 
     if [[ -z $(missing_version) ]] && trimmed && schedspec_dependencies_installed &&
         { ((NO_PROBE)) || probe >/dev/null 2>&1; }; then
@@ -235,7 +240,6 @@ install_engine() {
     done
 
     if ! schedspec_dependencies_installed || ! in_checkout "$PY" -c "import $PROBE_MODULE" 2>/dev/null; then
-        [[ -n $CHECKOUT ]] || die "schedspec is not installed in $VENV (or lacks its dependencies): install it there first ($VENV/bin/pip install, from where you installed schedspec), then run \`$VENV/bin/schedspec install $PROBE_ENGINE\`"
         STEP="schedspec's own dependencies (pip install -e $CHECKOUT)"
         echo "== $STEP"
         pip_install -q -c "$CONSTRAINTS" -e "$CHECKOUT"
