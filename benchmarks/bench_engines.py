@@ -9,7 +9,7 @@ than wall time; one engine is built first, untimed, so imports do not count) and
 ratio. `reference` runs twice, once in each family, so each
 real engine has its reference beside it.
 
-vLLM and SGLang live in venvs of their own (their pins exclude each other: README), so
+vLLM and SGLang live in venvs of their own (their pins exclude each other: docs/ENGINES.md), so
 an engine this Python cannot import runs in a child process of the Python given for it:
 
     .venv/bin/python benchmarks/bench_engines.py --python sglang=.venv-sglang/bin/python

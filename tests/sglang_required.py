@@ -1,7 +1,7 @@
 """Skip an SGLang test where SGLang is not installed, with the install step as the reason;
 in CI, where the SGLang tests must run, fail instead.
 
-SGLang lives in a venv of its own (its pins exclude vLLM's: README), so CI runs the
+SGLang lives in a venv of its own (its pins exclude vLLM's: docs/ENGINES.md), so CI runs the
 suite twice: in .venv (vLLM's), where the SGLang tests are skipped, and in the SGLang
 venv, which CI names in SCHEDSPEC_SGLANG_VENV, where a missing SGLang is a failure. A CI
 run that names no SGLang venv fails too: it would run no SGLang test anywhere.

@@ -137,7 +137,7 @@ def test_vllm_makes_the_references_decisions_with_aborts_in_flight(
 ) -> None:
     """vLLM's own scheduler, driven through the same window: step for step the same
     decisions, block ids included, and nothing reported for the aborted requests."""
-    pytest.importorskip("vllm", reason="vLLM is not installed: scripts/install_vllm.sh VENV")
+    pytest.importorskip("vllm", reason="vLLM is not installed: schedspec install vllm")
     from schedspec.adapters.vllm.engine import VllmEngine
 
     events: list[Event] = [ADD_A, ADD_B, AddRequest("C", (7, 7, 7), 3), Step()]

@@ -15,10 +15,11 @@ from schedspec.cli.main import main
 FINDING = str(
     Path(__file__).resolve().parent.parent / "docs/findings/vllm-spec-decode-padding.json"
 )
-GPU_EXTRA = ("needs torch", "pip install -e '.[gpu]'", "scripts/install_torch_cpu.sh VENV")
-VLLM_SCRIPT = ("needs vLLM", "scripts/install_vllm.sh VENV")
-SGLANG_SCRIPT = ("needs SGLang", "scripts/install_sglang.sh VENV", "a venv of its own")
-FORMAL_EXTRA = ("needs CrossHair (crosshair-tool)", "pip install -e '.[formal]'")
+# Each hint names a command that works outside a checkout too.
+GPU_EXTRA = ("needs torch", "pip install 'torch", "schedspec install torch-cpu")
+VLLM_SCRIPT = ("needs vLLM", "schedspec install vllm")
+SGLANG_SCRIPT = ("needs SGLang", "schedspec install sglang VENV", "a venv of its own")
+FORMAL_EXTRA = ("needs CrossHair (crosshair-tool)", "pip install 'crosshair-tool")
 
 
 @pytest.mark.parametrize(
@@ -66,4 +67,4 @@ def test_the_module_factory_of_a_registered_engine_needs_what_it_needs(
         main, ["check", "--engine", "schedspec.adapters.vllm.engine:VllmEngine"]
     )
     assert result.exit_code == 2
-    assert "scripts/install_vllm.sh VENV" in result.stderr
+    assert "schedspec install vllm" in result.stderr

@@ -1,4 +1,4 @@
-"""scripts/lib/dist_requirements.py: vLLM's pins as constraints, and the METADATA trim
+"""schedspec/install/lib/dist_requirements.py: vLLM's pins as constraints, and the METADATA trim
 that keeps later pip installs quiet about what scripts/install_vllm.sh leaves out."""
 
 from __future__ import annotations
@@ -6,30 +6,21 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
-import importlib.util
 import io
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import packaging
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "lib" / "dist_requirements.py"
+from tests.script_modules import load_script
+
+SCRIPT = Path(__file__).resolve().parent.parent / "schedspec/install/lib/dist_requirements.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dist_requirements", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-dr = _load()
+dr = load_script(SCRIPT, "dist_requirements")
 
 BODY = "A description.\nRequires-Dist: a line of the body, not a requirement\n"
 DEMO = (

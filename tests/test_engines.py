@@ -113,9 +113,9 @@ class TestDependencies:
     @pytest.mark.parametrize(
         ("dependency", "names"),
         [
-            (TORCH, ["pip install -e '.[gpu]'", "scripts/install_torch_cpu.sh VENV"]),
-            (VLLM, ["scripts/install_vllm.sh VENV"]),
-            (CROSSHAIR, ["pip install -e '.[formal]'"]),
+            (TORCH, ["pip install 'torch", "schedspec install torch-cpu"]),
+            (VLLM, ["schedspec install vllm"]),
+            (CROSSHAIR, ["pip install 'crosshair-tool"]),
         ],
     )
     def test_a_missing_one_names_what_brings_it(
@@ -136,10 +136,10 @@ class TestDependencies:
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         monkeypatch.setitem(sys.modules, "torch", None)
-        with pytest.raises(ValueError, match=r"engine 'gpu' needs torch.*\.\[gpu\]"):
+        with pytest.raises(ValueError, match=r"engine 'gpu' needs torch.*install torch-cpu"):
             load_engine_factory("gpu")
         monkeypatch.setitem(sys.modules, "vllm", None)
-        with pytest.raises(ValueError, match=r"engine 'vllm' needs vLLM.*install_vllm\.sh"):
+        with pytest.raises(ValueError, match=r"engine 'vllm' needs vLLM.*schedspec install vllm"):
             load_engine_factory("schedspec.adapters.vllm.engine:VllmEngine")
 
 

@@ -1,7 +1,7 @@
 """Faulty engines (tests/fault_engines.py) and engine modules that fail at import, under
 every command that runs an engine: each ends in its outcome's exit code and a clear
 line, with the CI report written, and never in a harness error or a traceback of
-schedspec's own. One table per command; the README's exit-code table is the contract.
+schedspec's own. One table per command; docs/CI.md's exit-code table is the contract.
 """
 
 from __future__ import annotations

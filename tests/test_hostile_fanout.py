@@ -61,7 +61,7 @@ def test_a_bound_names_its_field_and_takes_its_limit() -> None:
     with pytest.raises(RunPlanError, match="at most") as caught:
         bound.check(bound.most + 1)
     assert caught.value.field == "workers"
-    assert MAX_SWARM_INSTANCES == 65_536  # stated in the README's exit-code section
+    assert MAX_SWARM_INSTANCES == 65_536  # stated in docs/CI.md's exit-code section
 
 
 def test_swarm_mode_refuses_a_strategy_of_non_configs(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from schedspec.adapters.vllm.releases import SUPPORTED
+from schedspec.install import script_path
 
+# Run as a checkout runs them: scripts/ wraps the packaged ones (schedspec/install/).
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 USAGE = {
     "install_torch_cpu.sh": "VENV_DIR",
@@ -49,7 +53,7 @@ def test_a_script_wants_exactly_one_venv(script: str, args: list[str], tmp_path:
 
 def test_install_vllm_supports_the_adapters_releases() -> None:
     """One list in two languages: the script's SUPPORTED_VERSIONS is releases.SUPPORTED."""
-    text = (SCRIPTS / "install_vllm.sh").read_text()
+    text = script_path("vllm").read_text()
     found = re.search(r"^SUPPORTED_VERSIONS=\(([^)]*)\)$", text, re.MULTILINE)
     assert found is not None
     assert found.group(1).split() == [release.version for release in SUPPORTED]
@@ -75,3 +79,26 @@ def test_install_vllm_refuses_another_version_naming_the_range(
 def test_the_version_flag_wins_over_the_environment(tmp_path: Path) -> None:
     result = run("install_vllm.sh", ["--version", "0.1.0", "venv"], tmp_path, VERSION="0.34.0")
     assert "vllm 0.1.0 is not supported" in result.stderr
+
+
+@pytest.mark.parametrize("script", ["install_vllm.sh", "install_sglang.sh"])
+def test_outside_a_checkout_a_venv_without_schedspec_is_refused_first(
+    script: str, tmp_path: Path
+) -> None:
+    """Run from an installed schedspec (no checkout above the scripts), the script has no
+    source to install schedspec from: it says so before it downloads anything."""
+    installed = tmp_path / "site-packages" / "schedspec" / "install"
+    shutil.copytree(script_path("vllm").parent, installed, ignore=shutil.ignore_patterns("*.pyc"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    result = subprocess.run(
+        ["bash", str(installed / script), str(venv)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    engine = script.removeprefix("install_").removesuffix(".sh")
+    assert result.stderr == (
+        f"{script}: error: schedspec is not installed in {venv} (or lacks its dependencies): "
+        f"install it there first ({venv}/bin/pip install, from where you installed schedspec), "
+        f"then run `{venv}/bin/schedspec install {engine}`\n"
+    )

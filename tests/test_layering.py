@@ -1,12 +1,14 @@
 """The house's one-way dependencies: each folder of schedspec imports only the folders
 below it, so the folder names are the architecture.
 
+    install                    the engine install scripts (shell, shipped in the
+                               package) and the commands that run them: nothing of ours
     spec                       the abstract model, the invariants, the Z3 model
     reference, gpu_impl        two implementations, each on spec only, never on each
                                other (a differential test between two implementations
                                that share code proves little)
     engines                    the engine protocol, the guarded door, the registry, the
-                               engine loop: spec only
+                               engine loop: spec only (and install, for its hints)
     adapters                   real engines (and the reference and gpu_impl) as engines:
                                never the harness, traces or campaigns
     traces                     the trace format and what lockstep compares: engines only
@@ -38,13 +40,14 @@ ROOT = Path(schedspec.__file__).parent
 # block). A part that uses one names it below.
 # What each folder may import, besides itself.
 MAY_IMPORT: dict[str, frozenset[str]] = {
+    "install": frozenset(),
     "spec": frozenset(),
     "reference": frozenset({"spec"}),
     "gpu_impl": frozenset({"spec"}),
-    "engines": frozenset({"spec"}),
-    "adapters": frozenset({"spec", "engines", "reference", "gpu_impl"}),
+    "engines": frozenset({"spec", "install"}),
+    "adapters": frozenset({"spec", "engines", "reference", "gpu_impl", "install"}),
     "traces": frozenset({"spec", "engines", "files"}),
-    "properties": frozenset({"spec", "engines", "adapters", "traces", "environment"}),
+    "properties": frozenset({"spec", "engines", "adapters", "traces", "environment", "files"}),
     "campaign": frozenset(
         {"spec", "engines", "adapters", "traces", "properties", "gpu_impl", "files", "environment"}
     ),

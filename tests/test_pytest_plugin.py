@@ -148,3 +148,36 @@ def test_fixture_runs_the_suite_in_a_test_of_ones_own(engines: pytest.Pytester) 
             "trace written to *schedspec-failure-1.json",
         ]
     )
+
+
+def test_trace_dir_option_sends_every_trace_there(engines: pytest.Pytester) -> None:
+    """The added item's trace and the fixture's both land in --schedspec-trace-dir
+    (created), where a CI artifact glob finds them; without it the fixture's goes to the
+    test's tmp_path (the test above)."""
+    engines.makepyfile(
+        test_engine_repo="""
+        def test_broken(schedspec_suite):
+            schedspec_suite("engine_repo:broken", "safety", examples=20, seed=2)
+        """
+    )
+    traces = engines.path / "ci" / "traces"
+    result = engines.runpytest(
+        "--schedspec-engine", "engine_repo:broken", "--schedspec-trace-dir", str(traces), *FAST
+    )
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([f"trace written to {traces / 'schedspec-failure-2.json'}"])
+    result.stdout.fnmatch_lines([f"trace written to {traces / 'schedspec-failure-1.json'}"])
+    assert sorted(p.name for p in traces.iterdir()) == [
+        "schedspec-failure-1.json",
+        "schedspec-failure-2.json",
+    ]
+    assert not list(engines.path.glob("schedspec-failure-*.json"))
+
+
+def test_a_trace_dir_that_cannot_be_written_is_a_usage_error(engines: pytest.Pytester) -> None:
+    (engines.path / "a-file").write_text("")
+    result = engines.runpytest(
+        "--schedspec-engine", "engine_repo:good", "--schedspec-trace-dir", "a-file/traces", *FAST
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--schedspec-trace-dir: a-file/traces: cannot write files here*"])

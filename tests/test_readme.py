@@ -1,6 +1,7 @@
-"""The README's code runs: the usage example prints what it says, the documented
-adapter for someone else's engine passes the suite, every `$ schedspec ...` sample
-shows what the command prints, and CI runs the README's test command."""
+"""The README's and the docs' code runs: the usage example prints what it says, the
+documented adapter for someone else's engine passes the suite, every `$ schedspec ...`
+sample of the pages below shows what the command prints, and CI runs the README's test
+command. The README keeps the set-up section; the rest moved to docs/."""
 
 from __future__ import annotations
 
@@ -19,33 +20,48 @@ from schedspec.properties.suite import SuiteSettings, run_suite
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+# The reference's usage and async examples; the complete adapter.
+REFERENCE_DOC = DOCS / "REFERENCE.md"
+ADAPTER_DOC = DOCS / "ADAPTER_PROTOCOL.md"
+# The pages, or a page's section (from its heading to the next "## "), whose
+# `$ schedspec ...` samples run, in this order: a later one may read what an earlier
+# one wrote (`replay` the trace of `check`, `diff-replay` that of `diff`).
+SAMPLED: tuple[tuple[Path, str | None], ...] = (
+    (README, None),
+    (REFERENCE_DOC, None),
+    (DOCS / "CHECK.md", None),
+    (DOCS / "DIFF.md", None),
+    (DOCS / "FORMAL.md", "## `schedspec prove`"),
+    (DOCS / "EXECUTION.md", "## `schedspec run --execute`"),
+)
 
 
-def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+def _python_blocks(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
 
 
 def test_readme_usage_example_runs() -> None:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(_python_blocks()[0], str(README), "exec"), {})
+        exec(compile(_python_blocks(REFERENCE_DOC)[0], str(REFERENCE_DOC), "exec"), {})
     assert printed.getvalue().strip() == "{'A': 400}"
 
 
 def test_readme_async_example_prints_what_its_comments_say() -> None:
     """Each print's trailing comment is the line it prints."""
-    (block,) = [b for b in _python_blocks() if "async_scheduling=True" in b]
+    (block,) = [b for b in _python_blocks(REFERENCE_DOC) if "async_scheduling=True" in b]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(block, str(README), "exec"), {})
+        exec(compile(block, str(REFERENCE_DOC), "exec"), {})
     expected = [line.split("# ", 1)[1] for line in block.splitlines() if line.startswith("print(")]
     assert printed.getvalue().splitlines() == expected
 
 
 def test_readme_adapter_example_passes_the_suite() -> None:
-    (adapter_block,) = [b for b in _python_blocks() if "class MyEngineAdapter" in b]
+    (adapter_block,) = [b for b in _python_blocks(ADAPTER_DOC) if "class MyEngineAdapter" in b]
     module = types.ModuleType("my_engine_adapter")
-    exec(compile(adapter_block, str(README), "exec"), module.__dict__)
+    exec(compile(adapter_block, str(ADAPTER_DOC), "exec"), module.__dict__)
     result = run_suite(module.MyEngineAdapter, "safety", SuiteSettings(examples=15, seed=5))
     assert result.passed, result.error or result.other_error
     assert result.stats.steps > 100
@@ -59,10 +75,27 @@ TIMING = re.compile(r"time: [\d.]+ s  steps/s: \d+")
 NEEDS = {"--execute": "torch", "--contracts": "crosshair"}
 
 
+def sampled_text(page: Path, heading: str | None) -> str:
+    """The page, or its section under `heading` (up to the next "## " heading)."""
+    text = page.read_text()
+    if heading is None:
+        return text
+    assert heading in text, f"{page.name} has no section {heading!r}"
+    return heading + text.split(heading, 1)[1].split("\n## ", 1)[0]
+
+
+def test_sampled_text_worked_example(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# T\n\n## `a` thing\none\n\n## b\ntwo\n")
+    assert sampled_text(page, None) == page.read_text()
+    assert sampled_text(page, "## `a`") == "## `a` thing\none\n"
+
+
 def command_samples() -> list[tuple[str, list[str]]]:
     """Each ```text block that starts with `$ schedspec ...`: the command line, and the
-    lines it prints, in README order (a later sample may read what an earlier wrote)."""
-    blocks = re.findall(r"```text\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    lines it prints, in SAMPLED's order (a later sample may read what an earlier wrote)."""
+    text = "\n".join(sampled_text(page, heading) for page, heading in SAMPLED)
+    blocks = re.findall(r"```text\n(.*?)```", text, flags=re.DOTALL)
     samples = []
     for block in blocks:
         first, *rest = block.rstrip("\n").split("\n")
@@ -154,10 +187,10 @@ def test_ci_runs_the_readmes_test_command_verbatim() -> None:
     assert test_command in (REPO / ".ci" / "run").read_text().splitlines()
 
 
-def test_ci_installs_sglang_as_the_readme_says() -> None:
-    """The README's SGLang set-up line, after its venv is made (.ci/run makes and removes
-    .venv-sglang as it does .venv), is a line of .ci/run."""
-    section = README.read_text().split("## SGLang under the spec", 1)[1].split("\n## ", 1)[0]
+def test_ci_installs_sglang_as_the_docs_say() -> None:
+    """docs/ENGINES.md's SGLang set-up line, after its venv is made (.ci/run makes and
+    removes .venv-sglang as it does .venv), is a line of .ci/run."""
+    section = sampled_text(DOCS / "ENGINES.md", "## SGLang under the spec")
     (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
     setup = block.splitlines()[0]
     make_venv = "python3 -m venv .venv-sglang && "

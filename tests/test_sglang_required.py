@@ -27,7 +27,7 @@ def sglang_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("sglang_missing")
 class TestWhereSGLangIsMissing:
     def test_a_developer_run_skips_naming_the_script(self) -> None:
-        with pytest.raises(pytest.skip.Exception, match=r"scripts/install_sglang\.sh VENV_DIR"):
+        with pytest.raises(pytest.skip.Exception, match=r"schedspec install sglang VENV"):
             require_sglang("the SGLang tests")
 
     def test_ci_in_another_venv_skips_naming_the_sglang_venv(

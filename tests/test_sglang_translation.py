@@ -158,6 +158,6 @@ def test_missing_sglang_names_the_install_script(monkeypatch: pytest.MonkeyPatch
     # `import sglang...` fails here, also where SGLang's modules were imported already.
     for name in ["sglang", *(m for m in sys.modules if m.startswith("sglang."))]:
         monkeypatch.setitem(sys.modules, name, None)
-    with pytest.raises(sglang_runtime.SglangMissingError, match=r"scripts/install_sglang\.sh"):
+    with pytest.raises(sglang_runtime.SglangMissingError, match=r"schedspec install sglang"):
         sglang_runtime.load_sglang()
     assert not sglang_runtime.sglang_available()

@@ -1,5 +1,5 @@
 """One workload, two policy families: where vLLM and SGLang decide differently
-(README.md and docs/SPEC.md, "Two families side by side").
+(docs/ENGINES.md and docs/SPEC.md, "Two families side by side").
 
 a (6-token prompt, 3 tokens) arrives first; b (8-token prompt, 3 tokens) arrives
 before step 2. vLLM V1 serves running requests first and fills the rest of the

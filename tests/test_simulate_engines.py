@@ -15,7 +15,7 @@ from schedspec.simulate.runs import run_configs
 from schedspec.simulate.workloads import SyntheticWorkload
 
 VLLM = "schedspec.adapters.vllm.engine:VllmEngine"
-INSTALL = "scripts/install_vllm.sh VENV_DIR"
+INSTALL = "schedspec install vllm"
 
 
 def _skip_reason(engine: str) -> str | None:

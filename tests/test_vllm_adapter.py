@@ -54,7 +54,7 @@ from schedspec.spec.config import smallest_pool
 from schedspec.spec.invariants import CHECKS, ids_for
 from schedspec.traces.trace import Trace
 
-INSTALL = "scripts/install_vllm.sh VENV_DIR"
+INSTALL = "schedspec install vllm"
 if os.environ.get("CI") and importlib.util.find_spec("vllm") is None:
     pytest.fail(
         f"CI runs the vLLM adapter tests, but vLLM is not installed: run {INSTALL}",
@@ -354,7 +354,7 @@ def test_drafters_lookahead() -> None:
 def test_missing_vllm_names_the_install_step(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime.VLLM, "loaded", None)
     monkeypatch.setitem(sys.modules, "vllm.config", None)  # import of it fails
-    with pytest.raises(VllmMissingError, match=r"scripts/install_vllm\.sh"):
+    with pytest.raises(VllmMissingError, match=r"schedspec install vllm"):
         VllmEngine(config())
 
 

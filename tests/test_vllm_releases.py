@@ -42,7 +42,7 @@ from tests.sched_helpers import small_config as config
 V033, V034 = SUPPORTED
 UNSUPPORTED = (
     r"vLLM 0\.35\.0 is installed; schedspec supports 0\.33\.0 to 0\.34\.0 "
-    r"\(scripts/install_vllm\.sh --version"
+    r"\(schedspec install vllm --version"
 )
 
 

@@ -89,7 +89,7 @@ def test_the_releases_knobs_part_the_reference_where_the_releases_part(
 
 vllm_installed = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
-    reason="vLLM is not installed: run scripts/install_vllm.sh VENV_DIR to run these",
+    reason="vLLM is not installed: run schedspec install vllm to run these",
 )
 
 

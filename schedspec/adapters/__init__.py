@@ -14,10 +14,10 @@ docs/ADAPTERS.md teaches with examples/toyserve_adapter.py.
 
 - `schedspec.adapters.vllm`: vLLM V1's `Scheduler` (with its own KVCacheManager and
   BlockPool), driven on CPU with no model download (`--engine vllm`). Install vLLM with
-  `scripts/install_vllm.sh VENV_DIR`; `python -m schedspec.properties.probe vllm` tells
+  `schedspec install vllm`; `python -m schedspec.properties.probe vllm` tells
   whether an environment can build and step one.
 - `schedspec.adapters.sglang`: SGLang's `Scheduler`, likewise (`--engine sglang`;
-  `scripts/install_sglang.sh VENV_DIR`, a venv of its own; kv.py and requests.py read
+  `schedspec install sglang VENV`, a venv of its own; kv.py and requests.py read
   its pool, radix cache and requests as the spec's).
 - `schedspec.adapters.gpu`: the torch implementation with B = 1 (`--engine gpu`; needs
   torch, the `gpu` extra).

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "diff-replay": "schedspec.cli.diff_replay:diff_replay",
     "prove": "schedspec.cli.prove:prove_command",
     "simulate": "schedspec.cli.simulate:simulate",
+    "install": "schedspec.cli.setup.install:install",
 }
 
 

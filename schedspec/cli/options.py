@@ -229,7 +229,8 @@ backend_options = stack(
         metavar="[ADDRESS]",
         help="Run the chunks as Ray tasks: on the cluster at ADDRESS (auto, HOST:PORT, "
         "ray://HOST:PORT), or, with no ADDRESS, on a local cluster started for the run "
-        "(loopback only). Needs the ray extra: pip install 'schedspec[ray]'.",
+        "(loopback only). Needs Ray, the ray extra (without it the error says how to install "
+        "it).",
     ),
     click.option(
         "--duration",

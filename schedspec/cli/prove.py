@@ -96,7 +96,8 @@ def _query_timeout(ctx: click.Context, param: click.Parameter, value: float) -> 
     is_flag=True,
     help="Instead of the Z3 proofs, check the PEP 316 contracts of the reference's "
     "arithmetic (schedspec/reference/sizing.py) with CrossHair over all paths, reporting "
-    "each condition (needs the formal extra: pip install -e '.[formal]').",
+    "each condition (needs CrossHair, the formal extra; without it the error says how to "
+    "install it).",
 )
 @click.option(
     "--max-n",

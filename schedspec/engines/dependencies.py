@@ -1,20 +1,27 @@
 """The optional dependencies some engines and commands need, and how to get each.
 
-`pip install -e .` gives schedspec's core: the reference, the harness, the Z3
+Installing schedspec gives its core: the reference, the harness, the Z3
 proofs and the simulator. torch (the gpu engine, swarm mode, `run --execute`),
 vLLM and SGLang (their schedulers under the suite; each in a venv of its own), Ray
 (campaigns on a cluster, --ray) and CrossHair (the contract check) come separately.
 Asking for one of them where it is missing raises
 MissingDependencyError, whose message says what brings it, before anything is
-imported: the commands report it as a usage error instead of a traceback.
+imported: the commands report it as a usage error instead of a traceback. Each hint
+names a command that works wherever the user stands, in a checkout or not:
+`schedspec install ENGINE` (the scripts ship in the package), or pip with an extra's
+own requirements (schedspec is not on PyPI, so `pip install 'schedspec[ray]'` would
+find nothing).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
+
+from schedspec.install import install_command
 
 
 @dataclass(frozen=True)
@@ -29,32 +36,48 @@ class OptionalDependency:
         return importlib.util.find_spec(self.module) is None
 
 
+def extra_pip_install(extra: str) -> str:
+    """`pip install` of an extra's requirements, read from schedspec's installed metadata
+    (pyproject.toml's optional-dependencies), so the command works outside a checkout;
+    where that metadata is missing (schedspec imported from a folder, not installed),
+    the extra of a checkout."""
+    try:
+        required = importlib.metadata.requires("schedspec") or []
+    except importlib.metadata.PackageNotFoundError:
+        required = []
+    marker = f'extra == "{extra}"'
+    pins = [r.split(";")[0].strip() for r in required if r.replace("'", '"').endswith(marker)]
+    if not pins:
+        return f"pip install -e '.[{extra}]' in a checkout of schedspec"
+    return "pip install " + " ".join(f"'{pin}'" for pin in pins)
+
+
 TORCH = OptionalDependency(
     "torch",
     "torch",
-    "install the gpu extra (pip install -e '.[gpu]'), or on a CPU-only machine the CPU "
-    "build of torch (scripts/install_torch_cpu.sh VENV)",
+    f"install torch: on a CPU-only machine its CPU build ({install_command('torch-cpu')}), "
+    f"else the gpu extra's ({extra_pip_install('gpu')})",
 )
 VLLM = OptionalDependency(
     "vllm",
     "vLLM",
-    "install vLLM's scheduler into this venv with scripts/install_vllm.sh VENV",
+    f"install vLLM's scheduler into this venv with {install_command('vllm')}",
 )
 RAY = OptionalDependency(
     "ray",
     "Ray",
-    "install the ray extra (pip install -e '.[ray]', or pip install 'schedspec[ray]')",
+    f"install the ray extra ({extra_pip_install('ray')})",
 )
 SGLANG = OptionalDependency(
     "sglang",
     "SGLang",
     "install SGLang's scheduler into a venv of its own (its pins exclude vLLM's) with "
-    "scripts/install_sglang.sh VENV and run schedspec from that venv",
+    f"{install_command('sglang')} VENV and run schedspec from that venv",
 )
 CROSSHAIR = OptionalDependency(
     "crosshair",
     "CrossHair (crosshair-tool)",
-    "install the formal extra (pip install -e '.[formal]')",
+    f"install the formal extra ({extra_pip_install('formal')})",
 )
 
 

@@ -15,7 +15,7 @@ and a cache warmed by another venv can hide one (vLLM caches what importing a mo
 code told it; SGLang and Triton cache compiled kernels); each plan says which of its
 engine's caches and why.
 
-scripts/install_vllm.sh and scripts/install_sglang.sh (scripts/lib/engine_install.sh)
+The install scripts (`schedspec install vllm|sglang`: schedspec/install/lib/engine_install.sh)
 run this before installing (a venv that passes needs nothing) and after (the install is
 done only when it passes). Meant for a fresh process (`python -m`): the engines and
 huggingface_hub read some of the cache variables once, when first imported.

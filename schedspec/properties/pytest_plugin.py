@@ -15,6 +15,10 @@ enough. Two ways in:
 
       TestMyEngine = fuzz_target("my_adapter:make_engine")
 
+A failure's trace goes to --schedspec-trace-dir where given (CI uploads that folder),
+else the added item's to the directory pytest was started from and the fixture's to the
+test's tmp_path.
+
 Each resolves its run as the command line does (properties/run_plan.py: the engine,
 the profile it claims, its default configs, the seed and the settings); a refusal of
 the added item's is a usage error naming the option at fault. A failure shows the
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from schedspec.engines.registry import ENGINE_FORMS
+from schedspec.files import OutputPathError, prepare_output_dir
 from schedspec.properties.run_plan import (
     RunPlan,
     RunPlanError,
@@ -80,6 +85,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="S",
         help="Repeat a run exactly [default: a fresh seed, shown on failure].",
     )
+    group.addoption(
+        "--schedspec-trace-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="Write failure traces here, for the added test and the schedspec_suite fixture "
+        "alike (created if missing) [default: the added test's to the directory pytest was "
+        "started from, the fixture's to the test's tmp_path].",
+    )
 
 
 @dataclass(frozen=True)
@@ -89,14 +103,25 @@ class SuiteOptions:
     profile: Profile | None
     examples: int | None
     seed: int | None
+    trace_dir: Path | None = None  # None: each way in has its own default
 
     @staticmethod
     def of(config: pytest.Config) -> SuiteOptions:
         examples = config.getoption("schedspec_examples")
         if examples is not None and examples < 1:
             raise pytest.UsageError(f"--schedspec-examples: must be >= 1, got {examples}")
+        trace_dir: Path | None = config.getoption("schedspec_trace_dir")
+        if trace_dir is not None:
+            # Checked before any suite runs, so a finding is never lost to a bad path.
+            try:
+                prepare_output_dir(trace_dir)
+            except OutputPathError as err:
+                raise pytest.UsageError(f"--schedspec-trace-dir: {err}") from None
         return SuiteOptions(
-            config.getoption("schedspec_profile"), examples, config.getoption("schedspec_seed")
+            config.getoption("schedspec_profile"),
+            examples,
+            config.getoption("schedspec_seed"),
+            trace_dir,
         )
 
     def request(self, engine: str) -> RunRequest:
@@ -137,14 +162,15 @@ class SuiteFailedError(Exception):
 
 
 class SchedspecItem(pytest.Item):
-    def __init__(self, *, plan: RunPlan, **kwargs: Any) -> None:
+    def __init__(self, *, plan: RunPlan, trace_dir: Path | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # name, parent, nodeid: pytest's own
         self.plan = plan
+        self.trace_dir = trace_dir
 
     def runtest(self) -> None:
-        # The invocation directory: where CI picks up artifacts, and where the
-        # printed `schedspec replay` command is run from.
-        trace_dir = self.config.invocation_params.dir
+        # By default the invocation directory: where the printed `schedspec replay`
+        # command is run from.
+        trace_dir = self.trace_dir or self.config.invocation_params.dir
         _, report = run_and_report(self.plan, trace_dir)
         if report is not None:
             raise SuiteFailedError(report)
@@ -169,12 +195,15 @@ def pytest_collection_modifyitems(
     engine = config.getoption("schedspec_engine")
     if engine is None:
         return
+    options = SuiteOptions.of(config)
     try:
-        plan = resolve_plan(SuiteOptions.of(config).request(engine))
+        plan = resolve_plan(options.request(engine))
     except ValueError as err:
         raise usage_error(err) from None
     name = f"schedspec[{engine}:{plan.profile}]"
-    item = SchedspecItem.from_parent(session, name=name, nodeid=name, plan=plan)
+    item = SchedspecItem.from_parent(
+        session, name=name, nodeid=name, plan=plan, trace_dir=options.trace_dir
+    )
     items.append(item)
     # No collector produced the item, so report it as one would: the terminal's
     # "collected N items" (and any plugin counting collection) then includes it.
@@ -223,9 +252,11 @@ def schedspec_suite(request: pytest.FixtureRequest, tmp_path: Path) -> SuiteRunn
     """A callable: schedspec_suite(factory, profile=None, *, examples=None, seed=None).
 
     The --schedspec-profile/-examples/-seed options apply unless the call
-    overrides them; a failure's trace goes to the test's tmp_path.
+    overrides them; a failure's trace goes to --schedspec-trace-dir, else to the test's
+    tmp_path.
     """
-    return SuiteRunner(SuiteOptions.of(request.config), tmp_path)
+    options = SuiteOptions.of(request.config)
+    return SuiteRunner(options, options.trace_dir or tmp_path)
 
 
 # ------------------------------------------------------- the test HypoFuzz runs

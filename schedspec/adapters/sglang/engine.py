@@ -2,7 +2,7 @@
 
 SGLang 0.5.23's real `Scheduler` runs in this process (adapters/sglang/runtime.py says
 how it is built and what stands in for a GPU). Install it into a venv of its own with
-`scripts/install_sglang.sh VENV_DIR`; SGLang is imported only when an engine is built.
+`schedspec install sglang VENV`; SGLang is imported only when an engine is built.
 
 The config's translation, and the configs refused, are adapters/sglang/config.py's.
 

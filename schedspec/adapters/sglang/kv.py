@@ -147,7 +147,7 @@ def free_block_order(allocator: Any, evictable: Sequence[int]) -> tuple[int, ...
     """The spec's free queue: the allocator's free pages in the order it hands them out
     (free_pages front first, then pages held back for sorting, if any; slot ids when
     page_size is 1), then the radix cache's evictable blocks (by block id: SGLang's Rust
-    tree core does not expose its least-recently-used order; README, "SGLang under the
+    tree core does not expose its least-recently-used order; docs/ENGINES.md, "SGLang under the
     spec")."""
     blocks = _ints(allocator.free_pages - 1)
     released = getattr(allocator, "release_pages", None)

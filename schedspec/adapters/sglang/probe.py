@@ -1,5 +1,5 @@
 """What the install probe builds for SGLang, which `python -m schedspec.properties.probe
-sglang` runs (scripts/install_sglang.sh runs it): an SGLangEngine for every config
+sglang` runs (`schedspec install sglang` runs it): an SGLangEngine for every config
 family the adapter supports (the plain and the overlap loop; radix cache off and on;
 page sizes 1 and 4; mixed chunk off and on), with every per-user cache SGLang, Triton,
 Hugging Face and the XDG folders point at replaced by an empty temporary folder: SGLang

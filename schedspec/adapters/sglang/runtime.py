@@ -2,7 +2,7 @@
 
 SGLang is imported only here, once, offline and quiet (adapters/engine_import.py says
 what every engine's import shares), and only when an engine is built; install it with
-`scripts/install_sglang.sh VENV_DIR` (a venv of its own: its pins exclude vLLM's). What
+`schedspec install sglang VENV` (a venv of its own: its pins exclude vLLM's). What
 is real: `sglang.srt.managers.scheduler.Scheduler`, built by its own __init__ from
 ServerArgs, with its TpModelWorker, ModelRunner, Sampler, token and request pools, radix
 cache, SchedulePolicy and PrefillAdder. What stands in, and why (nothing of SGLang is
@@ -55,8 +55,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedspec.adapters import engine_import
+from schedspec.install import install_command
 
-INSTALL_STEP = "scripts/install_sglang.sh VENV_DIR"
+INSTALL_STEP = f"{install_command('sglang')} VENV"
 _TINY_MODEL_ARCHITECTURE = "HarnessModel"
 _TINY_MODEL = engine_import.tiny_llama(
     _TINY_MODEL_ARCHITECTURE,

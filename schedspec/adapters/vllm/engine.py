@@ -3,7 +3,7 @@
 The adapter drives the scheduler class vLLM's engine core would build for the config
 (`AsyncScheduler` with async scheduling, else `Scheduler`), with its own KVCacheManager
 and BlockPool. Where the parts are: adapters/vllm/runtime.py imports vLLM (only when an
-engine is built; install it with `scripts/install_vllm.sh VENV_DIR`);
+engine is built; install it with `schedspec install vllm`);
 adapters/vllm/config.py translates the config, builds the scheduler and says which
 configs are refused and why; adapters/vllm/releases.py says which releases it runs (0.33.0
 and 0.34.0) and maps each to the spec's knobs; adapters/vllm/output.py translates vLLM's

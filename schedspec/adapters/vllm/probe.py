@@ -1,5 +1,5 @@
 """What the install probe builds for vLLM, which `python -m schedspec.properties.probe
-vllm` runs (scripts/install_vllm.sh runs it): a VllmEngine for every config family the
+vllm` runs (`schedspec install vllm` runs it): a VllmEngine for every config family the
 adapter supports (no drafts, n-gram drafts, EAGLE drafts; fcfs and priority; prefix
 caching on and off; sync and async scheduling), with every per-user cache vLLM, Hugging
 Face and the XDG folders point at replaced by an empty temporary folder. Each config has

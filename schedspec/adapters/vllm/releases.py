@@ -31,7 +31,7 @@ supported release.
 
 Supporting the next release: a Release in SUPPORTED with its knob values (and the
 knobs it adds, in the spec's SchedulerConfig, with their translation in config.py),
-its version in scripts/install_vllm.sh's SUPPORTED_VERSIONS (and its runtime packages
+its version in schedspec/install/install_vllm.sh's SUPPORTED_VERSIONS (and its runtime packages
 there if they differ); what its API moved, scripts/try_newest_vllm.sh shows first.
 """
 
@@ -43,11 +43,12 @@ import re
 from dataclasses import dataclass, replace
 
 from schedspec.adapters.vllm.runtime import VllmMissingError
+from schedspec.install import install_command
 from schedspec.spec import ConfigError, SchedulerConfig
 
 # Set to 1: an installed release outside SUPPORTED runs as the nearest supported one.
 ANY_RELEASE_VARIABLE = "SCHEDSPEC_VLLM_ANY_RELEASE"
-INSTALL_HINT = "scripts/install_vllm.sh --version VERSION VENV_DIR"
+INSTALL_HINT = install_command("vllm", version="VERSION")
 
 
 class UnsupportedVllmError(VllmMissingError):
@@ -123,7 +124,7 @@ class Release:
         return None
 
 
-# Oldest first; the last is what scripts/install_vllm.sh installs by default.
+# Oldest first; the last is what `schedspec install vllm` installs by default.
 SUPPORTED: tuple[Release, ...] = (
     Release(
         "0.33.0",
@@ -175,7 +176,7 @@ def release_of(version: str) -> Release:
 
 def current_release() -> Release:
     """The installed release (release_of), or NEWEST where vLLM is not installed: what
-    scripts/install_vllm.sh would install, so configs drawn without vLLM are its."""
+    `schedspec install vllm` would install, so configs drawn without vLLM are its."""
     version = installed_version()
     return NEWEST if version is None else release_of(version)
 

@@ -2,7 +2,7 @@
 written (adapters/engine_import.py says what every engine's import shares).
 
 vLLM is imported only here, and only when an engine is built; install it with
-`scripts/install_vllm.sh VENV_DIR`. The names the adapter uses are `Vllm`'s fields, all
+`schedspec install vllm`. The names the adapter uses are `Vllm`'s fields, all
 Any: vLLM ships no type stubs.
 
 The tiny models (no tokenizer, no weights, HF_HUB_OFFLINE=1): a Llama `config.json`
@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedspec.adapters import engine_import
+from schedspec.install import install_command
 
-INSTALL_STEP = "scripts/install_vllm.sh VENV_DIR"
+INSTALL_STEP = install_command("vllm")
 _LLAMA = engine_import.tiny_llama("LlamaForCausalLM")
 _EAGLE = engine_import.tiny_llama("EagleLlamaForCausalLM", num_hidden_layers=1)
 QUIETED_LOGGERS = ("vllm", "torch._library.triton")

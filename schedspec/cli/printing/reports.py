@@ -6,7 +6,7 @@ testcase per invariant of the profile, one for engine errors, one for the harnes
 and for a diff one for the lockstep comparison). It is written however the run ends,
 interrupted or failed included (write_reports, atomically). The outcome and exit
 code follow one contract for every command (EXIT_CODES, and 128 + the signal for an
-interrupt), documented in the README. Nothing here depends on click.
+interrupt), documented in docs/CI.md. Nothing here depends on click.
 """
 
 from __future__ import annotations

@@ -27,10 +27,8 @@ import subprocess
 import tempfile
 import time
 import weakref
-from pathlib import Path
 from typing import IO
 
-import schedspec
 from schedspec.engines.errors import EngineContractError
 from schedspec.engines.remote.errors import (
     EngineProcessExitError,
@@ -48,6 +46,7 @@ from schedspec.engines.remote.wire import (
     mismatch,
 )
 from schedspec.engines.watchdog import StepTimeoutError
+from schedspec.install import pip_source
 
 SERVER_MODULE = "schedspec.engines.remote.server"
 # How long a fresh interpreter may take to say hello: its start and schedspec's import,
@@ -241,9 +240,10 @@ def _spawn(python: str, engine: str) -> tuple[subprocess.Popen[bytes], IO[bytes]
 
 
 def _install_hint(process: EngineProcess) -> str:
-    root = Path(schedspec.__file__).resolve().parent.parent
-    source = root if (root / "pyproject.toml").is_file() else "schedspec"
-    return f"install this schedspec there ({process.python} -m pip install -e {source})"
+    source = pip_source()
+    if source is None:
+        return "install this schedspec there, from where it was installed here"
+    return f"install this schedspec there ({process.python} -m pip install {source})"
 
 
 def _shut_down(popen: subprocess.Popen[bytes], stack: IO[bytes], owner: int) -> None:

@@ -1,4 +1,4 @@
-# Sourced by scripts/install_vllm.sh and scripts/install_sglang.sh: install one engine's
+# Sourced by install_vllm.sh and install_sglang.sh (schedspec/install/; scripts/ in a checkout): install one engine's
 # scheduler into a venv with --no-deps and only the packages its scheduler imports, held
 # to the engine's own pins, then probe it. The caller sets, then calls `install_engine "$@"`:
 #   SCRIPT            the script's name, for messages (install_vllm.sh)
@@ -25,12 +25,21 @@
 # Steps (each named when it fails; rerun keeps finished ones): a venv that already has
 # DIST==VERSION, torch TORCH_VERSION, trimmed METADATA, schedspec's own dependencies and
 # passes the probe (unless --no-probe) needs nothing;
-# else torch (scripts/install_torch_cpu.sh), DIST --no-deps, a constraints file from DIST's
-# Requires-Dist (scripts/lib/dist_requirements.py) plus EXTRA_PINS, RUNTIME_PACKAGES under
+# else torch (install_torch_cpu.sh), DIST --no-deps, a constraints file from DIST's
+# Requires-Dist (lib/dist_requirements.py) plus EXTRA_PINS, RUNTIME_PACKAGES under
 # it, the other NO_DEPS at their pins with --no-deps, schedspec itself if its own
 # dependencies are not all installed, the NO_DEPS' METADATA trimmed of what is left out on purpose
 # (pip check then quiet about them), and the probe.
-# Needs REPO (the checkout) and scripts/lib/pip_install.sh sourced.
+# Needs HERE (the folder of the install scripts) and lib/pip_install.sh sourced.
+#
+# The scripts run from a checkout (scripts/ names them) or from an installed schedspec
+# (`schedspec install`). In a checkout (CHECKOUT below) the probe imports schedspec from
+# it, so it tests the adapter next to the script, and schedspec's own dependencies are
+# pyproject.toml's, installed with `pip install -e CHECKOUT` where missing. Outside one,
+# the venv must have schedspec installed already: there is no source to install it from.
+
+CHECKOUT=$(cd "$HERE/../.." && pwd)
+[[ -f $CHECKOUT/pyproject.toml && -f $CHECKOUT/schedspec/__init__.py ]] || CHECKOUT=""
 
 # The one probe runner (schedspec/properties/probe.py): it builds and steps every config
 # family the engine's adapter declares, with empty per-user caches; exit status 0 when
@@ -108,17 +117,26 @@ PYTHON
 }
 
 # Whether every one of schedspec's own dependencies (pyproject.toml's [project]
-# dependencies) is installed in the venv: the probe imports only some of them, and
-# `schedspec check` all (Hypothesis, once, was missing and only the check found out).
+# dependencies in a checkout, else the installed schedspec's) is installed in the venv:
+# the probe imports only some of them, and `schedspec check` all (Hypothesis, once, was
+# missing and only the check found out). Outside a checkout, a venv without schedspec
+# has none of them.
 schedspec_dependencies_installed() {
-    "$PY" - "$REPO/pyproject.toml" <<'PYTHON'
+    "$PY" - "${CHECKOUT:+$CHECKOUT/pyproject.toml}" <<'PYTHON'
 import importlib.metadata as md
 import re
 import sys
 import tomllib
 
-with open(sys.argv[1], "rb") as file:
-    dependencies = tomllib.load(file)["project"]["dependencies"]
+if sys.argv[1]:
+    with open(sys.argv[1], "rb") as file:
+        dependencies = tomllib.load(file)["project"]["dependencies"]
+else:
+    try:
+        required = md.requires("schedspec") or []
+    except md.PackageNotFoundError:
+        sys.exit(1)
+    dependencies = [r for r in required if "extra ==" not in r]
 for dependency in dependencies:
     name = re.match(r"[A-Za-z0-9_.-]+", dependency)
     try:
@@ -129,7 +147,11 @@ PYTHON
 }
 
 in_checkout() {
-    PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$@"
+    if [[ -n $CHECKOUT ]]; then
+        PYTHONPATH="$CHECKOUT${PYTHONPATH:+:$PYTHONPATH}" "$@"
+    else
+        "$@"
+    fi
 }
 
 probe() {
@@ -139,7 +161,7 @@ probe() {
 trimmed() {
     local dist
     for dist in "${NO_DEPS[@]}"; do
-        "$PY" "$REPO/scripts/lib/dist_requirements.py" is-trimmed "$dist" 2>/dev/null || return 1
+        "$PY" "$HERE/lib/dist_requirements.py" is-trimmed "$dist" 2>/dev/null || return 1
     done
 }
 
@@ -170,6 +192,11 @@ install_engine() {
         python3 -m venv "$VENV"
     fi
     PY="$VENV/bin/python"
+    # Outside a checkout there is no source to install schedspec from: say so before
+    # anything is downloaded.
+    if [[ -z $CHECKOUT ]] && ! schedspec_dependencies_installed; then
+        die "schedspec is not installed in $VENV (or lacks its dependencies): install it there first ($VENV/bin/pip install, from where you installed schedspec), then run \`$VENV/bin/schedspec install $PROBE_ENGINE\`"
+    fi
 
     if [[ -z $(missing_version) ]] && trimmed && schedspec_dependencies_installed &&
         { ((NO_PROBE)) || probe >/dev/null 2>&1; }; then
@@ -180,7 +207,7 @@ install_engine() {
     if [[ $(missing_version) == torch ]]; then
         STEP="torch==$TORCH_VERSION (CPU build)"
         echo "== $STEP"
-        "$REPO/scripts/install_torch_cpu.sh" "$VENV"
+        bash "$HERE/install_torch_cpu.sh" "$VENV"
     fi
 
     STEP="$DIST==$VERSION --no-deps"
@@ -191,7 +218,7 @@ install_engine() {
     CONSTRAINTS=$(mktemp)
     trap 'rm -f "$CONSTRAINTS"' EXIT
     pip_install -q packaging # what dist_requirements.py parses requirements with
-    "$PY" "$REPO/scripts/lib/dist_requirements.py" constraints "$DIST" \
+    "$PY" "$HERE/lib/dist_requirements.py" constraints "$DIST" \
         --overridden "${OVERRIDDEN[@]}" >"$CONSTRAINTS"
     local pin
     for pin in "${EXTRA_PINS[@]}"; do
@@ -213,15 +240,15 @@ install_engine() {
     done
 
     if ! schedspec_dependencies_installed || ! in_checkout "$PY" -c "import $PROBE_MODULE" 2>/dev/null; then
-        STEP="schedspec's own dependencies (pip install -e $REPO)"
+        STEP="schedspec's own dependencies (pip install -e $CHECKOUT)"
         echo "== $STEP"
-        pip_install -q -c "$CONSTRAINTS" -e "$REPO"
+        pip_install -q -c "$CONSTRAINTS" -e "$CHECKOUT"
     fi
 
     STEP="trim the METADATA of ${NO_DEPS[*]} (installed with --no-deps)"
     echo "== $STEP"
     for dist in "${NO_DEPS[@]}"; do
-        "$PY" "$REPO/scripts/lib/dist_requirements.py" trim "$dist" --overridden "${OVERRIDDEN[@]}"
+        "$PY" "$HERE/lib/dist_requirements.py" trim "$dist" --overridden "${OVERRIDDEN[@]}"
     done
     local conflicts
     conflicts=$(engine_conflicts)
