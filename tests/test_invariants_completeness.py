@@ -110,7 +110,14 @@ def case_registration_lost_at_schedule() -> Case:
         good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
     )
     return Case(
-        "CACHE-COMPLETE", good, bad, "full block at index 1 not registered", "A", block, own, None
+        "CACHE-COMPLETE",
+        good,
+        bad,
+        "full block at index 1 not registered",
+        "A",
+        block,
+        own,
+        "no hash",
     )
 
 
@@ -129,7 +136,7 @@ def _landing_left_unregistered(good: UpdateTransition, block: int, own: BlockHas
         "A",
         block,
         own,
-        None,
+        "no hash",
     )
 
 
@@ -212,7 +219,7 @@ def case_victim_frees_its_blocks_uncached() -> Case:
     assert own is not None and good.post.kv.block_hashes[first] == own
     bad = _unregistered(good, first)
     message = "block at index 0 lost its registration"
-    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "B", first, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "B", first, own, "no hash")
 
 
 @cases("CACHE-SCHEDULE-KEPT")
@@ -235,7 +242,7 @@ def case_schedule_evicts_a_free_block_it_did_not_reach() -> Case:
         good, post=with_kv(good.post, block_hashes=hashes, prefix_cache=prefix_cache)
     )
     message = "block lost its registration, not reused"
-    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, None, block, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, None, block, own, "no hash")
 
 
 @cases("CACHE-SCHEDULE-KEPT")
@@ -270,7 +277,7 @@ def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
     assert own is not None and good.post.kv.block_hashes[block] == own
     bad = _unregistered(good, block, v.block_ids[3])
     message = "block at index 2 lost its registration"
-    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, "no hash")
 
 
 @cases("CACHE-ABORT-KEPT")
@@ -299,7 +306,7 @@ def case_abort_uncaches_the_prefill_in_flight() -> Case:
     block = registered[0]
     own = good.pre.kv.block_hashes[block]
     message = "registration dropped by finish_requests"
-    return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, None)
+    return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, "no hash")
 
 
 @cases("CACHE-UPDATE-KEPT")
@@ -323,7 +330,7 @@ def case_landing_evicts_a_free_cached_block() -> Case:
     )
     assert CHECKS["FREE-ORDER"](bad) == []
     message = "registration dropped by update_from_output"
-    return Case("CACHE-UPDATE-KEPT", good, bad, message, None, block, own, None)
+    return Case("CACHE-UPDATE-KEPT", good, bad, message, None, block, own, "no hash")
 
 
 # ---------------------------------------------------------- CACHE-HIT-LONGEST

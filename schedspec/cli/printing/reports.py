@@ -171,6 +171,7 @@ def _violations(err: InvariantViolationError | None) -> list[dict[str, Any]]:
             "block_id": v.block_id,
             "expected": jsonable(v.expected),
             "actual": jsonable(v.actual),
+            "rule": v.rule,
             "event_index": err.event_index,
             "event": format_event(err.event),
             "engine": failing_side(err),  # which one, in a diff

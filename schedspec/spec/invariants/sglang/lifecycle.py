@@ -87,12 +87,22 @@ def check_chunked_abort(t: ScheduleTransition) -> list[Violation]:
     if chunked in t.output.num_scheduled_tokens:
         out.append(
             Violation(
-                "SG-CHUNKED-ABORT", "the aborted chunked request was given another chunk", chunked
+                "SG-CHUNKED-ABORT",
+                "the aborted chunked request was given another chunk",
+                chunked,
+                expected="not scheduled",
+                actual=t.output.num_scheduled_tokens[chunked],
             )
         )
     elif chunked in t.post.requests:
         out.append(
-            Violation("SG-CHUNKED-ABORT", "the aborted chunked request is still live", chunked)
+            Violation(
+                "SG-CHUNKED-ABORT",
+                "the aborted chunked request is still live",
+                chunked,
+                expected="not live",
+                actual=t.post.requests[chunked].status.name,
+            )
         )
     before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
     # Nothing else caches a block in schedule(): the one insert there is the chunked

@@ -23,7 +23,13 @@ from schedspec.spec.state import State
 )
 def check_abort_at_once(t: AbortTransition) -> list[Violation]:
     return [
-        Violation("ABORT-AT-ONCE", "an aborted request is still live (abort deferred)", rid)
+        Violation(
+            "ABORT-AT-ONCE",
+            "an aborted request is still live (abort deferred)",
+            rid,
+            expected="not live",
+            actual=t.post.requests[rid].status.name,
+        )
         for rid in dict.fromkeys(t.request_ids)
         if rid in t.pre.requests and rid in t.post.requests
     ]
@@ -37,7 +43,13 @@ def check_abort_at_once(t: AbortTransition) -> list[Violation]:
 )
 def check_stale_kept(state: State) -> list[Violation]:
     return [
-        Violation("STALE-KEPT", "stale output marked to be dropped", rid)
+        Violation(
+            "STALE-KEPT",
+            "stale output marked to be dropped",
+            rid,
+            expected="drop_stale_output False",
+            actual="drop_stale_output True",
+        )
         for rid, request in state.requests.items()
         if request.drop_stale_output
     ]
@@ -64,8 +76,8 @@ def check_table_grows(t: ScheduleTransition) -> list[Violation]:
                     "a block the request held changed place",
                     cached.request_id,
                     None,
-                    pre.block_ids,
-                    post.block_ids[: len(pre.block_ids)],
+                    expected=pre.block_ids,
+                    actual=post.block_ids[: len(pre.block_ids)],
                 )
             )
     return out
