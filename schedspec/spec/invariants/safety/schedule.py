@@ -352,7 +352,7 @@ def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
                 FieldCheck("spec_token_ids", (), tuple(post.spec_token_ids)),
                 FieldCheck("num_output_placeholders", 0, post.num_output_placeholders),
                 FieldCheck(
-                    "num_stale_output_tokens (in flight before)",
+                    "num_stale_output_tokens",
                     pre.num_in_flight_tokens,
                     post.num_stale_output_tokens,
                 ),
