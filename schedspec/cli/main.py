@@ -20,40 +20,83 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from schedspec import __version__
 from schedspec.cli.exit_codes import EXIT_CODES, EXIT_HARNESS_ERROR, Outcome, error_outcome
 from schedspec.cli.interrupts import interrupt_exit_code, interrupt_name, terminations_interrupt
 from schedspec.engines.errors import EngineHalt, engine_call_of
 
-# Name -> "module:attribute" of a click command, in the order --help lists them.
-COMMANDS: dict[str, str] = {
-    "run": "schedspec.cli.run:run",
-    "check": "schedspec.cli.check:check",
-    "replay": "schedspec.cli.replay:replay",
-    "diff": "schedspec.cli.diff:diff",
-    "diff-replay": "schedspec.cli.diff_replay:diff_replay",
-    "prove": "schedspec.cli.prove:prove_command",
-    "simulate": "schedspec.cli.simulate:simulate",
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """Where a command lives ("module:attribute") and the line `schedspec --help` lists
+    for it: the first paragraph of its docstring, kept here so that listing the commands
+    imports none of them (tests/test_cli_startup.py holds the two equal)."""
+
+    target: str
+    summary: str
+
+
+# Name -> command, in the order --help lists them.
+COMMANDS: dict[str, LazyCommand] = {
+    "run": LazyCommand(
+        "schedspec.cli.run:run", "Run the built-in mixed workload through the reference scheduler."
+    ),
+    "check": LazyCommand("schedspec.cli.check:check", "Run the invariant suite against an engine."),
+    "replay": LazyCommand(
+        "schedspec.cli.replay:replay",
+        "Re-run a trace file on an engine and name the first event that breaks an invariant.",
+    ),
+    "diff": LazyCommand(
+        "schedspec.cli.diff:diff",
+        "Drive two engines in lockstep through random workloads and report the first step "
+        "where they disagree.",
+    ),
+    "diff-replay": LazyCommand(
+        "schedspec.cli.diff_replay:diff_replay",
+        "Re-run a trace file on two engines in lockstep, side by side, to the first divergence.",
+    ),
+    "prove": LazyCommand(
+        "schedspec.cli.prove:prove_command",
+        "Prove the invariants of one scheduling step with Z3, for every N and for N <= max-n.",
+    ),
+    "simulate": LazyCommand(
+        "schedspec.cli.simulate:simulate",
+        "Simulate a workload through an engine with a step-time cost model.",
+    ),
 }
 
 
 class LazyGroup(click.Group):
-    """A click group that imports the commands of COMMANDS on first use."""
+    """A click group that imports the commands of COMMANDS on first use, and lists them
+    in --help from their summaries without importing any."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
+        lazy = COMMANDS.get(cmd_name)
+        if lazy is None:
             return None
-        module_name, _, attribute = target.partition(":")
+        module_name, _, attribute = lazy.target.partition(":")
         command = getattr(importlib.import_module(module_name), attribute)
-        assert isinstance(command, click.Command), target
+        assert isinstance(command, click.Command), lazy.target
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own listing, but from the summaries: click.Group's would import every
+        # command (and Hypothesis, z3) to read one line of each.
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [
+            (name, click.Command(name, help=c.summary).get_short_help_str(limit))
+            for name, c in COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         with terminations_interrupt():
@@ -141,5 +184,8 @@ def harness_error_text(err: BaseException) -> str:
 
 
 @click.group(cls=LazyGroup)
+@click.version_option(
+    __version__, "--version", prog_name="schedspec", message="%(prog)s %(version)s"
+)
 def main() -> None:
     """schedspec: an executable specification of LLM-serving schedulers."""
