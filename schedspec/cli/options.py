@@ -140,6 +140,13 @@ run_options = stack(
         "docs/FINDINGS.md), else the suite's].",
     ),
     click.option("--progress", is_flag=True, help="Report progress on stderr even off a terminal."),
+    click.option(
+        "--quiet",
+        is_flag=True,
+        help="Print the verdict line only (PASSED: ... or FAILED: ...): no heading, no "
+        "invariant or corner table, no shrink notice; a failure still prints its violation, "
+        "counterexample and trace.",
+    ),
     step_timeout_option,
     click.option(
         "--junit",

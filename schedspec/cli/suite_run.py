@@ -58,6 +58,7 @@ class SuiteRunOptions:
     trace_dir: Path
     shrink: bool
     progress: bool
+    quiet: bool = False  # the verdict line only (and a failure's report)
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT  # None or 0: no limit
     junit: Path | None = None
     json: Path | None = None
@@ -212,9 +213,14 @@ def refuse_bad_config_strategy(result: SuiteResult) -> None:
         raise click.BadParameter(str(result.other_error), param_hint="'--configs'")
 
 
-def echo_checks(result: SuiteResult, profile: Profile, heading: str | None = None) -> list[str]:
-    """Print the per-invariant table and the totals; return the ids that failed."""
+def echo_checks(
+    result: SuiteResult, profile: Profile, heading: str | None = None, quiet: bool = False
+) -> list[str]:
+    """Print the per-invariant table and the totals (quiet: nothing); return the ids that
+    failed."""
     failing = [v.invariant for v in result.error.violations] if result.error else []
+    if quiet:
+        return failing
     click.echo()
     if heading is not None:
         click.echo(heading)
