@@ -3,12 +3,15 @@ the engines by name."""
 
 from __future__ import annotations
 
+import re
+
 import click
 import pytest
 from click.testing import CliRunner
 
 from schedspec.cli.main import COMMANDS, main
 from schedspec.engines.registry import ENGINE_FORMS, ENGINES
+from schedspec.spec import SchedulerConfig
 
 
 def command(name: str) -> click.Command:
@@ -91,3 +94,76 @@ def test_run_shape_defaults_in_the_help_are_the_suites() -> None:
         "swarm mode: ticks per config, the same]"
     ) in helps["--max-steps"]
     assert (quick.rules_per_example, long.rules_per_example) == (SWARM_QUICK[1], SWARM_LONG[1])
+
+
+# ------------------------------------------- help that names only real behaviour
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+STATED_DEFAULT = re.compile(r"\[default: ([^\]]*)\]")
+
+
+def flags_of(name: str) -> set[str]:
+    return {flag for p in command(name).params for flag in [*p.opts, *p.secondary_opts]}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_flags_named_in_help_exist_on_the_command(name: str) -> None:
+    """An option's help that refers to another flag refers to one the command has (diff's
+    help once described swarm mode's --instances defaults, which diff has not)."""
+    known = flags_of(name) | {"--help"}
+    strangers = {
+        (o.opts[0], flag)
+        for o in options_of(name)
+        for flag in FLAG.findall(o.help or "")
+        if flag not in known
+    }
+    assert strangers == set()
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_swarm_mode_is_described_only_where_it_exists(name: str) -> None:
+    mentions = [o.opts[0] for o in options_of(name) if "swarm" in (o.help or "").lower()]
+    assert not mentions or "--instances" in flags_of(name), mentions
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_default_stated_in_help_is_the_options_default(name: str) -> None:
+    """Where an option has a plain default (a number or a word) and its help states one,
+    the help's is the option's: they cannot drift apart."""
+    for option in options_of(name):
+        default = option.default
+        if option.show_default or option.is_flag or not isinstance(default, (int, float, str)):
+            continue
+        for stated in STATED_DEFAULT.findall(option.help or ""):
+            assert stated.split(",")[0].split(";")[0].strip() == f"{default}", option.opts
+
+
+def test_the_helps_own_check_can_fail() -> None:
+    """The checks above on a made-up command whose help drifted from its code."""
+    drifted = click.Option(["--examples"], default=100, help="Examples [default: 50].")
+    assert STATED_DEFAULT.findall(drifted.help or "") == ["50"] != [f"{drifted.default}"]
+    assert FLAG.findall("swarm mode: with --instances, --no-such") == ["--instances", "--no-such"]
+
+
+def test_the_configs_help_says_what_vllms_default_configs_draw() -> None:
+    """check --help once said the vllm configs have no speculative decoding; they do."""
+    from hypothesis import HealthCheck, given, settings
+
+    from schedspec.properties.strategies.engine_configs import vllm_default_configs
+
+    drafts: set[bool] = set()
+    modes: set[bool] = set()
+
+    @settings(max_examples=60, database=None, suppress_health_check=list(HealthCheck))
+    @given(vllm_default_configs())
+    def draw(config: SchedulerConfig) -> None:
+        drafts.add(config.num_speculative_tokens > 0)
+        modes.add(config.async_scheduling)
+
+    draw()
+    assert drafts == {True, False} and modes == {True, False}
+    for name in ("check", "diff"):
+        (configs,) = [o for o in options_of(name) if "--configs" in o.opts]
+        text = configs.help or ""
+        assert "sync and async, with and without speculative decoding" in text
+        assert "no speculative decoding" not in text.replace("without speculative", "")

@@ -89,8 +89,8 @@ NOT_IN_SWARM_MODE = {
     "--workers, --ray and --duration split the configs into chunks of 4 on CPU workers; "
     "--junit, --json, --step-timeout and --example-db are not used.",
 )
-@run_options
-@backend_options
+@run_options(swarm=True)
+@backend_options(swarm=True)
 @click.pass_context
 def check(
     ctx: click.Context,

@@ -69,8 +69,8 @@ class DiffCommandOptions(SuiteRunOptions):
 
 @click.command()
 @pair_options
-@run_options
-@backend_options
+@run_options(swarm=False)
+@backend_options(swarm=False)
 def diff(profile: str | None, no_shrink: bool, json_path: Path | None, **run: Any) -> None:
     """Drive two engines in lockstep through random workloads and report the first step
     where they disagree.
