@@ -12,6 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from schedspec.cli.main import main
+from schedspec.engines.events import AddRequest, Step
+from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError
 from schedspec.properties.corners import (
     CORNER_NAMES,
     CORNERS,
@@ -23,8 +25,6 @@ from schedspec.properties.corners import (
     count_update,
     format_corners,
 )
-from schedspec.engines.events import AddRequest, Step
-from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError
 from schedspec.spec.invariants import ScheduleTransition
 from tests.broken_engines import fresh_victim
 from tests.invariant_builders import Driver, fcfs_preemption, preemption_step, tokens

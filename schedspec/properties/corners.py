@@ -12,6 +12,7 @@ the V1 scheduler (section 7); each names the bug it guards.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec
@@ -217,10 +218,8 @@ def count_reached(
     if not failed:
         count(counts, *args, **kwargs)
         return
-    try:
+    with contextlib.suppress(LookupError, ValueError, TypeError, AttributeError, ZeroDivisionError):
         count(counts, *args, **kwargs)
-    except (LookupError, ValueError, TypeError, AttributeError, ZeroDivisionError):
-        pass
 
 
 def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> None:
