@@ -4,6 +4,7 @@ legends sit clear of the data and that the Gantt shows each wait in the queue.""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -302,7 +303,7 @@ def test_a_gantt_of_400_requests_packs_lanes_and_shows_every_phase() -> None:
         by_lane.setdefault(round((y0 + y1) / 2), []).append((x0, x1))
     for spans in by_lane.values():
         spans.sort()
-        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] <= b[0] + 1e-9 for a, b in itertools.pairwise(spans))
 
 
 def test_pack_lanes_reuses_a_lane_once_its_request_is_done() -> None:
