@@ -9,6 +9,7 @@ from schedspec.adapters.reference import ReferenceEngine, reference_engine
 from schedspec.engines.events import Abort, AddRequest, ProposeDrafts, Step
 from schedspec.engines.fake_model import StepDecisions
 from schedspec.properties import minimize
+from schedspec.properties.failure_report import format_log
 from schedspec.properties.harness import SingleEngine
 from schedspec.properties.minimize import (
     FEATURE_KNOBS,
@@ -18,6 +19,7 @@ from schedspec.properties.minimize import (
     minimize_trace,
     plainer_configs,
 )
+from schedspec.properties.replay_log import replay_with_log
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.spec import SchedulerConfig, SchedulerOutput
 from schedspec.traces.trace import Trace
@@ -181,3 +183,22 @@ def test_a_run_of_identical_steps_is_cut_to_one_then_to_half() -> None:
     cut_one, cut_half = _simpler(events, 0)[1:]
     assert cut_one[0] == AddRequest("a", (0,), 40)
     assert cut_half[0] == AddRequest("a", tuple(range(31)), 40)
+
+
+def test_the_replayed_counterexample_prints_a_run_of_alike_steps_once() -> None:
+    """Steps that cannot be dropped (the first request must run alone) but that are the
+    same event with the same decision print as one line with their index range."""
+    trace = _nine_steps_and_long_prompts()
+    config = trace.config
+    log = replay_with_log(trace, wrong_total(config), "vllm-v1")
+    lines = format_log(log)
+    assert lines[0].startswith("  #0 add_request 'a' prompt=[0, 1, 2,")
+    # The first step prefills all 63 tokens; the next eight each decode one.
+    assert lines[1:5] == [
+        "  #1 step",
+        "      scheduled: a=63 (total 63) | preempted: - | finished: -",
+        "  #2-#9 step (8 alike)",
+        "      scheduled: a=1 (total 1) | preempted: - | finished: -",
+    ]
+    assert lines[5].startswith("  #10 add_request 'b'")
+    assert lines[-1].startswith("      ^ [BUDGET]")
