@@ -7,6 +7,7 @@ import dataclasses
 import json
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -180,21 +181,24 @@ def test_two_victims_in_one_step() -> None:
     assert counts["two-victims"] == counts["preemption"] == 1
 
 
+# Async, 3 blocks of 4: A (4 tokens) and B's first chunk (4 of 8) fill two; before that
+# step lands, A's decode takes the last block and B, the newest, is preempted with its
+# chunk still in flight.
+VICTIM_IN_FLIGHT: dict[str, Any] = {
+    "block_size": 4,
+    "num_blocks": 3,
+    "max_model_len": 12,
+    "max_num_batched_tokens": 8,
+    "max_num_seqs": 2,
+    "enable_chunked_prefill": True,
+    "watermark": 0.0,
+    "async_scheduling": True,
+}
+
+
 def _victim_with_a_chunk_in_flight(caching: bool) -> dict[str, int]:
-    """Async, 3 blocks of 4: A (4 tokens) and B's first chunk (4 of 8, its block
-    registered as it is scheduled) fill two; before that step lands, A's decode takes
-    the last block and B, the newest, is preempted with its chunk still in flight."""
-    driver = Driver(
-        block_size=4,
-        num_blocks=3,
-        max_model_len=12,
-        max_num_batched_tokens=8,
-        max_num_seqs=2,
-        enable_chunked_prefill=True,
-        watermark=0.0,
-        async_scheduling=True,
-        enable_prefix_caching=caching,
-    )
+    """VICTIM_IN_FLIGHT, B's block registered as it is scheduled when caching."""
+    driver = Driver(**VICTIM_IN_FLIGHT, enable_prefix_caching=caching)
     driver.add("A", 4, max_tokens=10)
     driver.add("B", 8, max_tokens=1)
     driver.schedule()
@@ -209,16 +213,7 @@ def test_a_step_that_fails_at_a_corner_counts_that_corner() -> None:
     """The planted bug (tests.broken_engines:fresh_victim) breaks PREEMPT-RESET exactly when
     a victim's step is in flight: the run's corner table must show that corner reached,
     not 0, though the step that reached it is the one that failed."""
-    config = make_config(
-        block_size=4,
-        num_blocks=3,
-        max_model_len=12,
-        max_num_batched_tokens=8,
-        max_num_seqs=2,
-        enable_chunked_prefill=True,
-        watermark=0.0,
-        async_scheduling=True,
-    )
+    config = make_config(**VICTIM_IN_FLIGHT)
     checked = CheckedEngine(fresh_victim(config), config, "safety")
     checked.apply(AddRequest("A", tokens(0, 4), max_tokens=10))
     checked.apply(AddRequest("B", tokens(10, 8), max_tokens=1))

@@ -105,39 +105,25 @@ def case_registration_lost_at_schedule() -> Case:
     good = driver.schedule()
     block = good.post.requests["A"].block_ids[1]
     own = good.hashes.of(good.post.requests["A"])[1]
+    return _left_unregistered("CACHE-COMPLETE", good, block, own)
+
+
+def _left_unregistered(
+    invariant: str, good: ScheduleTransition | UpdateTransition, block: int, own: BlockHash
+) -> Case:
+    """A's block 1, registered by the call (own hash), left unregistered instead."""
     assert good.post.kv.block_hashes[block] == own
     bad = dataclasses.replace(
         good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
     )
-    return Case(
-        "CACHE-COMPLETE",
-        good,
-        bad,
-        "full block at index 1 not registered",
-        "A",
-        block,
-        own,
-        "no hash",
-    )
+    message = "full block at index 1 not registered"
+    return Case(invariant, good, bad, message, "A", block, expected=own, actual="no hash")
 
 
 def _landing_left_unregistered(good: UpdateTransition, block: int, own: BlockHash) -> Case:
     """A's block 1, registered by the landing (own hash), left unregistered instead."""
     assert good.pre.kv.block_hashes[block] is None
-    assert good.post.kv.block_hashes[block] == own
-    bad = dataclasses.replace(
-        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
-    )
-    return Case(
-        "CACHE-COMPLETE-UPDATE",
-        good,
-        bad,
-        "full block at index 1 not registered",
-        "A",
-        block,
-        own,
-        "no hash",
-    )
+    return _left_unregistered("CACHE-COMPLETE-UPDATE", good, block, own)
 
 
 @cases("CACHE-COMPLETE-UPDATE")

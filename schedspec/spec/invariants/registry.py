@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from schedspec.spec.config import Family
+from schedspec.spec.state import RequestState
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -89,6 +90,35 @@ class FieldCheck:
     name: str
     expected: object
     actual: object
+
+
+def still_live(invariant_id: str, message: str, request: RequestState) -> Violation:
+    """A request that should have left (finished, aborted) but is live."""
+    return Violation(
+        invariant_id, message, request.request_id, expected="not live", actual=request.status.name
+    )
+
+
+def outputs_changed(
+    invariant_id: str, message: str, before: RequestState, after: RequestState | None
+) -> Violation:
+    """A request whose outputs had to stay as they were, and did not (or that left)."""
+    return Violation(
+        invariant_id,
+        message,
+        before.request_id,
+        expected=before.output_token_ids,
+        actual="not live" if after is None else after.output_token_ids,
+    )
+
+
+def holds_nothing(request: RequestState) -> list[FieldCheck]:
+    """A request that holds no KV: nothing computed, no blocks (a fresh arrival, a victim
+    just reset, a waiting request that is not a parked load)."""
+    return [
+        FieldCheck("num_computed_tokens", 0, request.num_computed_tokens),
+        FieldCheck("block_ids", (), tuple(request.block_ids)),
+    ]
 
 
 def field_violations(

@@ -8,6 +8,7 @@ from schedspec.spec.invariants.registry import (
     Violation,
     changed_fields,
     field_violations,
+    holds_nothing,
     invariant,
 )
 from schedspec.spec.invariants.transitions import AddTransition
@@ -94,8 +95,7 @@ def check_door(t: AddTransition) -> list[Violation]:
         rid,
         [
             FieldCheck("status", RequestStatus.WAITING.name, added.status.name),
-            FieldCheck("num_computed_tokens", 0, added.num_computed_tokens),
-            FieldCheck("block_ids", (), tuple(added.block_ids)),
+            *holds_nothing(added),
             FieldCheck("in waiting", True, rid in t.post.waiting),
         ],
     )

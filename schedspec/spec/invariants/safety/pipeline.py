@@ -12,7 +12,13 @@ the semantics these predicates hold engines to.
 
 from __future__ import annotations
 
-from schedspec.spec.invariants.registry import FieldCheck, Violation, field_violations, invariant
+from schedspec.spec.invariants.registry import (
+    FieldCheck,
+    Violation,
+    field_violations,
+    invariant,
+    outputs_changed,
+)
 from schedspec.spec.invariants.safety.connector import ended_by_failed_load
 from schedspec.spec.invariants.transitions import ScheduleTransition, UpdateTransition
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
@@ -322,12 +328,11 @@ def check_delivery(t: UpdateTransition) -> list[Violation]:
                 continue
             if post is None or post.output_token_ids != pre.output_token_ids:
                 out.append(
-                    Violation(
+                    outputs_changed(
                         "DELIVERY",
                         "output of a step not scheduled for this request was applied to it",
-                        rid,
-                        expected=pre.output_token_ids,
-                        actual="not live" if post is None else post.output_token_ids,
+                        pre,
+                        post,
                     )
                 )
             continue

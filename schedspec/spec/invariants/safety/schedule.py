@@ -7,6 +7,7 @@ from schedspec.spec.invariants.registry import (
     FieldCheck,
     Violation,
     field_violations,
+    holds_nothing,
     invariant,
 )
 from schedspec.spec.invariants.safety.connector import connector_in_play, is_load
@@ -347,8 +348,7 @@ def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
             rid,
             [
                 FieldCheck("status", RequestStatus.PREEMPTED.name, post.status.name),
-                FieldCheck("num_computed_tokens", 0, post.num_computed_tokens),
-                FieldCheck("block_ids", (), tuple(post.block_ids)),
+                *holds_nothing(post),
                 FieldCheck("spec_token_ids", (), tuple(post.spec_token_ids)),
                 FieldCheck("num_output_placeholders", 0, post.num_output_placeholders),
                 FieldCheck(

@@ -8,8 +8,10 @@ from schedspec.spec.invariants.registry import (
     FieldCheck,
     Violation,
     field_violations,
+    holds_nothing,
     invariant,
     or_absent,
+    still_live,
 )
 from schedspec.spec.request import RequestStatus
 from schedspec.spec.state import State
@@ -327,13 +329,7 @@ def _diagnose_queues(state: State) -> list[Violation]:
     for rid, request in state.requests.items():
         if request.status.is_finished:
             out.append(
-                Violation(
-                    "QUEUES",
-                    f"finished ({request.status.name}) but still live",
-                    rid,
-                    expected="not live",
-                    actual=request.status.name,
-                )
+                still_live("QUEUES", f"finished ({request.status.name}) but still live", request)
             )
         elif rid not in placed:
             out.append(
@@ -359,10 +355,7 @@ def _diagnose_queues(state: State) -> list[Violation]:
         if request.status in _WAITING_STATUSES:
             checks = [FieldCheck("spec_token_ids", (), tuple(request.spec_token_ids))]
             if _holds_nothing_expected(state, rid):
-                checks += [
-                    FieldCheck("block_ids", (), tuple(request.block_ids)),
-                    FieldCheck("num_computed_tokens", 0, request.num_computed_tokens),
-                ]
+                checks += holds_nothing(request)
             out += field_violations("QUEUES", "waiting but holds", rid, checks)
         if request.status is RequestStatus.PREEMPTED and request.num_preemptions < 1:
             out.append(

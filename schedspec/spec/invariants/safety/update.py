@@ -11,6 +11,8 @@ from schedspec.spec.invariants.registry import (
     changed_fields,
     field_violations,
     invariant,
+    outputs_changed,
+    still_live,
 )
 from schedspec.spec.invariants.safety.connector import ended_by_failed_load, is_load
 from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
@@ -83,13 +85,7 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
             # Output of a step from before a preemption, which this engine drops.
             if post is None or post.output_token_ids != pre.output_token_ids:
                 out.append(
-                    Violation(
-                        "STOP",
-                        "stale output marked to be dropped was kept",
-                        rid,
-                        expected=pre.output_token_ids,
-                        actual="not live" if post is None else post.output_token_ids,
-                    )
+                    outputs_changed("STOP", "stale output marked to be dropped was kept", pre, post)
                 )
             continue
         natural = expected_kept(pre, sampled, max_model_len)
@@ -382,15 +378,7 @@ def check_abort(t: AbortTransition) -> list[Violation]:
         elif post is None:
             continue
         elif rid in t.pre.waiting:
-            out.append(
-                Violation(
-                    "ABORT",
-                    "a waiting request is still live after abort",
-                    rid,
-                    expected="not live",
-                    actual=post.status.name,
-                )
-            )
+            out.append(still_live("ABORT", "a waiting request is still live after abort", post))
         elif post != replace(pre, abort_pending=True):
             out += field_violations(
                 "ABORT",

@@ -9,7 +9,7 @@ State.sglang under the mapping of docs/SPEC.md, "Two families".
 
 from __future__ import annotations
 
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import Violation, invariant, still_live
 from schedspec.spec.invariants.sglang.policy import missing_policy_state
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.sglang_arithmetic import RETRACT_DECODE_STEPS
@@ -96,12 +96,10 @@ def check_chunked_abort(t: ScheduleTransition) -> list[Violation]:
         )
     elif chunked in t.post.requests:
         out.append(
-            Violation(
+            still_live(
                 "SG-CHUNKED-ABORT",
                 "the aborted chunked request is still live",
-                chunked,
-                expected="not live",
-                actual=t.post.requests[chunked].status.name,
+                t.post.requests[chunked],
             )
         )
     before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes

@@ -9,7 +9,7 @@ vLLM's stricter rule here.
 
 from __future__ import annotations
 
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import Violation, invariant, still_live
 from schedspec.spec.invariants.transitions import AbortTransition, ScheduleTransition
 from schedspec.spec.state import State
 
@@ -23,12 +23,10 @@ from schedspec.spec.state import State
 )
 def check_abort_at_once(t: AbortTransition) -> list[Violation]:
     return [
-        Violation(
+        still_live(
             "ABORT-AT-ONCE",
             "an aborted request is still live (abort deferred)",
-            rid,
-            expected="not live",
-            actual=t.post.requests[rid].status.name,
+            t.post.requests[rid],
         )
         for rid in dict.fromkeys(t.request_ids)
         if rid in t.pre.requests and rid in t.post.requests
