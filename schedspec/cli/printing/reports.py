@@ -34,8 +34,9 @@ from schedspec.traces.divergence import Divergence, show
 
 FORMAT = "schedspec-report"
 # Version 2 added the outcomes usage-error, harness-error and interrupted, and the
-# fields usage_error, harness_error and interrupted; version 3 added campaign.
-VERSION = 3
+# fields usage_error, harness_error and interrupted; version 3 added campaign; version 4
+# added each violation's rule (and expected and actual are never null).
+VERSION = 4
 
 
 @dataclass
