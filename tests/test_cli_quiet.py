@@ -95,3 +95,19 @@ def test_swarm_mode_refuses_quiet() -> None:
     result = CliRunner().invoke(main, ["check", "--engine", "gpu", "--instances", "2", "--quiet"])
     assert result.exit_code == 2
     assert "--quiet: not used in swarm mode (--instances 2)" in result.output
+
+
+def test_replay_quietly_prints_a_pass_in_one_line_and_a_failure_in_full(tmp_path: Path) -> None:
+    args = ["check", "--engine", BROKEN, "--seed", "3", "--examples", "20", "--quiet"]
+    assert CliRunner().invoke(main, [*args, "--trace-dir", str(tmp_path)]).exit_code == 1
+    trace = str(tmp_path / "schedspec-failure-3.json")
+    passed = CliRunner().invoke(main, ["replay", trace, "--quiet"])
+    assert passed.exit_code == 0, passed.output
+    assert passed.stdout.splitlines() == [
+        "PASSED: all 3 events held every invariant of vllm-v1 (1 step checked)"
+    ]
+    loud = CliRunner().invoke(main, ["replay", trace, "--engine", BROKEN])
+    quiet = CliRunner().invoke(main, ["replay", trace, "--engine", BROKEN, "--quiet"])
+    assert quiet.exit_code == loud.exit_code == 1
+    assert quiet.stdout == loud.stdout  # a failure prints in full
+    assert quiet.stdout.splitlines()[-1] == "FAILED at event 2 (Step): BUDGET broke"
