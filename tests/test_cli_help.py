@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from schedspec.cli.main import COMMANDS, main
 from schedspec.engines.registry import ENGINE_FORMS, ENGINES
+from schedspec.simulate.workloads import LengthDistribution, SyntheticWorkload
 from schedspec.spec import SchedulerConfig
 
 
@@ -126,22 +127,51 @@ def test_swarm_mode_is_described_only_where_it_exists(name: str) -> None:
     assert not mentions or "--instances" in flags_of(name), mentions
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
-def test_a_default_stated_in_help_is_the_options_default(name: str) -> None:
-    """Where an option has a plain default (a number or a word) and its help states one,
-    the help's is the option's: they cannot drift apart."""
-    for option in options_of(name):
-        default = option.default
-        if option.show_default or option.is_flag or not isinstance(default, (int, float, str)):
-            continue
-        for stated in STATED_DEFAULT.findall(option.help or ""):
-            assert stated.split(",")[0].split(";")[0].strip() == f"{default}", option.opts
+SIMULATE_BRACKET = re.compile(r"\[([^\]]*)\]\.$")
 
 
-def test_the_helps_own_check_can_fail() -> None:
-    """The checks above on a made-up command whose help drifted from its code."""
-    drifted = click.Option(["--examples"], default=100, help="Examples [default: 50].")
-    assert STATED_DEFAULT.findall(drifted.help or "") == ["50"] != [f"{drifted.default}"]
+def stated_workload_default(option: click.Option) -> object:
+    """The default a simulate mixed-workload option's help states (`... [400].`), read as
+    the option reads its value."""
+    (stated,) = SIMULATE_BRACKET.findall(option.help or "")
+    name = option.name or ""
+    if name in ("prompt_len", "output_len"):
+        return LengthDistribution.parse(stated, name)
+    assert isinstance(option.type, click.ParamType)
+    return option.type.convert(stated, option, None)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["--num-requests", "--rate", "--prompt-len", "--output-len", "--prefix-groups",
+     "--prefix-len", "--prefix-share"],
+)  # fmt: skip
+def test_simulate_states_the_workloads_real_defaults(flag: str) -> None:
+    """simulate's mixed-workload options default to SyntheticWorkload's fields; each help
+    states that default, and states it right."""
+    (option,) = [o for o in options_of("simulate") if flag in o.opts]
+    assert option.name is not None
+    assert stated_workload_default(option) == getattr(SyntheticWorkload(), option.name)
+
+
+@pytest.mark.parametrize("name", ["check", "diff"])
+def test_run_shape_defaults_in_every_suite_commands_help(name: str) -> None:
+    """--examples and --max-steps state the suite's quick and long settings, on check and
+    on diff alike (diff once stated swarm mode's too, which it has not)."""
+    from schedspec.properties.suite import SuiteSettings
+
+    quick, long = SuiteSettings.quick(), SuiteSettings.long()
+    helps = {o.opts[0]: o.help or "" for o in options_of(name)}
+    examples = STATED_DEFAULT.findall(helps["--examples"])[0]
+    steps = STATED_DEFAULT.findall(helps["--max-steps"])[0]
+    assert examples.startswith(f"{quick.examples}, {long.examples} with --long")
+    assert steps.startswith(f"{quick.rules_per_example}, {long.rules_per_example} with --long")
+
+
+def test_the_helps_own_checks_can_fail() -> None:
+    """The checks above on options whose help drifted from the code."""
+    drifted = click.Option(["--num-requests"], type=int, help="requests [500].")
+    assert stated_workload_default(drifted) == 500 != SyntheticWorkload().num_requests
     assert FLAG.findall("swarm mode: with --instances, --no-such") == ["--instances", "--no-such"]
 
 
