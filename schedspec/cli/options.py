@@ -105,25 +105,27 @@ step_timeout_option = click.option(
 )
 
 
+def count_option(flag: str, help_text: str) -> Callable[[F], F]:
+    """An optional count of at least 1 whose default the command works out (the help
+    says how)."""
+    return click.option(flag, type=click.IntRange(min=1), default=None, help=help_text)
+
+
 def run_options(swarm: bool) -> Callable[[F], F]:
     """The flags `check` and `diff` share: how hard to look, where results go. swarm: the
     command has swarm mode (check), whose defaults the help then states too."""
     return stack(
-        click.option(
+        count_option(
             "--examples",
-            type=click.IntRange(min=1),
-            default=None,
-            help="Hypothesis examples to search [default: 100, 2000 with --long"
+            "Hypothesis examples to search [default: 100, 2000 with --long"
             + ("; swarm mode: configs, 4, 32 with --long]." if swarm else "]."),
         ),
         click.option(
             "--seed", type=click.IntRange(min=0), default=None, help="Repeat a run exactly."
         ),
-        click.option(
+        count_option(
             "--max-steps",
-            type=click.IntRange(min=1),
-            default=None,
-            help="Actions per example (add_request, abort, drafts, step), each of which may step "
+            "Actions per example (add_request, abort, drafts, step), each of which may step "
             "the engine several times [default: 40, 100 with --long"
             + ("; swarm mode: ticks per config, the same]." if swarm else "]."),
         ),
@@ -232,11 +234,9 @@ def backend_options(swarm: bool) -> Callable[[F], F]:
     command has it) go: local processes, or Ray; for a count of examples, or for a time
     (a campaign)."""
     return stack(
-        click.option(
+        count_option(
             "--workers",
-            type=click.IntRange(min=1),
-            default=None,
-            help="Workers: the examples are split into chunks over seeds seed, seed + 1, ... "
+            "Workers: the examples are split into chunks over seeds seed, seed + 1, ... "
             "[default: 1 local process; with --ray, the cluster's CPUs].",
         ),
         click.option(
