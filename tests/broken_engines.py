@@ -139,3 +139,20 @@ class OwnsSigalrm(ReferenceEngine):
 
 def owns_sigalrm(config: SchedulerConfig) -> OwnsSigalrm:
     return OwnsSigalrm(config)
+
+
+class FreshVictimEngine(ReferenceEngine):
+    """Forgets that a victim's step is still in flight (vLLM #41190's class): under async
+    scheduling a request preempted with output in flight is not marked stale, so that
+    output would move the counters the preemption just reset. PREEMPT-RESET catches it,
+    exactly at the corner preempted-with-output-in-flight."""
+
+    def schedule(self) -> SchedulerOutput:
+        output = super().schedule()
+        for request_id in output.preempted_req_ids:
+            self.requests[request_id].num_stale_output_tokens = 0
+        return output
+
+
+def fresh_victim(config: SchedulerConfig) -> FreshVictimEngine:
+    return FreshVictimEngine(config)

@@ -135,10 +135,24 @@ def assert_holds(case: Case) -> None:
         assert CHECKS[other](case.good) == [], f"good case of {case.invariant} breaks {other}"
 
 
+def assert_actionable(violation: Violation) -> None:
+    """Every violation says what the spec required, what the engine produced, and where the
+    rule is stated, in its fields and in its text."""
+    assert violation.expected is not None, f"no expected value: {violation}"
+    assert violation.actual is not None, f"no actual value: {violation}"
+    assert violation.expected != violation.actual, f"expected equals actual: {violation}"
+    assert violation.rule == f"docs/SPEC.md#{violation.invariant.lower()}"
+    text = str(violation)
+    assert f"expected {violation.expected!r}, actual {violation.actual!r}" in text
+    assert violation.rule in text
+
+
 def assert_caught(case: Case) -> Violation:
     """The bad subject yields a violation of the case's id matching every pinned field."""
     found = check(case.invariant, case.bad)
     assert found, f"{case.invariant} did not fire"
+    for violation in found:
+        assert_actionable(violation)
     for violation in found:
         if (
             case.message in violation.message

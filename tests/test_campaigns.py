@@ -325,7 +325,7 @@ class TestCommandLine:
         assert "on 2 local processes:" in outcome.output
         assert "corners reached: " in outcome.output  # the table every run prints
         report = json.loads(json_path.read_text())
-        assert report["version"] == 3 and report["campaign"]["workers"] == 2
+        assert report["version"] == 4 and report["campaign"]["workers"] == 2
         assert report["campaign"]["duration"] == 3 and report["campaign"]["findings"] == []
         # merged over every chunk, for the vllm-v1 family's corners
         # (the KV connector's only where a config drew one: these drew none)

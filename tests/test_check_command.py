@@ -252,6 +252,13 @@ class TestUsageErrors:
         assert result.exit_code == 2
         assert "Invalid value for '--profile'" in result.stderr
         assert "claims ['safety']" in result.stderr
+        # It says how to claim one: the attribute, and where the rules are.
+        how = " ".join(result.stderr.split())
+        assert "setting its `profiles` attribute" in how
+        assert "profiles = frozenset({'safety', 'vllm-v1'})" in how
+        assert "docs/SPEC.md#two-families" in how
+        spec = Path(__file__).resolve().parent.parent / "docs" / "SPEC.md"
+        assert "\n## Two families\n" in spec.read_text(encoding="utf-8")
         # By default such an engine is checked on the profile it claims.
         result = _invoke("check", "--engine", engine, "--examples", "2", "--seed", "1")
         assert result.exit_code == 0, result.output

@@ -3,23 +3,33 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from schedspec.cli.main import main
+from schedspec.engines.events import AddRequest, Step
+from schedspec.properties.checked_engine import CheckedEngine, InvariantViolationError
 from schedspec.properties.corners import (
     CORNER_NAMES,
     CORNERS,
     corners_for,
     count_abort_in_flight,
     count_drafts,
+    count_reached,
     count_schedule,
     count_update,
     format_corners,
 )
+from schedspec.spec.invariants import ScheduleTransition
+from tests.broken_engines import fresh_victim
 from tests.invariant_builders import Driver, fcfs_preemption, preemption_step, tokens
+from tests.sched_helpers import make_config
 
 
 def test_a_preemption_is_counted_and_an_fcfs_one_has_no_priority_victim() -> None:
@@ -171,21 +181,24 @@ def test_two_victims_in_one_step() -> None:
     assert counts["two-victims"] == counts["preemption"] == 1
 
 
+# Async, 3 blocks of 4: A (4 tokens) and B's first chunk (4 of 8) fill two; before that
+# step lands, A's decode takes the last block and B, the newest, is preempted with its
+# chunk still in flight.
+VICTIM_IN_FLIGHT: dict[str, Any] = {
+    "block_size": 4,
+    "num_blocks": 3,
+    "max_model_len": 12,
+    "max_num_batched_tokens": 8,
+    "max_num_seqs": 2,
+    "enable_chunked_prefill": True,
+    "watermark": 0.0,
+    "async_scheduling": True,
+}
+
+
 def _victim_with_a_chunk_in_flight(caching: bool) -> dict[str, int]:
-    """Async, 3 blocks of 4: A (4 tokens) and B's first chunk (4 of 8, its block
-    registered as it is scheduled) fill two; before that step lands, A's decode takes
-    the last block and B, the newest, is preempted with its chunk still in flight."""
-    driver = Driver(
-        block_size=4,
-        num_blocks=3,
-        max_model_len=12,
-        max_num_batched_tokens=8,
-        max_num_seqs=2,
-        enable_chunked_prefill=True,
-        watermark=0.0,
-        async_scheduling=True,
-        enable_prefix_caching=caching,
-    )
+    """VICTIM_IN_FLIGHT, B's block registered as it is scheduled when caching."""
+    driver = Driver(**VICTIM_IN_FLIGHT, enable_prefix_caching=caching)
     driver.add("A", 4, max_tokens=10)
     driver.add("B", 8, max_tokens=1)
     driver.schedule()
@@ -194,6 +207,43 @@ def _victim_with_a_chunk_in_flight(caching: bool) -> dict[str, int]:
     counts: dict[str, int] = {}
     count_schedule(counts, t)
     return counts
+
+
+def test_a_step_that_fails_at_a_corner_counts_that_corner() -> None:
+    """The planted bug (tests.broken_engines:fresh_victim) breaks PREEMPT-RESET exactly when
+    a victim's step is in flight: the run's corner table must show that corner reached,
+    not 0, though the step that reached it is the one that failed."""
+    config = make_config(**VICTIM_IN_FLIGHT)
+    checked = CheckedEngine(fresh_victim(config), config, "safety")
+    checked.apply(AddRequest("A", tokens(0, 4), max_tokens=10))
+    checked.apply(AddRequest("B", tokens(10, 8), max_tokens=1))
+    checked.apply(Step())
+    with pytest.raises(InvariantViolationError) as failure:
+        checked.apply(Step())
+    violation = failure.value.violations[0]
+    assert violation.invariant == "PREEMPT-RESET" and violation.request_id == "B"
+    assert violation.message == "not reset: num_stale_output_tokens"
+    assert (violation.expected, violation.actual) == (4, 0)
+    assert checked.stats.corners["preempted-with-output-in-flight"] == 1
+    assert checked.stats.corners["preemption"] == 1
+
+
+def test_a_corner_count_that_cannot_read_a_failing_step_is_skipped() -> None:
+    """A failing step may be inconsistent (here a victim the state does not know): its
+    corners are counted as far as they can be read, and a passing step's counter still
+    raises, since there such a state is schedspec's own bug."""
+    t = fcfs_preemption()
+    broken = dataclasses.replace(t, pre=dataclasses.replace(t.pre, running=("X",)))
+
+    def count_needing_the_victim(counts: MutableMapping[str, int], t: ScheduleTransition) -> None:
+        counts["preemption"] = counts.get("preemption", 0) + 1
+        _ = t.pre.requests["X"]
+
+    counts: dict[str, int] = {}
+    count_reached(count_needing_the_victim, True, counts, broken)
+    assert counts == {"preemption": 1}
+    with pytest.raises(KeyError):
+        count_reached(count_needing_the_victim, False, counts, broken)
 
 
 def test_a_victim_whose_cached_block_holds_kv_in_flight() -> None:

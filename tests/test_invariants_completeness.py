@@ -105,32 +105,25 @@ def case_registration_lost_at_schedule() -> Case:
     good = driver.schedule()
     block = good.post.requests["A"].block_ids[1]
     own = good.hashes.of(good.post.requests["A"])[1]
+    return _left_unregistered("CACHE-COMPLETE", good, block, own)
+
+
+def _left_unregistered(
+    invariant: str, good: ScheduleTransition | UpdateTransition, block: int, own: BlockHash
+) -> Case:
+    """A's block 1, registered by the call (own hash), left unregistered instead."""
     assert good.post.kv.block_hashes[block] == own
     bad = dataclasses.replace(
         good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
     )
-    return Case(
-        "CACHE-COMPLETE", good, bad, "full block at index 1 not registered", "A", block, own, None
-    )
+    message = "full block at index 1 not registered"
+    return Case(invariant, good, bad, message, "A", block, expected=own, actual="no hash")
 
 
 def _landing_left_unregistered(good: UpdateTransition, block: int, own: BlockHash) -> Case:
     """A's block 1, registered by the landing (own hash), left unregistered instead."""
     assert good.pre.kv.block_hashes[block] is None
-    assert good.post.kv.block_hashes[block] == own
-    bad = dataclasses.replace(
-        good, post=with_kv(good.post, block_hashes=with_block_hash(good.post.kv, block, None))
-    )
-    return Case(
-        "CACHE-COMPLETE-UPDATE",
-        good,
-        bad,
-        "full block at index 1 not registered",
-        "A",
-        block,
-        own,
-        None,
-    )
+    return _left_unregistered("CACHE-COMPLETE-UPDATE", good, block, own)
 
 
 @cases("CACHE-COMPLETE-UPDATE")
@@ -212,7 +205,7 @@ def case_victim_frees_its_blocks_uncached() -> Case:
     assert own is not None and good.post.kv.block_hashes[first] == own
     bad = _unregistered(good, first)
     message = "block at index 0 lost its registration"
-    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "B", first, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "B", first, own, "no hash")
 
 
 @cases("CACHE-SCHEDULE-KEPT")
@@ -235,7 +228,7 @@ def case_schedule_evicts_a_free_block_it_did_not_reach() -> Case:
         good, post=with_kv(good.post, block_hashes=hashes, prefix_cache=prefix_cache)
     )
     message = "block lost its registration, not reused"
-    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, None, block, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, None, block, own, "no hash")
 
 
 @cases("CACHE-SCHEDULE-KEPT")
@@ -270,7 +263,7 @@ def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
     assert own is not None and good.post.kv.block_hashes[block] == own
     bad = _unregistered(good, block, v.block_ids[3])
     message = "block at index 2 lost its registration"
-    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, None)
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, "no hash")
 
 
 @cases("CACHE-ABORT-KEPT")
@@ -299,7 +292,7 @@ def case_abort_uncaches_the_prefill_in_flight() -> Case:
     block = registered[0]
     own = good.pre.kv.block_hashes[block]
     message = "registration dropped by finish_requests"
-    return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, None)
+    return Case("CACHE-ABORT-KEPT", good, bad, message, "A", block, own, "no hash")
 
 
 @cases("CACHE-UPDATE-KEPT")
@@ -323,7 +316,7 @@ def case_landing_evicts_a_free_cached_block() -> Case:
     )
     assert CHECKS["FREE-ORDER"](bad) == []
     message = "registration dropped by update_from_output"
-    return Case("CACHE-UPDATE-KEPT", good, bad, message, None, block, own, None)
+    return Case("CACHE-UPDATE-KEPT", good, bad, message, None, block, own, "no hash")
 
 
 # ---------------------------------------------------------- CACHE-HIT-LONGEST

@@ -200,7 +200,7 @@ def case_cached_block_missing_from_map() -> Case:
         "block hash and prefix-cache map disagree",
         block_id=0,
         expected=hash0,
-        actual=None,
+        actual="not in the map",
     )
 
 
@@ -251,8 +251,10 @@ def case_waiting_request_holds_blocks() -> Case:
         "QUEUES",
         good,
         bad,
-        "waiting with 1 blocks, 0 drafts, 4 computed tokens",
+        "waiting but holds: block_ids",
         request_id="C",
+        expected=(),
+        actual=(4,),
     )
 
 

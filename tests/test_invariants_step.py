@@ -425,8 +425,10 @@ def case_victim_keeps_its_blocks() -> Case:
         "PREEMPT-RESET",
         good,
         bad,
-        "not reset: status PREEMPTED, computed 0, 3 blocks, 0 drafts, in waiting",
+        "not reset: block_ids",
         request_id="B",
+        expected=(),
+        actual=good.pre.requests["B"].block_ids,
     )
 
 
@@ -438,8 +440,10 @@ def case_victim_keeps_its_computed_tokens() -> Case:
         "PREEMPT-RESET",
         good,
         bad,
-        "not reset: status PREEMPTED, computed 12, 0 blocks, 0 drafts, in waiting",
+        "not reset: num_computed_tokens",
         request_id="B",
+        expected=0,
+        actual=12,
     )
 
 
@@ -451,8 +455,10 @@ def case_victim_left_out_of_waiting() -> Case:
         "PREEMPT-RESET",
         good,
         bad,
-        "not reset: status PREEMPTED, computed 0, 0 blocks, 0 drafts, not in waiting",
+        "not reset: queue",
         request_id="B",
+        expected="waiting",
+        actual="in no queue",
     )
 
 

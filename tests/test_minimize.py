@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import strategies as st
 
 from schedspec.adapters.reference import ReferenceEngine, reference_engine
 from schedspec.engines.events import Abort, AddRequest, ProposeDrafts, Step
 from schedspec.engines.fake_model import StepDecisions
+from schedspec.properties import minimize
+from schedspec.properties.failure_report import format_log
 from schedspec.properties.harness import SingleEngine
 from schedspec.properties.minimize import (
     FEATURE_KNOBS,
+    _simpler,
     failing_ids,
     minimize_on,
     minimize_trace,
     plainer_configs,
 )
+from schedspec.properties.replay_log import replay_with_log
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.spec import SchedulerConfig, SchedulerOutput
 from schedspec.traces.trace import Trace
@@ -122,3 +127,78 @@ def test_a_config_strategy_of_its_own_keeps_its_knobs() -> None:
     settings = SuiteSettings(examples=20, rules_per_example=10, seed=1)
     result = run_suite(wrong_total, "safety", settings, config_strategy=st.just(busy))
     assert result.trace is not None and result.trace.config == busy
+
+
+def _nine_steps_and_long_prompts() -> Trace:
+    """wrong_total fails once two requests share a step. Before the second arrives, the
+    first runs alone for nine identical steps; both prompts are 63 tokens long."""
+    config = make_config(max_model_len=128, max_num_batched_tokens=256, num_blocks=64)
+    return Trace(
+        config,
+        (
+            AddRequest("a", tuple(range(63)), 40),
+            *(Step() for _ in range(9)),
+            AddRequest("b", tuple(range(100, 163)), 40),
+            Step(),
+        ),
+    )
+
+
+def _minimized_counting_replays(trace: Trace) -> tuple[Trace, int]:
+    built: list[SchedulerConfig] = []
+
+    def counted(config: SchedulerConfig) -> WrongTotalEngine:
+        built.append(config)
+        return wrong_total(config)
+
+    return minimize_trace(trace, counted, "vllm-v1"), len(built)
+
+
+def test_identical_steps_merge_and_prompts_shorten_and_it_still_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    noisy = _nine_steps_and_long_prompts()
+    assert failing_ids(noisy, wrong_total, "vllm-v1") == {"BUDGET"}
+    small, replays = _minimized_counting_replays(noisy)
+    steps = [e for e in small.events if isinstance(e, Step)]
+    adds = [e for e in small.events if isinstance(e, AddRequest)]
+    assert len(steps) < 9 and len(small.events) < len(noisy.events)
+    assert [len(a.prompt_token_ids) for a in adds] == [1, 1]
+    # Verified by replay: the same invariant still breaks.
+    assert failing_ids(small, wrong_total, "vllm-v1") == {"BUDGET"}
+    # The nine steps went as a run, not one replay each: dropping them one by one (the
+    # run pass off) reaches the same trace in more replays.
+    monkeypatch.setattr(minimize, "_shorter_runs", lambda events, last: [])
+    one_by_one, more_replays = _minimized_counting_replays(noisy)
+    assert one_by_one == small and replays < more_replays
+
+
+def test_a_run_of_identical_steps_is_cut_to_one_then_to_half() -> None:
+    events = list(_nine_steps_and_long_prompts().events)
+    last_of_run = 9
+    first, second, *_ = _simpler(events, last_of_run)
+    assert first == [events[0], Step(), *events[10:]]
+    assert second == [events[0], *(Step() for _ in range(5)), *events[10:]]
+    # A prompt is cut to its first token, then to half.
+    cut_one, cut_half = _simpler(events, 0)[1:]
+    assert cut_one[0] == AddRequest("a", (0,), 40)
+    assert cut_half[0] == AddRequest("a", tuple(range(31)), 40)
+
+
+def test_the_replayed_counterexample_prints_a_run_of_alike_steps_once() -> None:
+    """Steps that cannot be dropped (the first request must run alone) but that are the
+    same event with the same decision print as one line with their index range."""
+    trace = _nine_steps_and_long_prompts()
+    config = trace.config
+    log = replay_with_log(trace, wrong_total(config), "vllm-v1")
+    lines = format_log(log)
+    assert lines[0].startswith("  #0 add_request 'a' prompt=[0, 1, 2,")
+    # The first step prefills all 63 tokens; the next eight each decode one.
+    assert lines[1:5] == [
+        "  #1 step",
+        "      scheduled: a=63 (total 63) | preempted: - | finished: -",
+        "  #2-#9 step (8 alike)",
+        "      scheduled: a=1 (total 1) | preempted: - | finished: -",
+    ]
+    assert lines[5].startswith("  #10 add_request 'b'")
+    assert lines[-1].startswith("      ^ [BUDGET]")

@@ -7,6 +7,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from schedspec.cli.main import main
+from schedspec.cli.printing.prove_report import schedule_table
+from schedspec.spec.formal.schedule_rows import SlotRow, SlotState
 from schedspec.traces.trace import Trace
 
 
@@ -47,11 +49,60 @@ def test_broken_variant_prints_the_state_writes_a_trace_and_exits_one(tmp_path: 
     assert code == 1, out
     assert "SEQS                      all  counterexample" in out
     assert "counterexample: SEQS glue max-num-seqs-off-by-one step admit" in out
-    assert "  max_num_seqs = " in out
+    assert "  config: " in out and " max_num_seqs=" in out
     path = tmp_path / "schedspec-formal-SEQS-max-num-seqs-off-by-one.json"
     assert f"trace of a run that reaches it: {path}" in out
     trace = Trace.load(path)
     assert "max-num-seqs-off-by-one breaks SEQS" in trace.note
+
+
+def test_a_counterexample_prints_as_a_schedule_table(tmp_path: Path) -> None:
+    """The planted bad rule preempt-keeps-blocks: the counterexample is the step, a row per
+    request, where the victim is PREEMPTED after schedule() and still holds blocks, and
+    the invariant it breaks with its rule; not a dump of the model's variables."""
+    code, out = run(
+        "--max-n", "2", "--only", "PREEMPT-RESET", "--variant", "preempt-keeps-blocks",
+        "--jobs", "1", "--trace-dir", str(tmp_path),
+    )  # fmt: skip
+    assert code == 1, out
+    lines = out.splitlines()
+    start = lines.index("  counterexample: PREEMPT-RESET N=2 block_size=2 preempt-keeps-blocks")
+    assert lines[start + 1] == "  the step, request by request:"
+    header = [cell.split() for cell in lines[start + 2].split("|")]
+    assert header == [
+        ["request"],
+        ["before", "computed", "tokens", "blocks", "in", "flight"],
+        ["scheduled", "drafts", "decision"],
+        ["after", "schedule()", "computed", "blocks"],
+        ["after", "the", "output", "computed", "tokens", "blocks"],
+    ]
+    rows = [[c.split() for c in line.split("|")] for line in lines[start + 3 : start + 5]]
+    assert [row[0] for row in rows] == [["s[0]"], ["s[1]"]]
+    victims = [row[3] for row in rows if row[2][-1] == "preempted"]
+    assert victims and all(after[:2] == ["PREEMPTED", "0"] for after in victims)
+    assert any(int(blocks) > 0 for *_, blocks in victims)  # the bug: it kept its blocks
+    assert lines[start + 5] == "  breaks PREEMPT-RESET (rule: docs/SPEC.md#preempt-reset)"
+    assert lines[start + 6].startswith("  config: ")
+    assert not any(" = " in line for line in lines[start:])  # no raw `name = value` dump
+
+
+def test_schedule_table_worked_example() -> None:
+    before = SlotState("RUNNING", 24, 23, 12, 2)
+    rows = [
+        SlotRow("s[0]", before, 0, 0, "preempted", SlotState("PREEMPTED", 0, 23, 12, 2), before),
+        SlotRow("s[1]", SlotState("WAITING", 0, 5, 0, 0), 5, 0, "admitted",
+                SlotState("RUNNING", 5, 5, 3, 5), SlotState("RUNNING", 5, 6, 3, 0)),
+    ]  # fmt: skip
+    assert schedule_table(rows) == [
+        "the step, request by request:",
+        "request | before   computed  tokens  blocks  in flight | scheduled  drafts  decision  "
+        "| after schedule()  computed  blocks | after the output  computed  tokens  blocks",
+        "s[0]    | RUNNING        24      23      12          2 |         0       0  preempted "
+        "| PREEMPTED                0      12 | RUNNING                 24      23      12",
+        "s[1]    | WAITING         0       5       0          0 |         5       0  admitted  "
+        "| RUNNING                  5       3 | RUNNING                  5       6       3",
+    ]
+    assert schedule_table([]) == []
 
 
 def test_processes_give_the_serial_table_in_the_same_order(tmp_path: Path) -> None:
@@ -130,7 +181,7 @@ def test_determined_without_a_strengthening_fails_with_the_open_decision() -> No
     assert "vllm-v1 profile without preempt-needed" in out
     assert "counterexample: DETERMINED lemma victims without preempt-needed" in out
     # The two engines' decisions on the one request: one serves it, one preempts it.
-    assert "  b[0].preempted = True" in out or "  a[0].preempted = True" in out
+    assert " b[0].preempted=True" in out or " a[0].preempted=True" in out
     assert "cross-checks DISAGREE" not in out
 
 

@@ -105,7 +105,8 @@ def test_bad_engine_is_a_usage_error(engines: pytest.Pytester) -> None:
                 "--schedspec-profile",
                 "vllm-v1",
             ],
-            "*--schedspec-profile: profile: the engine claims [[]'safety'[]], not 'vllm-v1'",
+            "*--schedspec-profile: profile: the engine claims [[]'safety'[]], not 'vllm-v1'; "
+            "an adapter claims it by setting its `profiles` attribute*",
         ),
     ],
 )

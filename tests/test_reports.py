@@ -108,6 +108,8 @@ class TestCheckReports:
         (violation,) = summary["violations"]
         assert violation["invariant"] == "BUDGET" and violation["event_index"] == 2
         assert (violation["expected"], violation["actual"]) == (2, 3)
+        assert violation["rule"] == "docs/SPEC.md#budget"
+        assert "rule: docs/SPEC.md#budget" in failure.attrib["message"]
         assert summary["trace"] == {
             "path": str(trace_dir / "schedspec-failure-1.json"),
             "events": 3,

@@ -4,6 +4,7 @@ legends sit clear of the data and that the Gantt shows each wait in the queue.""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,13 @@ from schedspec.simulate.log_ticks import MIN_LABELS
 from schedspec.simulate.metrics import RequestMetrics
 from schedspec.simulate.plots import (
     KIND_COLORS,
+    MIN_PHASE_SHARE,
     WAIT_COLOR,
     gantt_figure,
     gantt_segments,
     kv_queue_figure,
     latency_cdf_figure,
+    pack_lanes,
     save_figure,
     wait_spans,
 )
@@ -258,3 +261,57 @@ def test_save_writes_each_format(two_runs: list[ConfigRun], tmp_path: Path) -> N
     assert [p.name for p in paths] == ["g.png", "g.svg"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in paths[1].read_bytes()[:500]
+
+
+def _crowded_result(num_requests: int = 400) -> SimulationResult:
+    """num_requests arrive one per 0.05 s step; every third waits a step before its
+    prefill; each then decodes for 40 steps: about 41 alive at once, 440 steps."""
+    first_step = {f"r{i}": i + (1 if i % 3 == 0 else 0) for i in range(num_requests)}
+    steps = []
+    for n in range(num_requests + 41):
+        entries = [
+            ScheduledEntry(rid, "prefill" if n == start else "decode", 8 if n == start else 1, 0)
+            for rid, start in first_step.items()
+            if start <= n <= start + 40
+        ]
+        steps.append(dataclasses.replace(_step(n * 0.05, *entries), duration=0.05))
+    return _result(steps, {f"r{i}": i * 0.05 for i in range(num_requests)})
+
+
+def test_a_gantt_of_400_requests_packs_lanes_and_shows_every_phase() -> None:
+    """400 requests as a row each left a few pixels per request and one colour overall:
+    packed into lanes (as many as are alive at once), each request's prefill drawn wide
+    enough to see, every phase in its own colour with a legend entry."""
+    result = _crowded_result()
+    fig = gantt_figure(result)
+    (ax,) = fig.axes
+    lanes = round(ax.get_ylim()[0] + 0.5)
+    assert 41 <= lanes <= 45, lanes
+    assert ax.get_ylabel() == "lane (400 requests, packed by lifetime)"
+    collections = {c.get_label(): c for c in ax.collections if isinstance(c, PolyCollection)}
+    colours = {tuple(np.asarray(c.get_facecolor())[0]) for c in collections.values()}
+    assert len(colours) == len(collections) == 3  # waiting, prefill, decode
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["waiting in queue", "prefill", "decode"]
+    span = result.steps[-1].start + result.steps[-1].duration
+    prefills = _boxes(collections["prefill"])
+    assert len(prefills) == 400
+    assert min(x1 - x0 for x0, x1, _, _ in prefills) >= MIN_PHASE_SHARE * span - 1e-9
+    # No two requests of one lane overlap in time.
+    by_lane: dict[float, list[tuple[float, float]]] = {}
+    for x0, x1, y0, y1 in _boxes(collections["decode"]):
+        by_lane.setdefault(round((y0 + y1) / 2), []).append((x0, x1))
+    for spans in by_lane.values():
+        spans.sort()
+        assert all(a[1] <= b[0] + 1e-9 for a, b in itertools.pairwise(spans))
+
+
+def test_pack_lanes_reuses_a_lane_once_its_request_is_done() -> None:
+    spans = {"a": (0.0, 2.0), "b": (1.0, 3.0), "c": (2.5, 4.0), "d": (3.5, 5.0)}
+    assert pack_lanes(spans) == {"a": 0, "b": 1, "c": 0, "d": 1}
+
+
+def test_a_few_requests_keep_a_named_row_each() -> None:
+    (ax,) = gantt_figure(_crowded_result(30)).axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"r{i}" for i in range(30)]
+    assert ax.get_ylabel() == "request (arrival order)"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from schedspec.reference import sizing
-from schedspec.spec.invariants import CATALOGUE
+from schedspec.spec.invariants import CATALOGUE, SPEC_DOC, Violation, rule_anchor, rule_link
 
 SPEC = Path(__file__).resolve().parent.parent / "docs" / "SPEC.md"
 
@@ -137,3 +137,40 @@ def test_crosshair_column_lists_the_contracts_that_support_the_invariant(
     assert crosshair == (", ".join(f"`{f}`" for f in functions) or "none")
     body = sections(spec_text())[invariant_id]
     assert ("CrossHair:" in body) == bool(functions)
+
+
+# ------------------------------------------------------------ rule links
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor for a heading's text (lower case, punctuation but '-' and '_'
+    dropped, spaces to hyphens): stated here independently of rule_anchor, which it checks."""
+    return "".join(c for c in heading.lower() if c.isalnum() or c in "-_ ").replace(" ", "-")
+
+
+def test_rule_link_worked_example() -> None:
+    assert rule_link("PREEMPT-RESET") == "docs/SPEC.md#preempt-reset"
+    violation = Violation("PREEMPT-RESET", "not reset: block_ids", "r3", expected=(), actual=(2,))
+    assert violation.rule == "docs/SPEC.md#preempt-reset"
+    assert str(violation) == (
+        "[PREEMPT-RESET] request 'r3': not reset: block_ids "
+        "(expected (), actual (2,); rule: docs/SPEC.md#preempt-reset)"
+    )
+
+
+def test_every_rule_link_lands_on_its_own_section() -> None:
+    """Each id's link names docs/SPEC.md and an anchor that GitHub gives the id's own
+    `### ID` heading: the first heading in the file with that anchor (GitHub suffixes later
+    ones), so no other heading can take it."""
+    assert Path(__file__).resolve().parent.parent / SPEC_DOC == SPEC
+    first_with: dict[str, str] = {}
+    for line in spec_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip()
+            first_with.setdefault(heading_anchor(title), title)
+    wrong = {
+        i: first_with.get(rule_anchor(i))
+        for i in CATALOGUE
+        if first_with.get(rule_anchor(i)) != i or rule_link(i) != f"{SPEC_DOC}#{rule_anchor(i)}"
+    }
+    assert not wrong, f"rule links that miss their section: {wrong}"

@@ -56,7 +56,7 @@ def run_planned(
     backend (campaign/plan.run_parallel; `recipe` names the engines to the workers),
     what it covered then put into the report."""
     if not plan.request.backend.parallel:
-        with suite_progress(plan.settings.examples, options.progress) as on_example:
+        with suite_progress(plan.settings.examples, options.progress, options.quiet) as on_example:
             return in_one_process(with_database(plan, recipe), on_example), None
     with usage_errors():  # an address given with --ray where no cluster answers
         parallel = run_parallel(

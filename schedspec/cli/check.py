@@ -78,6 +78,7 @@ NOT_IN_SWARM_MODE = {
     "--step-timeout": "swarm mode's device checks are no engine calls to time",
     "--example-db": "swarm mode draws configs only, and keeps its findings as traces",
     "--python": "swarm mode steps gpu_impl's tensors in this process",
+    "--quiet": "swarm mode prints its own report",
 }
 
 
@@ -97,8 +98,8 @@ NOT_IN_SWARM_MODE = {
     "--workers, --ray and --duration split the configs into chunks of 4 on CPU workers; "
     "--junit, --json, --step-timeout and --example-db are not used.",
 )
-@run_options
-@backend_options
+@run_options(swarm=True)
+@backend_options(swarm=True)
 @click.pass_context
 def check(
     ctx: click.Context,
@@ -153,11 +154,12 @@ def _check(options: CheckOptions, plan: RunPlan, report: RunReport) -> None:
     """The run, filling in the report as it goes."""
     (factory,) = plan.factories
     profile = plan.profile
-    click.echo(
-        f"checking {options.engine}{_in_python(options.python)} against profile {profile}: "
-        f"{examples_phrase(plan)} of up to {plan.settings.rules_per_example} actions"
-        + configs_phrase(plan)
-    )
+    if not options.quiet:
+        click.echo(
+            f"checking {options.engine}{_in_python(options.python)} against profile {profile}: "
+            f"{examples_phrase(plan)} of up to {plan.settings.rules_per_example} actions"
+            + configs_phrase(plan)
+        )
     recipe = NamedEngines.of_plan(plan, options.step_timeout)
 
     def in_one_process(settings: SuiteSettings, on_example: OnExample) -> SuiteResult:
@@ -172,12 +174,13 @@ def _check(options: CheckOptions, plan: RunPlan, report: RunReport) -> None:
     replay = f"schedspec replay {result.trace_path} --engine {engine} --profile {profile}"
     record_result(report, result, replay)
     if result.error is not None or result.other_error is not None:
-        click.echo()
+        if not options.quiet:
+            click.echo()
         for line in failure_report(result, factory, engine):
             click.echo(line)
     echo_trace_problem(result)
-    failing = echo_checks(result, profile, capabilities=plan.capabilities)
-    if parallel is not None:
+    failing = echo_checks(result, profile, capabilities=plan.capabilities, quiet=options.quiet)
+    if parallel is not None and not options.quiet:
         echo_campaign(parallel, options)
     if report.outcome is Outcome.PASSED:
         click.echo(f"PASSED: every invariant of profile {profile} held")

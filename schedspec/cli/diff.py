@@ -69,8 +69,8 @@ class DiffCommandOptions(SuiteRunOptions):
 
 @click.command()
 @pair_options
-@run_options
-@backend_options
+@run_options(swarm=False)
+@backend_options(swarm=False)
 def diff(profile: str | None, no_shrink: bool, json_path: Path | None, **run: Any) -> None:
     """Drive two engines in lockstep through random workloads and report the first step
     where they disagree.
@@ -110,11 +110,12 @@ def _diff(options: DiffCommandOptions, plan: RunPlan, report: RunReport) -> None
     profile = plan.profile
     left_side = side_phrase("left", options.left_python)
     right_side = side_phrase("right", options.right_python)
-    click.echo(
-        f"diffing {options.left} ({left_side}) and {options.right} ({right_side}) in "
-        f"lockstep, profile {profile}: {examples_phrase(plan)} of up to "
-        f"{plan.settings.rules_per_example} actions" + configs_phrase(plan)
-    )
+    if not options.quiet:
+        click.echo(
+            f"diffing {options.left} ({left_side}) and {options.right} ({right_side}) in "
+            f"lockstep, profile {profile}: {examples_phrase(plan)} of up to "
+            f"{plan.settings.rules_per_example} actions" + configs_phrase(plan)
+        )
     diff_options = DiffOptions(compare_block_ids=options.compare_block_ids)
     recipe = NamedEngines.of_plan(plan, options.step_timeout, options.compare_block_ids)
 
@@ -135,7 +136,8 @@ def _diff(options: DiffCommandOptions, plan: RunPlan, report: RunReport) -> None
     replay = _replay_command(result.trace_path, options, profile)
     record_result(report, result, replay)
     if result.error is not None or result.other_error is not None or result.divergence:
-        click.echo()
+        if not options.quiet:
+            click.echo()
         names = (options.left, options.right)
         for line in diff_failure_report(result, left, right, names, diff_options):
             click.echo(line)
@@ -147,8 +149,9 @@ def _diff(options: DiffCommandOptions, plan: RunPlan, report: RunReport) -> None
         profile,
         "checks per engine (both engines were checked the same until the failure):",
         plan.capabilities,
+        quiet=options.quiet,
     )
-    if parallel is not None:
+    if parallel is not None and not options.quiet:
         echo_campaign(parallel, options)
     click.echo(_verdict(report, result, failing, plan.seed))
 

@@ -6,142 +6,108 @@ pictures), so the group names them as "module:attribute" and loads the one
 invoked: `schedspec run` and `schedspec check` start fast and work without
 torch, z3 or matplotlib.
 
-The group also keeps the exit-code contract for every command (reports.EXIT_CODES):
-an interrupt (Ctrl-C, SIGTERM, SIGHUP) exits 128 + the signal, never click's 1, and
-an error that escapes a command is schedspec's own (exit 6, with its traceback),
-never mistaken for an invariant that broke (1).
+The group also keeps the exit-code contract for every command (exit_codes.py), which
+it imports only when a command runs: `--help` and `--version` need nothing but click.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import importlib
-import os
-import signal
-import sys
-import traceback
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
-from schedspec.cli.exit_codes import EXIT_CODES, EXIT_HARNESS_ERROR, Outcome, error_outcome
-from schedspec.cli.interrupts import interrupt_exit_code, interrupt_name, terminations_interrupt
-from schedspec.engines.errors import EngineHalt, engine_call_of
+from schedspec import __version__
 
-# Name -> "module:attribute" of a click command, in the order --help lists them.
-COMMANDS: dict[str, str] = {
-    "run": "schedspec.cli.run:run",
-    "check": "schedspec.cli.check:check",
-    "conform": "schedspec.cli.check:conform",
-    "replay": "schedspec.cli.replay:replay",
-    "diff": "schedspec.cli.diff:diff",
-    "diff-replay": "schedspec.cli.diff_replay:diff_replay",
-    "prove": "schedspec.cli.prove:prove_command",
-    "simulate": "schedspec.cli.simulate:simulate",
-    "install": "schedspec.cli.setup.install:install",
+
+class LazyCommand(NamedTuple):
+    """Where a command lives ("module:attribute") and the line `schedspec --help` lists
+    for it: the first paragraph of its docstring, kept here so that listing the commands
+    imports none of them (tests/test_cli_startup.py holds the two equal). A NamedTuple,
+    not a dataclass: dataclasses costs --help a sixth of its imports."""
+
+    target: str
+    summary: str
+
+
+# Name -> command, in the order --help lists them.
+COMMANDS: dict[str, LazyCommand] = {
+    "run": LazyCommand(
+        "schedspec.cli.run:run", "Run the built-in mixed workload through the reference scheduler."
+    ),
+    "check": LazyCommand("schedspec.cli.check:check", "Run the invariant suite against an engine."),
+    "conform": LazyCommand(
+        "schedspec.cli.check:conform",
+        "Check an adapter's own protocol (snapshot shape, ids, queues, block hashes, "
+        "refusals) and name the adapter method at fault.",
+    ),
+    "replay": LazyCommand(
+        "schedspec.cli.replay:replay",
+        "Re-run a trace file on an engine and name the first event that breaks an invariant.",
+    ),
+    "diff": LazyCommand(
+        "schedspec.cli.diff:diff",
+        "Drive two engines in lockstep through random workloads and report the first step "
+        "where they disagree.",
+    ),
+    "diff-replay": LazyCommand(
+        "schedspec.cli.diff_replay:diff_replay",
+        "Re-run a trace file on two engines in lockstep, side by side, to the first divergence.",
+    ),
+    "prove": LazyCommand(
+        "schedspec.cli.prove:prove_command",
+        "Prove the invariants of one scheduling step with Z3, for every N and for N <= max-n.",
+    ),
+    "simulate": LazyCommand(
+        "schedspec.cli.simulate:simulate",
+        "Simulate a workload through an engine with a step-time cost model.",
+    ),
+    "install": LazyCommand(
+        "schedspec.cli.setup.install:install",
+        "Install ENGINE's scheduler (vllm, sglang) or torch's CPU build (torch-cpu) into VENV.",
+    ),
 }
 
 
 class LazyGroup(click.Group):
-    """A click group that imports the commands of COMMANDS on first use."""
+    """A click group that imports the commands of COMMANDS on first use, and lists them
+    in --help from their summaries without importing any."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
+        lazy = COMMANDS.get(cmd_name)
+        if lazy is None:
             return None
-        module_name, _, attribute = target.partition(":")
+        module_name, _, attribute = lazy.target.partition(":")
         command = getattr(importlib.import_module(module_name), attribute)
-        assert isinstance(command, click.Command), target
+        assert isinstance(command, click.Command), lazy.target
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own listing, but from the summaries: click.Group's would import every
+        # command (and Hypothesis, z3) to read one line of each.
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [
+            (name, click.Command(name, help=c.summary).get_short_help_str(limit))
+            for name, c in COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
-        with terminations_interrupt():
-            try:
-                return super().invoke(ctx)
-            except (click.ClickException, click.exceptions.Exit, click.Abort):
-                raise
-            except KeyboardInterrupt as err:
-                code = interrupt_exit_code(err)
-                click.echo(f"\ninterrupted by {interrupt_name(err)} (exit {code})", err=True)
-                raise SystemExit(code) from None
-            except BrokenPipeError as err:
-                if engine_call_of(err) is not None:  # the engine's own pipe: its error
-                    raise SystemExit(_escaped(err)) from None
-                raise SystemExit(_stdout_gone()) from None
-            except OSError as err:
-                if engine_call_of(err) is None and _while_printing(err):
-                    raise SystemExit(_output_unwritable(err)) from None
-                raise SystemExit(_escaped(err)) from None
-            except (Exception, EngineHalt) as err:
-                raise SystemExit(_escaped(err)) from None
+        # Imported here: `schedspec --help` and `--version` end while parsing, before any
+        # command is invoked, and need none of the exit-code machinery.
+        from schedspec.cli.exit_codes import keeping_exit_codes
 
-
-def _stdout_gone() -> int:
-    """The reader of standard output went away (`schedspec prove | head`): exit as a
-    process that SIGPIPE ended (128 + 13, what a shell reports), quietly."""
-    _silence(sys.stdout)
-    return 128 + signal.SIGPIPE
-
-
-def _while_printing(err: OSError) -> bool:
-    """Whether err came out of printing (click.echo) to standard output or error: every
-    file schedspec writes itself turns a failed write into a warning, so this is the
-    one place a full device (`> /dev/full`) or a quota meets an output stream."""
-    frame = err.__traceback__
-    while frame is not None:
-        code = frame.tb_frame.f_code
-        if code.co_name == "echo" and code.co_filename.endswith(os.path.join("click", "utils.py")):
-            return True
-        frame = frame.tb_next
-    return False
-
-
-def _output_unwritable(err: OSError) -> int:
-    """Standard output (or error) cannot be written: the usage error of an output path
-    that cannot be written (exit 2), said in one line where it can still be said, and
-    no traceback."""
-    _silence(sys.stdout)
-    with contextlib.suppress(OSError):
-        sys.stderr.write(f"schedspec: cannot write its output: {err.strerror or err}\n")
-        sys.stderr.flush()
-    return EXIT_CODES[Outcome.USAGE_ERROR]
-
-
-def _silence(stream: Any) -> None:
-    """Point a standard stream at /dev/null, so that the interpreter's last flush on the
-    way out does not fail again (and print a traceback of its own)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
-        os.close(devnull)
-
-
-def _escaped(err: BaseException) -> int:
-    """Print an error no command handled and return the exit code its outcome has: the
-    engine's (loading its module raised, or tried to exit), or schedspec's own."""
-    outcome = error_outcome(err)
-    if outcome is Outcome.HARNESS_ERROR:
-        click.echo(harness_error_text(err), err=True)
-    else:
-        from schedspec.properties.failure_report import crash_report  # Hypothesis: only now
-
-        click.echo("FAILED: " + "\n".join(crash_report(err)))
-    return EXIT_CODES[outcome]
-
-
-def harness_error_text(err: BaseException) -> str:
-    """What is printed when schedspec itself fails: not a finding about the engine."""
-    return (
-        "".join(traceback.format_exception(err)).rstrip("\n")
-        + f"\nHARNESS ERROR: schedspec itself raised {type(err).__name__} (exit "
-        f"{EXIT_HARNESS_ERROR}); this is a bug in schedspec, not a finding about the engine: "
-        "please report it with the traceback above"
-    )
+        return keeping_exit_codes(functools.partial(click.Group.invoke, self, ctx))
 
 
 @click.group(cls=LazyGroup)
+@click.version_option(
+    __version__, "--version", prog_name="schedspec", message="%(prog)s %(version)s"
+)
 def main() -> None:
     """schedspec: an executable specification of LLM-serving schedulers."""

@@ -104,57 +104,75 @@ step_timeout_option = click.option(
     f"0: no limit; at most {MAX_STEP_TIMEOUT:g}.",
 )
 
-# The flags `check` and `diff` share: how hard to look, where results go.
-run_options = stack(
-    click.option(
-        "--examples",
-        type=click.IntRange(min=1),
-        default=None,
-        help="Hypothesis examples to search [default: 100, 2000 with --long; "
-        "swarm mode: configs, 4, 32 with --long].",
-    ),
-    click.option("--seed", type=click.IntRange(min=0), default=None, help="Repeat a run exactly."),
-    click.option(
-        "--max-steps",
-        type=click.IntRange(min=1),
-        default=None,
-        help="Actions per example (add_request, abort, drafts, step), each of which may step "
-        "the engine several times [default: 40, 100 with --long; swarm mode: ticks per "
-        "config, the same].",
-    ),
-    click.option("--long", is_flag=True, help="The long profile (also SCHEDSPEC_LONG=1)."),
-    click.option(
-        "--trace-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        # Relative, so the printed replay command stays short.
-        default=Path(),
-        help="Where a failure's trace is written [default: the current directory].",
-    ),
-    click.option("--no-shrink", is_flag=True, help="Report the first failure found, unshrunk."),
-    click.option(
-        "--configs",
-        default=None,
-        metavar="MODULE:STRATEGY",
-        help="The configs to draw: a Hypothesis strategy (or a function returning one) "
-        "[default: the engine's own where it has one (vllm: no speculative decoding, "
-        "docs/FINDINGS.md), else the suite's].",
-    ),
-    click.option("--progress", is_flag=True, help="Report progress on stderr even off a terminal."),
-    step_timeout_option,
-    click.option(
-        "--junit",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Write a JUnit XML report here (a testcase per invariant, one for engine errors).",
-    ),
-    click.option(
-        "--json",
-        "json_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Write a JSON summary here (outcome, counts, violations, trace path).",
-    ),
-)
+
+def count_option(flag: str, help_text: str) -> Callable[[F], F]:
+    """An optional count of at least 1 whose default the command works out (the help
+    says how)."""
+    return click.option(flag, type=click.IntRange(min=1), default=None, help=help_text)
+
+
+def run_options(swarm: bool) -> Callable[[F], F]:
+    """The flags `check` and `diff` share: how hard to look, where results go. swarm: the
+    command has swarm mode (check), whose defaults the help then states too."""
+    return stack(
+        count_option(
+            "--examples",
+            "Hypothesis examples to search [default: 100, 2000 with --long"
+            + ("; swarm mode: configs, 4, 32 with --long]." if swarm else "]."),
+        ),
+        click.option(
+            "--seed", type=click.IntRange(min=0), default=None, help="Repeat a run exactly."
+        ),
+        count_option(
+            "--max-steps",
+            "Actions per example (add_request, abort, drafts, step), each of which may step "
+            "the engine several times [default: 40, 100 with --long"
+            + ("; swarm mode: ticks per config, the same]." if swarm else "]."),
+        ),
+        click.option("--long", is_flag=True, help="The long profile (also SCHEDSPEC_LONG=1)."),
+        click.option(
+            "--trace-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            # Relative, so the printed replay command stays short.
+            default=Path(),
+            help="Where a failure's trace is written [default: the current directory].",
+        ),
+        click.option("--no-shrink", is_flag=True, help="Report the first failure found, unshrunk."),
+        click.option(
+            "--configs",
+            default=None,
+            metavar="MODULE:STRATEGY",
+            help="The configs to draw: a Hypothesis strategy (or a function returning one) "
+            "[default: the engine's own where it has one (vllm: its release's knobs, sync and "
+            "async, with and without speculative decoding, outside the corners where vLLM and "
+            "the spec are known to part: docs/FINDINGS.md), else the suite's].",
+        ),
+        click.option(
+            "--progress", is_flag=True, help="Report progress on stderr even off a terminal."
+        ),
+        click.option(
+            "--quiet",
+            is_flag=True,
+            help="Print the verdict line only (PASSED: ... or FAILED: ...): no heading, no "
+            "invariant or corner table, no shrink notice; a failure still prints its violation, "
+            "counterexample and trace.",
+        ),
+        step_timeout_option,
+        click.option(
+            "--junit",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Write a JUnit XML report here (a testcase per invariant, one for engine errors).",
+        ),
+        click.option(
+            "--json",
+            "json_path",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Write a JSON summary here (outcome, counts, violations, trace path).",
+        ),
+    )
+
 
 # The longest --duration accepted: a week. A campaign past that is no longer one run.
 MAX_DURATION_SECONDS = 7 * 86_400.0
@@ -211,47 +229,47 @@ def _example_db(ctx: click.Context, param: click.Parameter, value: str | None) -
     return Path(value)
 
 
-# Where the chunks of a `check` or `diff` run (or of swarm mode's configs) go: local
-# processes, or Ray; for a count of examples, or for a time (a campaign).
-backend_options = stack(
-    click.option(
-        "--workers",
-        type=click.IntRange(min=1),
-        default=None,
-        help="Workers: the examples are split into chunks over seeds seed, seed + 1, ... "
-        "[default: 1 local process; with --ray, the cluster's CPUs].",
-    ),
-    click.option(
-        "--ray",
-        is_flag=False,
-        flag_value="local",
-        default=None,
-        metavar="[ADDRESS]",
-        help="Run the chunks as Ray tasks: on the cluster at ADDRESS (auto, HOST:PORT, "
-        "ray://HOST:PORT), or, with no ADDRESS, on a local cluster started for the run "
-        "(loopback only). Needs Ray, the ray extra (without it the error says how to install "
-        "it).",
-    ),
-    click.option(
-        "--duration",
-        default=None,
-        callback=_duration,
-        metavar="DURATION",
-        help="A campaign: search for this long (90s, 5m, 2h, 1h30m; at most 7d) in chunks "
-        "of 200 examples (swarm mode: 4 configs), keeping every distinct failure's trace; "
-        "--examples, if given, caps it.",
-    ),
-    click.option(
-        "--example-db",
-        type=click.Path(file_okay=False),
-        callback=_example_db,
-        default=None,
-        metavar="DIR",
-        help="Hypothesis' example database: failing examples are saved here and tried "
-        "first by the next run given it (shared by every worker; a run then depends on "
-        "more than its seed).",
-    ),
-)
+def backend_options(swarm: bool) -> Callable[[F], F]:
+    """Where the chunks of a `check` or `diff` run (or of swarm mode's configs, swarm: the
+    command has it) go: local processes, or Ray; for a count of examples, or for a time
+    (a campaign)."""
+    return stack(
+        count_option(
+            "--workers",
+            "Workers: the examples are split into chunks over seeds seed, seed + 1, ... "
+            "[default: 1 local process; with --ray, the cluster's CPUs].",
+        ),
+        click.option(
+            "--ray",
+            is_flag=False,
+            flag_value="local",
+            default=None,
+            metavar="[ADDRESS]",
+            help="Run the chunks as Ray tasks: on the cluster at ADDRESS (auto, HOST:PORT, "
+            "ray://HOST:PORT), or, with no ADDRESS, on a local cluster started for the run "
+            "(loopback only). Needs Ray, the ray extra (without it the error says how to "
+            "install it).",
+        ),
+        click.option(
+            "--duration",
+            default=None,
+            callback=_duration,
+            metavar="DURATION",
+            help="A campaign: search for this long (90s, 5m, 2h, 1h30m; at most 7d) in chunks "
+            "of 200 examples" + (" (swarm mode: 4 configs)" if swarm else "") + ", keeping "
+            "every distinct failure's trace; --examples, if given, caps it.",
+        ),
+        click.option(
+            "--example-db",
+            type=click.Path(file_okay=False),
+            callback=_example_db,
+            default=None,
+            metavar="DIR",
+            help="Hypothesis' example database: failing examples are saved here and tried "
+            "first by the next run given it (shared by every worker; a run then depends on "
+            "more than its seed).",
+        ),
+    )
 
 
 def python_option(flag: str, engine: str) -> Callable[[F], F]:

@@ -217,7 +217,7 @@ def prove_command(
         if failure is None:
             return
         click.echo(f"  {failure.verdict}: {failure.claim} {failure.reason}".rstrip())
-        for line in state_lines(failure):
+        for line in state_lines(failure, row.invariant):
             click.echo(line)
         if row.verdict == "counterexample" and row.invariant not in traced:
             traced.add(row.invariant)

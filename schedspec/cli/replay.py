@@ -41,11 +41,22 @@ SHOWN_EVENTS = 200
 @python_option("--python", "the engine")
 @profile_option
 @step_timeout_option
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="Print the verdict line only when every event holds (PASSED: ...); a failure "
+    "still prints the replayed events and what broke.",
+)
 def replay(
-    trace: Path, engine: str, python: str | None, profile: str | None, step_timeout: float
+    trace: Path,
+    engine: str,
+    python: str | None,
+    profile: str | None,
+    step_timeout: float,
+    quiet: bool,
 ) -> None:
     """Re-run a trace file on an engine and name the first event that breaks an invariant."""
-    raise SystemExit(run_replay(trace, engine, as_profile(profile), step_timeout, python))
+    raise SystemExit(run_replay(trace, engine, as_profile(profile), step_timeout, python, quiet))
 
 
 def run_replay(
@@ -54,16 +65,19 @@ def run_replay(
     requested: Profile | None,
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     python: str | None = None,
+    quiet: bool = False,
 ) -> int:
     """`python`: the interpreter the engine runs in (None: this one)."""
     trace = load_trace(path)
     request = RunRequest(engines=one_engine(engine_name, python), profile=requested)
     (factory,) = load_factories(request)
     with Watchdog(step_timeout) as watchdog:
-        return _replay(path, trace, guarded(factory, watchdog), request)
+        return _replay(path, trace, guarded(factory, watchdog), request, quiet)
 
 
-def _replay(path: Path, trace: Trace, factory: EngineFactory, request: RunRequest) -> int:
+def _replay(
+    path: Path, trace: Trace, factory: EngineFactory, request: RunRequest, quiet: bool
+) -> int:
     (engine_name,) = request.names
     built = engine_step(lambda: build_engine("engine", factory, trace.config))
     if isinstance(built, EngineFailure):
@@ -71,14 +85,18 @@ def _replay(path: Path, trace: Trace, factory: EngineFactory, request: RunReques
     engine, claimed = built
     with usage_errors():
         profile = profile_of(request, [claimed])
-    click.echo(f"replaying {path} on {engine_name} (profile {profile}): {len(trace.events)} events")
-    for line in format_config(trace.config, trace.model):
-        click.echo(f"  {line}")
+    heading = [f"replaying {path} on {engine_name} (profile {profile}): {len(trace.events)} events"]
+    heading += [f"  {line}" for line in format_config(trace.config, trace.model)]
     if trace.note:  # what the run that wrote the trace saw
-        click.echo("recorded failure: " + trace.note.replace("\n", "\n  "))
+        heading.append("recorded failure: " + trace.note.replace("\n", "\n  "))
+    if not quiet:  # before the replay, which may take long
+        click.echo("\n".join(heading))
     log = replay_with_log(trace, engine, profile)
-    for line in format_log(log, last=SHOWN_EVENTS):
-        click.echo(line)
+    if log.failed or not quiet:  # a failure prints in full, --quiet or not
+        if quiet:
+            click.echo("\n".join(heading))
+        for line in format_log(log, last=SHOWN_EVENTS):
+            click.echo(line)
     if log.violation is not None:
         broken = ", ".join(sorted({v.invariant for v in log.violation.violations}))
         click.echo(f"FAILED at {_event_name(log)}: {broken} broke")

@@ -59,6 +59,7 @@ class SuiteRunOptions:
     trace_dir: Path
     shrink: bool
     progress: bool
+    quiet: bool = False  # the verdict line only (and a failure's report)
     step_timeout: float | None = DEFAULT_STEP_TIMEOUT  # None or 0: no limit
     junit: Path | None = None
     json: Path | None = None
@@ -223,10 +224,13 @@ def echo_checks(
     profile: Profile,
     heading: str | None = None,
     capabilities: frozenset[Capability] = ALL_CAPABILITIES,
+    quiet: bool = False,
 ) -> list[str]:
     """Print the per-invariant table, the corners (those the engines' capabilities rule
-    out as not applicable) and the totals; return the ids that failed."""
+    out as not applicable) and the totals (quiet: nothing); return the ids that failed."""
     failing = [v.invariant for v in result.error.violations] if result.error else []
+    if quiet:
+        return failing
     click.echo()
     if heading is not None:
         click.echo(heading)

@@ -21,7 +21,7 @@ from schedspec.engines.capabilities import (
 from schedspec.engines.errors import EngineHalt
 from schedspec.spec import Family, SchedulerConfig, SpecInputError, shown
 from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN
-from schedspec.spec.invariants import FAMILY_PROFILES, PROFILES, Profile
+from schedspec.spec.invariants import FAMILY_PROFILES, PROFILES, Profile, family_of
 
 if TYPE_CHECKING:
     from schedspec.engines.protocol import EngineFactory
@@ -118,5 +118,21 @@ def choose_profile(
     for side, profiles in zip(sides, claimed, strict=True):
         if requested not in profiles:
             engine = f"the {side} engine" if side else "the engine"
-            raise ProfileError("profile", f"{engine} claims {sorted(profiles)}, not {requested!r}")
+            raise ProfileError(
+                "profile",
+                f"{engine} claims {sorted(profiles)}, not {requested!r}; {how_to_claim(requested)}",
+            )
     return requested
+
+
+def how_to_claim(profile: Profile) -> str:
+    """How an adapter claims a profile it does not: what to set, and where the rules are."""
+    family = family_of(profile)
+    if family is None:  # every adapter claims safety; one that does not is refused at load
+        return "an adapter claims a profile in its `profiles` attribute"
+    return (
+        f"an adapter claims it by setting its `profiles` attribute, e.g. "
+        f"profiles = frozenset({{'safety', {profile!r}}}), once its engine makes the {family} "
+        f"family's exact decisions (docs/SPEC.md#two-families; the rules are the {profile} "
+        "sections of docs/SPEC.md); until then check it under the safety profile"
+    )

@@ -244,13 +244,19 @@ class CheckedEngine:
         self._departures.note_abort(pre, self.state, request_ids)
         transition = AbortTransition(pre, request_ids, self.state)
         found = self._run("abort", transition) + self._run("state", self.state)
-        if not found:
-            # Any step still in flight counts: vLLM's batch queue and SGLang's overlap
-            # loop both apply an abort that arrives between engine steps with one there.
-            in_flight = [step.output for step in self._in_flight]
-            if landing is not None:
-                in_flight.append(landing)
-            corners.count_abort_in_flight(self.stats.corners, in_flight, request_ids, pre)
+        # Any step still in flight counts: vLLM's batch queue and SGLang's overlap
+        # loop both apply an abort that arrives between engine steps with one there.
+        in_flight = [step.output for step in self._in_flight]
+        if landing is not None:
+            in_flight.append(landing)
+        corners.count_reached(
+            corners.count_abort_in_flight,
+            bool(found),
+            self.stats.corners,
+            in_flight,
+            request_ids,
+            pre,
+        )
         return found
 
     def _propose(self, event: ProposeDrafts) -> list[Violation]:
@@ -320,8 +326,8 @@ class CheckedEngine:
         found = self._run("schedule", scheduled) + self._run("state", mid)
         self.state = mid
         deferred: frozenset[str] = frozenset()
+        corners.count_reached(corners.count_schedule, bool(found), self.stats.corners, scheduled)
         if not found:
-            corners.count_schedule(self.stats.corners, scheduled)
             self._head_passed_over = passed_over_after(scheduled)
             self._departures.on_schedule(pre, output, mid)
             deferred = self._kv_content.on_schedule(scheduled)

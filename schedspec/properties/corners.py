@@ -12,8 +12,10 @@ the V1 scheduler (section 7); each names the bug it guards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping
+import contextlib
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Concatenate, ParamSpec
 
 from schedspec.engines.capabilities import ALL_CAPABILITIES, Capability
 from schedspec.spec import RequestStatus, SchedulerOutput, SGLangState, State
@@ -25,6 +27,8 @@ from schedspec.spec.invariants import (
 )
 from schedspec.spec.invariants.sglang.admission import latch_surely_open
 from schedspec.spec.invariants.sglang.prefill_pass import PrefillPass
+
+P = ParamSpec("P")
 
 VLLM_ONLY = ("vllm",)
 SGLANG_ONLY = ("sglang",)
@@ -235,6 +239,25 @@ def corners_for(profile: str) -> tuple[Corner, ...]:
 
 def _bump(counts: MutableMapping[str, int], name: str) -> None:
     counts[name] = counts.get(name, 0) + 1
+
+
+def count_reached(
+    count: Callable[Concatenate[MutableMapping[str, int], P], None],
+    failed: bool,
+    counts: MutableMapping[str, int],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> None:
+    """Count the corners a call reached, a call that broke an invariant included: a run
+    that failed exactly at a corner must show that corner reached. The counters assume a
+    consistent transition, which a failing one need not be (a victim missing from the
+    state, a block id out of range): what they cannot read of it is left uncounted, since
+    the violation, not the table, is that run's report."""
+    if not failed:
+        count(counts, *args, **kwargs)
+        return
+    with contextlib.suppress(LookupError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+        count(counts, *args, **kwargs)
 
 
 def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> None:

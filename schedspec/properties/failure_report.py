@@ -24,6 +24,9 @@ from schedspec.traces.trace import ModelParams
 
 PROMPT_SHOWN = 12  # prompt tokens printed before eliding the rest
 INDENT = "      "  # lines under an event: what the engine did, what broke
+# This many identical events in a row (the same event, the engine doing the same with it:
+# a request decoding alone for many steps) print as one, with their index range.
+MERGED_RUN = 3
 
 
 def failure_report(result: SuiteResult, factory: EngineFactory, engine_name: str) -> list[str]:
@@ -160,9 +163,23 @@ def format_log(log: ReplayLog, last: int | None = None) -> list[str]:
         left_out = len(entries) - last
         lines.append(f"  ... {plural(left_out, 'earlier event')} not shown")
         entries = entries[left_out:]
-    for entry in entries:
-        lines.append(f"  #{entry.index} {format_event(entry.event)}")
-        lines += [f"{INDENT}{format_output(o)}" for o in entry.outputs]
+    shown = [
+        (entry.index, format_event(entry.event), [format_output(o) for o in entry.outputs])
+        for entry in entries
+    ]
+    start = 0
+    while start < len(shown):
+        index, event, outputs = shown[start]
+        end = start + 1
+        while end < len(shown) and shown[end][1:] == (event, outputs):
+            end += 1
+        if end - start >= MERGED_RUN:
+            lines.append(f"  #{index}-#{shown[end - 1][0]} {event} ({end - start} alike)")
+        else:
+            end = start + 1
+            lines.append(f"  #{index} {event}")
+        lines += [f"{INDENT}{output}" for output in outputs]
+        start = end
     if log.violation is not None:
         lines += [f"{INDENT}^ {v}" for v in log.violation.violations]
     if log.crash is not None:

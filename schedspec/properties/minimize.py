@@ -3,8 +3,10 @@
 Hypothesis shrinks the choices behind a state-machine run, but its deletions
 often misalign the rules that follow (an earlier add changes which request a
 later rule picks). Traces replay on any engine, so a last pass over the
-events themselves is cheap and exact: drop one event, reset one step's
-decisions to the defaults, or set one feature knob of the config (policy,
+events themselves is cheap and exact: drop a run of identical steps (all but one,
+or half, in one replay: a long run of plain steps goes in a few replays, not one
+per step), drop one event, reset one step's decisions to the defaults, cut a
+prompt short (to one token, or half), or set one feature knob of the config (policy,
 watermark, prefix caching, drafts, async scheduling, ...) back to its default,
 replay, and keep the change if the same failure still shows: one of the
 invariants the original broke, a divergence in the same field (lockstep
@@ -21,7 +23,7 @@ from collections.abc import Callable
 
 from schedspec.engines.capabilities import ALL_CAPABILITIES, Capability, needed_capabilities
 from schedspec.engines.errors import EngineHalt
-from schedspec.engines.events import Event, Step
+from schedspec.engines.events import AddRequest, Event, Step
 from schedspec.engines.protocol import EngineFactory
 from schedspec.engines.watchdog import StepTimeoutError
 from schedspec.properties.checked_engine import InvariantViolationError
@@ -109,16 +111,57 @@ def minimize_on(
 
 
 def _simpler(events: list[Event], index: int) -> list[list[Event]]:
-    """Candidates one change simpler at `index`: without it, or (a step) a plain one, or
-    one with default decisions that keeps its aborts in flight."""
+    """Candidates simpler at `index`: the run of identical steps it ends shortened, then
+    without it, or (a step) a plain one, or one with default decisions that keeps its
+    aborts in flight, or (an arrival) with a shorter prompt."""
     without = events[:index] + events[index + 1 :]
     event = events[index]
-    if not isinstance(event, Step) or event == Step():
+    if isinstance(event, AddRequest):
+        return [without, *_shorter_prompts(events, index, event)]
+    if not isinstance(event, Step):
         return [without]
+    shortened = _shorter_runs(events, index)
+    if event == Step():
+        return [*shortened, without]
     plainer = [Step()]
     if event.aborts and event != Step(aborts=event.aborts):
         plainer.append(Step(aborts=event.aborts))
-    return [without, *([*events[:index], step, *events[index + 1 :]] for step in plainer)]
+    return [
+        *shortened,
+        without,
+        *([*events[:index], step, *events[index + 1 :]] for step in plainer),
+    ]
+
+
+def _shorter_runs(events: list[Event], last: int) -> list[list[Event]]:
+    """For a run of n >= 3 identical steps ending at `last`: the run cut to one step, then
+    to half. (n = 2 is one drop, which the single-event candidate tries.)"""
+    first = last
+    while first > 0 and events[first - 1] == events[last]:
+        first -= 1
+    length = last - first + 1
+    if length < 3:
+        return []
+    return [events[: first + keep] + events[last + 1 :] for keep in (1, length - length // 2)]
+
+
+def _shorter_prompts(events: list[Event], index: int, event: AddRequest) -> list[list[Event]]:
+    """The arrival with its prompt cut to its first token, then to its first half: a
+    failure rarely needs a 63-token prompt, and a shorter one needs fewer prefill steps.
+    A prompt the KV connector holds remotely keeps its length (the remote part is a
+    share of it)."""
+    prompt = event.prompt_token_ids
+    if event.remote_kv is not None:
+        return []
+    lengths = sorted({1, len(prompt) // 2} - {0, len(prompt)})
+    return [
+        [
+            *events[:index],
+            dataclasses.replace(event, prompt_token_ids=prompt[:length]),
+            *events[index + 1 :],
+        ]
+        for length in lengths
+    ]
 
 
 # The knobs that switch a feature on or set a policy, each with its default: the sizes

@@ -30,7 +30,13 @@ KIND_COLORS: dict[Kind, str] = {"prefill": "tab:blue", "decode": "tab:green", "s
 WAIT_COLOR = "0.7"  # grey: not one of the work colours
 BAR_HALF_HEIGHT = 0.4  # of a row, for iterations a request ran in
 WAIT_HALF_HEIGHT = 0.2  # a thinner band, so a wait reads as not working in greyscale too
-LABELLED_ROWS = 40  # name every row up to this many requests
+LABELLED_ROWS = 40  # up to this many requests, a row each, named; past it, packed lanes
+LANE_GAP = 1e-9  # seconds: a lane takes a request that starts after the last one ended
+# A prefill is one short iteration beside a decode of hundreds: drawn to scale over a run
+# of seconds it is under a pixel, and every bar reads as decode. Short phases are drawn at
+# least this share of the time axis wide, over the phase after them.
+MIN_PHASE_SHARE = 0.004
+SHORT_PHASES: tuple[Kind, ...] = ("prefill", "spec")
 LEGEND_COLUMNS = 6  # a legend of more entries wraps onto another row
 PANEL_HEIGHT = 2.2  # inches, for the KV and the queue panel
 STRIP_HEIGHT = 1.1  # inches, for each config's iteration-time strip
@@ -108,16 +114,69 @@ def legend_above(fig: Figure, ax: Axes) -> None:
     fig.legend(handles, labels, loc="outside upper center", ncols=columns, fontsize="small")
 
 
+def _time_span(result: SimulationResult) -> float:
+    """Seconds from the first arrival to the end of the last iteration."""
+    if not result.steps:
+        return 0.0
+    first = min((t.arrival_time for t in result.requests.values()), default=0.0)
+    last = result.steps[-1]
+    return max(0.0, last.start + last.duration - first)
+
+
+def lifetimes(
+    result: SimulationResult,
+    segments: dict[tuple[str, Kind], list[tuple[float, float]]],
+    waits: dict[str, list[tuple[float, float]]],
+) -> dict[str, tuple[float, float]]:
+    """request -> (arrival, end of the last thing drawn for it): the span its lane holds."""
+    ends = {rid: t.arrival_time for rid, t in result.requests.items()}
+    drawn = [(rid, spans) for (rid, _), spans in segments.items()] + list(waits.items())
+    for rid, spans in drawn:
+        for start, width in spans:
+            ends[rid] = max(ends[rid], start + width)
+    return {rid: (t.arrival_time, ends[rid]) for rid, t in result.requests.items()}
+
+
+def pack_lanes(spans: dict[str, tuple[float, float]]) -> dict[str, int]:
+    """request -> lane, first fit in arrival order: a request goes to the lowest lane
+    whose last request ended before it arrived, so lanes are as few as the most
+    requests alive at once (400 requests at 20/s need a few dozen, not 400 rows)."""
+    lane_ends: list[float] = []
+    lanes: dict[str, int] = {}
+    for rid, (start, end) in sorted(spans.items(), key=lambda item: item[1]):
+        lane = next((i for i, e in enumerate(lane_ends) if e + LANE_GAP < start), None)
+        if lane is None:
+            lane = len(lane_ends)
+            lane_ends.append(end)
+        lane_ends[lane] = end
+        lanes[rid] = lane
+    return lanes
+
+
 def gantt_figure(result: SimulationResult) -> Figure:
     """Which request ran in each iteration, and as what; grey bands are waits in
-    the queue (before admission and after a preemption), red ticks preemptions."""
-    rows = {rid: i for i, rid in enumerate(result.requests)}
-    height = max(3.0, min(0.22 * len(rows) + 1.8, 14.0))
+    the queue (before admission and after a preemption), red ticks preemptions.
+
+    Up to LABELLED_ROWS requests get a named row each, in arrival order. More are packed
+    into lanes (pack_lanes): a row each would leave 400 requests a few pixels apiece,
+    and their bars a single smear of the decode colour; a white edge marks where one
+    request's bar ends and the next one's begins in a lane."""
+    # Short runs show every iteration as its own bar (white edges mark the steps).
+    merge = len(result.steps) > MAX_STEP_BARS
+    segments = gantt_segments(result, merge)
+    spans_waiting = wait_spans(result)
+    packed = len(result.requests) > LABELLED_ROWS
+    if packed:
+        rows = pack_lanes(lifetimes(result, segments, spans_waiting))
+    else:
+        rows = {rid: i for i, rid in enumerate(result.requests)}
+    num_rows = max(rows.values(), default=-1) + 1
+    height = max(3.0, min(0.22 * num_rows + 1.8, 14.0))
     fig = Figure(figsize=(11, height), layout="constrained")
     ax = fig.add_subplot()
     waits = [
         box
-        for rid, spans in wait_spans(result).items()
+        for rid, spans in spans_waiting.items()
         for box in _boxes(spans, rows[rid], WAIT_HALF_HEIGHT)
     ]
     if waits:
@@ -126,9 +185,10 @@ def gantt_figure(result: SimulationResult) -> Figure:
         )
     # One collection per kind: a collection per request would cost seconds to draw.
     boxes: dict[Kind, list[list[tuple[float, float]]]] = {}
-    # Short runs show every iteration as its own bar (white edges mark the steps).
-    merge = len(result.steps) > MAX_STEP_BARS
-    for (rid, kind), bars in gantt_segments(result, merge).items():
+    least = MIN_PHASE_SHARE * _time_span(result)
+    for (rid, kind), bars in segments.items():
+        if kind in SHORT_PHASES:
+            bars = [(start, max(width, least)) for start, width in bars]
         boxes.setdefault(kind, []).extend(_boxes(bars, rows[rid], BAR_HALF_HEIGHT))
     for kind, verts in boxes.items():
         ax.add_collection(
@@ -136,8 +196,9 @@ def gantt_figure(result: SimulationResult) -> Figure:
                 verts,
                 facecolor=KIND_COLORS[kind],
                 edgecolor="white",
-                linewidth=0 if merge else 0.4,
+                linewidth=0.4 if packed or not merge else 0,
                 label=kind,
+                zorder=2.5 if kind in SHORT_PHASES else 2,  # over the decode they widen onto
             )
         )
     ax.autoscale_view()
@@ -145,11 +206,13 @@ def gantt_figure(result: SimulationResult) -> Figure:
     if preempted:
         xs, ys = zip(*preempted, strict=True)
         ax.scatter(xs, ys, marker="|", color="tab:red", s=80, label="preempted", zorder=3)
-    if len(rows) <= LABELLED_ROWS:
-        ax.set_yticks(range(len(rows)), list(rows))
-    ax.set_ylim(len(rows) - 0.5, -0.5)  # first arrival on top
+    if not packed:
+        ax.set_yticks(range(num_rows), list(rows))
+    ax.set_ylim(num_rows - 0.5, -0.5)  # first arrival on top
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("request (arrival order)")
+    ax.set_ylabel(
+        f"lane ({len(rows)} requests, packed by lifetime)" if packed else "request (arrival order)"
+    )
     ax.set_title(f"{result.name}: what each request did in each iteration")
     legend_above(fig, ax)
     return fig

@@ -185,6 +185,17 @@ class State:
     # The KV connector's part (loads, blocks held for it); None without a connector.
     connector: ConnectorState | None = None
 
+    def queue_of(self, request_id: str) -> str:
+        """Where a request sits, in the words a violation's `actual` uses."""
+        places = [
+            q
+            for q, ids in (("running", self.running), ("waiting", self.waiting))
+            if request_id in ids
+        ]
+        if places:
+            return " and ".join(places)
+        return "in no queue" if request_id in self.requests else "not live"
+
     def held_tables(self) -> list[tuple[str, tuple[int, ...]]]:
         """Every block table that holds blocks: the live requests', then the finished
         requests' whose blocks wait for the connector (CONSERVATION counts both)."""

@@ -60,22 +60,63 @@ def progress(
 
 
 @contextmanager
-def suite_progress(examples: int, forced: bool) -> Iterator[Callable[[SuiteRecorder], None] | None]:
-    """Examples and steps so far, for a suite run's on_example callback."""
-    with progress(examples, "checking", forced) as show:
+def suite_progress(
+    examples: int, forced: bool, quiet: bool = False, tty: bool | None = None
+) -> Iterator[Callable[[SuiteRecorder], None] | None]:
+    """Examples and steps so far, for a suite run's on_example callback. Where no progress
+    is shown (off a terminal, without --progress) a failure's shrinking still is
+    (ShrinkNotice), unless quiet."""
+    with progress(examples, "checking", forced, tty) as show:
         if show is None:
-            yield None
+            yield None if quiet else ShrinkNotice()
             return
 
         def advance(recorder: SuiteRecorder) -> None:
-            now = "shrinking" if recorder.last_failure is not None else "checking"
-            show(
-                recorder.examples,
-                now,
-                f"{recorder.examples} examples, {recorder.stats.steps} steps",
-            )
+            failing = recorder.last_failure
+            now = "shrinking" if failing is not None else "checking"
+            detail = f"{recorder.examples} examples, {recorder.stats.steps} steps"
+            if failing is not None:
+                detail += f", latest failing: {len(failing.events)} events"
+            show(recorder.examples, now, detail)
 
         yield advance
+
+
+SHRINK_REPORT_EVERY = 10.0  # seconds between the lines ShrinkNotice prints
+
+
+class ShrinkNotice:
+    """A run off a terminal prints nothing while it searches, but once an example fails
+    Hypothesis shrinks it, which can take most of the run (55 of 57 s in issue 32): say
+    so on stderr when it starts, then every SHRINK_REPORT_EVERY seconds how far it got."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started: float | None = None
+        self.reported = 0.0
+
+    def __call__(self, recorder: SuiteRecorder) -> None:
+        failing = recorder.last_failure
+        if failing is None:
+            return
+        now = self.clock()
+        if self.started is None:
+            self.started = self.reported = now
+            click.echo(
+                f"example {recorder.first_failure_example} failed ({len(failing.events)} "
+                "events); shrinking it (Ctrl-C stops and reports it as shrunk so far; "
+                "--no-shrink skips this)",
+                err=True,
+            )
+            return
+        if now - self.reported >= SHRINK_REPORT_EVERY:
+            self.reported = now
+            tried = recorder.examples - (recorder.first_failure_example or 0)
+            click.echo(
+                f"shrinking: {tried} candidates tried, the latest failing one has "
+                f"{len(failing.events)} events ({now - self.started:.0f} s)",
+                err=True,
+            )
 
 
 @contextmanager

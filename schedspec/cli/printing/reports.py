@@ -35,8 +35,9 @@ from schedspec.traces.divergence import Divergence, show
 
 FORMAT = "schedspec-report"
 # Version 2 added the outcomes usage-error, harness-error and interrupted, and the
-# fields usage_error, harness_error and interrupted; version 3 added campaign.
-VERSION = 3
+# fields usage_error, harness_error and interrupted; version 3 added campaign; version 4
+# added each violation's rule (and expected and actual are never null).
+VERSION = 4
 
 
 @dataclass
@@ -186,6 +187,7 @@ def _violations(err: InvariantViolationError | None) -> list[dict[str, Any]]:
             "block_id": v.block_id,
             "expected": jsonable(v.expected),
             "actual": jsonable(v.actual),
+            "rule": v.rule,
             "event_index": err.event_index,
             "event": format_event(err.event),
             "engine": failing_side(err),  # which one, in a diff

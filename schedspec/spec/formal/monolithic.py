@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 import z3
 
+from schedspec.spec.formal.counterexample import with_schedule
 from schedspec.spec.formal.encoding import (
     BoolTerm,
     ConfigTerms,
@@ -60,4 +61,6 @@ def check_step(
     query = step_query(n, block_size, variant)
     goal = obligation(query.cfg, query.result, invariant_id)
     claim = f"{invariant_id} N={n} block_size={block_size} {variant.name}"
-    return discharge(claim, query.hypotheses, goal, timeout_s), query
+    outcome = discharge(claim, query.hypotheses, goal, timeout_s)
+    slots = [(f"s[{i}]", query.result.slot(i)) for i in range(n)]
+    return with_schedule(outcome, slots), query

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import z3
 
+from schedspec.spec.formal.counterexample import with_schedule
 from schedspec.spec.formal.encoding import (
     BoolTerm,
     Choices,
@@ -204,7 +205,10 @@ def slot_lemma(
     if invariant_id == "BUDGET":
         # The glue's use: a slot takes at most the budget left.
         goal = z3.And(goal, z3.Implies(t.scheduled > 0, t.scheduled <= ctx.budget))
-    return discharge(f"{invariant_id} lemma slot-life {variant.name}", hypotheses, goal, timeout_s)
+    outcome = discharge(
+        f"{invariant_id} lemma slot-life {variant.name}", hypotheses, goal, timeout_s
+    )
+    return with_schedule(outcome, [("s", t)])
 
 
 def need_lemma(timeout_s: float, variant: Variant = FAITHFUL) -> Outcome:

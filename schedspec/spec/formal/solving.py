@@ -10,6 +10,7 @@ from typing import Any, Literal
 import z3
 
 from schedspec.spec.formal.encoding import BoolTerm
+from schedspec.spec.formal.schedule_rows import SlotRow
 
 Verdict = Literal["proved", "counterexample", "unknown"]
 
@@ -23,6 +24,9 @@ class Outcome:
     seconds: float
     model: z3.ModelRef | None = field(default=None, repr=False, compare=False)
     reason: str = ""  # why unknown, when it is
+    # A counterexample of a query that unrolls a step: that step, request by request
+    # (counterexample.with_schedule); empty for other queries.
+    schedule: tuple[SlotRow, ...] = ()
 
     @property
     def proved(self) -> bool:

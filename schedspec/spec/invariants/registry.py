@@ -6,11 +6,16 @@ failure messages and in traces.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from schedspec.spec.config import Family
+from schedspec.spec.state import RequestState
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # safety: the engine-neutral core, which every engine keeps. Each family profile is
 # safety plus one policy family's exact decisions; an engine claims at most one.
@@ -24,16 +29,43 @@ FAMILY_PROFILES: dict[Family, Profile] = {"vllm": "vllm-v1", "sglang": "sglang"}
 Kind = Literal["state", "add", "schedule", "update", "drafts", "abort", "drain"]
 
 
+SPEC_DOC = "docs/SPEC.md"  # the catalogue for humans: one section per invariant id
+
+
+def rule_anchor(invariant_id: str) -> str:
+    """The anchor of an invariant's section in docs/SPEC.md, as GitHub and the docs site's
+    Markdown renderer both compute it from the heading `### ID`: lower case, every
+    character other than a letter, digit, '-', '_' or space dropped, spaces to hyphens."""
+    kept = re.sub(r"[^\w\- ]", "", invariant_id.lower())
+    return kept.replace(" ", "-")
+
+
+def rule_link(invariant_id: str) -> str:
+    """Where an invariant's rule is stated, relative to the repository root."""
+    return f"{SPEC_DOC}#{rule_anchor(invariant_id)}"
+
+
 @dataclass(frozen=True)
 class Violation:
-    """One broken invariant, precise enough to act on."""
+    """One broken invariant, precise enough to act on: what is at fault, the value the
+    spec requires (expected) and the one the engine produced (actual).
+
+    expected and actual are keyword-only and have no default, so no predicate can report a
+    violation without saying what it compared; where the rule is a membership or a
+    condition rather than a number, they are short phrases ("in waiting", "absent").
+    """
 
     invariant: str  # the catalogue id, e.g. "BUDGET"
     message: str
     request_id: str | None = None
     block_id: int | None = None
-    expected: object = None
-    actual: object = None
+    expected: object = field(kw_only=True)
+    actual: object = field(kw_only=True)
+
+    @property
+    def rule(self) -> str:
+        """The section of docs/SPEC.md that states the broken rule."""
+        return rule_link(self.invariant)
 
     def __str__(self) -> str:
         where = []
@@ -42,9 +74,86 @@ class Violation:
         if self.block_id is not None:
             where.append(f"block {self.block_id}")
         text = f"[{self.invariant}] " + (", ".join(where) + ": " if where else "") + self.message
-        if self.expected is not None or self.actual is not None:
-            text += f" (expected {self.expected!r}, actual {self.actual!r})"
-        return text
+        return text + f" (expected {self.expected!r}, actual {self.actual!r}; rule: {self.rule})"
+
+
+def or_absent(value: object, absent: str = "none") -> object:
+    """A value for a violation's expected or actual, with None (no hash, no phase, no
+    entry) spelled out: None in a violation means "not given", never a value."""
+    return absent if value is None else value
+
+
+@dataclass(frozen=True)
+class FieldCheck:
+    """One field a rule pins down: its name, the value the rule requires, the value seen."""
+
+    name: str
+    expected: object
+    actual: object
+
+
+def still_live(invariant_id: str, message: str, request: RequestState) -> Violation:
+    """A request that should have left (finished, aborted) but is live."""
+    return Violation(
+        invariant_id, message, request.request_id, expected="not live", actual=request.status.name
+    )
+
+
+def outputs_changed(
+    invariant_id: str, message: str, before: RequestState, after: RequestState | None
+) -> Violation:
+    """A request whose outputs had to stay as they were, and did not (or that left)."""
+    return Violation(
+        invariant_id,
+        message,
+        before.request_id,
+        expected=before.output_token_ids,
+        actual="not live" if after is None else after.output_token_ids,
+    )
+
+
+def holds_nothing(request: RequestState) -> list[FieldCheck]:
+    """A request that holds no KV: nothing computed, no blocks (a fresh arrival, a victim
+    just reset, a waiting request that is not a parked load)."""
+    return [
+        FieldCheck("num_computed_tokens", 0, request.num_computed_tokens),
+        FieldCheck("block_ids", (), tuple(request.block_ids)),
+    ]
+
+
+def field_violations(
+    invariant_id: str, context: str, request_id: str | None, checks: Iterable[FieldCheck]
+) -> list[Violation]:
+    """One violation per field whose value is not the required one, each naming the field,
+    so a rule over several fields (a reset, a waiting request's emptiness) says which
+    failed instead of listing them all."""
+    return [
+        Violation(
+            invariant_id,
+            f"{context}: {c.name}",
+            request_id,
+            expected=c.expected,
+            actual=c.actual,
+        )
+        for c in checks
+        if c.actual != c.expected
+    ]
+
+
+def changed_fields(
+    before: DataclassInstance, after: DataclassInstance | None, ignore: Iterable[str] = ()
+) -> list[FieldCheck]:
+    """The fields in which two records of one dataclass differ, the first as expected: for
+    a rule that a call leaves a record unchanged (but for the fields in ignore). An after
+    of None (the request left) is the one check "live"."""
+    if after is None:
+        return [FieldCheck("live", True, False)]
+    skipped = set(ignore)
+    return [
+        FieldCheck(f.name, getattr(before, f.name), getattr(after, f.name))
+        for f in fields(before)
+        if f.name not in skipped and getattr(before, f.name) != getattr(after, f.name)
+    ]
 
 
 @dataclass(frozen=True)

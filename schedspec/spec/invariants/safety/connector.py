@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Iterable
 
 from schedspec.spec.connector import ConnectorState, KVConnectorOutput
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import Violation, invariant, or_absent
 from schedspec.spec.invariants.transitions import (
     AbortTransition,
     ScheduleTransition,
@@ -43,16 +43,40 @@ def check_load_parked(state: State) -> list[Violation]:
         phase = connector.loads.get(rid)
         parked = request.status is _PARKED
         if parked and phase not in ("loading", "received", "failed"):
-            out.append(Violation("LOAD-PARKED", f"parked but listed as {phase!r}", rid))
+            out.append(
+                Violation(
+                    "LOAD-PARKED",
+                    f"parked but listed as {phase!r}",
+                    rid,
+                    expected="loading, received or failed",
+                    actual=or_absent(phase, "not listed"),
+                )
+            )
         if phase == "promoted" and request.status not in (
             RequestStatus.WAITING,
             RequestStatus.PREEMPTED,
         ):
-            out.append(Violation("LOAD-PARKED", f"promoted load is {request.status.name}", rid))
+            out.append(
+                Violation(
+                    "LOAD-PARKED",
+                    f"promoted load is {request.status.name}",
+                    rid,
+                    expected="WAITING or PREEMPTED",
+                    actual=request.status.name,
+                )
+            )
         if phase is None and not parked:
             continue
         if rid not in waiting:
-            out.append(Violation("LOAD-PARKED", "a load that is not waiting", rid))
+            out.append(
+                Violation(
+                    "LOAD-PARKED",
+                    "a load that is not waiting",
+                    rid,
+                    expected="waiting",
+                    actual=state.queue_of(rid),
+                )
+            )
         if len(request.block_ids) * size < request.num_computed_tokens:
             out.append(
                 Violation(
@@ -60,18 +84,42 @@ def check_load_parked(state: State) -> list[Violation]:
                     "blocks do not cover the loaded tokens",
                     rid,
                     None,
-                    request.num_computed_tokens,
-                    len(request.block_ids) * size,
+                    expected=request.num_computed_tokens,
+                    actual=len(request.block_ids) * size,
                 )
             )
         if request.spec_token_ids or request.num_in_flight_tokens:
-            out.append(Violation("LOAD-PARKED", "a load with drafts or tokens in flight", rid))
+            out.append(
+                Violation(
+                    "LOAD-PARKED",
+                    "a load with drafts or tokens in flight",
+                    rid,
+                    expected=(0, 0),
+                    actual=(len(request.spec_token_ids), request.num_in_flight_tokens),
+                )
+            )
     for rid in connector.loads:
         if rid not in state.requests:
-            out.append(Violation("LOAD-PARKED", "a load of no live request", rid))
+            out.append(
+                Violation(
+                    "LOAD-PARKED",
+                    "a load of no live request",
+                    rid,
+                    expected="live",
+                    actual="not live",
+                )
+            )
     for rid in connector.held:
         if rid in state.requests:
-            out.append(Violation("LOAD-PARKED", "held for the connector but still live", rid))
+            out.append(
+                Violation(
+                    "LOAD-PARKED",
+                    "held for the connector but still live",
+                    rid,
+                    expected="finished",
+                    actual=state.requests[rid].status.name,
+                )
+            )
     return out
 
 
@@ -94,7 +142,16 @@ def _newly_cached_by_loads(pre: State, post: State, name: str) -> list[Violation
             if not 0 <= block < min(len(before), len(after)) or block in computing:
                 continue  # CONSERVATION reports ids out of range
             if after[block] is not None and before[block] != after[block]:
-                out.append(Violation(name, "a block cached before its load is in", rid, block))
+                out.append(
+                    Violation(
+                        name,
+                        "a block cached before its load is in",
+                        rid,
+                        block,
+                        expected=or_absent(before[block], "no hash"),
+                        actual=after[block],
+                    )
+                )
     return out
 
 
@@ -138,7 +195,15 @@ def check_load_promotion(t: ScheduleTransition) -> list[Violation]:
         if after.status is _PARKED:
             continue
         if phase == "loading":
-            out.append(Violation("LOAD-PROMOTION", "promoted with its load not reported", rid))
+            out.append(
+                Violation(
+                    "LOAD-PROMOTION",
+                    "promoted with its load not reported",
+                    rid,
+                    expected=_PARKED.name,
+                    actual=after.status.name,
+                )
+            )
             continue
         if phase == "failed":
             continue  # it may look its KV up again and load anew: LOAD-FAILURE set the cut
@@ -150,8 +215,8 @@ def check_load_promotion(t: ScheduleTransition) -> list[Violation]:
                     "promoted with more computed tokens than loaded, or none left to compute",
                     rid,
                     None,
-                    min(before.num_computed_tokens, after.num_tokens - 1),
-                    computed,
+                    expected=min(before.num_computed_tokens, after.num_tokens - 1),
+                    actual=computed,
                 )
             )
     return out
@@ -175,7 +240,15 @@ def _check_calls(
         seen[rid] = seen.get(rid, 0) + 1
         before = pre.requests.get(rid)
         if rid not in left or before is None:
-            out.append(Violation(name, "request_finished for a request that did not finish", rid))
+            out.append(
+                Violation(
+                    name,
+                    "request_finished for a request that did not finish",
+                    rid,
+                    expected="a request that left this call",
+                    actual="live" if rid in post.requests else "not live before",
+                )
+            )
             continue
         if tuple(blocks) != before.block_ids[: len(blocks)]:
             out.append(
@@ -184,8 +257,8 @@ def _check_calls(
                     "request_finished was not passed the blocks the request held",
                     rid,
                     None,
-                    before.block_ids,
-                    tuple(blocks),
+                    expected=before.block_ids,
+                    actual=tuple(blocks),
                 )
             )
         elif (
@@ -194,12 +267,25 @@ def _check_calls(
             and before.num_confirmed_computed_tokens > 0
             and rid not in cut
         ):
-            out.append(Violation(name, "request_finished after the blocks were freed", rid))
+            out.append(
+                Violation(
+                    name,
+                    "request_finished after the blocks were freed",
+                    rid,
+                    expected=before.block_ids,
+                    actual=tuple(blocks),
+                )
+            )
     for rid in sorted(left):
         if seen.get(rid, 0) != 1:
             out.append(
                 Violation(
-                    name, "request_finished not called exactly once", rid, None, 1, seen.get(rid, 0)
+                    name,
+                    "request_finished not called exactly once",
+                    rid,
+                    None,
+                    expected=1,
+                    actual=seen.get(rid, 0),
                 )
             )
     return out
@@ -218,16 +304,40 @@ def _check_held(
         ended = rid not in post.requests and rid not in after
         if phase == "loading" and ended and rid not in reported:
             # The worker still writes into them (vLLM #46283's class, the other way).
-            out.append(Violation(name, "a load in flight ended with its blocks freed", rid))
+            out.append(
+                Violation(
+                    name,
+                    "a load in flight ended with its blocks freed",
+                    rid,
+                    expected="blocks held until the worker reports",
+                    actual="freed",
+                )
+            )
     for rid, held in after.items():
         old = before.get(rid)
         if old is not None:
             if old != held:
-                out.append(Violation(name, "held blocks changed while held", rid))
+                out.append(
+                    Violation(
+                        name,
+                        "held blocks changed while held",
+                        rid,
+                        expected=old,
+                        actual=held,
+                    )
+                )
             continue
         request = pre.requests.get(rid)
         if request is None:
-            out.append(Violation(name, "held blocks of a request that was not live", rid))
+            out.append(
+                Violation(
+                    name,
+                    "held blocks of a request that was not live",
+                    rid,
+                    expected="live before the call",
+                    actual="not live",
+                )
+            )
         elif held.block_ids != request.block_ids:
             # Held means not freed: every block it held stays allocated for the worker.
             out.append(
@@ -236,26 +346,56 @@ def _check_held(
                     "held, but not the blocks it held (some were freed)",
                     rid,
                     None,
-                    request.block_ids,
-                    held.block_ids,
+                    expected=request.block_ids,
+                    actual=held.block_ids,
                 )
             )
         elif held.reason == "loading" and _connector(pre).loads.get(rid) != "loading":
-            out.append(Violation(name, "held for a load that is not in flight", rid))
+            out.append(
+                Violation(
+                    name,
+                    "held for a load that is not in flight",
+                    rid,
+                    expected="loading",
+                    actual=_connector(pre).loads.get(rid),
+                )
+            )
         elif held.reason == "sending" and not (
             request.remote_kv is not None and request.remote_kv.send_on_finish
         ):
-            out.append(Violation(name, "held for a send it never asked for", rid))
+            out.append(
+                Violation(
+                    name,
+                    "held for a send it never asked for",
+                    rid,
+                    expected="send_on_finish",
+                    actual=request.remote_kv,
+                )
+            )
     for rid, held in before.items():
         due = report is not None and rid in (
             report.finished_recving if held.reason == "loading" else report.finished_sending
         )
         if due and rid in after:
             out.append(
-                Violation(name, f"still held after the worker reported ({held.reason})", rid)
+                Violation(
+                    name,
+                    f"still held after the worker reported ({held.reason})",
+                    rid,
+                    expected="released",
+                    actual=after[rid].block_ids,
+                )
             )
         if not due and rid not in after:
-            out.append(Violation(name, f"freed before the worker reported ({held.reason})", rid))
+            out.append(
+                Violation(
+                    name,
+                    f"freed before the worker reported ({held.reason})",
+                    rid,
+                    expected=held.block_ids,
+                    actual="freed",
+                )
+            )
     return out
 
 
@@ -324,15 +464,39 @@ def check_load_failure(t: UpdateTransition) -> list[Violation]:
         after = t.post.requests.get(rid)
         if not failed:
             if after is not None and post_loads.get(rid) != "received":
-                out.append(Violation("LOAD-FAILURE", "reported done but not promotable", rid))
+                out.append(
+                    Violation(
+                        "LOAD-FAILURE",
+                        "reported done but not promotable",
+                        rid,
+                        expected="received",
+                        actual=post_loads.get(rid),
+                    )
+                )
             continue
         if policy == "fail":
             if after is not None:
-                out.append(Violation("LOAD-FAILURE", "a failed load's request lives on", rid))
+                out.append(
+                    Violation(
+                        "LOAD-FAILURE",
+                        "a failed load's request lives on",
+                        rid,
+                        expected="ended (policy fail)",
+                        actual=after.status.name,
+                    )
+                )
             continue
         expected = 0 if rid in report.failed_recving else bad[0] * size
         if after is None or post_loads.get(rid) != "failed":
-            out.append(Violation("LOAD-FAILURE", "a failed load is not marked to recompute", rid))
+            out.append(
+                Violation(
+                    "LOAD-FAILURE",
+                    "a failed load is not marked to recompute",
+                    rid,
+                    expected="failed",
+                    actual="not live" if after is None else post_loads.get(rid),
+                )
+            )
         elif after.num_computed_tokens != expected:
             out.append(
                 Violation(
@@ -340,8 +504,8 @@ def check_load_failure(t: UpdateTransition) -> list[Violation]:
                     "computed tokens not cut to the first bad block",
                     rid,
                     None,
-                    expected,
-                    after.num_computed_tokens,
+                    expected=expected,
+                    actual=after.num_computed_tokens,
                 )
             )
     return out

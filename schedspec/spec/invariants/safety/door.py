@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from schedspec.spec.errors import SpecInputError
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import (
+    FieldCheck,
+    Violation,
+    changed_fields,
+    field_violations,
+    holds_nothing,
+    invariant,
+)
 from schedspec.spec.invariants.transitions import AddTransition
 from schedspec.spec.request import RequestStatus, validate_new_request
 from schedspec.spec.state import RequestState
@@ -39,29 +46,72 @@ def check_door(t: AddTransition) -> list[Violation]:
     rid = t.request.request_id
     if reason is not None:
         if t.refusal is None:
-            return [Violation("DOOR", f"accepted a request the spec refuses: {reason}", rid)]
+            return [
+                Violation(
+                    "DOOR",
+                    f"accepted a request the spec refuses: {reason}",
+                    rid,
+                    expected="refused with ValueError",
+                    actual="accepted",
+                )
+            ]
         if not isinstance(t.refusal, ValueError):
             return [
-                Violation("DOOR", f"refused with {type(t.refusal).__name__}, not ValueError", rid)
+                Violation(
+                    "DOOR",
+                    f"refused with {type(t.refusal).__name__}, not ValueError",
+                    rid,
+                    expected=ValueError.__name__,
+                    actual=type(t.refusal).__name__,
+                )
             ]
-        if t.post != t.pre:
-            return [Violation("DOOR", "a refused request changed the state", rid)]
-        return []
+        return field_violations(
+            "DOOR", "a refused request changed the state", rid, changed_fields(t.pre, t.post)
+        )
     if t.refusal is not None:
-        return [Violation("DOOR", f"refused an admissible request: {t.refusal}", rid)]
+        return [
+            Violation(
+                "DOOR",
+                f"refused an admissible request: {t.refusal}",
+                rid,
+                expected="accepted",
+                actual=f"refused with {type(t.refusal).__name__}",
+            )
+        ]
     added = t.post.requests.get(rid)
-    if (
-        added is None
-        or added.status is not RequestStatus.WAITING
-        or added.num_computed_tokens
-        or added.block_ids
-        or rid not in t.post.waiting
-    ):
-        return [Violation("DOOR", "accepted request is not a fresh WAITING request", rid)]
+    if added is None:
+        return [
+            Violation(
+                "DOOR",
+                "accepted request is not a fresh WAITING request",
+                rid,
+                expected="live",
+                actual="not live",
+            )
+        ]
+    fresh = field_violations(
+        "DOOR",
+        "accepted request is not a fresh WAITING request",
+        rid,
+        [
+            FieldCheck("status", RequestStatus.WAITING.name, added.status.name),
+            *holds_nothing(added),
+            FieldCheck("in waiting", True, rid in t.post.waiting),
+        ],
+    )
+    if fresh:
+        return fresh
     expected = _queue_after_arrival(t, added)
     if t.post.waiting != expected or t.post.running != t.pre.running:
         return [
-            Violation("DOOR", "arrival out of queue order", rid, None, expected, t.post.waiting)
+            Violation(
+                "DOOR",
+                "arrival out of queue order",
+                rid,
+                None,
+                expected=expected,
+                actual=t.post.waiting,
+            )
         ]
     return []
 

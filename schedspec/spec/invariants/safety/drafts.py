@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import (
+    Violation,
+    changed_fields,
+    field_violations,
+    invariant,
+)
 from schedspec.spec.invariants.transitions import DraftsTransition
 
 
@@ -47,14 +52,29 @@ def check_draft_update(t: DraftsTransition) -> list[Violation]:
                     f"{what} other than proposed",
                     rid,
                     None,
-                    sorted(allowed),
-                    post.spec_token_ids,
+                    expected=sorted(allowed),
+                    actual=post.spec_token_ids,
                 )
             )
         if dataclasses.replace(post, spec_token_ids=pre.spec_token_ids) != pre:
-            out.append(Violation("DRAFT-UPDATE", "a field other than the drafts changed", rid))
-    if (t.post.waiting, t.post.running) != (t.pre.waiting, t.pre.running):
-        out.append(Violation("DRAFT-UPDATE", "the queues changed"))
+            out += field_violations(
+                "DRAFT-UPDATE",
+                "a field other than the drafts changed",
+                rid,
+                changed_fields(pre, post, ignore=["spec_token_ids"]),
+            )
+    queues_before = (t.pre.waiting, t.pre.running)
+    if (t.post.waiting, t.post.running) != queues_before:
+        out.append(
+            Violation(
+                "DRAFT-UPDATE",
+                "the queues changed",
+                expected=queues_before,
+                actual=(t.post.waiting, t.post.running),
+            )
+        )
     if t.post.kv != t.pre.kv:
-        out.append(Violation("DRAFT-UPDATE", "the KV cache changed"))
+        out += field_violations(
+            "DRAFT-UPDATE", "the KV cache changed", None, changed_fields(t.pre.kv, t.post.kv)
+        )
     return out

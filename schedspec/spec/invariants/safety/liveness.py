@@ -149,8 +149,8 @@ def check_progress(t: ScheduleTransition) -> list[Violation]:
             f"the waiting head was passed over in {times} steps with nothing running",
             head,
             None,
-            bound,
-            times,
+            expected=bound,
+            actual=times,
         )
     ]
 
@@ -176,8 +176,8 @@ def check_drain(d: DrainResult) -> list[Violation]:
             f"{len(d.final.requests)} requests unfinished after {d.num_steps} steps",
             None,
             None,
-            d.step_bound,
-            d.num_steps,
+            expected=d.step_bound,
+            actual=d.num_steps,
         )
     ]
 
@@ -220,12 +220,27 @@ def check_no_leak(d: DrainResult) -> list[Violation]:
                 kept.update(held.block_ids)
             else:
                 out.append(
-                    Violation("NO-LEAK", f"still held for the connector ({held.reason})", rid)
+                    Violation(
+                        "NO-LEAK",
+                        f"still held for the connector ({held.reason})",
+                        rid,
+                        expected="released",
+                        actual=held.block_ids,
+                    )
                 )
     if kept:
         leaked = [b for b, ref in enumerate(kv.ref_counts) if ref and b not in kept]
         for block in leaked:
-            out.append(Violation("NO-LEAK", "held with nothing live", None, block))
+            out.append(
+                Violation(
+                    "NO-LEAK",
+                    "held with nothing live",
+                    None,
+                    block,
+                    expected="ref count 0",
+                    actual=kv.ref_counts[block],
+                )
+            )
         return out
     if len(kv.free_block_ids) != kv.num_blocks:
         out.append(
@@ -234,11 +249,20 @@ def check_no_leak(d: DrainResult) -> list[Violation]:
                 "blocks not free after everything finished",
                 None,
                 None,
-                kv.num_blocks,
-                len(kv.free_block_ids),
+                expected=kv.num_blocks,
+                actual=len(kv.free_block_ids),
             )
         )
     for block, ref in enumerate(kv.ref_counts):
         if ref:
-            out.append(Violation("NO-LEAK", f"ref count {ref} with nothing live", None, block))
+            out.append(
+                Violation(
+                    "NO-LEAK",
+                    f"ref count {ref} with nothing live",
+                    None,
+                    block,
+                    expected=0,
+                    actual=ref,
+                )
+            )
     return out

@@ -12,7 +12,13 @@ the semantics these predicates hold engines to.
 
 from __future__ import annotations
 
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import (
+    FieldCheck,
+    Violation,
+    field_violations,
+    invariant,
+    outputs_changed,
+)
 from schedspec.spec.invariants.safety.connector import ended_by_failed_load
 from schedspec.spec.invariants.transitions import ScheduleTransition, UpdateTransition
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
@@ -51,40 +57,76 @@ def _pipeline_violations(
     if min(counters) < 0:
         return [
             Violation(
-                "PIPELINE", f"negative counter (in flight, placeholders, stale) {counters}", rid
+                "PIPELINE",
+                f"negative counter (in flight, placeholders, stale) {counters}",
+                rid,
+                expected="all >= 0",
+                actual=counters,
             )
         ]
-    problems: list[str] = []
+    # (message, expected, actual) of each broken clause.
+    problems: list[tuple[str, object, object]] = []
     if placeholders > in_flight or stale > in_flight:
-        problems.append(f"placeholders {placeholders} or stale {stale} over in flight {in_flight}")
+        problems.append(
+            (
+                f"placeholders {placeholders} or stale {stale} over in flight {in_flight}",
+                f"placeholders, stale <= {in_flight}",
+                (placeholders, stale),
+            )
+        )
     if not async_scheduling and (placeholders or stale):
-        problems.append("placeholders or stale output without async scheduling")
+        problems.append(
+            (
+                "placeholders or stale output without async scheduling",
+                (0, 0),
+                (placeholders, stale),
+            )
+        )
     if request.drop_stale_output and not stale:
-        problems.append("marked to drop stale output with none in flight")
+        problems.append(
+            ("marked to drop stale output with none in flight", "stale tokens > 0", stale)
+        )
     drafts = request.spec_token_ids
     if PLACEHOLDER_TOKEN_ID in drafts and (
         not async_scheduling or any(d != PLACEHOLDER_TOKEN_ID for d in drafts)
     ):
-        problems.append(f"placeholder drafts {drafts} outside async scheduling, or mixed")
+        problems.append(
+            (
+                f"placeholder drafts {drafts} outside async scheduling, or mixed",
+                "all placeholders, under async scheduling" if async_scheduling else "real drafts",
+                drafts,
+            )
+        )
     status = request.status
     if status is RequestStatus.WAITING and in_flight:
-        problems.append(f"WAITING with {in_flight} tokens in flight")
+        problems.append((f"WAITING with {in_flight} tokens in flight", 0, in_flight))
     elif status is RequestStatus.PREEMPTED and (placeholders or stale != in_flight):
         problems.append(
-            f"PREEMPTED with {placeholders} placeholders and {stale} of {in_flight} "
-            "in-flight tokens stale"
+            (
+                f"PREEMPTED with {placeholders} placeholders and {stale} of {in_flight} "
+                "in-flight tokens stale",
+                (0, in_flight),
+                (placeholders, stale),
+            )
         )
     elif status is RequestStatus.RUNNING:
         confirmed = request.num_computed_tokens - in_flight
         if stale:
-            problems.append(f"RUNNING with {stale} stale tokens in flight")
+            problems.append((f"RUNNING with {stale} stale tokens in flight", 0, stale))
         if not 0 <= confirmed <= request.num_tokens - 1:
             problems.append(
-                f"confirmed computed tokens {confirmed} outside [0, {request.num_tokens - 1}]"
+                (
+                    f"confirmed computed tokens {confirmed} outside [0, {request.num_tokens - 1}]",
+                    f"0 <= confirmed <= {request.num_tokens - 1}",
+                    confirmed,
+                )
             )
         if request.is_prefill_chunk and placeholders:
-            problems.append("a prefill chunk with output placeholders")
-    return [Violation("PIPELINE", problem, rid) for problem in problems]
+            problems.append(("a prefill chunk with output placeholders", 0, placeholders))
+    return [
+        Violation("PIPELINE", message, rid, expected=expected, actual=actual)
+        for message, expected, actual in problems
+    ]
 
 
 @invariant(
@@ -106,11 +148,8 @@ def check_max_tokens(t: ScheduleTransition) -> list[Violation]:
                     "scheduled although its in-flight step reaches max_tokens",
                     rid,
                     None,
-                    pre.max_tokens,
-                    pre.num_computed_tokens
-                    + 2
-                    - pre.num_output_placeholders
-                    - len(pre.prompt_token_ids),
+                    expected=f"not scheduled (in flight reaches max_tokens {pre.max_tokens})",
+                    actual=f"{t.output.num_scheduled_tokens[rid]} token(s) scheduled",
                 )
             )
     return out
@@ -134,6 +173,8 @@ def check_stale_hold(t: ScheduleTransition) -> list[Violation]:
                     "STALE-HOLD",
                     f"resumed with {pre.num_stale_output_tokens} stale tokens in flight",
                     cached.request_id,
+                    expected="resumed once its stale output is in",
+                    actual=pre.num_stale_output_tokens,
                 )
             )
     return out
@@ -167,18 +208,28 @@ def check_schedule_pipeline(t: ScheduleTransition) -> list[Violation]:
                     "in-flight tokens",
                     rid,
                     None,
-                    expected_in_flight,
-                    post.num_in_flight_tokens,
+                    expected=expected_in_flight,
+                    actual=post.num_in_flight_tokens,
                 )
             )
         if rid not in scheduled:
-            if (
-                post.num_output_placeholders != pre.num_output_placeholders
-                or post.num_stale_output_tokens != pre.num_stale_output_tokens
-            ):
-                out.append(
-                    Violation("SCHEDULE-PIPELINE", "counters of an unscheduled request", rid)
-                )
+            out += field_violations(
+                "SCHEDULE-PIPELINE",
+                "counters of an unscheduled request",
+                rid,
+                [
+                    FieldCheck(
+                        "num_output_placeholders",
+                        pre.num_output_placeholders,
+                        post.num_output_placeholders,
+                    ),
+                    FieldCheck(
+                        "num_stale_output_tokens",
+                        pre.num_stale_output_tokens,
+                        post.num_stale_output_tokens,
+                    ),
+                ],
+            )
             continue
         chunk = post.num_computed_tokens < pre.num_tokens + pre.num_output_placeholders
         if post.is_prefill_chunk != chunk:
@@ -188,8 +239,8 @@ def check_schedule_pipeline(t: ScheduleTransition) -> list[Violation]:
                     "prefill-chunk flag",
                     rid,
                     None,
-                    chunk,
-                    post.is_prefill_chunk,
+                    expected=chunk,
+                    actual=post.is_prefill_chunk,
                 )
             )
         added = 0
@@ -203,8 +254,8 @@ def check_schedule_pipeline(t: ScheduleTransition) -> list[Violation]:
                     "output placeholders",
                     rid,
                     None,
-                    expected_placeholders,
-                    post.num_output_placeholders,
+                    expected=expected_placeholders,
+                    actual=post.num_output_placeholders,
                 )
             )
     return out
@@ -245,8 +296,8 @@ def check_update_pipeline(t: UpdateTransition) -> list[Violation]:
                     "(in flight, stale, placeholders) after the output",
                     rid,
                     None,
-                    expected,
-                    actual,
+                    expected=expected,
+                    actual=actual,
                 )
             )
     return out
@@ -277,10 +328,11 @@ def check_delivery(t: UpdateTransition) -> list[Violation]:
                 continue
             if post is None or post.output_token_ids != pre.output_token_ids:
                 out.append(
-                    Violation(
+                    outputs_changed(
                         "DELIVERY",
                         "output of a step not scheduled for this request was applied to it",
-                        rid,
+                        pre,
+                        post,
                     )
                 )
             continue
@@ -292,8 +344,8 @@ def check_delivery(t: UpdateTransition) -> list[Violation]:
                     "sampled tokens land at another position than they were sampled for",
                     rid,
                     None,
-                    position,
-                    pre.num_tokens,
+                    expected=position,
+                    actual=pre.num_tokens,
                 )
             )
     return out
@@ -317,7 +369,13 @@ def check_no_output_after_abort(t: UpdateTransition) -> list[Violation]:
         pre = t.pre.requests.get(rid)
         if pre is None:
             out.append(
-                Violation("NO-OUTPUT-AFTER-ABORT", "output reported for a finished request", rid)
+                Violation(
+                    "NO-OUTPUT-AFTER-ABORT",
+                    "output reported for a finished request",
+                    rid,
+                    expected="no output",
+                    actual=t.request_outputs[rid],
+                )
             )
         elif not t.scheduled_for(pre):
             out.append(
@@ -325,6 +383,8 @@ def check_no_output_after_abort(t: UpdateTransition) -> list[Violation]:
                     "NO-OUTPUT-AFTER-ABORT",
                     "output of an aborted request reported to the request that reuses its id",
                     rid,
+                    expected="no output",
+                    actual=t.request_outputs[rid],
                 )
             )
     return out
@@ -358,8 +418,8 @@ def check_cache_confirmed(t: UpdateTransition) -> list[Violation]:
                         f"block at index {index} registered before its KV landed",
                         rid,
                         block,
-                        landed,
-                        (index + 1) * bs,
+                        expected=landed,
+                        actual=(index + 1) * bs,
                     )
                 )
     return out

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from schedspec.spec.block_hash import BlockHash
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import (
+    FieldCheck,
+    Violation,
+    field_violations,
+    holds_nothing,
+    invariant,
+)
 from schedspec.spec.invariants.safety.connector import connector_in_play, is_load
 from schedspec.spec.invariants.transitions import ChainHashes, ScheduleTransition
 from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
@@ -23,7 +29,11 @@ def check_budget(t: ScheduleTransition) -> list[Violation]:
     budget = t.post.config.max_num_batched_tokens
     out: list[Violation] = []
     if total > budget:
-        out.append(Violation("BUDGET", "step over the token budget", None, None, budget, total))
+        out.append(
+            Violation(
+                "BUDGET", "step over the token budget", None, None, expected=budget, actual=total
+            )
+        )
     if total != t.output.total_num_scheduled_tokens:
         out.append(
             Violation(
@@ -36,9 +46,19 @@ def check_budget(t: ScheduleTransition) -> list[Violation]:
     running = set(t.post.running)
     for rid, num in scheduled.items():
         if num <= 0:
-            out.append(Violation("BUDGET", f"scheduled {num} tokens", rid))
+            out.append(
+                Violation("BUDGET", f"scheduled {num} tokens", rid, expected="> 0", actual=num)
+            )
         if rid not in running:
-            out.append(Violation("BUDGET", "scheduled but not running", rid))
+            out.append(
+                Violation(
+                    "BUDGET",
+                    "scheduled but not running",
+                    rid,
+                    expected="in running",
+                    actual=t.post.queue_of(rid),
+                )
+            )
     return out
 
 
@@ -70,8 +90,8 @@ def check_no_overshoot(t: ScheduleTransition) -> list[Violation]:
                     "past the known tokens and drafts (in-flight outputs counted)",
                     rid,
                     None,
-                    limit,
-                    end,
+                    expected=limit,
+                    actual=end,
                 )
             )
         if end > last_position:
@@ -81,8 +101,8 @@ def check_no_overshoot(t: ScheduleTransition) -> list[Violation]:
                     "no room for the sampled token below max_model_len",
                     rid,
                     None,
-                    last_position,
-                    end,
+                    expected=last_position,
+                    actual=end,
                 )
             )
     return out
@@ -105,7 +125,9 @@ def check_kv_cover(t: ScheduleTransition) -> list[Violation]:
         needed = min(post.num_computed_tokens + config.lookahead_tokens, config.max_model_len)
         slots = len(post.block_ids) * config.block_size
         if slots < needed:
-            out.append(Violation("KV-COVER", "table too short", rid, None, needed, slots))
+            out.append(
+                Violation("KV-COVER", "table too short", rid, None, expected=needed, actual=slots)
+            )
     return out
 
 
@@ -123,7 +145,15 @@ def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
     for rid, post in t.post.requests.items():
         pre = t.pre.requests.get(rid)
         if pre is None:
-            out.append(Violation("MONOTONE", "appeared during schedule()", rid))
+            out.append(
+                Violation(
+                    "MONOTONE",
+                    "appeared during schedule()",
+                    rid,
+                    expected="absent (add_request adds)",
+                    actual=post.status.name,
+                )
+            )
             continue
         if rid in t.output.preempted_req_ids:
             continue  # PREEMPT-RESET covers the reset
@@ -138,8 +168,8 @@ def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
                         "reported computed count is not the state's",
                         rid,
                         None,
-                        pre.num_computed_tokens,
-                        before[rid],
+                        expected=pre.num_computed_tokens,
+                        actual=before[rid],
                     )
                 )
         else:
@@ -151,8 +181,8 @@ def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
                     "num_computed_tokens moved by other than the tokens scheduled",
                     rid,
                     None,
-                    expected,
-                    post.num_computed_tokens,
+                    expected=expected,
+                    actual=post.num_computed_tokens,
                 )
             )
     return out
@@ -189,7 +219,15 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
         pre = t.pre.requests.get(rid)
         num = t.output.num_scheduled_tokens.get(rid)
         if pre is None or num is None or rid not in before:
-            out.append(Violation("DRAFTS", "drafts for a request not scheduled", rid))
+            out.append(
+                Violation(
+                    "DRAFTS",
+                    "drafts for a request not scheduled",
+                    rid,
+                    expected="no drafts",
+                    actual=len(drafts),
+                )
+            )
             continue
         padded = is_padded_admission(t, pre)
         if padded:
@@ -201,8 +239,8 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
                         "token to 1 + num_speculative_tokens",
                         rid,
                         None,
-                        1 + limit if config.pad_spec_decode else 0,
-                        num,
+                        expected=1 + limit if config.pad_spec_decode else 0,
+                        actual=num,
                     )
                 )
         elif tuple(drafts) != pre.spec_token_ids[: len(drafts)]:
@@ -212,13 +250,20 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
                     "not a prefix of the proposed drafts",
                     rid,
                     None,
-                    pre.spec_token_ids,
-                    tuple(drafts),
+                    expected=pre.spec_token_ids,
+                    actual=tuple(drafts),
                 )
             )
         if len(drafts) > limit or not drafts:
             out.append(
-                Violation("DRAFTS", "draft count out of range", rid, None, limit, len(drafts))
+                Violation(
+                    "DRAFTS",
+                    "draft count out of range",
+                    rid,
+                    None,
+                    expected=limit,
+                    actual=len(drafts),
+                )
             )
         known = pre.num_tokens + (0 if padded else pre.num_output_placeholders)
         if before[rid] + num - len(drafts) != known:
@@ -228,8 +273,8 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
                     "drafts scheduled before the known tokens are done",
                     rid,
                     None,
-                    known,
-                    before[rid] + num - len(drafts),
+                    expected=known,
+                    actual=before[rid] + num - len(drafts),
                 )
             )
     placeholders = (PLACEHOLDER_TOKEN_ID,) * limit
@@ -245,8 +290,8 @@ def check_drafts(t: ScheduleTransition) -> list[Violation]:
                     "drafts not consumed by the step",
                     rid,
                     None,
-                    expected,
-                    post.spec_token_ids,
+                    expected=expected,
+                    actual=post.spec_token_ids,
                 )
             )
     return out
@@ -267,33 +312,55 @@ def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
         pre = t.pre.requests.get(rid)
         post = t.post.requests.get(rid)
         if pre is None or post is None:
-            out.append(Violation("PREEMPT-RESET", "preempted request is not live", rid))
-            continue
-        if pre.status is not RequestStatus.RUNNING:
-            out.append(Violation("PREEMPT-RESET", f"preempted while {pre.status.name}", rid))
-        if rid in t.output.num_scheduled_tokens:
-            out.append(Violation("PREEMPT-RESET", "preempted and scheduled in one step", rid))
-        if (
-            post.status is not RequestStatus.PREEMPTED
-            or post.num_computed_tokens != 0
-            or post.block_ids
-            or post.spec_token_ids
-            or post.num_output_placeholders
-            or post.num_stale_output_tokens != pre.num_in_flight_tokens
-            or rid not in waiting
-        ):
             out.append(
                 Violation(
                     "PREEMPT-RESET",
-                    f"not reset: status {post.status.name}, computed {post.num_computed_tokens}, "
-                    f"{len(post.block_ids)} blocks, {len(post.spec_token_ids)} drafts, "
-                    f"{'in' if rid in waiting else 'not in'} waiting, "
-                    f"{post.num_output_placeholders} placeholders, "
-                    f"{post.num_stale_output_tokens} of {pre.num_in_flight_tokens} in-flight "
-                    "tokens stale",
+                    "preempted request is not live",
                     rid,
+                    expected="live before and after",
+                    actual=f"live before: {pre is not None}, after: {post is not None}",
                 )
             )
+            continue
+        if pre.status is not RequestStatus.RUNNING:
+            out.append(
+                Violation(
+                    "PREEMPT-RESET",
+                    f"preempted while {pre.status.name}",
+                    rid,
+                    expected=RequestStatus.RUNNING.name,
+                    actual=pre.status.name,
+                )
+            )
+        if rid in t.output.num_scheduled_tokens:
+            out.append(
+                Violation(
+                    "PREEMPT-RESET",
+                    "preempted and scheduled in one step",
+                    rid,
+                    expected="not scheduled",
+                    actual=t.output.num_scheduled_tokens[rid],
+                )
+            )
+        out += field_violations(
+            "PREEMPT-RESET",
+            "not reset",
+            rid,
+            [
+                FieldCheck("status", RequestStatus.PREEMPTED.name, post.status.name),
+                *holds_nothing(post),
+                FieldCheck("spec_token_ids", (), tuple(post.spec_token_ids)),
+                FieldCheck("num_output_placeholders", 0, post.num_output_placeholders),
+                FieldCheck(
+                    "num_stale_output_tokens",
+                    pre.num_in_flight_tokens,
+                    post.num_stale_output_tokens,
+                ),
+                FieldCheck(
+                    "queue", "waiting", "waiting" if rid in waiting else t.post.queue_of(rid)
+                ),
+            ],
+        )
         if post.num_preemptions != pre.num_preemptions + 1:
             out.append(
                 Violation(
@@ -301,8 +368,8 @@ def check_preempt_reset(t: ScheduleTransition) -> list[Violation]:
                     "num_preemptions not raised by one",
                     rid,
                     None,
-                    pre.num_preemptions + 1,
-                    post.num_preemptions,
+                    expected=pre.num_preemptions + 1,
+                    actual=post.num_preemptions,
                 )
             )
     return out
@@ -328,35 +395,75 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
         post = t.post.requests.get(new.request_id)
         # A KV connector's load is promoted and admitted in one schedule(): it was parked.
         if pre is None or post is None:
-            out.append(Violation("OUTPUT", "new request was not WAITING", new.request_id))
+            out.append(
+                Violation(
+                    "OUTPUT",
+                    "new request was not WAITING",
+                    new.request_id,
+                    expected="live before and after",
+                    actual=f"live before: {pre is not None}, after: {post is not None}",
+                )
+            )
             continue
         promoted = pre.status is RequestStatus.WAITING_FOR_REMOTE_KVS and not pre.num_preemptions
         if not (pre.status is RequestStatus.WAITING or promoted):
-            out.append(Violation("OUTPUT", "new request was not WAITING", new.request_id))
-            continue
-        if new.prompt_token_ids != pre.prompt_token_ids or new.block_ids != post.block_ids:
             out.append(
-                Violation("OUTPUT", "new request data differs from the state", new.request_id)
+                Violation(
+                    "OUTPUT",
+                    "new request was not WAITING",
+                    new.request_id,
+                    expected=RequestStatus.WAITING.name,
+                    actual=pre.status.name,
+                )
             )
+            continue
+        out += field_violations(
+            "OUTPUT",
+            "new request data differs from the state",
+            new.request_id,
+            [
+                FieldCheck("prompt_token_ids", pre.prompt_token_ids, new.prompt_token_ids),
+                FieldCheck("block_ids", post.block_ids, new.block_ids),
+            ],
+        )
     for cached in t.output.scheduled_cached_reqs:
         rid = cached.request_id
         described.append(rid)
         pre = t.pre.requests.get(rid)
         post = t.post.requests.get(rid)
         if pre is None or post is None:
-            out.append(Violation("OUTPUT", "cached request is not live", rid))
+            out.append(
+                Violation(
+                    "OUTPUT",
+                    "cached request is not live",
+                    rid,
+                    expected="live before and after",
+                    actual=f"live before: {pre is not None}, after: {post is not None}",
+                )
+            )
             continue
         expected_status = RequestStatus.PREEMPTED if cached.resumed else RequestStatus.RUNNING
         if pre.status is not expected_status:
             out.append(
-                Violation("OUTPUT", f"resumed={cached.resumed} but was {pre.status.name}", rid)
+                Violation(
+                    "OUTPUT",
+                    f"resumed={cached.resumed} but was {pre.status.name}",
+                    rid,
+                    expected=expected_status.name,
+                    actual=pre.status.name,
+                )
             )
             continue
         table = cached.new_block_ids if cached.resumed else pre.block_ids + cached.new_block_ids
         if table != post.block_ids and not _swapped_for_same_content(t, post, table):
             out.append(
                 Violation(
-                    "OUTPUT", "block ids do not rebuild the table", rid, None, post.block_ids, table
+                    "OUTPUT",
+                    "block ids do not rebuild the table",
+                    rid,
+                    None,
+                    expected=post.block_ids,
+                    actual=table,
                 )
             )
         # Outputs in flight count: the runner knows them, the scheduler does not yet.
@@ -368,8 +475,8 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
                     "num_output_tokens differs",
                     rid,
                     None,
-                    outputs,
-                    cached.num_output_tokens,
+                    expected=outputs,
+                    actual=cached.num_output_tokens,
                 )
             )
     if sorted(described) != sorted(t.output.num_scheduled_tokens):
@@ -441,8 +548,8 @@ def _hits_are_own_prefix(t: ScheduleTransition) -> list[Violation]:
                     "hit is not whole blocks short of the last token",
                     rid,
                     None,
-                    f"multiple of {bs}, <= {post.num_tokens - 1}",
-                    hit,
+                    expected=f"multiple of {bs}, <= {post.num_tokens - 1}",
+                    actual=hit,
                 )
             )
             continue
@@ -458,6 +565,8 @@ def _hits_are_own_prefix(t: ScheduleTransition) -> list[Violation]:
                         f"hit block at index {index} holds other content",
                         rid,
                         block,
+                        expected=own[index],
+                        actual=hashes[block],
                     )
                 )
     return out
@@ -494,6 +603,8 @@ def _registrations_are_held(t: ScheduleTransition) -> list[Violation]:
             "registered by this step but held by no live request (its KV will never be computed)",
             None,
             block,
+            expected="held by a live request",
+            actual="held by none",
         )
         for block in registered
         if block not in held and block not in computed_before_this_step
@@ -535,6 +646,8 @@ def _held_blocks_carry_own_hashes(t: ScheduleTransition) -> list[Violation]:
                         "before its tokens are known and scheduled",
                         rid,
                         block,
+                        expected=f"<= {known} tokens known",
+                        actual=f"{(index + 1) * bs} tokens hashed",
                     )
                 )
                 continue
@@ -547,6 +660,8 @@ def _held_blocks_carry_own_hashes(t: ScheduleTransition) -> list[Violation]:
                         f"block at index {index} {what} under another content's hash",
                         rid,
                         block,
+                        expected=content[index] if index < len(content) else "no hash",
+                        actual=block_hash,
                     )
                 )
     return out
@@ -597,6 +712,12 @@ def check_cache_computed(t: ScheduleTransition) -> list[Violation]:
                     f"hit at index {index} on a block whose KV was never computed for this content",
                     rid,
                     block,
+                    expected=f"KV written for hash {own[index]}",
+                    actual=(
+                        "never written"
+                        if t.kv_written.get(block) is None
+                        else f"KV of hash {t.kv_written.get(block)}"
+                    ),
                 )
             )
     return out
@@ -642,8 +763,8 @@ def check_finish_reported(t: ScheduleTransition) -> list[Violation]:
             "wrong finished_req_ids",
             None,
             None,
-            sorted(expected),
-            sorted(reported),
+            expected=sorted(expected),
+            actual=sorted(reported),
         )
     ]
 
@@ -665,7 +786,10 @@ def check_no_empty_step(t: ScheduleTransition) -> list[Violation]:
     if unfinished and not in_flight and not t.output.num_scheduled_tokens:
         return [
             Violation(
-                "NO-EMPTY-STEP", f"nothing scheduled with {len(unfinished)} unfinished requests"
+                "NO-EMPTY-STEP",
+                f"nothing scheduled with {len(unfinished)} unfinished requests",
+                expected="> 0 tokens scheduled",
+                actual=0,
             )
         ]
     return []

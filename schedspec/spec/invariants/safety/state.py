@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import (
+    FieldCheck,
+    Violation,
+    field_violations,
+    holds_nothing,
+    invariant,
+    or_absent,
+    still_live,
+)
 from schedspec.spec.request import RequestStatus
 from schedspec.spec.state import State
 
@@ -59,18 +67,50 @@ def _diagnose_conservation(state: State) -> list[Violation]:
     for rid, table in state.held_tables():
         if len(set(table)) != len(table):
             dupes = sorted(b for b, n in Counter(table).items() if n > 1)
-            out.append(Violation("CONSERVATION", f"table holds blocks {dupes} twice", rid))
+            out.append(
+                Violation(
+                    "CONSERVATION",
+                    f"table holds blocks {dupes} twice",
+                    rid,
+                    expected="each block once",
+                    actual={b: Counter(table)[b] for b in dupes},
+                )
+            )
         for block in table:
             if not 0 <= block < kv.num_blocks:
-                out.append(Violation("CONSERVATION", "block id out of range", rid, block))
+                out.append(
+                    Violation(
+                        "CONSERVATION",
+                        "block id out of range",
+                        rid,
+                        block,
+                        expected=f"0 <= id < {kv.num_blocks}",
+                        actual=block,
+                    )
+                )
         holders.update(table)
     free = kv.free_block_ids
     free_set = set(free)
     if len(free_set) != len(free):
         dupes = sorted(b for b, n in Counter(free).items() if n > 1)
-        out.append(Violation("CONSERVATION", f"blocks {dupes} are in the free queue twice"))
+        out.append(
+            Violation(
+                "CONSERVATION",
+                f"blocks {dupes} are in the free queue twice",
+                expected="each free block once",
+                actual={b: Counter(free)[b] for b in dupes},
+            )
+        )
     for block in free_set - set(range(kv.num_blocks)):
-        out.append(Violation("CONSERVATION", "free block id out of range", block_id=block))
+        out.append(
+            Violation(
+                "CONSERVATION",
+                "free block id out of range",
+                block_id=block,
+                expected=f"0 <= id < {kv.num_blocks}",
+                actual=block,
+            )
+        )
     for block, ref in enumerate(kv.ref_counts):
         held = holders.get(block, 0)
         if ref != held:
@@ -87,7 +127,12 @@ def _diagnose_conservation(state: State) -> list[Violation]:
             where = "in" if block in free_set else "not in"
             out.append(
                 Violation(
-                    "CONSERVATION", f"ref count {ref} but {where} the free queue", None, block
+                    "CONSERVATION",
+                    f"ref count {ref} but {where} the free queue",
+                    None,
+                    block,
+                    expected="in the free queue" if ref == 0 else "not in the free queue",
+                    actual=f"{where} the free queue",
                 )
             )
     num_held = sum(1 for ref in kv.ref_counts if ref > 0)
@@ -121,15 +166,38 @@ def check_exclusive(state: State) -> list[Violation]:
         if len(places) < 2 or not 0 <= block < len(state.kv.block_hashes):
             continue  # CONSERVATION reports ids out of range
         if state.kv.block_hashes[block] is None:
-            out.append(Violation("EXCLUSIVE", f"shared by {places} but not cached", None, block))
+            out.append(
+                Violation(
+                    "EXCLUSIVE",
+                    f"shared by {places} but not cached",
+                    None,
+                    block,
+                    expected="a block hash",
+                    actual="no hash",
+                )
+            )
         if len({index for _, index in places}) != 1:
             out.append(
-                Violation("EXCLUSIVE", f"shared at different positions {places}", None, block)
+                Violation(
+                    "EXCLUSIVE",
+                    f"shared at different positions {places}",
+                    None,
+                    block,
+                    expected="one position",
+                    actual=sorted({index for _, index in places}),
+                )
             )
         for rid, index in places:
             if (index + 1) * bs > state.requests[rid].num_tokens:
                 out.append(
-                    Violation("EXCLUSIVE", f"shared block is not full at index {index}", rid, block)
+                    Violation(
+                        "EXCLUSIVE",
+                        f"shared block is not full at index {index}",
+                        rid,
+                        block,
+                        expected=f">= {(index + 1) * bs} tokens",
+                        actual=state.requests[rid].num_tokens,
+                    )
                 )
     return out
 
@@ -147,10 +215,26 @@ def check_cache_index(state: State) -> list[Violation]:
     indexed: dict[int, int] = {}
     for block_hash, block_ids in kv.prefix_cache:
         if not block_ids:
-            out.append(Violation("CACHE-INDEX", f"empty entry for hash {block_hash:#x}"))
+            out.append(
+                Violation(
+                    "CACHE-INDEX",
+                    f"empty entry for hash {block_hash:#x}",
+                    expected="at least one block",
+                    actual=list(block_ids),
+                )
+            )
         for block in block_ids:
             if block in indexed:
-                out.append(Violation("CACHE-INDEX", "block indexed twice", None, block))
+                out.append(
+                    Violation(
+                        "CACHE-INDEX",
+                        "block indexed twice",
+                        None,
+                        block,
+                        expected=f"indexed once, under {indexed[block]:#x}",
+                        actual=f"also under {block_hash:#x}",
+                    )
+                )
             indexed[block] = block_hash
     for block, registered in enumerate(kv.block_hashes):
         if indexed.get(block) != registered:
@@ -160,8 +244,8 @@ def check_cache_index(state: State) -> list[Violation]:
                     "block hash and prefix-cache map disagree",
                     None,
                     block,
-                    expected=registered,
-                    actual=indexed.get(block),
+                    expected=or_absent(registered, "no hash"),
+                    actual=or_absent(indexed.get(block), "not in the map"),
                 )
             )
     return out
@@ -230,33 +314,59 @@ def _diagnose_queues(state: State) -> list[Violation]:
     placed = Counter(state.waiting) + Counter(state.running)
     for rid, count in placed.items():
         if count > 1:
-            out.append(Violation("QUEUES", f"queued {count} times", rid))
+            out.append(Violation("QUEUES", f"queued {count} times", rid, expected=1, actual=count))
         if rid not in state.requests:
-            out.append(Violation("QUEUES", "queued but not an unfinished request", rid))
-    running = set(state.running)
-    for rid, request in state.requests.items():
-        if request.status.is_finished:
-            out.append(Violation("QUEUES", f"finished ({request.status.name}) but still live", rid))
-        elif rid not in placed:
-            out.append(Violation("QUEUES", "unfinished but in no queue", rid))
-        elif (request.status is RequestStatus.RUNNING) != (rid in running):
-            where = "running" if rid in running else "waiting"
-            out.append(Violation("QUEUES", f"status {request.status.name} but in {where}", rid))
-        holds = request.block_ids or request.num_computed_tokens
-        if request.status in _WAITING_STATUSES and (
-            (holds and _holds_nothing_expected(state, rid)) or request.spec_token_ids
-        ):
             out.append(
                 Violation(
                     "QUEUES",
-                    f"waiting with {len(request.block_ids)} blocks, "
-                    f"{len(request.spec_token_ids)} drafts, "
-                    f"{request.num_computed_tokens} computed tokens",
+                    "queued but not an unfinished request",
                     rid,
+                    expected="an unfinished request",
+                    actual="not live",
                 )
             )
+    running = set(state.running)
+    for rid, request in state.requests.items():
+        if request.status.is_finished:
+            out.append(
+                still_live("QUEUES", f"finished ({request.status.name}) but still live", request)
+            )
+        elif rid not in placed:
+            out.append(
+                Violation(
+                    "QUEUES",
+                    "unfinished but in no queue",
+                    rid,
+                    expected="running or waiting",
+                    actual=state.queue_of(rid),
+                )
+            )
+        elif (request.status is RequestStatus.RUNNING) != (rid in running):
+            where = "running" if rid in running else "waiting"
+            out.append(
+                Violation(
+                    "QUEUES",
+                    f"status {request.status.name} but in {where}",
+                    rid,
+                    expected="waiting" if where == "running" else "running",
+                    actual=where,
+                )
+            )
+        if request.status in _WAITING_STATUSES:
+            checks = [FieldCheck("spec_token_ids", (), tuple(request.spec_token_ids))]
+            if _holds_nothing_expected(state, rid):
+                checks += holds_nothing(request)
+            out += field_violations("QUEUES", "waiting but holds", rid, checks)
         if request.status is RequestStatus.PREEMPTED and request.num_preemptions < 1:
-            out.append(Violation("QUEUES", "PREEMPTED with num_preemptions 0", rid))
+            out.append(
+                Violation(
+                    "QUEUES",
+                    "PREEMPTED with num_preemptions 0",
+                    rid,
+                    expected=">= 1",
+                    actual=request.num_preemptions,
+                )
+            )
     return out
 
 
@@ -293,8 +403,8 @@ def check_length(state: State) -> list[Violation]:
                     "live at max_model_len",
                     rid,
                     None,
-                    max_model_len - 1,
-                    request.num_tokens,
+                    expected=max_model_len - 1,
+                    actual=request.num_tokens,
                 )
             )
         if len(request.output_token_ids) >= request.max_tokens:
@@ -304,13 +414,22 @@ def check_length(state: State) -> list[Violation]:
                     "live at max_tokens",
                     rid,
                     None,
-                    request.max_tokens - 1,
-                    len(request.output_token_ids),
+                    expected=request.max_tokens - 1,
+                    actual=len(request.output_token_ids),
                 )
             )
         stops = set(request.stop_token_ids)
         if request.eos_token_id is not None:
             stops.add(request.eos_token_id)
         if stops.intersection(request.output_token_ids):
-            out.append(Violation("LENGTH", "live after emitting a stop token", rid))
+            out.append(
+                Violation(
+                    "LENGTH",
+                    "live after emitting a stop token",
+                    rid,
+                    expected="finished",
+                    actual=f"{request.status.name} after stop token(s) "
+                    f"{sorted(stops.intersection(request.output_token_ids))}",
+                )
+            )
     return out

@@ -6,7 +6,14 @@ from dataclasses import replace
 from operator import attrgetter
 
 from schedspec.spec.config import SchedulerConfig
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import (
+    Violation,
+    changed_fields,
+    field_violations,
+    invariant,
+    outputs_changed,
+    still_live,
+)
 from schedspec.spec.invariants.safety.connector import ended_by_failed_load, is_load
 from schedspec.spec.invariants.transitions import AbortTransition, UpdateTransition
 from schedspec.spec.outputs import RequestOutput
@@ -54,14 +61,32 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
         if not t.scheduled_for(pre) or not sampled:
             if post is None:
                 if not ended_by_failed_load(t, rid):
-                    out.append(Violation("STOP", "finished without sampling", rid))
+                    out.append(
+                        Violation(
+                            "STOP",
+                            "finished without sampling",
+                            rid,
+                            expected="live",
+                            actual="finished",
+                        )
+                    )
             elif post.output_token_ids != pre.output_token_ids:
-                out.append(Violation("STOP", "outputs changed without sampling", rid))
+                out.append(
+                    Violation(
+                        "STOP",
+                        "outputs changed without sampling",
+                        rid,
+                        expected=pre.output_token_ids,
+                        actual=post.output_token_ids,
+                    )
+                )
             continue
         if t.is_stale(pre) and pre.drop_stale_output:
             # Output of a step from before a preemption, which this engine drops.
             if post is None or post.output_token_ids != pre.output_token_ids:
-                out.append(Violation("STOP", "stale output marked to be dropped was kept", rid))
+                out.append(
+                    outputs_changed("STOP", "stale output marked to be dropped was kept", pre, post)
+                )
             continue
         natural = expected_kept(pre, sampled, max_model_len)
         # A pending abort ends the request with this step's tokens at the latest.
@@ -72,11 +97,25 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
         if kept <= len(sampled):
             if post is not None:
                 out.append(
-                    Violation("STOP", f"still live after stop token {kept} of {len(sampled)}", rid)
+                    Violation(
+                        "STOP",
+                        f"still live after stop token {kept} of {len(sampled)}",
+                        rid,
+                        expected="finished",
+                        actual=post.status.name,
+                    )
                 )
             continue
         if post is None:
-            out.append(Violation("STOP", "finished with no stop condition met", rid))
+            out.append(
+                Violation(
+                    "STOP",
+                    "finished with no stop condition met",
+                    rid,
+                    expected="live",
+                    actual="finished",
+                )
+            )
         elif post.output_token_ids != pre.output_token_ids + sampled:
             out.append(
                 Violation(
@@ -84,8 +123,8 @@ def check_stop(t: UpdateTransition) -> list[Violation]:
                     "outputs are not the old ones plus the sampled tokens",
                     rid,
                     None,
-                    pre.output_token_ids + sampled,
-                    post.output_token_ids,
+                    expected=pre.output_token_ids + sampled,
+                    actual=post.output_token_ids,
                 )
             )
     return out
@@ -114,7 +153,15 @@ def _check_reported(
     finishes, and delivers nothing)."""
     rid = pre.request_id
     if reported is None:
-        return [Violation("STOP", "no output reported for a request that sampled", rid)]
+        return [
+            Violation(
+                "STOP",
+                "no output reported for a request that sampled",
+                rid,
+                expected=f"an output with {len(sampled)} sampled token(s)",
+                actual="no output",
+            )
+        ]
     stopped = kept <= len(sampled)
     expected_tokens = sampled[:kept] if stopped else sampled
     expected_status: RequestStatus | None = None
@@ -143,8 +190,8 @@ def _check_reported(
                 "reported tokens are not the sampled ones up to the stop",
                 rid,
                 None,
-                expected_tokens,
-                tuple(reported.new_token_ids),
+                expected=expected_tokens,
+                actual=tuple(reported.new_token_ids),
             )
         )
     if reported.finish_status is not expected_status and not (
@@ -152,7 +199,12 @@ def _check_reported(
     ):
         out.append(
             Violation(
-                "STOP", "reported finish status", rid, None, expected_status, reported.finish_status
+                "STOP",
+                "reported finish status",
+                rid,
+                None,
+                expected=expected_status,
+                actual=reported.finish_status,
             )
         )
     return out
@@ -173,7 +225,15 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
     for rid, post in t.post.requests.items():
         pre = t.pre.requests.get(rid)
         if pre is None:
-            out.append(Violation("ROLLBACK", "appeared during update_from_output", rid))
+            out.append(
+                Violation(
+                    "ROLLBACK",
+                    "appeared during update_from_output",
+                    rid,
+                    expected="absent (add_request adds)",
+                    actual=post.status.name,
+                )
+            )
             continue
         if is_load(t.pre, t.post, rid) and not t.scheduled_for(pre):
             continue  # a failed load's cut: LOAD-FAILURE judges it
@@ -194,8 +254,8 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
                     "num_computed_tokens after the output",
                     rid,
                     None,
-                    expected,
-                    post.num_computed_tokens,
+                    expected=expected,
+                    actual=post.num_computed_tokens,
                 )
             )
         confirmed = post.num_computed_tokens - post.num_in_flight_tokens
@@ -206,8 +266,8 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
                     "a request that sampled must have computed all but its last token",
                     rid,
                     None,
-                    post.num_tokens - 1,
-                    confirmed,
+                    expected=post.num_tokens - 1,
+                    actual=confirmed,
                 )
             )
     if t.request_outputs is not None:
@@ -232,8 +292,8 @@ def _check_reported_computed(t: UpdateTransition) -> list[Violation]:
                     "reported num_computed_tokens after the output",
                     rid,
                     None,
-                    expected,
-                    reported.num_computed_tokens,
+                    expected=expected,
+                    actual=reported.num_computed_tokens,
                 )
             )
     return out
@@ -275,7 +335,11 @@ def check_update_frame(t: UpdateTransition) -> list[Violation]:
     for name, before, after in queues:
         kept = tuple(r for r in before if r in live)
         if after != kept:
-            out.append(Violation("UPDATE-FRAME", f"{name} queue changed", None, None, kept, after))
+            out.append(
+                Violation(
+                    "UPDATE-FRAME", f"{name} queue changed", None, None, expected=kept, actual=after
+                )
+            )
     for rid, post in live.items():
         pre = t.pre.requests.get(rid)
         if pre is None or _fixed_fields(pre) == _fixed_fields(post):
@@ -283,7 +347,11 @@ def check_update_frame(t: UpdateTransition) -> list[Violation]:
         for name in _FIXED_BY_A_LANDING:
             before, after = getattr(pre, name), getattr(post, name)
             if before != after:
-                out.append(Violation("UPDATE-FRAME", f"{name} changed", rid, None, before, after))
+                out.append(
+                    Violation(
+                        "UPDATE-FRAME", f"{name} changed", rid, None, expected=before, actual=after
+                    )
+                )
     return out
 
 
@@ -304,14 +372,19 @@ def check_abort(t: AbortTransition) -> list[Violation]:
         post = t.post.requests.get(rid)
         if rid not in named:
             if post != pre:
-                out.append(Violation("ABORT", "a request not aborted changed", rid))
+                out += field_violations(
+                    "ABORT", "a request not aborted changed", rid, changed_fields(pre, post)
+                )
         elif post is None:
             continue
         elif rid in t.pre.waiting:
-            out.append(Violation("ABORT", "a waiting request is still live after abort", rid))
+            out.append(still_live("ABORT", "a waiting request is still live after abort", post))
         elif post != replace(pre, abort_pending=True):
-            out.append(
-                Violation("ABORT", "still live after abort, and not only marked abort_pending", rid)
+            out += field_violations(
+                "ABORT",
+                "still live after abort, and not only marked abort_pending",
+                rid,
+                changed_fields(replace(pre, abort_pending=True), post),
             )
         else:
             deferred.add(rid)

@@ -112,8 +112,8 @@ def check_admission(t: ScheduleTransition) -> list[Violation]:
                     "admitted although its future did not fit",
                     rid,
                     None,
-                    f"< {room}",
-                    future,
+                    expected=f"< {room}",
+                    actual=future,
                 )
             )
         least_prefix = count.longest_match(request)
@@ -124,13 +124,24 @@ def check_admission(t: ScheduleTransition) -> list[Violation]:
                     "its prefix match stops short of the cached prefix",
                     rid,
                     None,
-                    f">= {least_prefix}",
-                    prefix,
+                    expected=f">= {least_prefix}",
+                    actual=prefix,
                 )
             )
         rem_chunk = before.rem_chunk
         if before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0):
-            out.append(Violation("SG-ADMISSION", "admitted after the prefill budget ran out", rid))
+            out.append(
+                Violation(
+                    "SG-ADMISSION",
+                    "admitted after the prefill budget ran out",
+                    rid,
+                    expected="rem_input > 0 and rem_chunk > 0",
+                    actual={
+                        "rem_input": before.rem_input.hi,
+                        "rem_chunk": None if rem_chunk is None else rem_chunk.hi,
+                    },
+                )
+            )
         paged = ceil_paged(request.num_tokens - prefix, count.page)
         if rem_chunk is None:
             if extend != request.num_tokens - prefix:
@@ -140,8 +151,8 @@ def check_admission(t: ScheduleTransition) -> list[Violation]:
                         "without chunked prefill an admission takes its whole extend",
                         rid,
                         None,
-                        request.num_tokens - prefix,
-                        extend,
+                        expected=request.num_tokens - prefix,
+                        actual=extend,
                     )
                 )
             if before.num_can_run and paged >= before.rem_input.hi:
@@ -151,8 +162,8 @@ def check_admission(t: ScheduleTransition) -> list[Violation]:
                         "admitted over rem_input_tokens",
                         rid,
                         None,
-                        f"< {before.rem_input.hi}",
-                        paged,
+                        expected=f"< {before.rem_input.hi}",
+                        actual=paged,
                     )
                 )
             continue
@@ -165,8 +176,8 @@ def check_admission(t: ScheduleTransition) -> list[Violation]:
                     "the admission's extend is not the chunk budget's",
                     rid,
                     None,
-                    lo if lo == hi else (lo, hi),
-                    extend,
+                    expected=lo if lo == hi else (lo, hi),
+                    actual=extend,
                 )
             )
     return out
@@ -222,8 +233,8 @@ def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
             "left waiting although its future fits, with the latch open, a seat and budget",
             request.request_id,
             None,
-            f"< {count.room_for(request).lo}",
-            count.largest_future(request),
+            expected=f"< {count.room_for(request).lo}",
+            actual=count.largest_future(request),
         )
     ]
 
@@ -246,14 +257,28 @@ def check_latch(t: ScheduleTransition) -> list[Violation]:
     closed = pre.batch_is_full and pre.last_batch_kind == "decode"
     admitted = admissions_in_batch_order(t)
     if closed and admitted and not t.finished_since_last_schedule and t.pre.running:
-        out.append(Violation("SG-LATCH", f"admitted {admitted} while the latch was closed"))
+        out.append(
+            Violation(
+                "SG-LATCH",
+                f"admitted {admitted} while the latch was closed",
+                expected="no admission",
+                actual=admitted,
+            )
+        )
     if post.batch_is_full and t.pre.waiting and latch_surely_open(t, pre):
         # The pass began with the latch open: only the seats, or memory (a refused
         # future that did not fit, or an admission that left nothing) close it.
         count = PrefillPass.of(t, pre)
         seats = count.seats_left(count.at_refusal.num_can_run)
         if seats.lo > 0 and count.surely_fits(count.refused):
-            out.append(Violation("SG-LATCH", "closed the latch with memory and seats to spare"))
+            out.append(
+                Violation(
+                    "SG-LATCH",
+                    "closed the latch with memory and seats to spare",
+                    expected="batch_is_full False",
+                    actual=f"batch_is_full True with {seats.lo} seat(s) left",
+                )
+            )
     return out
 
 
@@ -290,8 +315,8 @@ def check_chunk_room(t: ScheduleTransition) -> list[Violation]:
                 "the chunk is larger than the room the reservations leave",
                 count.chunked,
                 None,
-                f"<= {most}",
-                count.chunk,
+                expected=f"<= {most}",
+                actual=count.chunk,
             )
         ]
     return []

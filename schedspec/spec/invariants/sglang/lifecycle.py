@@ -9,7 +9,7 @@ State.sglang under the mapping of docs/SPEC.md, "Two families".
 
 from __future__ import annotations
 
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import Violation, invariant, still_live
 from schedspec.spec.invariants.sglang.policy import missing_policy_state
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.sglang_arithmetic import RETRACT_DECODE_STEPS
@@ -87,12 +87,20 @@ def check_chunked_abort(t: ScheduleTransition) -> list[Violation]:
     if chunked in t.output.num_scheduled_tokens:
         out.append(
             Violation(
-                "SG-CHUNKED-ABORT", "the aborted chunked request was given another chunk", chunked
+                "SG-CHUNKED-ABORT",
+                "the aborted chunked request was given another chunk",
+                chunked,
+                expected="not scheduled",
+                actual=t.output.num_scheduled_tokens[chunked],
             )
         )
     elif chunked in t.post.requests:
         out.append(
-            Violation("SG-CHUNKED-ABORT", "the aborted chunked request is still live", chunked)
+            still_live(
+                "SG-CHUNKED-ABORT",
+                "the aborted chunked request is still live",
+                t.post.requests[chunked],
+            )
         )
     before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
     # Nothing else caches a block in schedule(): the one insert there is the chunked

@@ -27,7 +27,14 @@ from schedspec.spec.state import State
 
 def missing_policy_state(name: str) -> list[Violation]:
     """The violation of a sglang-profile check on an engine that reports no State.sglang."""
-    return [Violation(name, "the engine reports no SGLang policy state (State.sglang)")]
+    return [
+        Violation(
+            name,
+            "the engine reports no SGLang policy state (State.sglang)",
+            expected="State.sglang",
+            actual="None",
+        )
+    ]
 
 
 @invariant(
@@ -52,9 +59,16 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     kind = post.last_batch_kind
     chunked = pre.chunked_request_id
     continuing = chunked if chunked is not None and chunked in t.post.requests else None
-    problems: list[str] = []
+    # (message, expected, actual) of each broken clause.
+    problems: list[tuple[str, object, object]] = []
     if (kind == "idle") != (not scheduled):
-        problems.append(f"a {kind} step scheduled {dict(scheduled)}")
+        problems.append(
+            (
+                f"a {kind} step scheduled {dict(scheduled)}",
+                "nothing scheduled" if kind == "idle" else "tokens scheduled",
+                dict(scheduled),
+            )
+        )
     # A chunk is held back only when the pool cannot give it a page (docs/SPEC.md,
     # "A chunk the pool cannot hold"); the pre state's free blocks (free and
     # evictable) are a lower bound on what the step's allocation could reach.
@@ -62,17 +76,33 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
     chunk_due = continuing is not None and continuing in t.post.running and not held_back
     if kind == "decode":
         if admitted or any(n != 1 for n in scheduled.values()):
-            problems.append("a decode step admitted or scheduled more than one token")
+            problems.append(
+                (
+                    "a decode step admitted or scheduled more than one token",
+                    "no admission, 1 token each",
+                    {"admitted": list(admitted), "scheduled": dict(scheduled)},
+                )
+            )
         if chunk_due:
-            problems.append(f"a decode step while {continuing!r} is chunked")
+            problems.append(
+                (f"a decode step while {continuing!r} is chunked", "an extend step", kind)
+            )
     elif chunk_due and continuing not in scheduled:
-        problems.append(f"a {kind} step without the chunked request {continuing!r}'s chunk")
+        problems.append(
+            (
+                f"a {kind} step without the chunked request {continuing!r}'s chunk",
+                f"{continuing!r} scheduled",
+                sorted(scheduled),
+            )
+        )
     if kind == "extend":
         others = [r for r in scheduled if r not in admitted and r != continuing]
         if others:
-            problems.append(f"an extend step decoded {others}")
+            problems.append(
+                (f"an extend step decoded {others}", "only admissions and the chunk", others)
+            )
     elif kind == "mixed" and not t.post.config.enable_mixed_chunk:
-        problems.append("a mixed step without enable_mixed_chunk")
+        problems.append(("a mixed step without enable_mixed_chunk", "enable_mixed_chunk", "off"))
     if kind in ("decode", "mixed"):
         skipped = [
             r.request_id
@@ -83,8 +113,17 @@ def check_prefill_first(t: ScheduleTransition) -> list[Violation]:
             and r.request_id not in t.output.preempted_req_ids
         ]
         if skipped:
-            problems.append(f"a {kind} step left running requests {skipped} out")
-    return [Violation("SG-PREFILL-FIRST", p) for p in problems]
+            problems.append(
+                (
+                    f"a {kind} step left running requests {skipped} out",
+                    "every running request decoded",
+                    f"{skipped} left out",
+                )
+            )
+    return [
+        Violation("SG-PREFILL-FIRST", message, expected=expected, actual=actual)
+        for message, expected, actual in problems
+    ]
 
 
 @invariant(
@@ -105,10 +144,24 @@ def check_one_chunked(state: State) -> list[Violation]:
         request = state.requests.get(rid)
         mid_prefill = request is not None and request.is_prefill_chunk
         if mid_prefill and rid != chunked:
-            out.append(Violation("SG-ONE-CHUNKED", "mid-prefill but not the chunked request", rid))
+            out.append(
+                Violation(
+                    "SG-ONE-CHUNKED",
+                    "mid-prefill but not the chunked request",
+                    rid,
+                    expected=f"only the chunked request {chunked!r} mid-prefill",
+                    actual=rid,
+                )
+            )
     if chunked is not None and (not state.running or state.running[-1] != chunked):
         out.append(
-            Violation("SG-ONE-CHUNKED", "the chunked request is not last in running", chunked)
+            Violation(
+                "SG-ONE-CHUNKED",
+                "the chunked request is not last in running",
+                chunked,
+                expected=chunked,
+                actual=state.running[-1] if state.running else "running is empty",
+            )
         )
     return out
 
@@ -237,7 +290,12 @@ def check_evict_order(t: ScheduleTransition) -> list[Violation]:
         stray = [b for b in free[first_cached:] if hashes[b] is None]
         if stray:
             out.append(
-                Violation("SG-EVICT-ORDER", "a free slot without a hash after evictable ones")
+                Violation(
+                    "SG-EVICT-ORDER",
+                    "a free slot without a hash after evictable ones",
+                    expected=f"no unhashed slot after index {first_cached}",
+                    actual=stray,
+                )
             )
             return out
     policy = t.pre.sglang

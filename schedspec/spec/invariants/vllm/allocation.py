@@ -62,8 +62,8 @@ def check_alloc_exact(t: ScheduleTransition) -> list[Violation]:
                         "table changed without a step",
                         rid,
                         None,
-                        list(pre.block_ids),
-                        list(post.block_ids),
+                        expected=list(pre.block_ids),
+                        actual=list(post.block_ids),
                     )
                 )
             continue
@@ -79,8 +79,8 @@ def check_alloc_exact(t: ScheduleTransition) -> list[Violation]:
                     f"(held {len(held)} blocks)",
                     rid,
                     None,
-                    expected,
-                    len(post.block_ids),
+                    expected=expected,
+                    actual=len(post.block_ids),
                 )
             )
     return out
@@ -141,8 +141,8 @@ def check_admission_fit(t: ScheduleTransition) -> list[Violation]:
                     f"admitted needing {needed} blocks + {spare} spare with {free} free",
                     rid,
                     None,
-                    needed + spare,
-                    free,
+                    expected=needed + spare,
+                    actual=free,
                 )
             )
         free -= len(taken[rid])
@@ -201,7 +201,7 @@ def check_preempt_needed(t: ScheduleTransition) -> list[Violation]:
             f"{asked}, with {available} free without it",
             first,
             None,
-            available,
-            taken + asked,
+            expected=f"> {available} blocks wanted (else no preemption)",
+            actual=taken + asked,
         )
     ]

@@ -99,8 +99,8 @@ def check_cache_aware_keep(t: ScheduleTransition) -> list[Violation]:
                 f"may not leave it: {why}",
                 rid,
                 None,
-                list(t.pre.waiting),
-                seen,
+                expected=list(t.pre.waiting),
+                actual=seen,
             )
         ]
     return []
@@ -139,7 +139,7 @@ def check_cache_aware_order(t: ScheduleTransition) -> list[Violation]:
             f"({depth[owed]} cached tokens)",
             went,
             None,
-            due,
-            order,
+            expected=due,
+            actual=order,
         )
     ]

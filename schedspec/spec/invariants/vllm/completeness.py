@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from schedspec.spec.block_hash import BlockHash
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import Violation, invariant, or_absent
 from schedspec.spec.invariants.safety.connector import is_load
 from schedspec.spec.invariants.safety.update import expected_kept
 from schedspec.spec.invariants.transitions import (
@@ -57,8 +57,8 @@ def missing_registrations(
                     f"full block at index {index} not registered in the prefix cache",
                     request.request_id,
                     block,
-                    own[index],
-                    hashes[block],
+                    expected=own[index],
+                    actual=or_absent(hashes[block], "no hash"),
                 )
             )
     return out
@@ -192,8 +192,8 @@ def check_cache_hit_longest(t: ScheduleTransition) -> list[Violation]:
                     "prefix hit shorter than the cache allowed (blocks)",
                     rid,
                     None,
-                    reachable,
-                    hit,
+                    expected=reachable,
+                    actual=hit,
                 )
             )
     return out

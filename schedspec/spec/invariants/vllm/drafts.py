@@ -43,6 +43,13 @@ def check_draft_keep(t: DraftsTransition) -> list[Violation]:
             else ("kept for a request in its prefill")
         )
         out.append(
-            Violation("DRAFT-KEEP", f"drafts {why}", rid, None, expected, post.spec_token_ids)
+            Violation(
+                "DRAFT-KEEP",
+                f"drafts {why}",
+                rid,
+                None,
+                expected=expected,
+                actual=post.spec_token_ids,
+            )
         )
     return out

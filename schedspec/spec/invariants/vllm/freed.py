@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from schedspec.spec.block_hash import BlockHash
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import Violation, invariant, or_absent
 from schedspec.spec.invariants.transitions import (
     AbortTransition,
     ScheduleTransition,
@@ -74,8 +74,8 @@ def check_cache_schedule_kept(t: ScheduleTransition) -> list[Violation]:
                 f"{what} lost its registration, not reused",
                 where[0].request_id if where else None,
                 block,
-                before[block],
-                _hash_at(after, block),
+                expected=before[block],
+                actual=or_absent(_hash_at(after, block), "no hash"),
             )
         )
     return out
@@ -182,8 +182,8 @@ def _none_lost(invariant_id: str, call: str, pre: State, post: State) -> list[Vi
             f"registration dropped by {call}",
             min(holders[block]) if block in holders else None,
             block,
-            before[block],
-            _hash_at(after, block),
+            expected=before[block],
+            actual=or_absent(_hash_at(after, block), "no hash"),
         )
         for block in lost
     ]

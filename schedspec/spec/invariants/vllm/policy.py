@@ -120,8 +120,8 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
                 "scheduling order",
                 None,
                 None,
-                in_running_order + in_queue_order,
-                list(scheduled),
+                expected=in_running_order + in_queue_order,
+                actual=list(scheduled),
             )
         )
     preempted = t.output.preempted_req_ids
@@ -133,8 +133,8 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
                 "running order after the step",
                 None,
                 None,
-                expected_running,
-                list(t.post.running),
+                expected=expected_running,
+                actual=list(t.post.running),
             )
         )
     return out
@@ -175,8 +175,8 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
                         "tokens do not fit the budget left (vLLM holds it)",
                         rid,
                         None,
-                        0,
-                        num,
+                        expected=0,
+                        actual=num,
                     )
                 )
                 budget -= num
@@ -191,7 +191,11 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
         # budget back too late for it: then the request may get less, never more.
         refunded = config.policy == "priority" and bool(t.output.preempted_req_ids)
         if num > expected or (num != expected and not refunded):
-            out.append(Violation("GREEDY-BUDGET", "tokens scheduled", rid, None, expected, num))
+            out.append(
+                Violation(
+                    "GREEDY-BUDGET", "tokens scheduled", rid, None, expected=expected, actual=num
+                )
+            )
         budget -= num
     return out
 
@@ -222,7 +226,12 @@ def check_running_served(t: ScheduleTransition) -> list[Violation]:
         elif rid not in t.output.preempted_req_ids and used_ahead < budget and not idle:
             out.append(
                 Violation(
-                    "RUNNING-SERVED", "skipped with budget left", rid, None, budget, used_ahead
+                    "RUNNING-SERVED",
+                    "skipped with budget left",
+                    rid,
+                    None,
+                    expected=budget,
+                    actual=used_ahead,
                 )
             )
     return out
@@ -242,6 +251,8 @@ def check_no_admit_after_preempt(t: ScheduleTransition) -> list[Violation]:
             Violation(
                 "NO-ADMIT-AFTER-PREEMPT",
                 f"admitted {admitted} after preempting {sorted(t.output.preempted_req_ids)}",
+                expected="no admission",
+                actual=admitted,
             )
         ]
     return []
@@ -270,7 +281,16 @@ def check_victim(t: ScheduleTransition) -> list[Violation]:
         expected = set(by_key[len(by_key) - len(preempted) :])
     if expected == set(preempted):
         return []
-    return [Violation("VICTIM", "wrong victims", None, None, sorted(expected), sorted(preempted))]
+    return [
+        Violation(
+            "VICTIM",
+            "wrong victims",
+            None,
+            None,
+            expected=sorted(expected),
+            actual=sorted(preempted),
+        )
+    ]
 
 
 @invariant(
@@ -294,7 +314,11 @@ def check_queue_order(t: ScheduleTransition) -> list[Violation]:
         expected = victims + [r for r in waiting_phase_queue(t) if r not in admitted]
     if waiting == expected:
         return []
-    return [Violation("QUEUE-ORDER", "waiting queue order", None, None, expected, waiting)]
+    return [
+        Violation(
+            "QUEUE-ORDER", "waiting queue order", None, None, expected=expected, actual=waiting
+        )
+    ]
 
 
 @invariant(
@@ -312,7 +336,16 @@ def check_watermark(t: ScheduleTransition) -> list[Violation]:
     free = len(t.post.kv.free_block_ids)
     if free >= spare:
         return []
-    return [Violation("WATERMARK", "admitted into the watermark", admitted[-1], None, spare, free)]
+    return [
+        Violation(
+            "WATERMARK",
+            "admitted into the watermark",
+            admitted[-1],
+            None,
+            expected=spare,
+            actual=free,
+        )
+    ]
 
 
 def cached_prefix(kv: KVState, own: Sequence[BlockHash], max_blocks: int) -> list[int]:
@@ -387,6 +420,8 @@ def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
             f"blocks + {spare} spare <= {len(t.post.kv.free_block_ids)} free, "
             f"{budget_left} tokens left)",
             head.request_id,
+            expected="admitted",
+            actual=t.post.queue_of(head.request_id),
         )
     ]
 
@@ -421,8 +456,8 @@ def _check_free_order(
             f"free queue after freeing {list(freed)}",
             None,
             None,
-            expected,
-            list(post.kv.free_block_ids),
+            expected=expected,
+            actual=list(post.kv.free_block_ids),
         )
     ]
 

@@ -9,7 +9,7 @@ vLLM's stricter rule here.
 
 from __future__ import annotations
 
-from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.registry import Violation, invariant, still_live
 from schedspec.spec.invariants.transitions import AbortTransition, ScheduleTransition
 from schedspec.spec.state import State
 
@@ -23,7 +23,11 @@ from schedspec.spec.state import State
 )
 def check_abort_at_once(t: AbortTransition) -> list[Violation]:
     return [
-        Violation("ABORT-AT-ONCE", "an aborted request is still live (abort deferred)", rid)
+        still_live(
+            "ABORT-AT-ONCE",
+            "an aborted request is still live (abort deferred)",
+            t.post.requests[rid],
+        )
         for rid in dict.fromkeys(t.request_ids)
         if rid in t.pre.requests and rid in t.post.requests
     ]
@@ -37,7 +41,13 @@ def check_abort_at_once(t: AbortTransition) -> list[Violation]:
 )
 def check_stale_kept(state: State) -> list[Violation]:
     return [
-        Violation("STALE-KEPT", "stale output marked to be dropped", rid)
+        Violation(
+            "STALE-KEPT",
+            "stale output marked to be dropped",
+            rid,
+            expected="drop_stale_output False",
+            actual="drop_stale_output True",
+        )
         for rid, request in state.requests.items()
         if request.drop_stale_output
     ]
@@ -64,8 +74,8 @@ def check_table_grows(t: ScheduleTransition) -> list[Violation]:
                     "a block the request held changed place",
                     cached.request_id,
                     None,
-                    pre.block_ids,
-                    post.block_ids[: len(pre.block_ids)],
+                    expected=pre.block_ids,
+                    actual=post.block_ids[: len(pre.block_ids)],
                 )
             )
     return out
