@@ -44,6 +44,7 @@ INNER = {
     "run": "schedspec.cli.run.record_step",
     "prove": "schedspec.cli.prove.prove",
     "install": "schedspec.cli.setup.install.script_path",
+    "conform": "schedspec.adapters.kit.conformance.conform",
 }
 
 
@@ -56,6 +57,11 @@ class Scenario:
 
 SIM = ("--num-requests", "8", "--no-plots", "--out", "{out}")
 SCENARIOS: dict[tuple[str, int], Scenario] = {
+    ("conform", 0): Scenario(("--engine", "reference"), says="PASSED"),
+    ("conform", 1): Scenario(
+        ("--engine", "tests.broken_adapters:UntranslatedHashes"), says="fix the adapter's snapshot"
+    ),
+    ("conform", 2): Scenario(("--engine", "no_such_module:Engine"), says="no_such_module"),
     ("check", 0): Scenario(QUICK, says="PASSED"),
     ("check", 1): Scenario(("--engine", "tests.broken_engines:wrong_total", *FINDS), says="BUDGET"),
     ("check", 2): Scenario(
