@@ -42,9 +42,9 @@ from typing import Any
 from schedspec.adapters import engine_import
 
 INSTALL_STEP = "scripts/install_sglang.sh VENV_DIR"
-_TINY_MODEL_ARCHITECTURE = "HarnessModel"
-_TINY_MODEL = engine_import.tiny_llama(
-    _TINY_MODEL_ARCHITECTURE,
+TINY_MODEL_ARCHITECTURE = "HarnessModel"
+TINY_MODEL = engine_import.tiny_llama(
+    TINY_MODEL_ARCHITECTURE,
     rms_norm_eps=1e-6,
     # No model EOS: a request's EOS is its own (the spec's eos_token_id), never the
     # model's, so SGLang stops a request only on the stop tokens the harness gave it.
@@ -164,8 +164,8 @@ def _import_sglang() -> Sglang:
         from sglang.srt.server_args import PortArgs, ServerArgs
     _run_parallel_runtime_once(bootstrap)
     ModelRegistry._load_default_models()
-    ModelRegistry.models[_TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
-    folders = engine_import.tiny_model_folders("schedspec-sglang-", {"model": _TINY_MODEL})
+    ModelRegistry.models[TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
+    folders = engine_import.tiny_model_folders("schedspec-sglang-", {"model": TINY_MODEL})
     return Sglang(
         Scheduler=Scheduler,
         ServerArgs=ServerArgs,
@@ -216,7 +216,7 @@ def _harness_model_class(torch: Any) -> type:
             logits = torch.zeros((forward_batch.batch_size, self.config.vocab_size))
             return LogitsProcessorOutput(next_token_logits=logits)
 
-    HarnessModel.__name__ = HarnessModel.__qualname__ = _TINY_MODEL_ARCHITECTURE
+    HarnessModel.__name__ = HarnessModel.__qualname__ = TINY_MODEL_ARCHITECTURE
     return HarnessModel
 
 
