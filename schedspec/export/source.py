@@ -2,8 +2,8 @@
 
 A generated file holds prompts of any length; a call that does not fit a line puts
 its arguments one a line, and a list that does not fit one either is wrapped at the
-line length, several items a line (ruff's formatter would put one a line: the
-generated folder is left out of `ruff format`, and `ruff check` passes).
+line length, several items a line, between `# fmt: off` and `# fmt: on` (ruff's
+formatter would put one item a line: a 65-token prompt would take 65 lines).
 """
 
 from __future__ import annotations
@@ -58,12 +58,15 @@ def call(name: str, args: Sequence[str], indent: str, list_arg: Sequence[int] = 
         return [one]
     inner = indent + INDENT
     lines = [f"{indent}{name}("]
+    wrapped = False
     for arg, text in zip(args, inline, strict=True):
         if arg == "@list" and len(inner) + len(text) + 1 > LINE_LENGTH:
             lines += [inner + "[", *wrapped_list(list_arg, inner + INDENT), inner + "],"]
+            wrapped = True
         else:
             lines.append(f"{inner}{text},")
-    return [*lines, indent + ")"]
+    lines.append(indent + ")")
+    return [f"{indent}# fmt: off", *lines, f"{indent}# fmt: on"] if wrapped else lines
 
 
 def assignment(name: str, value: object, comment: str = "") -> list[str]:
