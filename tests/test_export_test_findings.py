@@ -175,8 +175,19 @@ def run_exported(exported: Exported, tmp_path: Path, fix: str | None) -> tuple[i
     if fix is not None:
         (tmp_path / "conftest.py").write_text(fix)
     done = subprocess.run(
-        [engine_python(exported.engine), "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         "-c", os.devnull, "--rootdir", str(tmp_path), exported.file.name],
+        [
+            engine_python(exported.engine),
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            exported.file.name,
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -37,7 +37,7 @@ COMMANDS: dict[str, str] = {
     "diff-replay": "schedspec.cli.diff_replay:diff_replay",
     "prove": "schedspec.cli.prove:prove_command",
     "simulate": "schedspec.cli.simulate:simulate",
-    "export-test": "schedspec.cli.export_test:export_test_command",
+    "export-test": "schedspec.cli.replay:export_test_command",
 }
 
 

@@ -48,9 +48,7 @@ def _paragraph(text: str, indent: str = "") -> list[str]:
     width = LINE_LENGTH - len(indent)
     lines: list[str] = []
     for line in text.replace('"""', "'''").replace("\\", "/").splitlines() or [""]:
-        lines += textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent) or [
-            ""
-        ]
+        lines += textwrap.wrap(line, width, initial_indent=indent, subsequent_indent=indent) or [""]
     return lines
 
 

@@ -50,9 +50,7 @@ def vllm_refusal(trace: Trace) -> ExportError | None:
     return None
 
 
-def vllm_test_file(
-    trace: Trace, provenance: Provenance, engine_args: Mapping[str, object]
-) -> str:
+def vllm_test_file(trace: Trace, provenance: Provenance, engine_args: Mapping[str, object]) -> str:
     """The pytest file; engine_args: extra keyword arguments of vLLM's SchedulerConfig."""
     refused = vllm_refusal(trace)
     if refused is not None:
