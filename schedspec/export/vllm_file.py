@@ -25,7 +25,7 @@ ABOUT = (
     "config, a KVCacheConfig with no tensors), makes Requests, and steps it synchronously: "
     "schedule(), a hand-built ModelRunnerOutput, update_from_output(). The model is a "
     "deterministic function of (seed, request id, position). After every call it asserts "
-    "schedspec's invariants (BUDGET, SEQS, CACHE-CONTENT, CONSERVATION; PROGRESS and "
+    "schedspec's invariants (BUDGET, SEQS, CACHE-CONTENT, CONSERVATION; DRAIN and "
     "NO-LEAK after a drain) on the scheduler's own objects: it fails where the bug is and "
     "passes on a fixed vLLM."
 )

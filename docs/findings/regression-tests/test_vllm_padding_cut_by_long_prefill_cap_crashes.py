@@ -8,7 +8,7 @@ It builds vLLM's V1 Scheduler on CPU as vLLM's own scheduler tests do (a tiny mo
 KVCacheConfig with no tensors), makes Requests, and steps it synchronously: schedule(), a hand-built
 ModelRunnerOutput, update_from_output(). The model is a deterministic function of (seed, request id,
 position). After every call it asserts schedspec's invariants (BUDGET, SEQS, CACHE-CONTENT,
-CONSERVATION; PROGRESS and NO-LEAK after a drain) on the scheduler's own objects: it fails where the
+CONSERVATION; DRAIN and NO-LEAK after a drain) on the scheduler's own objects: it fails where the
 bug is and passes on a fixed vLLM.
 
 What schedspec saw when it recorded the trace:
@@ -323,7 +323,7 @@ def drain(run: Run, max_steps: int) -> None:
     while run.scheduler.has_unfinished_requests() and steps <= max_steps:
         step(run)
         steps += 1
-    # schedspec's PROGRESS: with no arrivals every admitted request finishes in a bound.
+    # schedspec's DRAIN: with no arrivals every admitted request finishes in a bound.
     assert not run.scheduler.has_unfinished_requests(), f"unfinished after {steps} steps"
     # schedspec's NO-LEAK: once every request finished, every block is free.
     pool = run.scheduler.kv_cache_manager.block_pool
