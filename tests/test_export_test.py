@@ -9,7 +9,6 @@ files, failing on the bug and passing on the fix, are tests/test_export_test_fin
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from schedspec.export.writers import export_test
 from schedspec.spec import RemoteKV, SchedulerConfig
 from schedspec.spec.invariants import drain_step_bound
 from schedspec.traces.trace import Trace
+from tests.pytest_run import run_pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = SchedulerConfig(
@@ -176,24 +176,6 @@ def test_files_for_passing_traces_pass_on_vllm(tmp_path: Path) -> None:
         trace = Trace.load(ROOT / "docs" / "findings" / name)
         test_file = tmp_path / ("test_" + name.removesuffix(".json").replace("-", "_") + ".py")
         test_file.write_text(export_test(trace, name, "vllm"))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-c",
-            "/dev/null",
-            "--rootdir",
-            str(tmp_path),
-            ".",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_pytest(sys.executable, tmp_path, ".")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(PASSING)} passed" in done.stdout

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from schedspec.export.writers import export_test
 from schedspec.traces.trace import Trace
+from tests.pytest_run import run_pytest
 from tests.sglang_required import SGLANG_VENV_VARIABLE, require_sglang
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,25 +197,7 @@ def run_exported(exported: Exported, tmp_path: Path, fix: str | None) -> tuple[i
     (tmp_path / exported.file.name).write_text(exported.file.read_text())
     if fix is not None:
         (tmp_path / "conftest.py").write_text(fix)
-    done = subprocess.run(
-        [
-            engine_python(exported.engine),
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-c",
-            os.devnull,
-            "--rootdir",
-            str(tmp_path),
-            exported.file.name,
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_pytest(engine_python(exported.engine), tmp_path, exported.file.name)
     return done.returncode, done.stdout + done.stderr
 
 

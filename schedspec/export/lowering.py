@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
 from schedspec.export.source import INDENT, call, literal
-from schedspec.spec import RequestError, SchedulerConfig, SpecInputError, validate_new_request
+from schedspec.spec import (
+    ConfigError,
+    RequestError,
+    SchedulerConfig,
+    SpecInputError,
+    validate_new_request,
+)
 from schedspec.spec.invariants import drain_step_bound
 
 
@@ -24,10 +30,29 @@ class ExportError(SpecInputError):
 
 @dataclass(frozen=True)
 class Lowering:
-    """What the engine's file can express of a trace's events."""
+    """What the engine's file can express of a trace."""
 
     engine: str  # as messages name it: "vLLM", "SGLang"
+    family: str  # the policy family of the traces it takes
+    loop: str  # how the file steps the engine, for the refusal of async scheduling
     takes_drafts: bool
+
+
+def config_refusal(
+    config: SchedulerConfig, how: Lowering, adapter_refusal: ConfigError | None
+) -> ExportError | None:
+    """Why the trace's config cannot be the engine's file (the field at fault), or None:
+    another family, async scheduling, a KV connector, or what the engine's adapter
+    refuses (`adapter_refusal`)."""
+    if config.family != how.family:
+        return ExportError("config.family", f"{config.family!r}: not {how.engine}'s policy family")
+    if config.async_scheduling:
+        return ExportError("config.async_scheduling", f"True: the exported test {how.loop}")
+    if config.kv_connector:
+        return ExportError("config.kv_connector", "a KV connector's test is not exported")
+    if adapter_refusal is not None:
+        return ExportError(f"config.{adapter_refusal.field}", str(adapter_refusal))
+    return None
 
 
 def body_lines(config: SchedulerConfig, events: tuple[Event, ...], how: Lowering) -> list[str]:

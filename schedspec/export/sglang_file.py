@@ -4,8 +4,9 @@ does (adapters/sglang/: the tiny model registered through ModelRegistry, a socke
 the tokenizer manager, the batch result's tokens written before SGLang processes it).
 
 The config's translation is the adapter's (adapters/sglang/config.py's ServerArgs),
-written out as constants. What the file cannot run is refused naming the config field:
-the overlap loop (async scheduling), and whatever the adapter refuses.
+written out as constants. What the file cannot run is refused naming the config field
+(lowering.config_refusal): the overlap loop (async scheduling), and whatever the adapter
+refuses.
 """
 
 from __future__ import annotations
@@ -14,12 +15,17 @@ from collections.abc import Mapping
 
 from schedspec.adapters.sglang.config import refusal, server_arg_values
 from schedspec.adapters.sglang.runtime import TINY_MODEL
-from schedspec.export.lowering import ExportError, Lowering
+from schedspec.export.lowering import ExportError, Lowering, config_refusal
 from schedspec.export.source import assignment
 from schedspec.export.test_file import Provenance, render
 from schedspec.traces.trace import Trace
 
-SGLANG = Lowering(engine="SGLang", takes_drafts=False)
+SGLANG = Lowering(
+    engine="SGLang",
+    family="sglang",
+    loop="steps SGLang's plain event loop, not the overlap loop",
+    takes_drafts=False,
+)
 ABOUT = (
     "It builds SGLang's Scheduler on CPU by its own __init__ (a tiny model registered "
     "through ModelRegistry that writes no KV; a ZeroMQ socket standing in for the "
@@ -33,18 +39,7 @@ ABOUT = (
 
 def sglang_refusal(trace: Trace) -> ExportError | None:
     """Why the trace cannot be an SGLang test (the config field at fault), or None."""
-    config = trace.config
-    if config.family != "sglang":
-        return ExportError("config.family", f"{config.family!r}: not SGLang's policy family")
-    if config.async_scheduling:
-        return ExportError(
-            "config.async_scheduling",
-            "True: the exported test steps SGLang's plain event loop, not the overlap loop",
-        )
-    refused = refusal(config)
-    if refused is not None:
-        return ExportError(f"config.{refused.field}", str(refused))
-    return None
+    return config_refusal(trace.config, SGLANG, refusal(trace.config))
 
 
 def sglang_test_file(

@@ -4,8 +4,9 @@ a KVCacheConfig with no tensors, Requests, a hand-built ModelRunnerOutput a step
 
 The config's translation is the adapter's (adapters/vllm/config.py: the null block, the
 watermark, the drafter), written out as constants. What the file cannot run is refused
-naming the config field: async scheduling (the file is the synchronous engine core's
-loop, as vLLM's scheduler tests are), a KV connector, and whatever the adapter refuses.
+naming the config field (lowering.config_refusal): async scheduling (the file is the
+synchronous engine core's loop, as vLLM's scheduler tests are), a KV connector, and
+whatever the adapter refuses.
 """
 
 from __future__ import annotations
@@ -14,12 +15,17 @@ from collections.abc import Mapping
 
 from schedspec.adapters.engine_import import tiny_llama
 from schedspec.adapters.vllm.config import refusal, vllm_watermark
-from schedspec.export.lowering import ExportError, Lowering
+from schedspec.export.lowering import ExportError, Lowering, config_refusal
 from schedspec.export.source import assignment
 from schedspec.export.test_file import Provenance, render
 from schedspec.traces.trace import Trace
 
-VLLM = Lowering(engine="vLLM", takes_drafts=True)
+VLLM = Lowering(
+    engine="vLLM",
+    family="vllm",
+    loop="drives the scheduler synchronously, as vLLM's scheduler tests do",
+    takes_drafts=True,
+)
 ABOUT = (
     "It builds vLLM's V1 Scheduler on CPU as vLLM's own scheduler tests do (a tiny model "
     "config, a KVCacheConfig with no tensors), makes Requests, and steps it synchronously: "
@@ -33,21 +39,7 @@ ABOUT = (
 
 def vllm_refusal(trace: Trace) -> ExportError | None:
     """Why the trace cannot be a vLLM test (the config field at fault), or None."""
-    config = trace.config
-    if config.family != "vllm":
-        return ExportError("config.family", f"{config.family!r}: not vLLM's policy family")
-    if config.async_scheduling:
-        return ExportError(
-            "config.async_scheduling",
-            "True: the exported test drives the scheduler synchronously, as vLLM's "
-            "scheduler tests do",
-        )
-    if config.kv_connector:
-        return ExportError("config.kv_connector", "a KV connector's test is not exported")
-    refused = refusal(config)
-    if refused is not None:
-        return ExportError(f"config.{refused.field}", str(refused))
-    return None
+    return config_refusal(trace.config, VLLM, refusal(trace.config))
 
 
 def vllm_test_file(trace: Trace, provenance: Provenance, engine_args: Mapping[str, object]) -> str:
