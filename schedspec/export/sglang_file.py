@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from schedspec.adapters.sglang.config import refusal, server_arg_values
 from schedspec.adapters.sglang.runtime import TINY_MODEL
-from schedspec.export.lowering import ExportError, Lowering, config_refusal
+from schedspec.export.lowering import Lowering, config_refusal
 from schedspec.export.source import assignment
 from schedspec.export.test_file import Provenance, render
 from schedspec.traces.trace import Trace
@@ -37,16 +37,11 @@ ABOUT = (
 )
 
 
-def sglang_refusal(trace: Trace) -> ExportError | None:
-    """Why the trace cannot be an SGLang test (the config field at fault), or None."""
-    return config_refusal(trace.config, SGLANG, refusal(trace.config))
-
-
 def sglang_test_file(
     trace: Trace, provenance: Provenance, engine_args: Mapping[str, object]
 ) -> str:
     """The pytest file; engine_args: ServerArgs set as given, over the config's."""
-    refused = sglang_refusal(trace)
+    refused = config_refusal(trace.config, SGLANG, refusal(trace.config))
     if refused is not None:
         raise refused
     args = {**server_arg_values(trace.config), **engine_args}

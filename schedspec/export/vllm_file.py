@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from schedspec.adapters.engine_import import tiny_llama
 from schedspec.adapters.vllm.config import refusal, vllm_watermark
-from schedspec.export.lowering import ExportError, Lowering, config_refusal
+from schedspec.export.lowering import Lowering, config_refusal
 from schedspec.export.source import assignment
 from schedspec.export.test_file import Provenance, render
 from schedspec.traces.trace import Trace
@@ -37,14 +37,9 @@ ABOUT = (
 )
 
 
-def vllm_refusal(trace: Trace) -> ExportError | None:
-    """Why the trace cannot be a vLLM test (the config field at fault), or None."""
-    return config_refusal(trace.config, VLLM, refusal(trace.config))
-
-
 def vllm_test_file(trace: Trace, provenance: Provenance, engine_args: Mapping[str, object]) -> str:
     """The pytest file; engine_args: extra keyword arguments of vLLM's SchedulerConfig."""
-    refused = vllm_refusal(trace)
+    refused = config_refusal(trace.config, VLLM, refusal(trace.config))
     if refused is not None:
         raise refused
     config = trace.config
