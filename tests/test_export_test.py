@@ -25,7 +25,7 @@ from schedspec.export.writers import export_test
 from schedspec.spec import RemoteKV, SchedulerConfig
 from schedspec.spec.invariants import drain_step_bound
 from schedspec.traces.trace import Trace
-from tests.pytest_run import run_pytest
+from tests.pytest_run import run_pytest, sglang_python
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = SchedulerConfig(
@@ -112,14 +112,13 @@ def test_a_long_prompt_is_wrapped_within_the_line_length() -> None:
             "vllm",
             "config.pad_spec_decode",
         ),
-        (replace(EXAMPLE, events=(AddRequest("r0", (), 4),)), "vllm", "events[0].prompt_token_ids"),
         (
             replace(EXAMPLE, events=(AddRequest("r0", (1,), 4, remote_kv=RemoteKV(1)),)),
             "vllm",
             "events[0].remote_kv",
         ),
     ],
-    ids=["async", "family", "padding", "door", "connector"],
+    ids=["async", "family", "padding", "connector"],
 )
 def test_what_the_engine_file_cannot_express_is_refused_naming_the_field(
     trace: Trace, engine: str, field: str
@@ -163,19 +162,45 @@ def test_the_command_writes_the_file_and_refuses_with_exit_2(tmp_path: Path) -> 
     assert done.exit_code == 2 and "NAME=VALUE" in done.output
 
 
-PASSING = (
-    "vllm-spec-decode-padding.json",  # F1: drafts and padding, every invariant holds
-    "probe-head-of-line-blocking.json",  # a drain
-    "probe-priority-preempted-place.json",  # priority preemption, a drain
-)
+def test_a_request_the_door_refuses_is_left_out_with_why() -> None:
+    """The engine's front end refuses it before the scheduler sees it (the spec's DOOR)."""
+    trace = replace(EXAMPLE, events=(AddRequest("r0", (), 4), AddRequest("r1", (1,), 4)))
+    assert export_test(trace, "t.json", "vllm").splitlines()[-3:] == [
+        "    # events[0]: request 'r0' left out, the front end refuses it: prompt_token_ids: "
+        "request 'r0':",
+        "    # the prompt must not be empty",
+        '    add_request(run, "r1", [1], max_tokens=4)',
+    ]
 
 
-def test_files_for_passing_traces_pass_on_vllm(tmp_path: Path) -> None:
-    pytest.importorskip("vllm", reason="vLLM is not installed: scripts/install_vllm.sh")
-    for name in PASSING:
+PASSING = {
+    "vllm": (
+        "vllm-spec-decode-padding.json",  # F1: drafts and padding, every invariant holds
+        "probe-head-of-line-blocking.json",  # a drain
+        "probe-priority-preempted-place.json",  # priority preemption, a drain
+    ),
+    "sglang": (
+        "sglang-evict-order-not-observable.json",  # the radix cache evicts
+        "sglang-stop-demoted-to-length-at-zero-budget.json",  # aborts, refused prompts, stops
+    ),
+}
+
+
+def engine_python(engine: str) -> str:
+    """The interpreter with the engine, or a skip (tests/test_export_test_findings.py)."""
+    if engine == "vllm":
+        pytest.importorskip("vllm", reason="vLLM is not installed: scripts/install_vllm.sh")
+        return sys.executable
+    return sglang_python("the exported SGLang tests of passing traces")
+
+
+@pytest.mark.parametrize("engine", sorted(PASSING))
+def test_files_for_passing_traces_pass_on_the_engine(engine: str, tmp_path: Path) -> None:
+    python = engine_python(engine)
+    for name in PASSING[engine]:
         trace = Trace.load(ROOT / "docs" / "findings" / name)
         test_file = tmp_path / ("test_" + name.removesuffix(".json").replace("-", "_") + ".py")
-        test_file.write_text(export_test(trace, name, "vllm"))
-    done = run_pytest(sys.executable, tmp_path, ".")
+        test_file.write_text(export_test(trace, name, engine))
+    done = run_pytest(python, tmp_path, ".")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{len(PASSING)} passed" in done.stdout
+    assert f"{len(PASSING[engine])} passed" in done.stdout

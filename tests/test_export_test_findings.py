@@ -13,8 +13,6 @@ SGLang imports (tests/sglang_required.py skips, or in CI fails, otherwise).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +21,7 @@ import pytest
 
 from schedspec.export.writers import export_test
 from schedspec.traces.trace import Trace
-from tests.pytest_run import run_pytest
-from tests.sglang_required import SGLANG_VENV_VARIABLE, require_sglang
+from tests.pytest_run import run_pytest, sglang_python
 
 ROOT = Path(__file__).resolve().parent.parent
 FINDINGS = "docs/findings"
@@ -183,12 +180,7 @@ def engine_python(engine: str) -> str:
     if engine == "vllm":
         pytest.importorskip("vllm", reason="vLLM is not installed: scripts/install_vllm.sh")
         return sys.executable
-    venv = os.environ.get(SGLANG_VENV_VARIABLE)
-    if venv and Path(venv, "bin", "python").exists():
-        return str(Path(venv, "bin", "python"))
-    if importlib.util.find_spec("sglang") is None:
-        require_sglang("the exported SGLang regression tests")
-    return sys.executable
+    return sglang_python("the exported SGLang regression tests")
 
 
 def run_exported(exported: Exported, tmp_path: Path, fix: str | None) -> tuple[int, str]:

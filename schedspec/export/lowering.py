@@ -3,17 +3,18 @@ event, in order, whatever the engine (each engine's file defines the helpers: ad
 step, abort, propose_drafts, drain; vllm_file.py and sglang_file.py).
 
 What cannot be lowered is refused where it is met, naming the trace's field
-(ExportError): a KV connector's events, a request the spec's door refuses (the
-generated test drives the scheduler below the engine's front end, which would refuse it
-first), drafts for an engine that takes none.
+(ExportError): a KV connector's events, drafts for an engine that takes none. A request
+the spec's door refuses is left out with a comment saying why: the generated test drives
+the scheduler below the engine's front end, which refuses it first.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from schedspec.engines.events import Abort, AddRequest, Drain, Event, ProposeDrafts, Step
-from schedspec.export.source import INDENT, call, literal
+from schedspec.export.source import INDENT, LINE_LENGTH, call, literal
 from schedspec.spec import (
     ConfigError,
     RequestError,
@@ -83,11 +84,12 @@ def _add_request(config: SchedulerConfig, event: AddRequest, where: str) -> list
     try:
         validate_new_request(event.to_request(), config)
     except RequestError as err:
-        raise ExportError(
-            f"{where}.{err.field}",
-            f"the spec's door refuses this request ({err}); the exported test drives the "
-            "scheduler below the engine's front end, which refuses it first",
-        ) from None
+        # The engine's front end refuses it before its scheduler sees it, as the spec's
+        # door does (DOOR): the scheduler's test has nothing to do.
+        why = f"{where}: request {event.request_id!r} left out, the front end refuses it: {err}"
+        return textwrap.wrap(
+            why, LINE_LENGTH, initial_indent=f"{INDENT}# ", subsequent_indent=f"{INDENT}# "
+        )
     args = ["run", literal(event.request_id), "@list", f"max_tokens={event.max_tokens}"]
     if event.priority:
         args.append(f"priority={event.priority}")
