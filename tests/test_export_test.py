@@ -21,6 +21,7 @@ from schedspec.engines.events import Abort, AddRequest, Drain, ProposeDrafts, St
 from schedspec.engines.fake_model import StepDecisions
 from schedspec.export.lowering import ExportError
 from schedspec.export.source import LINE_LENGTH
+from schedspec.export.test_file import failed_at
 from schedspec.export.writers import export_test
 from schedspec.spec import RemoteKV, SchedulerConfig
 from schedspec.spec.invariants import drain_step_bound
@@ -85,6 +86,24 @@ def test_a_worked_example_becomes_one_call_an_event() -> None:
         '    abort(run, ("r0",))',
         f"    drain(run, max_steps={drain_step_bound(CONFIG, 2)})",
     ]
+
+
+@pytest.mark.parametrize(
+    ("note", "index"),
+    [
+        ("after event 5 (Step):\n  [CACHE-CONTENT] block 4: ...", 5),
+        ("admitted at #3; at #6 the next chunk cannot be allocated", 6),  # the last named
+        ("after event 9 (Step)", None),  # past the trace's 7 events
+        ("a worked example", None),
+    ],
+)
+def test_the_event_the_note_names_is_marked(note: str, index: int | None) -> None:
+    assert failed_at(note, len(EXAMPLE.events)) == index
+    text = export_test(replace(EXAMPLE, note=note), "t.json", "vllm")
+    body = text[text.index("def test_t(") :].splitlines()
+    marks = [n for n, line in enumerate(body) if "schedspec saw the failure" in line]
+    # Before the event's line: the body's first two lines are the def and start().
+    assert marks == ([] if index is None else [index + 2])
 
 
 def test_a_long_prompt_is_wrapped_within_the_line_length() -> None:

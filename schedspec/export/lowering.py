@@ -56,12 +56,19 @@ def config_refusal(
     return None
 
 
-def body_lines(config: SchedulerConfig, events: tuple[Event, ...], how: Lowering) -> list[str]:
-    """The test function's body: `run` is the engine under test, already started."""
+def body_lines(
+    config: SchedulerConfig, events: tuple[Event, ...], how: Lowering, failed_at: int | None
+) -> list[str]:
+    """The test function's body: `run` is the engine under test, already started.
+    failed_at: the event where schedspec saw the failure, marked with a comment."""
     lines: list[str] = []
     added = 0
     for index, event in enumerate(events):
         where = f"events[{index}]"
+        if index == failed_at:
+            lines.append(
+                f"{INDENT}# schedspec saw the failure at this event (the docstring's note)."
+            )
         if isinstance(event, AddRequest):
             lines += _add_request(config, event, where)
             added += 1

@@ -43,6 +43,14 @@ def test_name(trace_name: str) -> str:
     return f"test_{words or 'trace'}"
 
 
+def failed_at(note: str, num_events: int) -> int | None:
+    """The event a trace's note names last ("after event 5 (Step)", "at #52"): where the
+    run that wrote the trace saw the failure; None where it names none."""
+    named = [int(n) for n in re.findall(r"(?:\bevent |#)(\d+)\b", note)]
+    named = [n for n in named if n < num_events]
+    return named[-1] if named else None
+
+
 def _paragraph(text: str, indent: str = "") -> list[str]:
     """Text wrapped to the line length; its own line breaks kept."""
     width = LINE_LENGTH - len(indent)
@@ -78,7 +86,7 @@ def render(
     test = [
         f"def {test_name(provenance.trace_name)}(tmp_path: Path) -> None:",
         f"{INDENT}run = start(tmp_path)",
-        *body_lines(config, events, lowering),
+        *body_lines(config, events, lowering, failed_at(provenance.note, len(events))),
     ]
     parts = [*doc, "", head.strip("\n"), "", *constants, "", "", helpers.strip("\n"), "", ""]
     return "\n".join([*parts, *test]) + "\n"

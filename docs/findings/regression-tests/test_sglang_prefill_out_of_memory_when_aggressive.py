@@ -416,4 +416,5 @@ def test_sglang_prefill_out_of_memory_when_aggressive(tmp_path: Path) -> None:
     step(run)
     step(run)
     step(run)
+    # schedspec saw the failure at this event (the docstring's note).
     step(run)

@@ -371,4 +371,5 @@ def test_vllm_padding_cut_by_long_prefill_cap_crashes(tmp_path: Path) -> None:
     add_request(run, "r0", [1, 2, 3], max_tokens=4)
     step(run)
     add_request(run, "r1", [7], max_tokens=4)
+    # schedspec saw the failure at this event (the docstring's note).
     step(run)

@@ -373,4 +373,5 @@ def test_vllm_priority_victim_keeps_cache_registration(tmp_path: Path) -> None:
     add_request(run, "r1", [20], max_tokens=8)
     step(run)
     step(run)
+    # schedspec saw the failure at this event (the docstring's note).
     step(run)
