@@ -205,6 +205,41 @@ PASSING = {
 }
 
 
+# Drafts proposed, accepted and rejected, a forced stop, an abort in flight and one
+# between steps, prefix hits and the long-prefill cap: `schedspec replay --engine vllm`
+# passes it under vllm-v1, and so must its file.
+DRAFTS = Trace(
+    SchedulerConfig(
+        block_size=2,
+        num_blocks=24,
+        max_num_batched_tokens=8,
+        max_num_seqs=3,
+        max_model_len=24,
+        long_prefill_token_threshold=4,
+        enable_prefix_caching=True,
+        num_speculative_tokens=2,
+        num_lookahead_tokens=0,
+        pad_spec_decode=True,
+    ),
+    (
+        AddRequest("r0", (1, 2, 3, 4, 5, 6, 7), 6, eos_token_id=3),
+        AddRequest("r1", (1, 2, 3, 4, 9), 5),
+        Step(),
+        Step(),
+        ProposeDrafts({"r0": 2, "r1": 1}),
+        Step(StepDecisions(accepted={"r0": 1})),
+        ProposeDrafts({"r0": 2, "r1": 2}),
+        AddRequest("r2", (1, 2, 3, 4, 5, 6), 4),
+        Step(StepDecisions(stops={"r1": 3}), aborts=("r2",)),
+        ProposeDrafts({"r0": 2}),
+        Step(),
+        Abort(("r1",)),
+        Drain(),
+    ),
+)
+MADE_HERE = {"vllm": {"drafts.json": DRAFTS}, "sglang": {}}
+
+
 def engine_python(engine: str) -> str:
     """The interpreter with the engine, or a skip (tests/test_export_test_findings.py)."""
     if engine == "vllm":
@@ -216,10 +251,11 @@ def engine_python(engine: str) -> str:
 @pytest.mark.parametrize("engine", sorted(PASSING))
 def test_files_for_passing_traces_pass_on_the_engine(engine: str, tmp_path: Path) -> None:
     python = engine_python(engine)
-    for name in PASSING[engine]:
-        trace = Trace.load(ROOT / "docs" / "findings" / name)
+    traces = {name: Trace.load(ROOT / "docs" / "findings" / name) for name in PASSING[engine]}
+    traces.update(MADE_HERE[engine])
+    for name, trace in traces.items():
         test_file = tmp_path / ("test_" + name.removesuffix(".json").replace("-", "_") + ".py")
         test_file.write_text(export_test(trace, name, engine))
     done = run_pytest(python, tmp_path, ".")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{len(PASSING[engine])} passed" in done.stdout
+    assert f"{len(traces)} passed" in done.stdout

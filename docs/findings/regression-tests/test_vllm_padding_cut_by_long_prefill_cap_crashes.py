@@ -197,7 +197,7 @@ class Run:
     scheduler: Scheduler
     block_hasher: Any
     num_arrivals: int = 0
-    # Requests the model has run at least once (it proposes drafts only after them).
+    # Requests the model has run at least once: the drafter knows their tokens.
     seen: set[str] = field(default_factory=set)
 
 
@@ -268,7 +268,7 @@ def model_output(
             tokens = [*drafts[:count], token_at(request_id, known + count)]
             if request_id in stops:
                 tokens[-1] = stops[request_id]
-            run.seen.add(request_id)
+        run.seen.add(request_id)
         req_ids.append(request_id)
         sampled.append(tokens)
     # vLLM 0.33.0 finds a request's row through req_id_to_index; 0.34.0 has no such field.
