@@ -45,6 +45,7 @@ INNER = {
     "prove": "schedspec.cli.prove.prove",
     "install": "schedspec.cli.setup.install.script_path",
     "conform": "schedspec.adapters.kit.conformance.conform",
+    "export-test": "schedspec.export.test_file.body_lines",
 }
 
 
@@ -104,6 +105,8 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("simulate", 5): Scenario(
         (*SIM, "--engine", f"{FAULTS}:hangs_in_update", "--step-timeout", "0.5")
     ),
+    ("export-test", 0): Scenario(("{trace}", "--for", "vllm"), says="def test_t("),
+    ("export-test", 2): Scenario(("{trace}", "--for", "sglang"), says="config.family"),
     ("run", 0): Scenario(("--quiet",), says="Steps:"),
     ("run", 1): Scenario(("--quiet", "--max-steps", "3"), says="--max-steps 3"),
     ("run", 2): Scenario(("--watermark", "1.5"), says="watermark"),

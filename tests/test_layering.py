@@ -15,6 +15,8 @@ below it, so the folder names are the architecture.
     properties                 the checked engine, the state machine, the suite
     campaign                   chunks on workers, Ray, swarm mode
     simulate                   timing an engine's decisions: engines, never properties
+    export                     a trace as a pytest file for an engine's own suite: the
+                               adapters' translations, never the harness
     cli                        on top: no library module imports it, and every command
                                lives in it
 
@@ -52,6 +54,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         {"spec", "engines", "adapters", "traces", "properties", "gpu_impl", "files", "environment"}
     ),
     "simulate": frozenset({"spec", "engines", "files"}),
+    "export": frozenset({"spec", "engines", "adapters", "traces", "files"}),
 }
 CLI = ROOT / "cli"
 # `python -m schedspec` must be schedspec/__main__.py: the one way in from outside cli/.

@@ -63,6 +63,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "schedspec.cli.simulate:simulate",
         "Simulate a workload through an engine with a step-time cost model.",
     ),
+    "export-test": LazyCommand(
+        "schedspec.cli.replay:export_test_command",
+        "Write a trace as a pytest file that drives the engine's own scheduler, with no "
+        "schedspec import: it fails where the trace's bug is and passes on a fixed engine.",
+    ),
     "install": LazyCommand(
         "schedspec.cli.setup.install:install",
         "Install ENGINE's scheduler (vllm, sglang) or torch's CPU build (torch-cpu) into VENV.",

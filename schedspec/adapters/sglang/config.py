@@ -67,30 +67,35 @@ def within_sglangs_caps(config: SchedulerConfig) -> SchedulerConfig:
     return replace(config, max_num_seqs=min(config.max_num_seqs, max_running_requests(config)))
 
 
-def server_args(v: Sglang, config: SchedulerConfig) -> Any:
-    """SGLang's ServerArgs for the config (the module docstring's translation)."""
+def server_arg_values(config: SchedulerConfig) -> dict[str, Any]:
+    """SGLang's ServerArgs for the config, all but model_path, as keyword arguments (the
+    module docstring's translation; the exported tests write them out too)."""
     budgets = prefill_budgets(config)
-    return v.ServerArgs(
-        model_path=v.model_dir,
-        device="cpu",
-        skip_tokenizer_init=True,
-        load_format="dummy",
-        disable_cuda_graph=True,
-        attention_backend="torch_native",
-        log_level="error",
-        random_seed=0,
-        page_size=config.block_size,
-        max_total_tokens=config.num_blocks * config.block_size,
-        context_length=config.max_model_len,
-        chunked_prefill_size=budgets.chunked_prefill_size or -1,
-        max_prefill_tokens=budgets.max_prefill_tokens,
-        max_running_requests=config.max_num_seqs,
-        schedule_policy="fcfs",
-        schedule_conservativeness=config.schedule_conservativeness,
-        enable_mixed_chunk=config.enable_mixed_chunk,
-        disable_radix_cache=not config.enable_prefix_caching,
-        disable_overlap_schedule=not config.async_scheduling,
-    )
+    return {
+        "device": "cpu",
+        "skip_tokenizer_init": True,
+        "load_format": "dummy",
+        "disable_cuda_graph": True,
+        "attention_backend": "torch_native",
+        "log_level": "error",
+        "random_seed": 0,
+        "page_size": config.block_size,
+        "max_total_tokens": config.num_blocks * config.block_size,
+        "context_length": config.max_model_len,
+        "chunked_prefill_size": budgets.chunked_prefill_size or -1,
+        "max_prefill_tokens": budgets.max_prefill_tokens,
+        "max_running_requests": config.max_num_seqs,
+        "schedule_policy": "fcfs",
+        "schedule_conservativeness": config.schedule_conservativeness,
+        "enable_mixed_chunk": config.enable_mixed_chunk,
+        "disable_radix_cache": not config.enable_prefix_caching,
+        "disable_overlap_schedule": not config.async_scheduling,
+    }
+
+
+def server_args(v: Sglang, config: SchedulerConfig) -> Any:
+    """SGLang's ServerArgs for the config, with the tiny model."""
+    return v.ServerArgs(model_path=v.model_dir, **server_arg_values(config))
 
 
 @dataclass(frozen=True)

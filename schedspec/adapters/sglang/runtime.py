@@ -58,9 +58,9 @@ from schedspec.adapters import engine_import
 from schedspec.install import install_command
 
 INSTALL_STEP = f"{install_command('sglang')} VENV"
-_TINY_MODEL_ARCHITECTURE = "HarnessModel"
-_TINY_MODEL = engine_import.tiny_llama(
-    _TINY_MODEL_ARCHITECTURE,
+TINY_MODEL_ARCHITECTURE = "HarnessModel"
+TINY_MODEL = engine_import.tiny_llama(
+    TINY_MODEL_ARCHITECTURE,
     rms_norm_eps=1e-6,
     # No model EOS: a request's EOS is its own (the spec's eos_token_id), never the
     # model's, so SGLang stops a request only on the stop tokens the harness gave it.
@@ -182,8 +182,8 @@ def _import_sglang() -> Sglang:
     _young_collection_in_memory_probe()
     torch.set_num_threads(1)
     ModelRegistry._load_default_models()
-    ModelRegistry.models[_TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
-    folders = engine_import.tiny_model_folders("schedspec-sglang-", {"model": _TINY_MODEL})
+    ModelRegistry.models[TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
+    folders = engine_import.tiny_model_folders("schedspec-sglang-", {"model": TINY_MODEL})
     return Sglang(
         Scheduler=Scheduler,
         ServerArgs=ServerArgs,
@@ -234,7 +234,7 @@ def _harness_model_class(torch: Any) -> type:
             logits = torch.zeros((forward_batch.batch_size, self.config.vocab_size))
             return LogitsProcessorOutput(next_token_logits=logits)
 
-    HarnessModel.__name__ = HarnessModel.__qualname__ = _TINY_MODEL_ARCHITECTURE
+    HarnessModel.__name__ = HarnessModel.__qualname__ = TINY_MODEL_ARCHITECTURE
     return HarnessModel
 
 
