@@ -480,6 +480,57 @@ def case_evicting_a_block_that_was_not_evictable() -> Case:
     return Case("SG-EVICT-ORDER", good, bad, "not evictable", actual=(evicted[0],))
 
 
+def sglang_waiting_prefix_refresh() -> ScheduleTransition:
+    """a (prompt 1 2) and b (3 4) finish and stay cached; c (1 9) and d (3 9) then wait
+    behind a 50-token prompt chunked a token a step. The pass that finds 32 passes
+    counted refreshes the waiting prefixes, d's first then c's: b's first page (block 2,
+    d's) is evicted before a's (block 0, c's)."""
+    driver = Driver(**{**CHUNKED, "max_num_batched_tokens": 1, "max_num_seqs": 1})
+    driver.add("a", prompt=(1, 2), max_tokens=1)
+    driver.add("b", prompt=(3, 4), max_tokens=1)
+    driver.steps(8)
+    driver.add("long", prompt=(0,) * 50, max_tokens=1)
+    driver.step()
+    driver.add("c", prompt=(1, 9), max_tokens=1)
+    driver.add("d", prompt=(3, 9), max_tokens=1)
+    while (policy := driver.state.sglang) is not None and policy.prefill_passes != 32:
+        driver.step()
+    t = driver.schedule()
+    kv = t.post.kv
+    assert t.post.waiting == ("c", "d")
+    assert [b for b in kv.free_block_ids if kv.block_hashes[b] is not None] == [1, 3, 2, 0]
+    return t
+
+
+@cases("SG-EVICT-ORDER")
+def case_waiting_prefixes_refreshed_head_first() -> Case:
+    """The refresh run head first (c's prefix, then d's): a's first page, which the
+    head c starts with, would be evicted before b's."""
+    good = sglang_waiting_prefix_refresh()
+    kv = good.post.kv
+    swapped = tuple({0: 2, 2: 0}.get(b, b) for b in kv.free_block_ids)
+    bad = dataclasses.replace(good, post=with_kv(good.post, free_block_ids=swapped))
+    return Case(
+        "SG-EVICT-ORDER",
+        good,
+        bad,
+        "first pages not in reverse queue order",
+        expected=(2, 0),
+        actual=(0, 2),
+    )
+
+
+def test_a_refresh_is_judged_only_on_the_pass_that_runs_it() -> None:
+    """The head-first order passes where the state says no refresh ran: a pass counted
+    at 33 (not a multiple of 32), or an engine that keeps no count (None)."""
+    bad = case_waiting_prefixes_refreshed_head_first().bad
+    assert isinstance(bad, ScheduleTransition)
+    for passes in (33, None):
+        pre = with_policy(bad.pre, prefill_passes=passes)
+        post = with_policy(bad.post, prefill_passes=None if passes is None else passes + 1)
+        assert CHECKS["SG-EVICT-ORDER"](dataclasses.replace(bad, pre=pre, post=post)) == []
+
+
 def test_an_unobserved_eviction_order_is_not_held_to_lru() -> None:
     """The out-of-order free queue of case_evicting_out_of_order passes once the state
     says the order is not the cache's (the SGLang adapter's snapshot: FINDINGS G2)."""
