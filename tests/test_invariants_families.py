@@ -30,6 +30,7 @@ from tests.invariant_builders import (
     Driver,
     assert_caught,
     assert_holds,
+    sglang_waiting_prefix_refresh,
     with_kv,
     with_output,
     with_request,
@@ -478,28 +479,6 @@ def case_evicting_a_block_that_was_not_evictable() -> Case:
     free = tuple(b for b in good.pre.kv.free_block_ids if b != evicted[0])
     bad = dataclasses.replace(good, pre=with_kv(good.pre, free_block_ids=free))
     return Case("SG-EVICT-ORDER", good, bad, "not evictable", actual=(evicted[0],))
-
-
-def sglang_waiting_prefix_refresh() -> ScheduleTransition:
-    """a (prompt 1 2) and b (3 4) finish and stay cached; c (1 9) and d (3 9) then wait
-    behind a 50-token prompt chunked a token a step. The pass that finds 32 passes
-    counted refreshes the waiting prefixes, d's first then c's: b's first page (block 2,
-    d's) is evicted before a's (block 0, c's)."""
-    driver = Driver(**{**CHUNKED, "max_num_batched_tokens": 1, "max_num_seqs": 1})
-    driver.add("a", prompt=(1, 2), max_tokens=1)
-    driver.add("b", prompt=(3, 4), max_tokens=1)
-    driver.steps(8)
-    driver.add("long", prompt=(0,) * 50, max_tokens=1)
-    driver.step()
-    driver.add("c", prompt=(1, 9), max_tokens=1)
-    driver.add("d", prompt=(3, 9), max_tokens=1)
-    while (policy := driver.state.sglang) is not None and policy.prefill_passes != 32:
-        driver.step()
-    t = driver.schedule()
-    kv = t.post.kv
-    assert t.post.waiting == ("c", "d")
-    assert [b for b in kv.free_block_ids if kv.block_hashes[b] is not None] == [1, 3, 2, 0]
-    return t
 
 
 @cases("SG-EVICT-ORDER")

@@ -235,22 +235,17 @@ def _refreshed(t: ScheduleTransition) -> bool:
     )
 
 
-def _refresh_order(t: ScheduleTransition) -> list[Violation]:
-    """The refresh matches the first waiting requests' prefixes tail first, so each
-    request's first page (a top node of the tree: every match through it stamps it)
-    ends up as recent as the foremost waiting request that starts with it, and
-    everything under it no more recent. Admission's matches after the refresh only
-    touch what they lock (no longer evictable) and the new head of the queue (the
-    most recent anyway). So in the evictable order those first pages come in reverse
-    queue order of the requests they belong to."""
+def refreshed_first_pages(t: ScheduleTransition) -> dict[int, int]:
+    """After a step that refreshed the waiting requests' prefixes (else empty): each
+    evictable block holding the first page of a request still waiting from the first
+    128, with the queue place of the foremost such request."""
     if not _refreshed(t):
-        return []
+        return {}
     post = t.post
     size = post.config.block_size
     blocks_of = dict(post.kv.prefix_cache)
-    evictable = {b: i for i, b in enumerate(_evictable_order(post))}
+    evictable = set(_evictable_order(post))
     still_waiting = set(post.waiting)
-    # The foremost refreshed request that starts with each evictable first page.
     owner: dict[int, int] = {}
     for place, rid in enumerate(t.pre.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
         request = post.requests.get(rid)
@@ -262,6 +257,21 @@ def _refresh_order(t: ScheduleTransition) -> list[Violation]:
         for block in blocks_of.get(hash_block_tokens(None, tokens), ()):
             if block in evictable:
                 owner.setdefault(block, place)
+    return owner
+
+
+def _refresh_order(t: ScheduleTransition) -> list[Violation]:
+    """The refresh matches the first waiting requests' prefixes tail first, so each
+    request's first page (a top node of the tree: every match through it stamps it)
+    ends up as recent as the foremost waiting request that starts with it, and
+    everything under it no more recent. Admission's matches after the refresh only
+    touch what they lock (no longer evictable) and the new head of the queue (the
+    most recent anyway). So in the evictable order those first pages come in reverse
+    queue order of the requests they belong to."""
+    owner = refreshed_first_pages(t)
+    if len(owner) < 2:
+        return []
+    evictable = {b: i for i, b in enumerate(_evictable_order(t.post))}
     ranked = sorted(owner, key=lambda b: evictable[b])
     places = [owner[b] for b in ranked]
     if places == sorted(places, reverse=True):
