@@ -283,9 +283,9 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
             " and 4 over contexts of 16-48 with 8 seats, 16 and 32 seats, pages of 8 and 16"
             " over short contexts, mixed-overcommit with 3-4 seats and the radix cache for a"
             " held-back chunk retracted first). Instrumented, the first victim (the longest"
-            " prompt among the fewest outputs) freed 5-53 slots where the survivors needed"
-            " 1-5: the workloads keep 4-5 requests live a step, too few for a victim smaller"
-            " than the survivors' next decode (issue 36)"
+            " prompt among the fewest outputs) freed 3-28 slots, leaving 1-28 more free than"
+            " the 1-5 survivors' decode needed: the workloads keep 4-5 requests live a step,"
+            " too few for a victim smaller than the survivors' next decode (issue 36)"
         ),
     ),
     mutant(
