@@ -427,8 +427,10 @@ def sglang_waiting_prefix_refresh() -> ScheduleTransition:
     driver.step()
     driver.add("c", prompt=(1, 9), max_tokens=1)
     driver.add("d", prompt=(3, 9), max_tokens=1)
-    while (policy := driver.state.sglang) is not None and policy.prefill_passes != 32:
-        driver.step()
+    # One pass a step while the long prompt is chunked (c and d wait behind its chunk):
+    # 28 steps bring the count from 4 to 32.
+    driver.steps(28)
+    assert driver.state.sglang is not None and driver.state.sglang.prefill_passes == 32
     t = driver.schedule()
     kv = t.post.kv
     assert t.post.waiting == ("c", "d")
