@@ -426,3 +426,27 @@ def reordered(items: Iterable[str], first: str) -> tuple[str, ...]:
     """`first` moved to the front."""
     rest = [i for i in items if i != first]
     return (first, *rest)
+
+
+def sglang_waiting_prefix_refresh() -> ScheduleTransition:
+    """a (prompt 1 2) and b (3 4) finish and stay cached; c (1 9) and d (3 9) then wait
+    behind a 50-token prompt chunked a token a step. The pass that finds 32 passes
+    counted refreshes the waiting prefixes, d's first then c's: b's first page (block 2,
+    d's) is evicted before a's (block 0, c's)."""
+    driver = Driver(**{**SGLANG_CHUNKED, "max_num_batched_tokens": 1, "max_num_seqs": 1})
+    driver.add("a", prompt=(1, 2), max_tokens=1)
+    driver.add("b", prompt=(3, 4), max_tokens=1)
+    driver.steps(8)
+    driver.add("long", prompt=(0,) * 50, max_tokens=1)
+    driver.step()
+    driver.add("c", prompt=(1, 9), max_tokens=1)
+    driver.add("d", prompt=(3, 9), max_tokens=1)
+    # One pass a step while the long prompt is chunked (c and d wait behind its chunk):
+    # 28 steps bring the count from 4 to 32.
+    driver.steps(28)
+    assert driver.state.sglang is not None and driver.state.sglang.prefill_passes == 32
+    t = driver.schedule()
+    kv = t.post.kv
+    assert t.post.waiting == ("c", "d")
+    assert [b for b in kv.free_block_ids if kv.block_hashes[b] is not None] == [1, 3, 2, 0]
+    return t

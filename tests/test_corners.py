@@ -28,7 +28,13 @@ from schedspec.properties.corners import (
 )
 from schedspec.spec.invariants import ScheduleTransition
 from tests.broken_engines import fresh_victim
-from tests.invariant_builders import Driver, fcfs_preemption, preemption_step, tokens
+from tests.invariant_builders import (
+    Driver,
+    fcfs_preemption,
+    preemption_step,
+    sglang_waiting_prefix_refresh,
+    tokens,
+)
 from tests.sched_helpers import make_config
 
 
@@ -285,6 +291,29 @@ def test_a_chunk_cut_to_the_room_the_reservations_leave() -> None:
     assert t.output.num_scheduled_tokens["a"] == 1
     count_schedule(counts, t)
     assert counts["sg-chunk-room-cut"] == 1
+
+
+def test_a_prefix_refresh_is_counted_where_two_first_pages_are_judged() -> None:
+    """The worked example's refresh (SG-EVICT-ORDER): c and d wait, starting with a's and
+    b's cached first pages. The same step is no corner where the state says no refresh
+    ran (a pass count of 33), nor with d gone (one first page has no order to judge)."""
+    t = sglang_waiting_prefix_refresh()
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    assert counts["sg-prefix-refresh"] == 1
+    assert t.pre.sglang is not None and t.post.sglang is not None
+    later = dataclasses.replace(
+        t,
+        pre=dataclasses.replace(t.pre, sglang=dataclasses.replace(t.pre.sglang, prefill_passes=33)),
+        post=dataclasses.replace(
+            t.post, sglang=dataclasses.replace(t.post.sglang, prefill_passes=34)
+        ),
+    )
+    alone = dataclasses.replace(t, post=dataclasses.replace(t.post, waiting=("c",)))
+    for step in (later, alone):
+        counts = {}
+        count_schedule(counts, step)
+        assert "sg-prefix-refresh" not in counts
 
 
 def test_an_abort_mid_prefill_is_counted_and_one_after_it_is_not() -> None:

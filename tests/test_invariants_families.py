@@ -30,6 +30,7 @@ from tests.invariant_builders import (
     Driver,
     assert_caught,
     assert_holds,
+    sglang_waiting_prefix_refresh,
     with_kv,
     with_output,
     with_request,
@@ -478,6 +479,35 @@ def case_evicting_a_block_that_was_not_evictable() -> Case:
     free = tuple(b for b in good.pre.kv.free_block_ids if b != evicted[0])
     bad = dataclasses.replace(good, pre=with_kv(good.pre, free_block_ids=free))
     return Case("SG-EVICT-ORDER", good, bad, "not evictable", actual=(evicted[0],))
+
+
+@cases("SG-EVICT-ORDER")
+def case_waiting_prefixes_refreshed_head_first() -> Case:
+    """The refresh run head first (c's prefix, then d's): a's first page, which the
+    head c starts with, would be evicted before b's."""
+    good = sglang_waiting_prefix_refresh()
+    kv = good.post.kv
+    swapped = tuple({0: 2, 2: 0}.get(b, b) for b in kv.free_block_ids)
+    bad = dataclasses.replace(good, post=with_kv(good.post, free_block_ids=swapped))
+    return Case(
+        "SG-EVICT-ORDER",
+        good,
+        bad,
+        "first pages not in reverse queue order",
+        expected=(2, 0),
+        actual=(0, 2),
+    )
+
+
+def test_a_refresh_is_judged_only_on_the_pass_that_runs_it() -> None:
+    """The head-first order passes where the state says no refresh ran: a pass counted
+    at 33 (not a multiple of 32), or an engine that keeps no count (None)."""
+    bad = case_waiting_prefixes_refreshed_head_first().bad
+    assert isinstance(bad, ScheduleTransition)
+    for passes in (33, None):
+        pre = with_policy(bad.pre, prefill_passes=passes)
+        post = with_policy(bad.post, prefill_passes=None if passes is None else passes + 1)
+        assert CHECKS["SG-EVICT-ORDER"](dataclasses.replace(bad, pre=pre, post=post)) == []
 
 
 def test_an_unobserved_eviction_order_is_not_held_to_lru() -> None:

@@ -26,6 +26,7 @@ from schedspec.spec.invariants import (
     waiting_phase,
 )
 from schedspec.spec.invariants.sglang.admission import latch_surely_open
+from schedspec.spec.invariants.sglang.policy import refreshed_first_pages
 from schedspec.spec.invariants.sglang.prefill_pass import PrefillPass
 
 P = ParamSpec("P")
@@ -195,6 +196,13 @@ CORNERS: tuple[Corner, ...] = (
         needs=_CHUNKED,
     ),
     Corner(
+        "sg-prefix-refresh",
+        "SGLang: a waiting-prefix refresh (every 32nd prefill pass) with two waiting requests "
+        "or more starting with evictable first pages of their own, whose order SG-EVICT-ORDER "
+        "judges (the engine must count its passes: State.sglang.prefill_passes)",
+        SGLANG_ONLY,
+    ),
+    Corner(
         "load-in-progress",
         "KV connector: a step that parked an async load (WAITING_FOR_REMOTE_KVS, blocks "
         "held, nothing cached; vllm #45388's class)",
@@ -332,6 +340,8 @@ def _count_sglang_pass(
 ) -> None:
     if policy.chunked_request_id is not None and _chunk_cut_by_room(PrefillPass.of(t, policy)):
         _bump(counts, "sg-chunk-room-cut")
+    if len(set(refreshed_first_pages(t).values())) > 1:
+        _bump(counts, "sg-prefix-refresh")
     if not t.pre.waiting:
         return
     if not t.admitted_ids and not latch_surely_open(t, policy):

@@ -171,6 +171,11 @@ class SGLangState:
     # G2) lists the tail in some other order and says so here; SG-EVICT-ORDER then
     # holds it only to evicting blocks that were evictable.
     eviction_order_observed: bool = True
+    # SGLang's count of the prefill passes that found requests waiting with the radix
+    # cache on: the pass that finds it at a multiple of 32 refreshes the waiting
+    # requests' prefix recency (spec.sglang_refresh), which SG-EVICT-ORDER then judges.
+    # None where the engine does not expose it.
+    prefill_passes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -279,7 +279,13 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
             " decode beside a victim admitted a step or two before, which the workloads"
             " almost never build; 0 such steps in 100-example runs under every SGLang config"
             " narrowing tried (8 seats, conservativeness 0.1 and 0.01, pools of 1-4"
-            " max_model_len, pages 1-16, the smallest chunks) (issue 36)"
+            " max_model_len, pages 1-16, the smallest chunks); again 0 in 34 more (pages 1, 2"
+            " and 4 over contexts of 16-48 with 8 seats, 16 and 32 seats, pages of 8 and 16"
+            " over short contexts, mixed-overcommit with 3-4 seats and the radix cache for a"
+            " held-back chunk retracted first). Instrumented, the first victim (the longest"
+            " prompt among the fewest outputs) freed 3-28 slots, leaving 1-28 more free than"
+            " the 1-5 survivors' decode needed: the workloads keep 4-5 requests live a step,"
+            " too few for a victim smaller than the survivors' next decode (issue 36)"
         ),
     ),
     mutant(
@@ -357,12 +363,10 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         {"SG-EVICT-ORDER"},
         family="sglang",
         gap=(
-            "recency is not in the abstract state: the refresh runs on every 32nd prefill"
-            " pass (a counter SGLang keeps, the state does not), its stamps mix with"
-            " admission's own matches, and SG-EVICT-ORDER rightly skips steps with requests"
-            " waiting; SGLang's Rust radix tree hides the order anyway (FINDINGS G2). Only"
-            " the lockstep diff (--compare-block-ids) and the worked examples see it"
-            " (issue 36)"
+            "SG-EVICT-ORDER judges the refresh on the pass that runs it (every 32nd prefill"
+            " pass, State.sglang.prefill_passes), where two waiting requests or more start"
+            " with evictable first pages of their own: caught on 9 of seeds 1-10"
+            " (benchmarks/bench_mutants.py; before that clause, on none) (issue 36)"
         ),
     ),
     mutant(

@@ -62,12 +62,8 @@ from schedspec.spec.config import require_family
 from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids, sglang_max_new_tokens
 from schedspec.spec.sglang_arithmetic import prefill_budgets
+from schedspec.spec.sglang_refresh import WAITING_QUEUE_PREFIX_MATCH_MAX, pass_refreshes
 from schedspec.spec.state import BatchKind
-
-# calc_priority refreshes the recency of the first 128 waiting requests' cached
-# prefixes every 32nd prefill pass (SGLANG_ENABLE_WAITING_PREFIX_REFRESH).
-WAITING_PREFIX_REFRESH_INTERVAL = 32
-WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 
 
 @dataclass(frozen=True)
@@ -324,7 +320,7 @@ class SGLangScheduler:
         cached prefixes, the head last (so the LRU evicts in reverse queue order)."""
         if not self.waiting or not self.kv.tree.enabled:
             return
-        refresh = self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0
+        refresh = pass_refreshes(self._refresh_calls)
         self._refresh_calls += 1
         if refresh:
             for req in reversed(self.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
@@ -702,6 +698,7 @@ class SGLangScheduler:
                 batch_is_full=self.running_batch.batch_is_full,
                 chunked_request_id=self.chunked_req.rid if self.chunked_req is not None else None,
                 last_batch_kind=self.last_batch_kind,
+                prefill_passes=self._refresh_calls,
             ),
         )
 

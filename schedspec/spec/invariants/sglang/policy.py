@@ -10,6 +10,7 @@ leaves) the worked examples and the lockstep diff do (docs/SPEC.md says which).
 
 from __future__ import annotations
 
+from schedspec.spec.block_hash import hash_block_tokens
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.sglang.prefill_pass import (
     TOLERANCE,
@@ -22,6 +23,7 @@ from schedspec.spec.sglang_arithmetic import (
     ratio_after_retract,
     ratio_schedule,
 )
+from schedspec.spec.sglang_refresh import WAITING_QUEUE_PREFIX_MATCH_MAX, pass_refreshes
 from schedspec.spec.state import State
 
 
@@ -272,6 +274,71 @@ def _evictable_order(state: State) -> list[int]:
     return [b for b in state.kv.free_block_ids if hashes[b] is not None]
 
 
+def _refreshed(t: ScheduleTransition) -> bool:
+    """Did the step's prefill pass refresh the waiting requests' prefix recency (its
+    pass counted, at a multiple of the interval), with nothing retracted after it?"""
+    pre, post = t.pre.sglang, t.post.sglang
+    if pre is None or post is None or pre.prefill_passes is None:
+        return False
+    return (
+        post.prefill_passes == pre.prefill_passes + 1
+        and pass_refreshes(pre.prefill_passes)
+        and post.eviction_order_observed
+        and not t.output.preempted_req_ids
+    )
+
+
+def refreshed_first_pages(t: ScheduleTransition) -> dict[int, int]:
+    """After a step that refreshed the waiting requests' prefixes (else empty): each
+    evictable block holding the first page of a request still waiting from the first
+    128, with the queue place of the foremost such request."""
+    if not _refreshed(t):
+        return {}
+    post = t.post
+    size = post.config.block_size
+    blocks_of = dict(post.kv.prefix_cache)
+    evictable = set(_evictable_order(post))
+    still_waiting = set(post.waiting)
+    owner: dict[int, int] = {}
+    for place, rid in enumerate(t.pre.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+        request = post.requests.get(rid)
+        if rid not in still_waiting or request is None:
+            continue
+        tokens = (*request.prompt_token_ids, *request.output_token_ids)[:size]
+        if len(tokens) < size:
+            continue
+        for block in blocks_of.get(hash_block_tokens(None, tokens), ()):
+            if block in evictable:
+                owner.setdefault(block, place)
+    return owner
+
+
+def _refresh_order(t: ScheduleTransition) -> list[Violation]:
+    """The refresh matches the first waiting requests' prefixes tail first, so each
+    request's first page (a top node of the tree: every match through it stamps it)
+    ends up as recent as the foremost waiting request that starts with it, and
+    everything under it no more recent. Admission's matches after the refresh only
+    touch what they lock (no longer evictable) and the new head of the queue (the
+    most recent anyway). So in the evictable order those first pages come in reverse
+    queue order of the requests they belong to."""
+    owner = refreshed_first_pages(t)
+    if len(owner) < 2:
+        return []
+    evictable = {b: i for i, b in enumerate(_evictable_order(t.post))}
+    ranked = sorted(owner, key=lambda b: evictable[b])
+    places = [owner[b] for b in ranked]
+    if places == sorted(places, reverse=True):
+        return []
+    return [
+        Violation(
+            "SG-EVICT-ORDER",
+            "after a waiting-prefix refresh, first pages not in reverse queue order",
+            expected=tuple(sorted(ranked, key=lambda b: -owner[b])),
+            actual=tuple(ranked),
+        )
+    ]
+
+
 @invariant(
     "SG-EVICT-ORDER",
     "schedule",
@@ -279,7 +346,10 @@ def _evictable_order(state: State) -> list[int]:
     "The radix cache's eviction order: free_block_ids lists the allocator's free slots (no "
     "hash) before the evictable ones, and a step that matches no prefix (nothing waiting, "
     "nothing chunked) and retracts nothing evicts only evictable blocks, the first ones of "
-    "that evictable order (least recently used leaf first) where the engine exposes the order.",
+    "that evictable order (least recently used leaf first) where the engine exposes the order. "
+    "After a step whose prefill pass refreshed the waiting requests' prefixes (and that "
+    "retracted nothing), the evictable blocks that hold a waiting request's first page come "
+    "in reverse queue order: the first pages of requests further back are evicted first.",
 )
 def check_evict_order(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
@@ -301,6 +371,7 @@ def check_evict_order(t: ScheduleTransition) -> list[Violation]:
     policy = t.pre.sglang
     if policy is None:
         return missing_policy_state("SG-EVICT-ORDER")
+    out += _refresh_order(t)
     # A match refreshes recency, and a retraction unlocks its victim's prefix (then
     # evicts), both before the step evicts: the pre state's order no longer applies.
     if t.pre.waiting or policy.chunked_request_id is not None or t.output.preempted_req_ids:
