@@ -8,6 +8,7 @@ import atexit
 import os
 import random
 import shutil
+import signal
 import tempfile
 import zlib
 from collections.abc import MutableMapping
@@ -40,6 +41,13 @@ def use_fresh_vllm_cache(environ: MutableMapping[str, str]) -> str:
 # before anything imports vLLM, which reads the variable; subprocesses inherit it.
 SESSION_VLLM_CACHE_ROOT = use_fresh_vllm_cache(os.environ)
 atexit.register(shutil.rmtree, SESSION_VLLM_CACHE_ROOT, True)
+
+# A test run a non-interactive shell started in the background (`pytest &`, a CI lane)
+# inherits SIGINT ignored, and so would every command a test starts: the tests of Ctrl-C
+# then hang on a run no signal ends. Python's own handler put back here is reset to the
+# default in each child at exec, as a terminal's foreground run has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

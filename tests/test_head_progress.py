@@ -159,3 +159,39 @@ def test_the_history_counts_a_head_across_steps_in_which_others_run() -> None:
     assert passed_over_head(kept) is None and passed_over_after(kept) == history
     reused = dataclasses.replace(others_run, head_passed_over=PassedOver("C", c_arrival + 1, 1))
     assert passed_over_after(reused) is None  # another request under the same id
+
+
+def test_an_engine_that_does_not_reorder_for_cached_prefixes_makes_progress() -> None:
+    """docs/upgrades U2's shape: with cache-aware admission's window, the reorder's head
+    (r2, whose prefix r0 left cached) is the one the reference admits; vLLM 0.33.0, which
+    has no such knob and claims safety only under it, admits the queue's own head (r1)
+    instead, and that is progress. A step that admits neither passes over the reorder's
+    head."""
+    driver = Driver(
+        block_size=1,
+        num_blocks=3,
+        max_num_batched_tokens=3,
+        max_num_seqs=1,
+        max_model_len=3,
+        enable_chunked_prefill=False,
+        enable_prefix_caching=True,
+        cache_aware_admission_window=2,
+        cache_aware_admission_threshold=0.0,
+    )
+    driver.add("r0", prompt=(1,), max_tokens=1)
+    driver.add("r1", prompt=(0,), max_tokens=1)
+    driver.add("r2", prompt=(1, 2), max_tokens=1)
+    driver.update(driver.schedule())  # r0 runs and finishes; its block stays cached
+    reordered = driver.schedule()
+    assert reordered.pre.waiting == ("r1", "r2") and not reordered.pre.running
+    assert list(reordered.output.num_scheduled_tokens) == ["r2"]
+    assert passed_over_head(reordered) is None
+    in_arrival_order = dataclasses.replace(
+        reordered,
+        output=dataclasses.replace(
+            reordered.output, num_scheduled_tokens={"r1": 1}, total_num_scheduled_tokens=1
+        ),
+    )
+    assert passed_over_head(in_arrival_order) is None
+    neither = dataclasses.replace(reordered, output=EMPTY_OUTPUT, post=reordered.pre)
+    assert passed_over_head(neither) == "r2"

@@ -62,15 +62,27 @@ def passed_over_head(t: ScheduleTransition) -> str | None:
     """The waiting head, if this schedule() passed it over while nothing ran: the step
     began with no request running and one waiting, and the head (of the queue as the
     step's admissions work through it, after cache-aware admission's reorder) is neither
-    scheduled in it nor gone after it (refused at schedule time, or finished)."""
+    scheduled in it nor gone after it (refused at schedule time, or finished), and
+    neither is the head of the queue before that reorder."""
     if t.pre.running or not t.pre.waiting:
         return None
     head = waiting_phase_queue(t)[0]
-    if head in t.output.num_scheduled_tokens or head not in t.post.requests:
+    if _served_or_gone(t, head):
+        return None
+    # Cache-aware admission's reorder is a choice of vllm-v1's profile (CACHE-AWARE-ORDER
+    # and CACHE-AWARE-KEEP hold an engine to it), not a condition of progress: an
+    # engine that claims safety only may admit the queue's own head instead (vLLM 0.33.0
+    # under a config with a window, which it has no knob for), and that is no stall.
+    if _served_or_gone(t, t.pre.waiting[0]):
         return None
     if connector_excuses(t):
         return None
     return head
+
+
+def _served_or_gone(t: ScheduleTransition, request_id: str) -> bool:
+    """Scheduled in the step, or gone from the state after it."""
+    return request_id in t.output.num_scheduled_tokens or request_id not in t.post.requests
 
 
 def connector_excuses(t: ScheduleTransition) -> bool:
