@@ -100,13 +100,13 @@ def free_blocks(scheduler: Scheduler) -> int:
 
 
 def as_version(document: dict[str, Any], version: int) -> dict[str, Any]:
-    """A trace document written now, with an older version number and without the KV
-    connector's config fields (version 6), which no older trace can carry; fields of
-    versions 2-5 stay, for the test to remove or keep."""
+    """A trace document written now, with an older version number and without the config
+    fields of versions 6 and later (the KV connector's, the KV cache groups), which no
+    older trace can carry; fields of versions 2-5 stay, for the test to remove or keep."""
     from schedspec.traces.trace import CONNECTOR_SINCE_VERSION, FIELD_SINCE_VERSION
 
     document["version"] = version
     for name, since in FIELD_SINCE_VERSION.items():
-        if since == CONNECTOR_SINCE_VERSION and version < since:
+        if since >= CONNECTOR_SINCE_VERSION and version < since:
             document["config"].pop(name, None)
     return document
