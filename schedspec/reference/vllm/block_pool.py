@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import islice
 
 from schedspec.reference.vllm.free_block_queue import FreeBlockQueue, KVCacheBlock
 from schedspec.spec import BlockHash
@@ -48,6 +49,19 @@ class BlockPool:
     def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         holders = self.cached_block_hash_to_block.get(block_hash)
         return next(iter(holders.values())) if holders else None
+
+    def longest_cached_prefix(
+        self, block_hashes: Iterable[BlockHash], max_blocks: int
+    ) -> list[KVCacheBlock]:
+        """The cached blocks of the longest run of hashes from the first, at most max_blocks:
+        hashes are chained, so nothing after a miss can hit."""
+        hits: list[KVCacheBlock] = []
+        for block_hash in islice(block_hashes, max_blocks):
+            block = self.get_cached_block(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
 
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-cache hits, pulling free ones out of the queue."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import islice
 from operator import attrgetter
 
 from schedspec.reference.sizing import (
@@ -90,13 +89,7 @@ class KVCacheManager:
 
     def _longest_cache_hit(self, request: Request) -> list[KVCacheBlock]:
         max_hit_blocks = max_prefix_hit_blocks(request.num_tokens, self.block_size)
-        hits: list[KVCacheBlock] = []
-        for block_hash in islice(self.block_hashes(request), max_hit_blocks):
-            block = self.block_pool.get_cached_block(block_hash)
-            if block is None:
-                break  # hashes are chained: nothing after a miss can hit
-            hits.append(block)
-        return hits
+        return self.block_pool.longest_cached_prefix(self.block_hashes(request), max_hit_blocks)
 
     @property
     def usage(self) -> float:
