@@ -280,9 +280,11 @@ def test_mamba_align_keeps_a_state_per_boundary_and_copies_it_forward() -> None:
     kv.allocate_slots(request, 4)
     second = mamba.req_to_blocks["r"][2]
     assert mamba.get_block_ids("r") == (N, first.block_id, second.block_id)
-    assert mamba.state_copies == [(first, second)]
+    assert mamba.take_state_copies() == [(first, second)]
+    assert mamba.take_state_copies() == []  # each copy is owed once
     request.num_computed_tokens = 12
-    # Once the 12 tokens are processed, the copy source is never read again.
+    # Once the 12 tokens are processed, the copy source is never read again: it is
+    # retired with the skipped prefix (tokens 0-10; the state after token 11 is read).
     kv.remove_skipped_blocks("r", 12)
     assert mamba.get_block_ids("r") == (N, N, second.block_id)
     assert first.ref_cnt == 0
@@ -299,6 +301,46 @@ def test_mamba_takes_at_most_one_new_block_a_step() -> None:
     kv.allocate_slots(prompt(24), 20)
     assert mamba.get_block_ids("r")[:4] == (N, N, N, N)
     assert len([i for i in mamba.get_block_ids("r") if i != N]) == 2
+
+
+def test_mamba_scratch_states_move_behind_the_new_state_block() -> None:
+    kv = coordinator(
+        FULL, MambaGroup(block_size=4, mamba_cache_mode="align", num_speculative_blocks=1)
+    )
+    mamba = kv.managers[1]
+    assert isinstance(mamba, MambaManager)
+    request = prompt(20)
+    kv.allocate_slots(request, 8)
+    _, state, scratch = mamba.req_to_blocks["r"]
+    request.num_computed_tokens = 8
+    # 8 more tokens: the new state goes in block 3. The scratch block (the request's
+    # own, never cached) moves there and a new scratch block follows it; block 2 is null.
+    kv.allocate_slots(request, 8)
+    table = mamba.req_to_blocks["r"]
+    assert table[:4] == [kv.null_block, state, kv.null_block, scratch] and len(table) == 5
+    assert mamba.take_state_copies() == [(state, scratch)]
+
+
+def test_mamba_none_mode_keeps_one_running_state() -> None:
+    # Mode "none", no prefix caching: a 32-token Mamba block holds the running state.
+    kv = coordinator(
+        FULL,
+        MambaGroup(block_size=32),
+        block_size=32,
+        num_blocks=17,
+        max_model_len=64,
+        enable_prefix_caching=False,
+    )
+    mamba = kv.managers[1]
+    request = prompt(40)
+    kv.allocate_slots(request, 20)
+    (first,) = mamba.req_to_blocks["r"]
+    request.num_computed_tokens = 20
+    kv.allocate_slots(request, 16)  # past token 31: a second block
+    request.num_computed_tokens = 36
+    kv.remove_skipped_blocks("r", 36)
+    assert mamba.get_block_ids("r")[0] == N and first.ref_cnt == 0
+    assert isinstance(mamba, MambaManager) and mamba.take_state_copies() == []
 
 
 @pytest.mark.parametrize(

@@ -32,9 +32,9 @@ class MambaManager(SingleTypeKVCacheManager):
         alignment_tokens: int,
     ) -> None:
         super().__init__(spec, block_pool, null_block, enable_caching, alignment_tokens)
-        # Per request: the table index of the state block of the allocation before the
-        # last (the copy source), how many leading entries are retired, and whether the
-        # request has had new blocks (its scratch states exist).
+        # Per request: the table index of the copy source (the state block before the
+        # newest), how many leading entries are retired, and whether the request has had
+        # new blocks (its scratch states exist).
         self.last_state_block_idx: dict[str, int] = {}
         self._num_retired_blocks: dict[str, int] = {}
         self._allocated_block_reqs: set[str] = set()
@@ -96,10 +96,7 @@ class MambaManager(SingleTypeKVCacheManager):
         # Clamped at 0: vLLM 0.34.0 returns the negative count of an over-allocated table
         # (NOTES-issue-34.md, "to check against vLLM").
         num_new = min(max(num_new, 0), cap)
-        evictable = sum(
-            1 for b in new_computed_blocks if b.ref_cnt == 0 and b is not self.null_block
-        )
-        return num_new + evictable
+        return num_new + self._get_num_evictable_blocks(new_computed_blocks)
 
     def allocate_new_blocks(
         self, request_id: str, num_tokens: int, num_tokens_main_model: int
@@ -136,19 +133,16 @@ class MambaManager(SingleTypeKVCacheManager):
             self.state_copies.append((table[source], table[state_idx]))
         return new_blocks
 
-    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
-        """Besides the skipped prefix, the copy source: once the tokens past it are
-        processed, the state copied out of it is never read again."""
-        super().remove_skipped_blocks(request_id, processed_computed_tokens)
-        source = self.last_state_block_idx.get(request_id)
-        if not self.aligned or source is None:
-            return
-        if source < cdiv(processed_computed_tokens, self.block_size) - 1:
-            table = self.req_to_blocks[request_id]
-            if table[source] is not self.null_block:
-                self.block_pool.free_blocks([table[source]])
-                table[source] = self.null_block
+    def take_state_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """The (source, destination) state copies owed since the last call, for the
+        worker to run before the step's forward pass."""
+        copies, self.state_copies = self.state_copies, []
+        return copies
 
+    # vLLM's MambaManager.remove_skipped_blocks also frees the copy source
+    # (last_state_block_idx) once the tokens past it are processed. Here that block always
+    # lies in the retired prefix by then, so the retirement below frees it; vLLM's
+    # separate rule matters for its prefill checkpoints, not modelled (NOTES-issue-34.md).
     def _remove_blocks_in_range(self, request_id: str, first: int, last: int) -> None:
         if not self.aligned:
             super()._remove_blocks_in_range(request_id, first, last)

@@ -96,8 +96,11 @@ class SingleTypeKVCacheManager:
         num_skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         num_new = max(num_required - max(num_skipped, len(new_computed_blocks) + num_held), 0)
         kept_hits = new_computed_blocks[max(0, num_skipped - num_held) :]
-        evictable = sum(1 for b in kept_hits if b.ref_cnt == 0 and b is not self.null_block)
-        return num_new + evictable
+        return num_new + self._get_num_evictable_blocks(kept_hits)
+
+    def _get_num_evictable_blocks(self, hits: Sequence[KVCacheBlock]) -> int:
+        # A free hit (ref 0) leaves the free queue when touched: it counts as taken.
+        return sum(1 for b in hits if b.ref_cnt == 0 and b is not self.null_block)
 
     def add_local_computed_blocks(
         self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], num_computed: int
