@@ -1,0 +1,161 @@
+"""The reference's per-group rules against vLLM 0.34.0's own managers, on the same inputs:
+what each kind skips, each kind's hit (which positions hold a block and how long it is),
+and a Mamba align-mode table over successive chunks. Block ids differ (vLLM's pool has
+its null block at 0), so tables compare as null masks.
+
+Needs vLLM 0.34.0 (the managers' signatures are that release's); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from schedspec.reference.vllm.mamba_manager import MambaManager
+from schedspec.reference.vllm.single_type_kv_cache_manager import SingleTypeKVCacheManager
+from schedspec.spec.kv_groups import (
+    ChunkedLocalGroup,
+    KVCacheGroupSpec,
+    MambaGroup,
+    SlidingWindowGroup,
+)
+from tests.hybrid_helpers import FULL, cache_in_group, coordinator, prompt
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed")
+if not vllm.__version__.startswith("0.34."):
+    pytest.skip("the managers' signatures are vLLM 0.34.0's", allow_module_level=True)
+torch = pytest.importorskip("torch")
+_pool = importlib.import_module("vllm.v1.core.block_pool")
+_utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
+_managers = importlib.import_module("vllm.v1.core.single_type_kv_cache_manager")
+_specs = importlib.import_module("vllm.v1.kv_cache_interface")
+
+BLOCK = 4
+NUM_HASHES = 5  # a 21-token prompt's full blocks
+GROUPS: list[KVCacheGroupSpec] = [
+    SlidingWindowGroup(block_size=BLOCK, sliding_window=8),
+    SlidingWindowGroup(block_size=BLOCK, sliding_window=5),
+    ChunkedLocalGroup(block_size=BLOCK, attention_chunk_size=8),
+    MambaGroup(block_size=BLOCK, mamba_cache_mode="align"),
+]
+CACHED = [(), (0,), (0, 1), (1, 2), (0, 2, 3), (2, 3, 4), (0, 1, 2, 3, 4), (1, 3)]
+
+
+def vllm_spec(group: KVCacheGroupSpec, num_speculative_blocks: int = 0) -> Any:
+    attention = {"num_kv_heads": 1, "head_size": 8, "dtype": torch.float16}
+    if isinstance(group, SlidingWindowGroup):
+        return _specs.SlidingWindowSpec(
+            block_size=group.block_size, sliding_window=group.sliding_window, **attention
+        )
+    if isinstance(group, ChunkedLocalGroup):
+        return _specs.ChunkedLocalAttentionSpec(
+            block_size=group.block_size,
+            attention_chunk_size=group.attention_chunk_size,
+            **attention,
+        )
+    assert isinstance(group, MambaGroup)
+    return _specs.MambaSpec(
+        block_size=group.block_size,
+        shapes=((1,),),
+        dtypes=(torch.float16,),
+        mamba_cache_mode=group.mamba_cache_mode,
+        num_speculative_blocks=num_speculative_blocks,
+    )
+
+
+def vllm_manager_class(group: KVCacheGroupSpec) -> Any:
+    if isinstance(group, SlidingWindowGroup):
+        return _managers.SlidingWindowManager
+    if isinstance(group, ChunkedLocalGroup):
+        return _managers.ChunkedLocalAttentionManager
+    return _managers.MambaManager
+
+
+def vllm_pool() -> Any:
+    return _pool.BlockPool(24, True, hash_block_size=BLOCK)
+
+
+def vllm_hit_mask(group: KVCacheGroupSpec, cached: Sequence[int], max_length: int) -> list[bool]:
+    pool = vllm_pool()
+    hashes = [_utils.BlockHash(bytes([i + 1]) * 32) for i in range(NUM_HASHES)]
+    for i in cached:
+        block = pool.free_block_queue.popleft()
+        key = _utils.make_block_hash_with_group_id(hashes[i], 1)
+        pool.cached_block_hash_to_block.insert(key, block)
+        block.block_hash = key
+    (hit,), length = vllm_manager_class(group).find_longest_cache_hit(
+        hashes, max_length, [1], pool, vllm_spec(group), False, BLOCK
+    )
+    assert length == len(hit) * BLOCK
+    return [not b.is_null for b in hit]
+
+
+def our_hit_mask(group: KVCacheGroupSpec, cached: Sequence[int], max_length: int) -> list[bool]:
+    kv = coordinator(FULL, group)
+    request = prompt(NUM_HASHES * BLOCK + 1)
+    blocks = dict(zip(cached, cache_in_group(kv, request, 1, cached), strict=True))
+    hit = kv.managers[1].find_longest_cache_hit(kv.block_hashes(request, 1), max_length)
+    for i, block in enumerate(hit):
+        assert block is kv.null_block or block is blocks[i]  # positional: block i's
+    return [b is not kv.null_block for b in hit]
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: type(g).__name__)
+@pytest.mark.parametrize("cached", CACHED, ids=str)
+@pytest.mark.parametrize("max_length", [0, 4, 8, 12, 16, 20])
+def test_each_kinds_hit_is_vllms(
+    group: KVCacheGroupSpec, cached: tuple[int, ...], max_length: int
+) -> None:
+    assert our_hit_mask(group, cached, max_length) == vllm_hit_mask(group, cached, max_length)
+
+
+def vllm_manager(group: KVCacheGroupSpec, num_speculative_blocks: int = 0) -> Any:
+    return vllm_manager_class(group)(
+        vllm_spec(group, num_speculative_blocks),
+        block_pool=vllm_pool(),
+        enable_caching=True,
+        kv_cache_group_id=1,
+        scheduler_block_size=BLOCK,
+    )
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: type(g).__name__)
+def test_each_kinds_skipped_tokens_are_vllms(group: KVCacheGroupSpec) -> None:
+    ours: SingleTypeKVCacheManager = coordinator(FULL, group).managers[1]
+    theirs = vllm_manager(group)
+    for computed in range(1, 30):
+        assert ours.get_num_skipped_tokens(computed) == theirs.get_num_skipped_tokens(computed)
+
+
+@pytest.mark.parametrize("num_speculative_blocks", [0, 1])
+@pytest.mark.parametrize("chunks", [(8, 4, 4), (4, 12, 4), (16, 4), (3, 5, 8)])
+def test_a_mamba_align_table_is_vllms(num_speculative_blocks: int, chunks: tuple[int, ...]) -> None:
+    group = MambaGroup(block_size=BLOCK, mamba_cache_mode="align")
+    spec_group = MambaGroup(
+        block_size=BLOCK, mamba_cache_mode="align", num_speculative_blocks=num_speculative_blocks
+    )
+    ours = coordinator(FULL, spec_group).managers[1]
+    assert isinstance(ours, MambaManager)
+    theirs = vllm_manager(group, num_speculative_blocks)
+    for manager in (ours, theirs):
+        manager.req_to_blocks["r"] = []
+        manager.add_local_computed_blocks("r", [], 0, *([0] if manager is theirs else []))
+    computed = 0
+    for chunk in chunks:
+        for manager in (ours, theirs):
+            manager.remove_skipped_blocks("r", computed)
+        needed = ours.get_num_blocks_to_allocate(
+            "r", computed + chunk, [], computed, computed + chunk
+        )
+        assert needed == theirs.get_num_blocks_to_allocate(
+            "r", computed + chunk, [], computed, 0, computed + chunk
+        )
+        ours.allocate_new_blocks("r", computed + chunk, computed + chunk)
+        theirs.allocate_new_blocks("r", computed + chunk, computed + chunk)
+        computed += chunk
+        assert [b is not ours.null_block for b in ours.req_to_blocks["r"]] == [
+            not b.is_null for b in theirs.req_to_blocks["r"]
+        ]
