@@ -1,6 +1,6 @@
 """The reference's per-group rules against vLLM 0.34.0's own managers, on the same inputs:
 what each kind skips, each kind's hit (which positions hold a block and how long it is),
-and a Mamba align-mode table over successive chunks. Block ids differ (vLLM's pool has
+and each kind's table over successive chunks. Block ids differ (vLLM's pool has
 its null block at 0), so tables compare as null masks.
 
 Needs vLLM 0.34.0 (the managers' signatures are that release's); skipped otherwise.
@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from schedspec.reference.vllm.mamba_manager import MambaManager
 from schedspec.reference.vllm.single_type_kv_cache_manager import SingleTypeKVCacheManager
 from schedspec.spec.kv_groups import (
     ChunkedLocalGroup,
@@ -130,32 +129,36 @@ def test_each_kinds_skipped_tokens_are_vllms(group: KVCacheGroupSpec) -> None:
         assert ours.get_num_skipped_tokens(computed) == theirs.get_num_skipped_tokens(computed)
 
 
-@pytest.mark.parametrize("num_speculative_blocks", [0, 1])
-@pytest.mark.parametrize("chunks", [(8, 4, 4), (4, 12, 4), (16, 4), (3, 5, 8)])
-def test_a_mamba_align_table_is_vllms(num_speculative_blocks: int, chunks: tuple[int, ...]) -> None:
-    group = MambaGroup(block_size=BLOCK, mamba_cache_mode="align")
-    spec_group = MambaGroup(
-        block_size=BLOCK, mamba_cache_mode="align", num_speculative_blocks=num_speculative_blocks
-    )
-    ours = coordinator(FULL, spec_group).managers[1]
-    assert isinstance(ours, MambaManager)
+TABLE_CASES = [(group, 0) for group in GROUPS] + [
+    (MambaGroup(block_size=BLOCK, mamba_cache_mode="align", num_speculative_blocks=1), 1)
+]
+
+
+@pytest.mark.parametrize(
+    ("group", "num_speculative_blocks"), TABLE_CASES, ids=lambda c: str(c).split("(")[0]
+)
+@pytest.mark.parametrize("chunks", [(8, 4, 4), (4, 12, 4), (16, 4), (3, 5, 8), (1,) * 10])
+def test_a_table_over_chunks_is_vllms(
+    group: KVCacheGroupSpec, num_speculative_blocks: int, chunks: tuple[int, ...]
+) -> None:
+    """Chunk after chunk, window frees on the processed tokens, then the count and the
+    allocation: the same null mask as vLLM's table, and the same count."""
+    ours = coordinator(FULL, group).managers[1]
     theirs = vllm_manager(group, num_speculative_blocks)
-    for manager in (ours, theirs):
-        manager.req_to_blocks["r"] = []
-        manager.add_local_computed_blocks("r", [], 0, *([0] if manager is theirs else []))
+    ours.req_to_blocks["r"] = []
+    ours.add_local_computed_blocks("r", [], 0)
+    theirs.req_to_blocks["r"] = []
+    theirs.add_local_computed_blocks("r", [], 0, 0)
     computed = 0
     for chunk in chunks:
-        for manager in (ours, theirs):
-            manager.remove_skipped_blocks("r", computed)
-        needed = ours.get_num_blocks_to_allocate(
-            "r", computed + chunk, [], computed, computed + chunk
-        )
-        assert needed == theirs.get_num_blocks_to_allocate(
-            "r", computed + chunk, [], computed, 0, computed + chunk
-        )
-        ours.allocate_new_blocks("r", computed + chunk, computed + chunk)
-        theirs.allocate_new_blocks("r", computed + chunk, computed + chunk)
-        computed += chunk
+        ours.remove_skipped_blocks("r", computed)
+        theirs.remove_skipped_blocks("r", computed)
+        end = computed + chunk
+        needed = ours.get_num_blocks_to_allocate("r", end, [], computed, end)
+        assert needed == theirs.get_num_blocks_to_allocate("r", end, [], computed, 0, end)
+        ours.allocate_new_blocks("r", end, end)
+        theirs.allocate_new_blocks("r", end, end)
+        computed = end
         assert [b is not ours.null_block for b in ours.req_to_blocks["r"]] == [
             not b.is_null for b in theirs.req_to_blocks["r"]
         ]
