@@ -208,6 +208,18 @@ def test_window_frees_below_processed_tokens_only_with_nulls_in_place() -> None:
     assert manager(kv, 0).get_block_ids("r").count(N) == 0  # full attention keeps all
 
 
+def test_allocate_slots_frees_windows_on_processed_tokens() -> None:
+    kv = coordinator(FULL, SlidingWindowGroup(block_size=4, sliding_window=4))
+    request = prompt(20)
+    kv.allocate_slots(request, 12)
+    request.num_computed_tokens = 12
+    # The last 4 computed tokens are still in flight: only block 0 is out of the window
+    # of the 8 processed ones, though block 1 is out of the 12 computed ones' window.
+    kv.allocate_slots(request, 4, num_in_flight_tokens=4)
+    assert manager(kv, 1).get_block_ids("r")[:2][0] == N
+    assert manager(kv, 1).get_block_ids("r")[1] != N
+
+
 def test_the_null_block_is_never_freed_cached_or_handed_out() -> None:
     kv = coordinator(FULL, SlidingWindowGroup(block_size=4, sliding_window=4), num_blocks=16)
     request = prompt(16)

@@ -1,5 +1,6 @@
 """The reference's per-group rules against vLLM 0.34.0's own managers, on the same inputs:
 what each kind skips, each kind's hit (which positions hold a block and how long it is),
+the reconciled hit over groups,
 and each kind's table over successive chunks. Block ids differ (vLLM's pool has
 its null block at 0), so tables compare as null masks.
 
@@ -9,6 +10,7 @@ Needs vLLM 0.34.0 (the managers' signatures are that release's); skipped otherwi
 from __future__ import annotations
 
 import importlib
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 from schedspec.reference.vllm.single_type_kv_cache_manager import SingleTypeKVCacheManager
 from schedspec.spec.kv_groups import (
     ChunkedLocalGroup,
+    FullAttentionGroup,
     KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
@@ -162,3 +165,57 @@ def test_a_table_over_chunks_is_vllms(
         assert [b is not ours.null_block for b in ours.req_to_blocks["r"]] == [
             not b.is_null for b in theirs.req_to_blocks["r"]
         ]
+
+
+MIXES: list[tuple[KVCacheGroupSpec, ...]] = [
+    (FULL, GROUPS[0]),
+    (FULL, GROUPS[3]),
+    (GROUPS[0], GROUPS[3]),
+    (FULL, GROUPS[1], GROUPS[3]),
+]
+SUBSETS = CACHED[1:6]
+
+
+def vllm_reconciled_hit(
+    mix: tuple[KVCacheGroupSpec, ...], cached: tuple[tuple[int, ...], ...], max_length: int
+) -> tuple[int, list[list[bool]]]:
+    specs = [
+        _specs.FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float16)
+        if isinstance(group, FullAttentionGroup)
+        else vllm_spec(group)
+        for group in mix
+    ]
+    config = _specs.KVCacheConfig(
+        num_blocks=64,
+        kv_cache_tensors=[],
+        kv_cache_groups=[_specs.KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)],
+    )
+    coordinator_module = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
+    theirs = coordinator_module.get_kv_cache_coordinator(
+        config, 64, 64, False, True, False, 1, 1, BLOCK, BLOCK
+    )
+    hashes = [_utils.BlockHash(bytes([i + 1]) * 32) for i in range(NUM_HASHES)]
+    pool = theirs.block_pool
+    for gid, indices in enumerate(cached):
+        for i in indices:
+            block = pool.free_block_queue.popleft()
+            key = _utils.make_block_hash_with_group_id(hashes[i], gid)
+            pool.cached_block_hash_to_block.insert(key, block)
+            block.block_hash = key
+    blocks, length, _ = theirs.find_longest_cache_hit(hashes, max_length)
+    return length, [[not b.is_null for b in group] for group in blocks]
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=lambda m: "+".join(type(g).__name__ for g in m))
+@pytest.mark.parametrize("max_length", [8, 20])
+def test_the_reconciled_hit_is_vllms(mix: tuple[KVCacheGroupSpec, ...], max_length: int) -> None:
+    """Every combination of cached subsets over the groups: the same hit length, and the
+    same blocks in each group."""
+    for cached in itertools.product(SUBSETS, repeat=len(mix)):
+        ours = coordinator(*mix)
+        request = prompt(NUM_HASHES * BLOCK + 1)
+        for gid, indices in enumerate(cached):
+            cache_in_group(ours, request, gid, indices)
+        hits, length = ours.find_longest_cache_hit(request, max_length)
+        masks = [[b is not ours.null_block for b in group] for group in hits]
+        assert (length, masks) == vllm_reconciled_hit(mix, cached, max_length), cached
