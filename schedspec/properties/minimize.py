@@ -88,6 +88,9 @@ def minimize_on(
     deadline = clock() + time_limit
     events = list(trace.events)
     config = trace.config
+    # What the engines declare bounds the plainer configs; reading it builds an engine, so
+    # once per minimization, not once per pass.
+    capabilities = target.capabilities() if plain_knobs else frozenset()
     changed = True
     while changed and clock() < deadline:
         changed = False
@@ -99,7 +102,7 @@ def minimize_on(
                     changed = True
                     break
             index = min(index, len(events)) - 1
-        knobs = plainer_configs(config, target.capabilities()) if plain_knobs else []
+        knobs = plainer_configs(config, capabilities) if plain_knobs else []
         for plainer in knobs:
             if clock() >= deadline:
                 break
