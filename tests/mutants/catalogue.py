@@ -22,6 +22,7 @@ from schedspec.properties.strategies.regimes import (
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.config import smallest_pool
 from tests.mutants.async_catalogue_review import ASYNC_REVIEW_MUTANTS
+from tests.mutants.hybrid_catalogue import HYBRID_MUTANTS
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
 # ------------------------------------------------------------------ targeted configs
@@ -1077,4 +1078,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
     *ASYNC_REVIEW_MUTANTS,
+    # Hybrid KV cache groups (issue 34), the upstream shapes among them.
+    *HYBRID_MUTANTS,
 )
