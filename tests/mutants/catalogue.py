@@ -363,9 +363,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "prefix-hit-one-block-short",
         "vllm/kv_cache_manager.py",
-        "        for block_hash in islice(self.block_hashes(request), max_hit_blocks):\n",
-        "        short = max(max_hit_blocks - 1, 0)\n"
-        "        for block_hash in islice(self.block_hashes(request), short):\n",
+        "self.block_hashes(request), max_hit_blocks)\n",
+        "self.block_hashes(request), max(max_hit_blocks - 1, 0))\n",
         "The prefix-cache lookup stops one block short of the longest hit.",
         {"CACHE-HIT-LONGEST"},
         configs=cached_small_blocks,
@@ -593,8 +592,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "watermark-ignored",
         "vllm/kv_cache_manager.py",
-        "            watermark = self.watermark_blocks\n",
-        "            watermark = 0\n",
+        "        return watermark_blocks\n",
+        "        return 0\n",
         "Admission never charges the watermark, even while other requests run.",
         {"WATERMARK", "ADMISSION-FIT"},
         configs=with_watermark,
