@@ -37,7 +37,7 @@ def _with_groups(
     """The drawn config with these groups: their lcm as the block size, a pool of the
     tightest legal size or up to two blocks more, no KV connector (not modelled with
     groups), no cache-aware reorder (its depth is the single group's, NOTES-issue-34.md)."""
-    held = blocks_for_one_request(groups, config.max_model_len)
+    held = blocks_for_one_request(groups, config.max_model_len, config.async_scheduling)
     size = scheduler_block_size(groups)
     pool = max(held + config.num_blocks % 3, -(-config.max_model_len // size))
     return dataclasses.replace(
