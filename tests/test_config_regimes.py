@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedspec.properties.corners import CORNER_NAMES
 from schedspec.properties.strategies import hybrid_regimes
@@ -356,6 +357,8 @@ def test_configs_without_hybrid_draw_no_groups(config: SchedulerConfig) -> None:
     assert config.kv_cache_groups == ()
 
 
-def test_a_connector_and_hybrid_groups_are_not_drawn_together() -> None:
+@settings(max_examples=1, deadline=None, database=None)
+@given(data=st.data())
+def test_a_connector_and_hybrid_groups_are_not_drawn_together(data: st.DataObject) -> None:
     with pytest.raises(ValueError, match="together"):
-        configs(kv_connector=True, hybrid=True).example()
+        data.draw(configs(kv_connector=True, hybrid=True))
