@@ -167,3 +167,23 @@ def test_an_aligned_mamba_group_holds_one_state_more_under_async_scheduling(
             sampled = {r: [7] for r in landed.num_scheduled_tokens if r not in chunked}
             scheduler.update_from_output(landed, ModelRunnerOutput(sampled_token_ids=sampled))
     assert most == held
+
+
+def test_an_admission_takes_every_groups_hit_through_the_scheduler() -> None:
+    """The flat hit list is split back into groups by the hit length: B shares A's first
+    8 tokens, and hits them in full attention (blocks 0 and 1) and in the window (its
+    last block before the hit, 4..7; the block of 0..3 is a null)."""
+    scheduler = hybrid_scheduler(
+        FULL, SHORT_WINDOW, enable_prefix_caching=True, max_num_batched_tokens=16
+    )
+    add(scheduler, "a", 12, max_tokens=1)
+    step(scheduler)
+    a = scheduler.snapshot()  # a finished: its blocks are free and cached
+    assert "a" not in a.requests
+    add(scheduler, "b", 12, max_tokens=1)  # the same first token ids as a's: 1000, ...
+    output = scheduler.schedule()
+    (new,) = output.scheduled_new_reqs
+    assert new.num_computed_tokens == 8
+    full, window = scheduler.snapshot().requests["b"].group_block_ids
+    assert N not in full[:2] and window[0] == N and window[1] != N
+    assert new.block_ids == tuple(b for b in full + window if b != N)
