@@ -218,6 +218,24 @@ def case_hit_not_backed_by_a_group() -> Case:
     )
 
 
+@cases("HYBRID-HIT-LONGEST")
+def case_hit_shorter_than_every_group_allowed() -> Case:
+    """Both groups cached B's first 8 tokens (the full group's blocks 0 and 1, Mamba's
+    state after 8): a lookup that stops at 4 misses a block it could have had."""
+    t = mamba_hit()
+    (new,) = t.output.scheduled_new_reqs
+    short = new._replace(num_computed_tokens=4)
+    return Case(
+        "HYBRID-HIT-LONGEST",
+        t,
+        with_output(t, scheduled_new_reqs=(short,)),
+        "prefix hit shorter than every group's cache allowed",
+        "B",
+        expected=8,
+        actual=4,
+    )
+
+
 @cases("MAMBA-SPLIT")
 def case_chunk_ends_between_mamba_states() -> Case:
     """vLLM #55600 and #54076: a chunk cut at the full group's block size (4) ends

@@ -79,6 +79,19 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         user_configs=hybrid_configs,
     ),
     mutant(
+        "hit-one-block-short",
+        "vllm/kv_cache_coordinator.py",
+        "        return self.find_longest_cache_hit(request, request.num_tokens - 1)\n",
+        "        return self.find_longest_cache_hit(\n"
+        "            request, max(request.num_tokens - 1 - self.scheduler_block_size, 0)\n"
+        "        )\n",
+        "The reconciled hit is looked up one scheduler block short of the most it may cover: "
+        "every admission recomputes a block it had cached.",
+        {"HYBRID-HIT-LONGEST"},
+        configs=window_and_mamba,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
         "one-phase-allocation",
         "vllm/kv_cache_coordinator.py",
         "        self.allocate_new_computed_blocks(rid, hits, total_computed)\n"
