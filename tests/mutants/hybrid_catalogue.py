@@ -133,6 +133,18 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         user_configs=hybrid_configs,
     ),
     mutant(
+        "free-groups-in-reverse",
+        "vllm/kv_cache_coordinator.py",
+        "        for manager in self.managers:\n            manager.free(request.request_id)\n",
+        "        for manager in reversed(self.managers):\n"
+        "            manager.free(request.request_id)\n",
+        "A finished request's groups are freed last group first: the free queue's order, "
+        "and so which cached blocks are evicted first, differs from vLLM's.",
+        {"FREE-ORDER", "FREE-ORDER-ABORT"},
+        configs=window,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
         "null-block-handed-out",
         "vllm/hybrid_kv_cache_manager.py",
         "for b in table if b != null)\n",
