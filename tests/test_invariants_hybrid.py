@@ -259,6 +259,31 @@ def case_hybrid_groups_freed_out_of_order() -> Case:
     )
 
 
+@cases("EXCLUSIVE")
+def case_hybrid_block_shared_at_another_place() -> Case:
+    """B hits A's first two full-attention blocks while A runs: shared at the same places
+    of the same group. Swapped in B's table, they are shared at different places."""
+    d = driver(FULL, MAMBA)
+    d.add("A", prompt=tokens(1, 10), max_tokens=20)
+    d.steps(2)
+    d.add("B", prompt=(*tokens(1, 8), 50, 51, 52), max_tokens=1)
+    state = d.schedule().post
+    full_a = state.requests["A"].group_block_ids[0]
+    full_b, mamba_b = state.requests["B"].group_block_ids
+    assert full_b[:2] == full_a[:2]
+    swapped = (full_b[1], full_b[0], *full_b[2:])
+    return Case(
+        "EXCLUSIVE",
+        state,
+        with_tables(state, "B", swapped, mamba_b),
+        "shared at different positions",
+        None,
+        full_a[0],
+        expected="one position",
+        actual=[(0, 0), (0, 1)],
+    )
+
+
 @cases("MAMBA-SPLIT")
 def case_chunk_ends_between_mamba_states() -> Case:
     """vLLM #55600 and #54076: a chunk cut at the full group's block size (4) ends
