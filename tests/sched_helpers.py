@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schedspec.reference import Scheduler
+from schedspec.reference import KVCacheManager, Scheduler
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput
 
 
@@ -95,18 +95,25 @@ def step(
     return output
 
 
+def single_group_kv(scheduler: Scheduler) -> KVCacheManager:
+    """The scheduler's KV cache manager, for a test of the single group (no kv_cache_groups)."""
+    kv = scheduler.kv_cache_manager
+    assert isinstance(kv, KVCacheManager), "a single-group scheduler"
+    return kv
+
+
 def free_blocks(scheduler: Scheduler) -> int:
     return scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
 
 def as_version(document: dict[str, Any], version: int) -> dict[str, Any]:
-    """A trace document written now, with an older version number and without the KV
-    connector's config fields (version 6), which no older trace can carry; fields of
-    versions 2-5 stay, for the test to remove or keep."""
+    """A trace document written now, with an older version number and without the config
+    fields of versions 6 and later (the KV connector's, the KV cache groups), which no
+    older trace can carry; fields of versions 2-5 stay, for the test to remove or keep."""
     from schedspec.traces.trace import CONNECTOR_SINCE_VERSION, FIELD_SINCE_VERSION
 
     document["version"] = version
     for name, since in FIELD_SINCE_VERSION.items():
-        if since == CONNECTOR_SINCE_VERSION and version < since:
+        if since >= CONNECTOR_SINCE_VERSION and version < since:
             document["config"].pop(name, None)
     return document

@@ -6,8 +6,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from schedspec.spec.checks import require_int
 from schedspec.spec.connector import LOAD_FAILURE_POLICIES, LoadFailurePolicy
 from schedspec.spec.errors import ConfigError, shown
+from schedspec.spec.kv_groups import (
+    FullAttentionGroup,
+    KVCacheGroupSpec,
+    blocks_for_one_request,
+    check_groups,
+)
 
 Policy = Literal["fcfs", "priority"]
 POLICIES: tuple[Policy, ...] = ("fcfs", "priority")
@@ -38,18 +45,6 @@ MAX_MODEL_LEN = 2**24
 _WHY_BLOCKS = "each KV block is a record in the engine's pool and in every snapshot"
 _WHY_DRAFTS = "every step lists each running request's drafts"
 _WHY_LENGTH = "a request's tokens are held as a list; more than any model's context"
-
-
-def _require_int(
-    name: str, value: object, minimum: int, maximum: int | None = None, why: str = ""
-) -> None:
-    # bool is an int subclass; True as a block size is a bug, not a 1.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(name, f"must be an int, got {shown(value)}")
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum}, got {shown(value)}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(name, f"must be <= {maximum} ({why}), got {shown(value)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,17 +115,21 @@ class SchedulerConfig:
     # SGLang: running requests decode inside a prefill batch instead of waiting
     # for a decode-only batch.
     enable_mixed_chunk: bool = False
+    # The KV cache groups of a hybrid model (spec/kv_groups.py; docs/SPEC.md, "Hybrid
+    # KV cache groups"). Empty: one full-attention group of block_size, as before
+    # groups existed. Otherwise block_size is the groups' scheduler block size.
+    kv_cache_groups: tuple[KVCacheGroupSpec, ...] = ()
 
     def __post_init__(self) -> None:
-        _require_int("block_size", self.block_size, 1)
-        _require_int("num_blocks", self.num_blocks, 1, MAX_NUM_BLOCKS, _WHY_BLOCKS)
-        _require_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
-        _require_int("max_num_seqs", self.max_num_seqs, 1)
+        require_int("block_size", self.block_size, 1)
+        require_int("num_blocks", self.num_blocks, 1, MAX_NUM_BLOCKS, _WHY_BLOCKS)
+        require_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        require_int("max_num_seqs", self.max_num_seqs, 1)
         # A prompt needs one token and must leave room for one output token.
-        _require_int("max_model_len", self.max_model_len, 2, MAX_MODEL_LEN, _WHY_LENGTH)
-        _require_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
-        _require_int("cache_aware_admission_window", self.cache_aware_admission_window, 0)
-        _require_int(
+        require_int("max_model_len", self.max_model_len, 2, MAX_MODEL_LEN, _WHY_LENGTH)
+        require_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        require_int("cache_aware_admission_window", self.cache_aware_admission_window, 0)
+        require_int(
             "num_speculative_tokens",
             self.num_speculative_tokens,
             0,
@@ -179,14 +178,16 @@ class SchedulerConfig:
         if self.num_lookahead_tokens is None:
             object.__setattr__(self, "num_lookahead_tokens", self.num_speculative_tokens)
         else:
-            _require_int(
+            require_int(
                 "num_lookahead_tokens",
                 self.num_lookahead_tokens,
                 0,
                 MAX_SPECULATIVE_TOKENS,
                 _WHY_DRAFTS,
             )
+        check_groups(self.kv_cache_groups, self.block_size, self.enable_prefix_caching)
         self._check_connector_knobs()
+        self._check_hybrid_knobs()
         self._check_cross_field_bounds()
         self._check_family_knobs()
 
@@ -197,7 +198,7 @@ class SchedulerConfig:
                 f"must be one of {LOAD_FAILURE_POLICIES}, got {shown(self.kv_load_failure_policy)}",
             )
         if self.max_num_inflight_kv_loads is not None:
-            _require_int("max_num_inflight_kv_loads", self.max_num_inflight_kv_loads, 1)
+            require_int("max_num_inflight_kv_loads", self.max_num_inflight_kv_loads, 1)
         if self.kv_connector:
             if self.async_scheduling:
                 # With two batches in flight vLLM defers a connector consumer's block
@@ -219,6 +220,18 @@ class SchedulerConfig:
                     name,
                     f"needs kv_connector=True (without a connector it means nothing): must "
                     f"keep its default {default!r}, got {shown(getattr(self, name))}",
+                )
+
+    def _check_hybrid_knobs(self) -> None:
+        # Refused until modelled, rather than run as if the cache had one group.
+        if not self.kv_cache_groups:
+            return
+        for name, default in (("family", "vllm"), ("kv_connector", False)):
+            if getattr(self, name) != default:
+                raise ConfigError(
+                    name,
+                    f"must keep {default!r} with kv_cache_groups (hybrid caches are modelled "
+                    f"for vLLM without a connector only), got {shown(getattr(self, name))}",
                 )
 
     def _check_family_knobs(self) -> None:
@@ -265,6 +278,17 @@ class SchedulerConfig:
                 f"num_blocks * block_size ({capacity}) must be >= max_model_len "
                 f"({self.max_model_len}) so that any admissible request fits an empty cache",
             )
+        if self.kv_cache_groups:
+            held = blocks_for_one_request(
+                self.kv_cache_groups, self.max_model_len, self.async_scheduling
+            )
+            if self.num_blocks < held:
+                raise ConfigError(
+                    "num_blocks",
+                    f"must be >= {held}, the blocks a max_model_len request holds over all "
+                    f"kv_cache_groups, so that any admissible request fits an empty cache, "
+                    f"got {self.num_blocks}",
+                )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ConfigError(
                 "max_num_batched_tokens",
@@ -316,6 +340,8 @@ class SchedulerConfig:
         others = {name for name, _ in (_SGLANG_ONLY if self.family == "vllm" else _VLLM_ONLY)}
         if self.family == "vllm":
             others.add("family")
+        if not self.kv_cache_groups:
+            others.add("kv_cache_groups")  # the default single group, as before groups
         if not self.kv_connector:
             # Without a connector its knobs keep their defaults and mean nothing.
             others |= {"kv_connector", "kv_load_failure_policy", "max_num_inflight_kv_loads"}
@@ -341,7 +367,11 @@ def smallest_pool(config: SchedulerConfig, kv_connector: bool | None = None) -> 
     an async load of max_model_len - 1 tokens beside one verify step's blocks, which
     vLLM reserves against it."""
     size = config.block_size
-    whole = -(-config.max_model_len // size)
+    whole = blocks_for_one_request(
+        config.kv_cache_groups or (FullAttentionGroup(block_size=size),),
+        config.max_model_len,
+        config.async_scheduling,
+    )
     connector = config.kv_connector if kv_connector is None else kv_connector
     if not (connector and config.num_speculative_tokens):
         return whole

@@ -41,6 +41,7 @@ class SpecInputError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.reason = message  # the message without the field, to re-raise under a longer name
 
 
 class ConfigError(SpecInputError):

@@ -42,6 +42,7 @@ from schedspec.spec import (
     named,
     shown,
 )
+from schedspec.spec.kv_groups import KVCacheGroupSpec, group_from_json
 from schedspec.spec.request import MAX_TOKEN_ID
 
 FORMAT = "schedspec-trace"
@@ -59,8 +60,10 @@ FORMAT = "schedspec-trace"
 # step event's "aborts": engines/events.py Step); an older trace has none. Version 6
 # added the KV connector: the config's kv_connector, kv_load_failure_policy and
 # max_num_inflight_kv_loads, a request's "remote_kv" and a step's "kv" reports.
-VERSION = 6
-SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6)
+# Version 7 added the config's kv_cache_groups (a list of objects, each with its
+# "kind"); an older trace has the default single full-attention group.
+VERSION = 7
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 STEP_ABORTS_SINCE_VERSION = 5
 CONNECTOR_SINCE_VERSION = 6
 # Config fields an older trace cannot carry (they did not exist), by the version
@@ -77,6 +80,7 @@ FIELD_SINCE_VERSION: dict[str, int] = {
     "kv_connector": CONNECTOR_SINCE_VERSION,
     "kv_load_failure_policy": CONNECTOR_SINCE_VERSION,
     "max_num_inflight_kv_loads": CONNECTOR_SINCE_VERSION,
+    "kv_cache_groups": 7,
 }
 # What an older trace's vLLM-family config gets for a field it cannot carry, where that
 # is not SchedulerConfig's default: the value of the release the trace was recorded on.
@@ -359,6 +363,13 @@ def _kv_transfers(record: Mapping[str, Any], where: str, bounds: _Bounds) -> KVT
     )
 
 
+def _groups_from_json(raw_config: dict[str, Any]) -> tuple[KVCacheGroupSpec, ...]:
+    raw = raw_config["kv_cache_groups"]
+    if not isinstance(raw, list | tuple):  # a list in a file, a tuple from to_json()
+        raise ConfigError("kv_cache_groups", f"must be a list, got {shown(raw)}")
+    return tuple(group_from_json(g, f"kv_cache_groups[{i}]") for i, g in enumerate(raw))
+
+
 def trace_from_json(document: Any) -> Trace:
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise TraceError("format", f"not a {FORMAT} document")
@@ -377,6 +388,8 @@ def trace_from_json(document: Any) -> Trace:
     if unknown_fields:
         raise TraceError(f"config.{named(unknown_fields[0])}", "unknown field")
     try:
+        if "kv_cache_groups" in raw_config:
+            raw_config = {**raw_config, "kv_cache_groups": _groups_from_json(raw_config)}
         config = SchedulerConfig(**raw_config)
     except ConfigError as err:
         raise TraceError(f"config.{err.field}", str(err)) from None

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import islice
+from operator import attrgetter
 
 from schedspec.reference.vllm.free_block_queue import FreeBlockQueue, KVCacheBlock
-from schedspec.spec import BlockHash
+from schedspec.spec import BlockHash, KVState
+
+# Field readers for snapshot(): map() over them walks the blocks in C, and a snapshot is
+# taken twice a checked step.
+_REF_CNT = attrgetter("ref_cnt")
+_BLOCK_HASH = attrgetter("block_hash")
 
 
 class BlockPool:
@@ -49,6 +56,19 @@ class BlockPool:
         holders = self.cached_block_hash_to_block.get(block_hash)
         return next(iter(holders.values())) if holders else None
 
+    def longest_cached_prefix(
+        self, block_hashes: Iterable[BlockHash], max_blocks: int
+    ) -> list[KVCacheBlock]:
+        """The cached blocks of the longest run of hashes from the first, at most max_blocks:
+        hashes are chained, so nothing after a miss can hit."""
+        hits: list[KVCacheBlock] = []
+        for block_hash in islice(block_hashes, max_blocks):
+            block = self.get_cached_block(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
         """Take a reference on prefix-cache hits, pulling free ones out of the queue."""
         for block in blocks:
@@ -89,3 +109,14 @@ class BlockPool:
                     evict_last.append(block)
         self.free_block_queue.prepend_n(evict_first)
         self.free_block_queue.append_n(evict_last)
+
+    def snapshot(self) -> KVState:
+        cached = self.cached_block_hash_to_block
+        return KVState(
+            num_blocks=self.num_blocks,
+            free_block_ids=tuple(self.free_block_queue.block_ids()),
+            ref_counts=tuple(map(_REF_CNT, self.blocks)),
+            block_hashes=tuple(map(_BLOCK_HASH, self.blocks)),
+            # (hash, holder ids) pairs in the map's order, zipped in C.
+            prefix_cache=tuple(zip(cached.keys(), map(tuple, cached.values()), strict=True)),
+        )

@@ -1,9 +1,9 @@
-"""Block tables, prefix-cache lookup and allocate_slots for one full-attention group."""
+"""Block tables, prefix-cache lookup and allocate_slots for one full-attention group (the
+default, an empty kv_cache_groups; hybrid_kv_cache_manager.py serves the others)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import islice
 from operator import attrgetter
 
 from schedspec.reference.sizing import (
@@ -23,29 +23,65 @@ from schedspec.spec import (
     extend_block_hashes,
 )
 
-# Field readers for snapshot() (and the scheduler's): map() over them walks the
-# blocks in C, and a snapshot is taken twice a checked step.
+# The scheduler's field reader for its snapshot: map() over it walks the blocks in C.
 BLOCK_ID = attrgetter("block_id")
-_REF_CNT = attrgetter("ref_cnt")
-_BLOCK_HASH = attrgetter("block_hash")
 
 
-class KVCacheManager:
-    def __init__(self, config: SchedulerConfig) -> None:
+def admission_watermark(request: Request, has_running_requests: bool, watermark_blocks: int) -> int:
+    """Blocks an allocation must leave free: the watermark is charged only to admissions
+    (waiting or preempted requests) while something is running."""
+    if has_running_requests and request.status in (
+        RequestStatus.WAITING,
+        RequestStatus.PREEMPTED,
+    ):
+        return watermark_blocks
+    return 0
+
+
+class KVCacheManagerBase:
+    """What the scheduler reads of any KV cache manager, single group or hybrid: the pool,
+    its usage and snapshot, and the prefix-cache statistics over admissions."""
+
+    def __init__(self, config: SchedulerConfig, block_pool: BlockPool) -> None:
         self.block_size = config.block_size
         self.max_model_len = config.max_model_len
         self.enable_caching = config.enable_prefix_caching
         self.watermark_blocks = config.watermark_blocks
-        self.block_pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
+        self.block_pool = block_pool
+        # Prefix-cache statistics over admissions: tokens looked up and tokens hit.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    @property
+    def usage(self) -> float:
+        """The fraction of blocks held by some request (free cached blocks count as free).
+
+        vLLM 0.34.0's BlockPool.get_usage divides by its blocks less the null block,
+        which is num_blocks here; the same expression, so a threshold compares alike.
+        """
+        return self.block_pool.get_usage()
+
+    def record_prefix_cache_lookup(self, request: Request, num_hit_tokens: int) -> None:
+        if self.enable_caching:
+            self.prefix_cache_queries += request.num_tokens
+            self.prefix_cache_hits += num_hit_tokens
+
+    def snapshot(self) -> KVState:
+        return self.block_pool.snapshot()
+
+
+class KVCacheManager(KVCacheManagerBase):
+    def __init__(self, config: SchedulerConfig) -> None:
+        if config.kv_cache_groups:
+            # HybridKVCacheManager serves those (make_kv_cache_manager picks it).
+            raise ValueError("KVCacheManager serves the single group: no kv_cache_groups")
+        super().__init__(config, BlockPool(config.num_blocks, config.enable_prefix_caching))
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # How many leading blocks of each table are registered in the prefix cache.
         self.num_cached_block: dict[str, int] = {}
         # Chained hashes of each live request's full blocks, grown as tokens arrive;
         # kept across preemption (the tokens stay), dropped when the request ends.
         self._block_hashes: dict[str, list[BlockHash]] = {}
-        # Prefix-cache statistics over admissions: tokens looked up and tokens hit.
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
 
     def block_hashes(self, request: Request) -> list[BlockHash]:
         hashes = self._block_hashes.setdefault(request.request_id, [])
@@ -81,27 +117,7 @@ class KVCacheManager:
 
     def _longest_cache_hit(self, request: Request) -> list[KVCacheBlock]:
         max_hit_blocks = max_prefix_hit_blocks(request.num_tokens, self.block_size)
-        hits: list[KVCacheBlock] = []
-        for block_hash in islice(self.block_hashes(request), max_hit_blocks):
-            block = self.block_pool.get_cached_block(block_hash)
-            if block is None:
-                break  # hashes are chained: nothing after a miss can hit
-            hits.append(block)
-        return hits
-
-    @property
-    def usage(self) -> float:
-        """The fraction of blocks held by some request (free cached blocks count as free).
-
-        vLLM 0.34.0's BlockPool.get_usage divides by its blocks less the null block,
-        which is num_blocks here; the same expression, so a threshold compares alike.
-        """
-        return self.block_pool.get_usage()
-
-    def record_prefix_cache_lookup(self, request: Request, num_hit_tokens: int) -> None:
-        if self.enable_caching:
-            self.prefix_cache_queries += request.num_tokens
-            self.prefix_cache_hits += num_hit_tokens
+        return self.block_pool.longest_cached_prefix(self.block_hashes(request), max_hit_blocks)
 
     def allocate_slots(
         self,
@@ -154,12 +170,7 @@ class KVCacheManager:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
             return []
 
-        watermark = 0
-        if has_running_requests and request.status in (
-            RequestStatus.WAITING,
-            RequestStatus.PREEMPTED,
-        ):
-            watermark = self.watermark_blocks
+        watermark = admission_watermark(request, has_running_requests, self.watermark_blocks)
         free = self.block_pool.get_num_free_blocks()
         # A hit on a free (ref 0) cached block takes it out of the free queue.
         evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
@@ -230,15 +241,3 @@ class KVCacheManager:
         self.block_pool.free_blocks(reversed(blocks))
         if request.is_finished:
             self._block_hashes.pop(rid, None)
-
-    def snapshot(self) -> KVState:
-        pool = self.block_pool
-        cached = pool.cached_block_hash_to_block
-        return KVState(
-            num_blocks=pool.num_blocks,
-            free_block_ids=tuple(pool.free_block_queue.block_ids()),
-            ref_counts=tuple(map(_REF_CNT, pool.blocks)),
-            block_hashes=tuple(map(_BLOCK_HASH, pool.blocks)),
-            # (hash, holder ids) pairs in the map's order, zipped in C.
-            prefix_cache=tuple(zip(cached.keys(), map(tuple, cached.values()), strict=True)),
-        )

@@ -1,0 +1,221 @@
+"""The reference's per-group rules against vLLM 0.34.0's own managers, on the same inputs:
+what each kind skips, each kind's hit (which positions hold a block and how long it is),
+the reconciled hit over groups,
+and each kind's table over successive chunks. Block ids differ (vLLM's pool has
+its null block at 0), so tables compare as null masks.
+
+Needs vLLM 0.34.0 (the managers' signatures are that release's); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from schedspec.reference.vllm.single_type_kv_cache_manager import SingleTypeKVCacheManager
+from schedspec.spec.kv_groups import (
+    ChunkedLocalGroup,
+    FullAttentionGroup,
+    KVCacheGroupSpec,
+    MambaGroup,
+    SlidingWindowGroup,
+)
+from tests.hybrid_helpers import FULL, cache_in_group, coordinator, prompt
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed")
+if not vllm.__version__.startswith("0.34."):
+    pytest.skip("the managers' signatures are vLLM 0.34.0's", allow_module_level=True)
+torch = pytest.importorskip("torch")
+_pool = importlib.import_module("vllm.v1.core.block_pool")
+_utils = importlib.import_module("vllm.v1.core.kv_cache_utils")
+_managers = importlib.import_module("vllm.v1.core.single_type_kv_cache_manager")
+_specs = importlib.import_module("vllm.v1.kv_cache_interface")
+
+BLOCK = 4
+NUM_HASHES = 5  # a 21-token prompt's full blocks
+GROUPS: list[KVCacheGroupSpec] = [
+    SlidingWindowGroup(block_size=BLOCK, sliding_window=8),
+    SlidingWindowGroup(block_size=BLOCK, sliding_window=5),
+    ChunkedLocalGroup(block_size=BLOCK, attention_chunk_size=8),
+    MambaGroup(block_size=BLOCK, mamba_cache_mode="align"),
+]
+CACHED = [(), (0,), (0, 1), (1, 2), (0, 2, 3), (2, 3, 4), (0, 1, 2, 3, 4), (1, 3)]
+
+
+def vllm_spec(group: KVCacheGroupSpec, num_speculative_blocks: int = 0) -> Any:
+    attention = {"num_kv_heads": 1, "head_size": 8, "dtype": torch.float16}
+    if isinstance(group, SlidingWindowGroup):
+        return _specs.SlidingWindowSpec(
+            block_size=group.block_size, sliding_window=group.sliding_window, **attention
+        )
+    if isinstance(group, ChunkedLocalGroup):
+        return _specs.ChunkedLocalAttentionSpec(
+            block_size=group.block_size,
+            attention_chunk_size=group.attention_chunk_size,
+            **attention,
+        )
+    assert isinstance(group, MambaGroup)
+    return _specs.MambaSpec(
+        block_size=group.block_size,
+        shapes=((1,),),
+        dtypes=(torch.float16,),
+        mamba_cache_mode=group.mamba_cache_mode,
+        num_speculative_blocks=num_speculative_blocks,
+    )
+
+
+def vllm_manager_class(group: KVCacheGroupSpec) -> Any:
+    if isinstance(group, SlidingWindowGroup):
+        return _managers.SlidingWindowManager
+    if isinstance(group, ChunkedLocalGroup):
+        return _managers.ChunkedLocalAttentionManager
+    return _managers.MambaManager
+
+
+def vllm_pool() -> Any:
+    return _pool.BlockPool(24, True, hash_block_size=BLOCK)
+
+
+def vllm_hit_mask(group: KVCacheGroupSpec, cached: Sequence[int], max_length: int) -> list[bool]:
+    pool = vllm_pool()
+    hashes = [_utils.BlockHash(bytes([i + 1]) * 32) for i in range(NUM_HASHES)]
+    for i in cached:
+        block = pool.free_block_queue.popleft()
+        key = _utils.make_block_hash_with_group_id(hashes[i], 1)
+        pool.cached_block_hash_to_block.insert(key, block)
+        block.block_hash = key
+    (hit,), length = vllm_manager_class(group).find_longest_cache_hit(
+        hashes, max_length, [1], pool, vllm_spec(group), False, BLOCK
+    )
+    assert length == len(hit) * BLOCK
+    return [not b.is_null for b in hit]
+
+
+def our_hit_mask(group: KVCacheGroupSpec, cached: Sequence[int], max_length: int) -> list[bool]:
+    kv = coordinator(FULL, group)
+    request = prompt(NUM_HASHES * BLOCK + 1)
+    blocks = dict(zip(cached, cache_in_group(kv, request, 1, cached), strict=True))
+    hit = kv.managers[1].find_longest_cache_hit(kv.block_hashes(request, 1), max_length)
+    for i, block in enumerate(hit):
+        assert block is kv.null_block or block is blocks[i]  # positional: block i's
+    return [b is not kv.null_block for b in hit]
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: type(g).__name__)
+@pytest.mark.parametrize("cached", CACHED, ids=str)
+@pytest.mark.parametrize("max_length", [0, 4, 8, 12, 16, 20])
+def test_each_kinds_hit_is_vllms(
+    group: KVCacheGroupSpec, cached: tuple[int, ...], max_length: int
+) -> None:
+    assert our_hit_mask(group, cached, max_length) == vllm_hit_mask(group, cached, max_length)
+
+
+def vllm_manager(group: KVCacheGroupSpec, num_speculative_blocks: int = 0) -> Any:
+    return vllm_manager_class(group)(
+        vllm_spec(group, num_speculative_blocks),
+        block_pool=vllm_pool(),
+        enable_caching=True,
+        kv_cache_group_id=1,
+        scheduler_block_size=BLOCK,
+    )
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: type(g).__name__)
+def test_each_kinds_skipped_tokens_are_vllms(group: KVCacheGroupSpec) -> None:
+    ours: SingleTypeKVCacheManager = coordinator(FULL, group).managers[1]
+    theirs = vllm_manager(group)
+    for computed in range(1, 30):
+        assert ours.get_num_skipped_tokens(computed) == theirs.get_num_skipped_tokens(computed)
+
+
+TABLE_CASES = [(group, 0) for group in GROUPS] + [
+    (MambaGroup(block_size=BLOCK, mamba_cache_mode="align", num_speculative_blocks=1), 1)
+]
+
+
+@pytest.mark.parametrize(
+    ("group", "num_speculative_blocks"), TABLE_CASES, ids=lambda c: str(c).split("(")[0]
+)
+@pytest.mark.parametrize("chunks", [(8, 4, 4), (4, 12, 4), (16, 4), (3, 5, 8), (1,) * 10])
+def test_a_table_over_chunks_is_vllms(
+    group: KVCacheGroupSpec, num_speculative_blocks: int, chunks: tuple[int, ...]
+) -> None:
+    """Chunk after chunk, window frees on the processed tokens, then the count and the
+    allocation: the same null mask as vLLM's table, and the same count."""
+    ours = coordinator(FULL, group).managers[1]
+    theirs = vllm_manager(group, num_speculative_blocks)
+    ours.req_to_blocks["r"] = []
+    ours.add_local_computed_blocks("r", [], 0)
+    theirs.req_to_blocks["r"] = []
+    theirs.add_local_computed_blocks("r", [], 0, 0)
+    computed = 0
+    for chunk in chunks:
+        ours.remove_skipped_blocks("r", computed)
+        theirs.remove_skipped_blocks("r", computed)
+        end = computed + chunk
+        needed = ours.get_num_blocks_to_allocate("r", end, [], computed, end)
+        assert needed == theirs.get_num_blocks_to_allocate("r", end, [], computed, 0, end)
+        ours.allocate_new_blocks("r", end, end)
+        theirs.allocate_new_blocks("r", end, end)
+        computed = end
+        assert [b is not ours.null_block for b in ours.req_to_blocks["r"]] == [
+            not b.is_null for b in theirs.req_to_blocks["r"]
+        ]
+
+
+MIXES: list[tuple[KVCacheGroupSpec, ...]] = [
+    (FULL, GROUPS[0]),
+    (FULL, GROUPS[3]),
+    (GROUPS[0], GROUPS[3]),
+    (FULL, GROUPS[1], GROUPS[3]),
+]
+SUBSETS = CACHED[1:6]
+
+
+def vllm_reconciled_hit(
+    mix: tuple[KVCacheGroupSpec, ...], cached: tuple[tuple[int, ...], ...], max_length: int
+) -> tuple[int, list[list[bool]]]:
+    specs = [
+        _specs.FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float16)
+        if isinstance(group, FullAttentionGroup)
+        else vllm_spec(group)
+        for group in mix
+    ]
+    config = _specs.KVCacheConfig(
+        num_blocks=64,
+        kv_cache_tensors=[],
+        kv_cache_groups=[_specs.KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)],
+    )
+    coordinator_module = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
+    theirs = coordinator_module.get_kv_cache_coordinator(
+        config, 64, 64, False, True, False, 1, 1, BLOCK, BLOCK
+    )
+    hashes = [_utils.BlockHash(bytes([i + 1]) * 32) for i in range(NUM_HASHES)]
+    pool = theirs.block_pool
+    for gid, indices in enumerate(cached):
+        for i in indices:
+            block = pool.free_block_queue.popleft()
+            key = _utils.make_block_hash_with_group_id(hashes[i], gid)
+            pool.cached_block_hash_to_block.insert(key, block)
+            block.block_hash = key
+    blocks, length, _ = theirs.find_longest_cache_hit(hashes, max_length)
+    return length, [[not b.is_null for b in group] for group in blocks]
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=lambda m: "+".join(type(g).__name__ for g in m))
+@pytest.mark.parametrize("max_length", [8, 20])
+def test_the_reconciled_hit_is_vllms(mix: tuple[KVCacheGroupSpec, ...], max_length: int) -> None:
+    """Every combination of cached subsets over the groups: the same hit length, and the
+    same blocks in each group."""
+    for cached in itertools.product(SUBSETS, repeat=len(mix)):
+        ours = coordinator(*mix)
+        request = prompt(NUM_HASHES * BLOCK + 1)
+        for gid, indices in enumerate(cached):
+            cache_in_group(ours, request, gid, indices)
+        hits, length = ours.find_longest_cache_hit(request, max_length)
+        masks = [[b is not ours.null_block for b in group] for group in hits]
+        assert (length, masks) == vllm_reconciled_hit(mix, cached, max_length), cached
