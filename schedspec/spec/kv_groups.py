@@ -19,11 +19,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schedspec.spec.block_hash import BlockHash, hash_block_tokens
 from schedspec.spec.checks import require_int
 from schedspec.spec.errors import ConfigError, shown
 
 MambaCacheMode = Literal["none", "align"]
 MAMBA_CACHE_MODES: tuple[MambaCacheMode, ...] = ("none", "align")
+
+# The null block's id: what a group's table holds where the group keeps no block (a
+# window's freed blocks, Mamba's skipped states). It is outside the pool's
+# 0..num_blocks-1, so no snapshot of the pool lists it (vLLM gives it id 0 and its
+# pool one block more).
+NULL_BLOCK_ID = -1
 
 # Drafts verified per step are at most this many (config.MAX_SPECULATIVE_TOKENS), so
 # no Mamba group needs more scratch state blocks than that.
@@ -115,6 +122,14 @@ def scheduler_block_size(groups: tuple[KVCacheGroupSpec, ...]) -> int:
     (vLLM 0.34.0 kv_cache_utils.resolve_kv_cache_block_sizes), so a scheduler block is
     a whole number of blocks in every group."""
     return math.lcm(*(g.block_size for g in groups))
+
+
+def group_block_hash(block_hash: BlockHash, group_id: int) -> BlockHash:
+    """A block's hash as one group caches it: the chained hash of its prefix at the
+    group's own block size, tagged with the group's index. The pool is shared, and one
+    group's block must never be another group's hit (vLLM keys its map by hash and
+    group id)."""
+    return hash_block_tokens(block_hash, [group_id])
 
 
 def blocks_for_one_request(groups: tuple[KVCacheGroupSpec, ...], max_model_len: int) -> int:

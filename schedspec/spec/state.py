@@ -45,6 +45,9 @@ class RequestState:
     is_prefill_chunk: bool = False
     # What the KV connector holds for it elsewhere (None: nothing, or no connector).
     remote_kv: RemoteKV | None = None
+    # Per KV cache group (config.kv_cache_groups, in order; empty without them): the
+    # group's table at its own block size, NULL_BLOCK_ID where it holds the null block.
+    group_block_ids: tuple[tuple[int, ...], ...] = ()
 
     # A cached value, not a field: the checks read it about forty times a step, and
     # `of` fills it in as it builds the record (the fields it follows are frozen).

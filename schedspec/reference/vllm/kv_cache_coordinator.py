@@ -26,7 +26,6 @@ from schedspec.spec import (
     Request,
     SchedulerConfig,
     extend_block_hashes,
-    hash_block_tokens,
 )
 from schedspec.spec.kv_groups import (
     ChunkedLocalGroup,
@@ -34,6 +33,7 @@ from schedspec.spec.kv_groups import (
     KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
+    group_block_hash,
 )
 
 GroupBlocks = tuple[list[KVCacheBlock], ...]  # one list per group, in group order
@@ -44,12 +44,6 @@ _MANAGERS: dict[type[KVCacheGroupSpec], type[SingleTypeKVCacheManager]] = {
     ChunkedLocalGroup: ChunkedLocalAttentionManager,
     MambaGroup: MambaManager,
 }
-
-
-def group_block_hash(block_hash: BlockHash, group_id: int) -> BlockHash:
-    """A block's hash as one group caches it: the pool is shared, and one group's block
-    must never be another group's hit (vLLM keys its map by hash and group id)."""
-    return hash_block_tokens(block_hash, [group_id])
 
 
 class HybridKVCacheCoordinator:

@@ -17,11 +17,12 @@ from schedspec.reference.sizing import cdiv
 from schedspec.reference.vllm.block_pool import BlockPool
 from schedspec.reference.vllm.free_block_queue import KVCacheBlock
 from schedspec.spec import BlockHash
-from schedspec.spec.kv_groups import ChunkedLocalGroup, KVCacheGroupSpec, SlidingWindowGroup
-
-# The null block's id: outside the pool's 0..num_blocks-1, so no snapshot of the pool
-# ever lists it (vLLM gives it id 0 and its pool one block more).
-NULL_BLOCK_ID = -1
+from schedspec.spec.kv_groups import (
+    NULL_BLOCK_ID,
+    ChunkedLocalGroup,
+    KVCacheGroupSpec,
+    SlidingWindowGroup,
+)
 
 
 def make_null_block() -> KVCacheBlock:
