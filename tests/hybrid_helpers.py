@@ -8,12 +8,10 @@ from typing import Any
 
 from schedspec.reference import KVCacheBlock
 from schedspec.reference.vllm.kv_cache_coordinator import HybridKVCacheCoordinator
-from schedspec.reference.vllm.single_type_kv_cache_manager import (
-    NULL_BLOCK_ID,
-    SingleTypeKVCacheManager,
-)
+from schedspec.reference.vllm.single_type_kv_cache_manager import SingleTypeKVCacheManager
 from schedspec.spec import Request
 from schedspec.spec.kv_groups import (
+    NULL_BLOCK_ID,
     FullAttentionGroup,
     KVCacheGroupSpec,
     MambaGroup,

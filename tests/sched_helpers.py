@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schedspec.reference import Scheduler
+from schedspec.reference import KVCacheManager, Scheduler
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput
 
 
@@ -93,6 +93,13 @@ def step(
     output = scheduler.schedule()
     emit(scheduler, output, tokens)
     return output
+
+
+def single_group_kv(scheduler: Scheduler) -> KVCacheManager:
+    """The scheduler's KV cache manager, for a test of the single group (no kv_cache_groups)."""
+    kv = scheduler.kv_cache_manager
+    assert isinstance(kv, KVCacheManager), "a single-group scheduler"
+    return kv
 
 
 def free_blocks(scheduler: Scheduler) -> int:

@@ -17,7 +17,7 @@ from schedspec.spec import (
     RequestStatus,
     SchedulerOutput,
 )
-from tests.sched_helpers import add, free_blocks, make_scheduler
+from tests.sched_helpers import add, free_blocks, make_scheduler, single_group_kv
 
 PH = PLACEHOLDER_TOKEN_ID
 
@@ -181,7 +181,7 @@ def test_placeholder_drafts_are_verified_late_and_rolled_back() -> None:
 def test_only_landed_kv_is_registered_in_the_prefix_cache() -> None:
     s = make_scheduler(async_scheduling=True, enable_prefix_caching=True)
     add(s, "a", 7)
-    kv = s.kv_cache_manager
+    kv = single_group_kv(s)
 
     def registered() -> int:
         return kv.num_cached_block.get("a", 0)
@@ -220,13 +220,13 @@ def test_a_victim_keeps_the_registrations_of_its_prefill_in_flight() -> None:
     add(s, "A", 4, first_token=2000, priority=0)
     second = Scheduled(s)
     land(s, first)
-    blocks = list(s.kv_cache_manager.req_to_blocks["V"][:4])
+    blocks = list(single_group_kv(s).req_to_blocks["V"][:4])
     third = Scheduled(s)
     assert third.output.preempted_req_ids == {"V"}
     assert v.num_in_flight_tokens == 6  # its second chunk, stale now
     assert all(b.block_hash is not None for b in blocks)
     land(s, second, {"V": [60]})  # stale: delivered, and V has 17 known tokens
-    assert s.kv_cache_manager.get_computed_blocks(v)[1] == 16
+    assert single_group_kv(s).get_computed_blocks(v)[1] == 16
 
 
 class TestSpecDecodePadding:
@@ -250,7 +250,7 @@ class TestSpecDecodePadding:
         assert dict(step.output.scheduled_spec_decode_tokens) == {"b": (PH, PH)}
         assert b.num_computed_tokens == 3
         # Slots for 3 tokens + 2 lookahead: the KV is charged like any draft's.
-        assert len(s.kv_cache_manager.get_block_ids("b")) == 2
+        assert len(single_group_kv(s).get_block_ids("b")) == 2
         land(s, step, {"b": [70]})  # both placeholders rejected
         assert b.num_computed_tokens == 1 == b.num_tokens - 1
 

@@ -15,7 +15,13 @@ from schedspec.properties.checked_engine import replay
 from schedspec.reference import Scheduler
 from schedspec.spec import ConfigError, Request, RequestStatus, SchedulerConfig, SchedulerOutput
 from schedspec.traces.trace import Trace
-from tests.sched_helpers import cache_aware_config, emit, make_config, make_scheduler
+from tests.sched_helpers import (
+    cache_aware_config,
+    emit,
+    make_config,
+    make_scheduler,
+    single_group_kv,
+)
 
 # Block size 4 (make_config). SEED's prompt leaves three full blocks cached when it ends.
 SEED = list(range(1, 13))
@@ -58,7 +64,7 @@ def admitted(scheduler: Scheduler) -> list[str]:
 def test_the_probe_counts_the_cached_prefix_and_changes_nothing() -> None:
     scheduler = cache_aware()
     add(scheduler, ("cold", COLD), ("warm", WARM), ("same", SEED))
-    kv = scheduler.kv_cache_manager
+    kv = single_group_kv(scheduler)
     before = kv.snapshot()
     cold, warm, same = scheduler.waiting
     # SEED's own prompt: three blocks cached, but the last token's block is never a hit.
@@ -73,17 +79,17 @@ def test_the_probe_is_zero_without_prefix_caching() -> None:
     emit(scheduler, scheduler.schedule())
     add(scheduler, ("b", SEED))
     request = scheduler.requests["b"]
-    assert scheduler.kv_cache_manager.get_num_cached_tokens(request) == 0
+    assert single_group_kv(scheduler).get_num_cached_tokens(request) == 0
 
 
 def test_usage_is_held_blocks_over_all_blocks() -> None:
     """vLLM's usage is 1 - free / (blocks - null block): num_blocks here. Free cached
     blocks count as free."""
     scheduler = cache_aware(num_blocks=8, max_model_len=32)
-    assert scheduler.kv_cache_manager.usage == 0.0  # SEED's blocks: cached, but free
+    assert single_group_kv(scheduler).usage == 0.0  # SEED's blocks: cached, but free
     add(scheduler, ("a", COLD))
     scheduler.schedule()  # 12 tokens: 3 blocks held
-    assert scheduler.kv_cache_manager.usage == 1.0 - 5 / 8
+    assert single_group_kv(scheduler).usage == 1.0 - 5 / 8
 
 
 # ---------------------------------------------------------------------- the reorder
@@ -110,7 +116,7 @@ def test_the_reorder_protects_the_resident_prefix() -> None:
         output = scheduler.schedule()
         assert [d.request_id for d in output.scheduled_new_reqs] == [first]
         warm = scheduler.requests["warm"]
-        hit = scheduler.kv_cache_manager.get_num_cached_tokens(warm)
+        hit = single_group_kv(scheduler).get_num_cached_tokens(warm)
         if first == "warm":
             assert output.num_scheduled_tokens["warm"] == 4  # 8 of 12 tokens hit
         else:
@@ -170,9 +176,9 @@ def test_the_threshold_is_read_after_the_running_requests_took_their_blocks(
     add(scheduler, ("busy", range(700, 712)))
     emit(scheduler, scheduler.schedule())  # 12 tokens in 3 blocks, then one sampled
     add(scheduler, ("cold", range(300, 308)), ("warm", [*SEED[:8], 98]))
-    assert scheduler.kv_cache_manager.usage == 3 / 8
+    assert single_group_kv(scheduler).usage == 3 / 8
     output = scheduler.schedule()
-    assert len(scheduler.kv_cache_manager.req_to_blocks["busy"]) == 4
+    assert len(single_group_kv(scheduler).req_to_blocks["busy"]) == 4
     assert [d.request_id for d in output.scheduled_new_reqs] == [first]
 
 
@@ -193,7 +199,7 @@ def test_no_reorder_in_a_step_that_preempted() -> None:
     for _ in range(5):
         emit(scheduler, scheduler.schedule())
     add(scheduler, ("cold", range(600, 604)), ("warm", [*range(400, 404), 97]))
-    kv = scheduler.kv_cache_manager
+    kv = single_group_kv(scheduler)
     assert [kv.get_num_cached_tokens(r) for r in scheduler.waiting] == [0, 4]
     output = scheduler.schedule()
     assert output.preempted_req_ids == {"b"}

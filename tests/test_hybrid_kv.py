@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from schedspec.reference import KVCacheBlock, KVCacheManager
+from schedspec.reference import KVCacheBlock
 from schedspec.reference.vllm.kv_cache_coordinator import HybridKVCacheCoordinator
 from schedspec.reference.vllm.mamba_manager import MambaManager
 from schedspec.reference.vllm.mamba_split import mamba_block_aligned_split
-from schedspec.spec import ConfigError, Request, RequestStatus, SchedulerConfig
+from schedspec.spec import Request, RequestStatus
 from schedspec.spec.kv_groups import (
     ChunkedLocalGroup,
     KVCacheGroupSpec,
@@ -29,7 +29,6 @@ from tests.hybrid_helpers import (
     prompt,
 )
 from tests.kv_helpers import ids, toks
-from tests.sched_helpers import make_config
 
 # -- what each kind skips -------------------------------------------------------------
 
@@ -349,10 +348,3 @@ def test_free_releases_every_group_and_keeps_hashes_only_for_a_preempted_request
     assert kv.block_pool.get_num_free_blocks() == 24
     assert kv.get_block_ids("r") == ((), (), ())
     assert ("r" in kv._block_hashes) is not finished
-
-
-def test_the_reference_scheduler_refuses_a_hybrid_config_until_wired() -> None:
-    config: SchedulerConfig = make_config(num_blocks=128, kv_cache_groups=(FULL, WINDOW))
-    with pytest.raises(ConfigError) as caught:
-        KVCacheManager(config)
-    assert caught.value.field == "kv_cache_groups"

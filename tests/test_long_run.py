@@ -13,6 +13,7 @@ import pytest
 from schedspec.engines.fake_model import FakeModel
 from schedspec.reference import Scheduler
 from schedspec.spec import Request, RequestStatus, SchedulerConfig, SchedulerOutput
+from tests.sched_helpers import single_group_kv
 
 
 def _random_config(rng: random.Random) -> SchedulerConfig:
@@ -74,7 +75,7 @@ def _check_step(scheduler: Scheduler, output: SchedulerOutput, before: dict[str,
         request = scheduler.requests[rid]
         assert request.status is RequestStatus.PREEMPTED
         assert request.num_computed_tokens == 0 and request.spec_token_ids == []
-        assert scheduler.kv_cache_manager.get_block_ids(rid) == ()
+        assert single_group_kv(scheduler).get_block_ids(rid) == ()
     for rid, num in output.num_scheduled_tokens.items():
         request = scheduler.requests[rid]
         assert request.status is RequestStatus.RUNNING
@@ -82,7 +83,7 @@ def _check_step(scheduler: Scheduler, output: SchedulerOutput, before: dict[str,
         assert request.num_computed_tokens <= request.num_tokens + len(
             output.scheduled_spec_decode_tokens.get(rid, ())
         )
-        blocks = scheduler.kv_cache_manager.get_block_ids(rid)
+        blocks = single_group_kv(scheduler).get_block_ids(rid)
         assert len(blocks) * config.block_size >= request.num_computed_tokens
         if rid in before:  # MONOTONE at schedule time: exactly the scheduled tokens
             assert before[rid] + num == request.num_computed_tokens
@@ -125,7 +126,7 @@ def test_random_run_keeps_step_rules_and_drains_with_no_leak(seed: int) -> None:
         pytest.fail(
             f"seed {seed}: {scheduler.get_num_unfinished_requests()} requests never drained"
         )
-    pool = scheduler.kv_cache_manager.block_pool
+    pool = single_group_kv(scheduler).block_pool
     assert pool.get_num_free_blocks() == config.num_blocks
     assert all(block.ref_cnt == 0 for block in pool.blocks)
-    assert scheduler.kv_cache_manager.req_to_blocks == {}
+    assert single_group_kv(scheduler).req_to_blocks == {}

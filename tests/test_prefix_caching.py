@@ -37,6 +37,7 @@ from tests.kv_helpers import (
     refs,
     toks,
 )
+from tests.sched_helpers import single_group_kv
 
 A, B, C, D = toks(100, 4), toks(200, 4), toks(300, 4), toks(400, 4)
 H_A = hash_block_tokens(None, A)
@@ -62,7 +63,7 @@ def answer(
 
 
 def block_hashes_now(scheduler: Scheduler) -> tuple[BlockHash | None, ...]:
-    return scheduler.kv_cache_manager.snapshot().block_hashes
+    return single_group_kv(scheduler).snapshot().block_hashes
 
 
 class TestChainedHashes:
@@ -175,7 +176,7 @@ class TestRecomputedLastBlock:
         assert out.scheduled_cached_reqs[0].new_block_ids == (2,)
         (new,) = out.scheduled_new_reqs
         assert (new.request_id, new.block_ids, new.num_computed_tokens) == ("r2", (0, 3), 4)
-        kv = scheduler.kv_cache_manager
+        kv = single_group_kv(scheduler)
         assert cache_map(kv) == {H_A: [0], H_AB: [1, 3]}
         assert refs(kv)[:4] == [2, 1, 1, 1]
 
@@ -310,7 +311,7 @@ def test_unscheduled_priority_victim_leaves_no_uncomputed_block_in_the_cache() -
         policy="priority",
         long_prefill_token_threshold=6,
     )
-    kv = scheduler.kv_cache_manager
+    kv = single_group_kv(scheduler)
     v = Request("v", toks(200, 18), max_tokens=10, priority=9)
     scheduler.add_request(v)
     out = scheduler.schedule()  # v alone: 8 tokens into [0, 1]
@@ -339,7 +340,7 @@ def test_unscheduled_priority_victim_leaves_no_uncomputed_block_in_the_cache() -
 class TestHitStatistics:
     def test_queries_and_hits_count_on_admission(self) -> None:
         scheduler = make_scheduler()
-        kv = scheduler.kv_cache_manager
+        kv = single_group_kv(scheduler)
         scheduler.add_request(Request("r1", [*A, *B, 1], max_tokens=1))
         out = scheduler.schedule()
         assert (kv.prefix_cache_queries, kv.prefix_cache_hits) == (9, 0)
@@ -352,7 +353,7 @@ class TestHitStatistics:
     def test_a_lookup_that_is_not_admitted_is_not_counted(self) -> None:
         # 4 blocks: big (10 tokens) takes 3, small (8 tokens) needs 2 and waits.
         scheduler = make_scheduler(num_blocks=4, max_model_len=16)
-        kv = scheduler.kv_cache_manager
+        kv = single_group_kv(scheduler)
         scheduler.add_request(Request("big", toks(500, 10), max_tokens=5))
         scheduler.add_request(Request("small", toks(600, 8), max_tokens=5))
         for sampled in ([7], [8]):
@@ -369,7 +370,7 @@ class TestHitStatistics:
         scheduler = make_scheduler(enable_prefix_caching=False)
         scheduler.add_request(Request("r1", [*A, *B, 1], max_tokens=1))
         scheduler.schedule()
-        kv = scheduler.kv_cache_manager
+        kv = single_group_kv(scheduler)
         assert (kv.prefix_cache_queries, kv.prefix_cache_hits) == (0, 0)
 
 
@@ -385,7 +386,7 @@ def assert_ref_counts_match_tables(scheduler: Scheduler) -> None:
     for rid, request in state.requests.items():
         assert len(set(request.block_ids)) == len(request.block_ids), f"{rid} holds a block twice"
         holders.update(request.block_ids)
-    assert set(scheduler.kv_cache_manager.req_to_blocks) <= set(state.requests), "table leaked"
+    assert set(single_group_kv(scheduler).req_to_blocks) <= set(state.requests), "table leaked"
     for block_id, ref_cnt in enumerate(state.kv.ref_counts):
         assert ref_cnt == holders[block_id], (
             f"block {block_id}: ref {ref_cnt}, held by {holders[block_id]}"
@@ -399,7 +400,7 @@ def assert_free_blocks_queued_once(scheduler: Scheduler) -> None:
     assert all(n == 1 for n in queued.values()), f"queued twice: {queued}"
     for block_id, ref_cnt in enumerate(kv.ref_counts):
         assert (ref_cnt == 0) == (block_id in queued), f"block {block_id}: ref {ref_cnt}"
-    assert scheduler.kv_cache_manager.block_pool.get_num_free_blocks() == len(kv.free_block_ids)
+    assert single_group_kv(scheduler).block_pool.get_num_free_blocks() == len(kv.free_block_ids)
 
 
 def assert_blocks_conserved(scheduler: Scheduler) -> None:
@@ -420,7 +421,7 @@ def assert_all_blocks_free(scheduler: Scheduler) -> None:
     kv = scheduler.snapshot().kv
     assert kv.ref_counts == (0,) * kv.num_blocks
     assert sorted(kv.free_block_ids) == list(range(kv.num_blocks))
-    assert scheduler.kv_cache_manager.req_to_blocks == {}
+    assert single_group_kv(scheduler).req_to_blocks == {}
 
 
 def check_kv(scheduler: Scheduler) -> None:
@@ -457,12 +458,12 @@ def test_the_checks_catch_a_corrupted_pool() -> None:
     scheduler.add_request(Request("r", [*A, *B, 1], max_tokens=3))
     scheduler.schedule()
     check_kv(scheduler)
-    blocks = scheduler.kv_cache_manager.block_pool.blocks
+    blocks = single_group_kv(scheduler).block_pool.blocks
     blocks[0].ref_cnt += 1  # a reference no table accounts for
     with pytest.raises(AssertionError, match="block 0: ref 2, held by 1"):
         assert_ref_counts_match_tables(scheduler)
     blocks[0].ref_cnt -= 1
-    scheduler.kv_cache_manager.block_pool.free_block_queue.append_n([blocks[1]])  # held + free
+    single_group_kv(scheduler).block_pool.free_block_queue.append_n([blocks[1]])  # held + free
     with pytest.raises(AssertionError, match="block 1: ref 1"):
         assert_free_blocks_queued_once(scheduler)
     with pytest.raises(AssertionError):
@@ -514,5 +515,5 @@ def test_random_run_conserves_blocks_with_shared_prefixes_and_preemption(seed: i
         pytest.fail("the run did not drain")
     assert num_added == num_requests
     assert num_preempted > 0, "the cache was meant to force preemption"
-    assert scheduler.kv_cache_manager.prefix_cache_hits > 0, "the prefixes were meant to hit"
+    assert single_group_kv(scheduler).prefix_cache_hits > 0, "the prefixes were meant to hit"
     assert_all_blocks_free(scheduler)

@@ -26,15 +26,15 @@ from schedspec.spec.errors import ConfigError, shown
 MambaCacheMode = Literal["none", "align"]
 MAMBA_CACHE_MODES: tuple[MambaCacheMode, ...] = ("none", "align")
 
-# The null block's id: what a group's table holds where the group keeps no block (a
-# window's freed blocks, Mamba's skipped states). It is outside the pool's
-# 0..num_blocks-1, so no snapshot of the pool lists it (vLLM gives it id 0 and its
-# pool one block more).
-NULL_BLOCK_ID = -1
-
 # Drafts verified per step are at most this many (config.MAX_SPECULATIVE_TOKENS), so
 # no Mamba group needs more scratch state blocks than that.
 MAX_SPECULATIVE_BLOCKS = 256
+
+# The null block's id, where a group's table holds "nothing here" (a block a window
+# skipped or freed, a Mamba slot not in use). It is outside the pool's
+# 0..num_blocks-1, so no snapshot of the pool ever lists it (vLLM gives it id 0 and
+# its pool one block more; an adapter maps that to this).
+NULL_BLOCK_ID = -1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,8 +45,12 @@ class RequestState:
     is_prefill_chunk: bool = False
     # What the KV connector holds for it elsewhere (None: nothing, or no connector).
     remote_kv: RemoteKV | None = None
-    # Per KV cache group (config.kv_cache_groups, in order; empty without them): the
-    # group's table at its own block size, NULL_BLOCK_ID where it holds the null block.
+    # A hybrid config's block tables (docs/SPEC.md, "Hybrid KV cache groups"): one per
+    # entry of config.kv_cache_groups, in config order, each in token-block order at
+    # that group's own block size, NULL_BLOCK_ID where the group holds the null block.
+    # Empty for the single group. block_ids then lists every non-null block the
+    # request holds, group 0's table first, so the pool-level checks count holders
+    # the same way for either.
     group_block_ids: tuple[tuple[int, ...], ...] = ()
 
     # A cached value, not a field: the checks read it about forty times a step, and
@@ -81,11 +85,15 @@ class RequestState:
         return self.num_tokens + len(self.spec_token_ids)
 
     @staticmethod
-    def of(request: Request, block_ids: tuple[int, ...]) -> RequestState:
+    def of(
+        request: Request,
+        block_ids: tuple[int, ...],
+        group_block_ids: tuple[tuple[int, ...], ...] = (),
+    ) -> RequestState:
         """A snapshot of a spec Request (mutable lists copied into tuples).
 
         Snapshots are taken twice a checked step for every live request, and a
-        frozen dataclass's __init__ sets each of its 20 fields through
+        frozen dataclass's __init__ sets each of its 21 fields through
         object.__setattr__. Filling the new instance's __dict__ in one update
         builds the very same object (same fields, equality, hash, replace())
         at a fraction of the cost.
@@ -114,6 +122,7 @@ class RequestState:
             abort_pending=request.abort_pending,
             is_prefill_chunk=request.is_prefill_chunk,
             remote_kv=request.remote_kv,
+            group_block_ids=group_block_ids,
             num_tokens=len(prompt) + len(outputs),
         )
         return state

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import islice
+from operator import attrgetter
 
 from schedspec.reference.vllm.free_block_queue import FreeBlockQueue, KVCacheBlock
-from schedspec.spec import BlockHash
+from schedspec.spec import BlockHash, KVState
+
+# Field readers for snapshot(): map() over them walks the blocks in C, and a snapshot is
+# taken twice a checked step.
+_REF_CNT = attrgetter("ref_cnt")
+_BLOCK_HASH = attrgetter("block_hash")
 
 
 class BlockPool:
@@ -103,3 +109,14 @@ class BlockPool:
                     evict_last.append(block)
         self.free_block_queue.prepend_n(evict_first)
         self.free_block_queue.append_n(evict_last)
+
+    def snapshot(self) -> KVState:
+        cached = self.cached_block_hash_to_block
+        return KVState(
+            num_blocks=self.num_blocks,
+            free_block_ids=tuple(self.free_block_queue.block_ids()),
+            ref_counts=tuple(map(_REF_CNT, self.blocks)),
+            block_hashes=tuple(map(_BLOCK_HASH, self.blocks)),
+            # (hash, holder ids) pairs in the map's order, zipped in C.
+            prefix_cache=tuple(zip(cached.keys(), map(tuple, cached.values()), strict=True)),
+        )

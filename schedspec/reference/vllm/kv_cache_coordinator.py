@@ -4,8 +4,8 @@ v1/core/kv_cache_coordinator.py HybridKVCacheCoordinator, and the parts of
 v1/core/kv_cache_manager.py KVCacheManager.allocate_slots that call it). docs/SPEC.md,
 "Hybrid KV cache groups", states each rule.
 
-Not wired into the Scheduler yet: the reference's KVCacheManager still serves the single
-group, and refuses a config with kv_cache_groups (NOTES-issue-34.md, "Next").
+The scheduler reaches it through HybridKVCacheManager (hybrid_kv_cache_manager.py), which
+gives it the single group's interface.
 """
 
 from __future__ import annotations
@@ -185,27 +185,47 @@ class HybridKVCacheCoordinator:
         new_computed_blocks: GroupBlocks | None = None,
         num_lookahead_tokens: int = 0,
         num_in_flight_tokens: int = 0,
+        full_sequence_must_fit: bool = False,
+        watermark_blocks: int = 0,
+        delay_cache_blocks: bool = False,
     ) -> GroupBlocks | None:
-        """Slots for the request's new tokens in every group, or None and no change.
+        """Slots for the request's new tokens in every group, or None and no change
+        (window frees aside: they release blocks nobody reads any more).
 
-        Window frees come first (they may make the room), on processed tokens only;
-        then the sum over groups is checked against the free blocks, so the
-        allocation is all or nothing across groups; then the two phases.
+        An admission (full_sequence_must_fit) must first fit its whole known sequence,
+        counted before this step's window frees, as vLLM 0.34.0 counts it (without its
+        admission cap on window groups: NOTES-issue-34.md). Then window frees come
+        (they may make the room), on processed tokens only; then the sum over groups is
+        checked against the free blocks less the watermark, so the allocation is all
+        or nothing across groups; then the two phases.
         """
         rid = request.request_id
         hits = new_computed_blocks or tuple([] for _ in self.managers)
-        total_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = min(
+            request.num_computed_tokens + num_new_computed_tokens, self.max_model_len
+        )
+        free = self.block_pool.get_num_free_blocks
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, self.max_model_len)
+            needed = self.get_num_blocks_to_allocate(rid, full, hits, total_computed, full)
+            if needed + watermark_blocks > free():
+                return None
         num_main = total_computed + num_new_tokens
         num_slots = min(num_main + num_lookahead_tokens, self.max_model_len)
         self.remove_skipped_blocks(rid, max(0, total_computed - num_in_flight_tokens))
         needed = self.get_num_blocks_to_allocate(rid, num_slots, hits, total_computed, num_main)
-        if needed > self.block_pool.get_num_free_blocks():
+        if needed + watermark_blocks > free():
             return None
         self.allocate_new_computed_blocks(rid, hits, total_computed)
         new_blocks = self.allocate_new_blocks(rid, num_slots, num_main)
-        if self.enable_caching:
+        if self.enable_caching and not delay_cache_blocks:
             self.cache_blocks(request, min(num_main, request.num_tokens))
         return new_blocks
+
+    def uncache_blocks_past(self, request: Request, num_tokens: int) -> None:
+        """Take back every group's prefix-cache registrations past num_tokens tokens."""
+        for manager in self.managers:
+            manager.uncache_blocks_past(request.request_id, num_tokens)
 
     def free(self, request: Request) -> None:
         """Preemption and finishing alike release every group's blocks (nulls are no
@@ -215,6 +235,15 @@ class HybridKVCacheCoordinator:
         if request.is_finished:
             self._block_hashes.pop(request.request_id, None)
             self._untagged.pop(request.request_id, None)
+
+    def take_state_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
+        """Every Mamba group's (source, destination) state copies owed since the last call."""
+        return [
+            copy
+            for manager in self.managers
+            if isinstance(manager, MambaManager)
+            for copy in manager.take_state_copies()
+        ]
 
     def get_block_ids(self, request_id: str) -> tuple[tuple[int, ...], ...]:
         return tuple(m.get_block_ids(request_id) for m in self.managers)

@@ -1,4 +1,5 @@
-"""Block tables, prefix-cache lookup and allocate_slots for one full-attention group."""
+"""Block tables, prefix-cache lookup and allocate_slots for one full-attention group (the
+default, an empty kv_cache_groups; hybrid_kv_cache_manager.py serves the others)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from schedspec.reference.vllm.block_pool import BlockPool
 from schedspec.reference.vllm.free_block_queue import KVCacheBlock
 from schedspec.spec import (
     BlockHash,
-    ConfigError,
     KVState,
     Request,
     RequestStatus,
@@ -23,23 +23,26 @@ from schedspec.spec import (
     extend_block_hashes,
 )
 
-# Field readers for snapshot() (and the scheduler's): map() over them walks the
-# blocks in C, and a snapshot is taken twice a checked step.
+# The scheduler's field reader for its snapshot: map() over it walks the blocks in C.
 BLOCK_ID = attrgetter("block_id")
-_REF_CNT = attrgetter("ref_cnt")
-_BLOCK_HASH = attrgetter("block_hash")
+
+
+def admission_watermark(request: Request, has_running_requests: bool, watermark_blocks: int) -> int:
+    """Blocks an allocation must leave free: the watermark is charged only to admissions
+    (waiting or preempted requests) while something is running."""
+    if has_running_requests and request.status in (
+        RequestStatus.WAITING,
+        RequestStatus.PREEMPTED,
+    ):
+        return watermark_blocks
+    return 0
 
 
 class KVCacheManager:
     def __init__(self, config: SchedulerConfig) -> None:
         if config.kv_cache_groups:
-            # The per-group managers (kv_cache_coordinator.py) are not wired into the
-            # scheduler yet: refused, rather than run as if the cache had one group.
-            raise ConfigError(
-                "kv_cache_groups",
-                "the reference scheduler runs a single full-attention group so far "
-                "(hybrid groups: NOTES-issue-34.md); leave it empty",
-            )
+            # HybridKVCacheManager serves those (make_kv_cache_manager picks it).
+            raise ValueError("KVCacheManager serves the single group: no kv_cache_groups")
         self.block_size = config.block_size
         self.max_model_len = config.max_model_len
         self.enable_caching = config.enable_prefix_caching
@@ -156,12 +159,7 @@ class KVCacheManager:
             self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
             return []
 
-        watermark = 0
-        if has_running_requests and request.status in (
-            RequestStatus.WAITING,
-            RequestStatus.PREEMPTED,
-        ):
-            watermark = self.watermark_blocks
+        watermark = admission_watermark(request, has_running_requests, self.watermark_blocks)
         free = self.block_pool.get_num_free_blocks()
         # A hit on a free (ref 0) cached block takes it out of the free queue.
         evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
@@ -234,13 +232,4 @@ class KVCacheManager:
             self._block_hashes.pop(rid, None)
 
     def snapshot(self) -> KVState:
-        pool = self.block_pool
-        cached = pool.cached_block_hash_to_block
-        return KVState(
-            num_blocks=pool.num_blocks,
-            free_block_ids=tuple(pool.free_block_queue.block_ids()),
-            ref_counts=tuple(map(_REF_CNT, pool.blocks)),
-            block_hashes=tuple(map(_BLOCK_HASH, pool.blocks)),
-            # (hash, holder ids) pairs in the map's order, zipped in C.
-            prefix_cache=tuple(zip(cached.keys(), map(tuple, cached.values()), strict=True)),
-        )
+        return self.block_pool.snapshot()

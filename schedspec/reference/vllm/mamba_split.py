@@ -4,6 +4,11 @@ junctions: NOTES-issue-34.md)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from schedspec.spec import Request, SchedulerConfig
+from schedspec.spec.kv_groups import MambaGroup
+
 
 def mamba_block_aligned_split(
     num_computed_tokens: int,
@@ -34,3 +39,41 @@ def mamba_block_aligned_split(
         if aligned_end > num_computed_tokens or block_size <= max_prefill_tokens:
             end = aligned_end
     return end - num_computed_tokens
+
+
+@dataclass(frozen=True)
+class MambaSplit:
+    """The scheduler's cut: at the Mamba group's own block size (vLLM #55600 and #54076 cut
+    at another group's), with the step's largest prefill as the budget."""
+
+    block_size: int
+    max_prefill_tokens: int
+
+    @staticmethod
+    def of(config: SchedulerConfig) -> MambaSplit | None:
+        """The cut a config needs: None without a Mamba group in align mode. With several,
+        the first one's block size (vLLM 0.34.0 takes the first Mamba group's too)."""
+        group = next(
+            (
+                g
+                for g in config.kv_cache_groups
+                if isinstance(g, MambaGroup) and g.mamba_cache_mode == "align"
+            ),
+            None,
+        )
+        if group is None:
+            return None
+        budget = config.max_num_batched_tokens
+        threshold = config.long_prefill_token_threshold
+        return MambaSplit(group.block_size, min(budget, threshold) if threshold > 0 else budget)
+
+    def cut(self, request: Request, num_computed_tokens: int, num_new_tokens: int) -> int:
+        """The request's new tokens this step, starting from num_computed_tokens."""
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        return mamba_block_aligned_split(
+            num_computed_tokens,
+            num_new_tokens,
+            prefill_end,
+            self.block_size,
+            self.max_prefill_tokens,
+        )

@@ -26,8 +26,13 @@ from schedspec.reference.sizing import (
     sure_to_reach_max_tokens,
 )
 from schedspec.reference.vllm.free_block_queue import KVCacheBlock
+from schedspec.reference.vllm.hybrid_kv_cache_manager import (
+    HybridKVCacheManager,
+    make_kv_cache_manager,
+)
 from schedspec.reference.vllm.kv_cache_manager import BLOCK_ID, KVCacheManager
 from schedspec.reference.vllm.kv_loads import KVLoads, holds_blocks
+from schedspec.reference.vllm.mamba_split import MambaSplit
 from schedspec.reference.vllm.request_queue import FCFSQueue, WaitingQueue, make_waiting_queue
 from schedspec.reference.vllm.step_plan import StepPlan
 from schedspec.reference.vllm.stop_checker import append_output_tokens
@@ -58,9 +63,15 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         require_family(config, "the reference scheduler", ("vllm",))
         self.config = config
-        self.kv_cache_manager = KVCacheManager(config)
-        # The KV connector's side (docs/SPEC.md, "The KV connector"); None without one.
-        self.kv_loads = KVLoads(config, self.kv_cache_manager) if config.kv_connector else None
+        self.kv_cache_manager = make_kv_cache_manager(config)
+        # The KV connector's side (docs/SPEC.md, "The KV connector"); None without one
+        # (a config refuses one with kv_cache_groups).
+        self.kv_loads: KVLoads | None = None
+        if config.kv_connector:
+            assert isinstance(self.kv_cache_manager, KVCacheManager)
+            self.kv_loads = KVLoads(config, self.kv_cache_manager)
+        # Chunk ends cut to Mamba state boundaries (None: no Mamba group in align mode).
+        self._mamba_split = MambaSplit.of(config)
         self.requests: dict[str, Request] = {}  # every unfinished request
         self.waiting: WaitingQueue = make_waiting_queue(config.policy)
         self.running: list[Request] = []  # admission order
@@ -164,6 +175,8 @@ class Scheduler:
         if not step.preempted:
             self._schedule_waiting(step, cap)
         output = self._build_output(step)
+        if isinstance(self.kv_cache_manager, HybridKVCacheManager):
+            self.kv_cache_manager.end_step()
         self._in_flight.append((output, self._update_after_schedule(step)))
         self.finished_req_ids = set()
         if self.kv_loads is not None:
@@ -249,6 +262,8 @@ class Scheduler:
                 last_position - computed,
             )
             assert num_new >= 0, f"{request} is past max_model_len"
+            if self._mamba_split is not None:
+                num_new = self._mamba_split.cut(request, computed, num_new)
             if num_new == 0:
                 req_index += 1  # skip, not break: later requests may still fit
                 continue
@@ -489,6 +504,10 @@ class Scheduler:
                 if not config.enable_chunked_prefill and num_new > step.token_budget:
                     break  # head-of-line: nothing behind it is tried this step
                 num_new = min(num_new, step.token_budget)
+                if self._mamba_split is not None:
+                    num_new = self._mamba_split.cut(request, computed, num_new)
+                    if num_new == 0:
+                        break  # it waits for a step with more budget; nothing behind it
             blocks = kv.allocate_slots(
                 request,
                 num_new,
@@ -695,13 +714,20 @@ class Scheduler:
     def snapshot(self) -> State:
         """The abstract state (spec.State) of this scheduler, for the invariant checks."""
         kv = self.kv_cache_manager
-        tables = kv.req_to_blocks
-        return State(
-            config=self.config,
-            requests={
+        if isinstance(kv, HybridKVCacheManager):
+            requests = {
+                rid: RequestState.of(r, kv.get_block_ids(rid), kv.group_block_ids(rid))
+                for rid, r in self.requests.items()
+            }
+        else:
+            tables = kv.req_to_blocks
+            requests = {
                 rid: RequestState.of(r, tuple(map(BLOCK_ID, tables.get(rid, ()))))
                 for rid, r in self.requests.items()
-            },
+            }
+        return State(
+            config=self.config,
+            requests=requests,
             waiting=self._waiting_order(),
             running=tuple(r.request_id for r in self.running),
             kv=kv.snapshot(),

@@ -168,6 +168,19 @@ class SingleTypeKVCacheManager:
                 self.block_pool.cache_full_blocks(table, block_hashes, i, i + 1)
         self.num_cached_block[request_id] = max(num_cached, num_full)
 
+    def uncache_blocks_past(self, request_id: str, num_tokens: int) -> None:
+        """Take back registrations past num_tokens tokens: blocks registered when scheduled
+        whose step will not compute them (a priority victim unscheduled in the same step),
+        so no later hit reads them. Nulls were never registered."""
+        keep = num_tokens // self.block_size
+        num_cached = self.num_cached_block.get(request_id, 0)
+        if num_cached <= keep:
+            return
+        for block in self.req_to_blocks.get(request_id, [])[keep:num_cached]:
+            if block is not self.null_block and block.block_hash is not None:
+                self.block_pool.uncache_block(block)
+        self.num_cached_block[request_id] = keep
+
     def free(self, request_id: str) -> None:
         """Release the request's blocks (preempted or finished alike), tail first; its
         nulls were never the pool's."""

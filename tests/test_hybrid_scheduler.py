@@ -1,0 +1,142 @@
+"""The reference Scheduler over hybrid KV cache groups: what it snapshots, window frees
+between steps, the Mamba-aligned split in both loops, and preemption of every group
+(docs/SPEC.md, "Hybrid KV cache groups")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schedspec.reference import KVCacheManager, Scheduler
+from schedspec.reference.vllm.hybrid_kv_cache_manager import (
+    HybridKVCacheManager,
+    make_kv_cache_manager,
+)
+from schedspec.reference.vllm.mamba_split import MambaSplit
+from schedspec.spec import ModelRunnerOutput, RequestStatus
+from schedspec.spec.kv_groups import (
+    NULL_BLOCK_ID,
+    KVCacheGroupSpec,
+    MambaGroup,
+    SlidingWindowGroup,
+)
+from tests.hybrid_helpers import FULL, MAMBA
+from tests.sched_helpers import add, make_config, step
+
+N = NULL_BLOCK_ID
+SHORT_WINDOW = SlidingWindowGroup(block_size=4, sliding_window=4)
+
+
+def hybrid_scheduler(*groups: KVCacheGroupSpec, **overrides: Any) -> Scheduler:
+    fields: dict[str, Any] = {
+        "block_size": 4,
+        "num_blocks": 24,
+        "max_model_len": 32,
+        "max_num_batched_tokens": 8,
+        "max_num_seqs": 2,
+        "enable_chunked_prefill": True,
+        "kv_cache_groups": groups,
+    }
+    return Scheduler(make_config(**{**fields, **overrides}))
+
+
+def test_the_single_group_keeps_its_own_manager_and_a_hybrid_config_gets_the_coordinator() -> None:
+    assert isinstance(make_kv_cache_manager(make_config()), KVCacheManager)
+    hybrid = make_config(max_model_len=32, num_blocks=24, kv_cache_groups=(FULL, MAMBA))
+    assert isinstance(make_kv_cache_manager(hybrid), HybridKVCacheManager)
+    with pytest.raises(ValueError, match="single group"):
+        KVCacheManager(hybrid)
+
+
+def test_snapshot_lists_each_group_table_and_every_non_null_block_group_0_first() -> None:
+    scheduler = hybrid_scheduler(FULL, SHORT_WINDOW)
+    add(scheduler, "r", 16, max_tokens=4)
+    step(scheduler)  # tokens 0..7: 2 blocks in each group
+    step(scheduler)  # tokens 8..15; the window (4 tokens) then reads from token 12 on
+    state = scheduler.snapshot().requests["r"]
+    full, window = state.group_block_ids
+    assert len(full) == 4 and N not in full
+    # Allocated after 8 processed tokens: the window's blocks 0 (tokens 0..3) freed,
+    # block 1 (4..7) kept, as token 8 reads 5..8.
+    assert window[0] == N and N not in window[1:] and len(window) == 4
+    assert state.block_ids == full + window[1:]
+
+
+def test_a_window_frees_a_block_only_once_its_tokens_are_processed() -> None:
+    """Async: the step in flight still reads its window, so a block is freed only when
+    the step that passed it has landed (processed = computed - in flight)."""
+    scheduler = hybrid_scheduler(FULL, SHORT_WINDOW, async_scheduling=True)
+    add(scheduler, "r", 16, max_tokens=4)
+    first = scheduler.schedule()  # tokens 0..7, in flight
+    scheduler.schedule()  # tokens 8..15: nothing processed yet, nothing freed
+    assert N not in scheduler.snapshot().requests["r"].group_block_ids[1]
+    scheduler.update_from_output(first, ModelRunnerOutput(sampled_token_ids={}))
+    scheduler.schedule()  # decode: 8 tokens processed, window block 0 goes
+    assert scheduler.snapshot().requests["r"].group_block_ids[1][0] == N
+
+
+def test_the_mamba_aligned_split_cuts_a_running_chunk_to_a_state_boundary() -> None:
+    scheduler = hybrid_scheduler(FULL, MAMBA, max_num_batched_tokens=6)
+    add(scheduler, "r", 16, max_tokens=2)
+    assert step(scheduler).num_scheduled_tokens == {"r": 4}  # admission: 6 cut to 4
+    assert step(scheduler).num_scheduled_tokens == {"r": 4}  # running: 4..10 cut to 4..8
+    # Mamba's table: the state after 4 tokens (the copy source) and after 8.
+    assert N not in scheduler.snapshot().requests["r"].group_block_ids[1]
+    step(scheduler)  # 8 processed: the state after 4 is retired, after 8 is the source
+    mamba = scheduler.snapshot().requests["r"].group_block_ids[1]
+    assert mamba[0] == N and N not in mamba[1:] and len(mamba) == 3
+
+
+def test_a_block_wider_than_any_step_advances_by_part_of_a_block() -> None:
+    """vLLM #40707 and #45414: rounding this chunk down to 0 would stall it for good."""
+    wide = MambaGroup(block_size=8, mamba_cache_mode="align")
+    scheduler = hybrid_scheduler(FULL, wide, block_size=8, max_num_batched_tokens=4)
+    add(scheduler, "r", 16, max_tokens=2)
+    assert step(scheduler).num_scheduled_tokens == {"r": 4}
+
+
+def test_an_aligned_cut_to_nothing_leaves_the_admission_for_a_later_step() -> None:
+    scheduler = hybrid_scheduler(FULL, MAMBA, max_num_batched_tokens=6)
+    add(scheduler, "a", 6, max_tokens=4)  # fits whole: the chunk reaching the prompt's end
+    add(scheduler, "b", 16, max_tokens=2, first_token=2000)
+    output = step(scheduler)
+    # b gets 0 tokens of budget anyway; next step a decodes (1) and b's 5 cut to 4.
+    assert output.num_scheduled_tokens == {"a": 6}
+    assert step(scheduler).num_scheduled_tokens == {"a": 1, "b": 4}
+
+
+def test_the_split_uses_the_mamba_groups_own_block_size() -> None:
+    """vLLM #55600 and #54076 cut at another group's block size."""
+    config = make_config(
+        block_size=8,
+        num_blocks=24,
+        max_model_len=32,
+        max_num_seqs=2,
+        max_num_batched_tokens=8,
+        enable_chunked_prefill=True,
+        long_prefill_token_threshold=6,
+        kv_cache_groups=(FULL, MambaGroup(block_size=8, mamba_cache_mode="align")),
+    )
+    assert MambaSplit.of(config) == MambaSplit(block_size=8, max_prefill_tokens=6)
+    assert (
+        MambaSplit.of(
+            make_config(max_model_len=32, num_blocks=24, kv_cache_groups=(FULL, SHORT_WINDOW))
+        )
+        is None
+    )
+
+
+def test_preempting_a_hybrid_request_frees_every_group() -> None:
+    scheduler = hybrid_scheduler(FULL, SHORT_WINDOW, MAMBA, num_blocks=12, max_model_len=16)
+    add(scheduler, "a", 8, max_tokens=8)
+    step(scheduler)
+    add(scheduler, "b", 8, max_tokens=8, first_token=2000)
+    for _ in range(12):
+        output = step(scheduler)
+        if output.preempted_req_ids:
+            break
+    assert output.preempted_req_ids == frozenset({"b"})
+    victim = scheduler.snapshot().requests["b"]
+    assert victim.status is RequestStatus.PREEMPTED
+    assert victim.block_ids == () and victim.group_block_ids == ((), (), ())
