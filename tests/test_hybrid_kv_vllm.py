@@ -272,7 +272,7 @@ def test_a_negative_mamba_count_never_hides_another_groups_need(
     for first in range(1, 18):
         for then in range(1, 18):
             theirs = vllm_coordinator(mix)
-            empty = tuple([] for _ in mix)
+            empty: tuple[list[Any], ...] = tuple([] for _ in mix)
             theirs.get_num_blocks_to_allocate("r", first, empty, 0, 0, 0, first)
             theirs.allocate_new_blocks("r", first, first, 0)
             computed = min(first, then) - 1  # the rejected drafts rolled back
