@@ -128,10 +128,16 @@ def _family_profile(subject: object) -> Profile:
     return FAMILY_PROFILES[state.config.family]
 
 
+def _hybrid(subject: object) -> bool:
+    """Was the state or transition taken under a config with kv_cache_groups?"""
+    state = subject if isinstance(subject, State) else getattr(subject, "pre", None)
+    return isinstance(state, State) and bool(state.config.kv_cache_groups)
+
+
 def assert_holds(case: Case) -> None:
     assert check(case.invariant, case.good) == []
     kind = CATALOGUE[case.invariant].kind
-    for other in ids_for(kind, _family_profile(case.good)):
+    for other in ids_for(kind, _family_profile(case.good), _hybrid(case.good)):
         assert CHECKS[other](case.good) == [], f"good case of {case.invariant} breaks {other}"
 
 

@@ -28,6 +28,7 @@ from schedspec.properties.corners import format_corners
 from schedspec.properties.minimize import plainer_configs
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.kv_groups import FullAttentionGroup, SlidingWindowGroup
 from tests.capability_engines import (
     ChunkedOnlyEngine,
     DraftsRefused,
@@ -37,6 +38,7 @@ from tests.capability_engines import (
     UndeclaredWithoutMethod,
     chunked_only,
 )
+from tests.sched_helpers import make_config
 
 # Drafts with padding, async, priority, prefix caching, a watermark, a long-prefill cap
 # and chunked prefill with a budget below max_model_len.
@@ -165,9 +167,13 @@ def test_check_refuses_such_an_adapter_when_it_loads_before_any_run() -> None:
 def test_the_registered_engines_declare_their_capabilities_explicitly() -> None:
     assert ReferenceEngine.capabilities == VLLM_FAMILY_CAPABILITIES
     assert SGLangReferenceEngine.capabilities == SGLANG_FAMILY_CAPABILITIES
-    assert VllmEngine.capabilities == VLLM_FAMILY_CAPABILITIES
+    # Hybrid KV cache groups: the reference only, so far (NOTES-issue-34.md).
+    assert VllmEngine.capabilities == VLLM_FAMILY_CAPABILITIES - {Capability.HYBRID_KV}
     assert SGLangEngine.capabilities == SGLANG_FAMILY_CAPABILITIES
-    assert GpuEngine.capabilities == VLLM_FAMILY_CAPABILITIES - {Capability.KV_CONNECTOR}
+    assert GpuEngine.capabilities == VLLM_FAMILY_CAPABILITIES - {
+        Capability.KV_CONNECTOR,
+        Capability.HYBRID_KV,
+    }
 
 
 def test_shrinking_never_turns_on_a_knob_the_engine_lacks() -> None:
@@ -177,3 +183,15 @@ def test_shrinking_never_turns_on_a_knob_the_engine_lacks() -> None:
     everything = [c.enable_chunked_prefill for c in plainer_configs(unchunked)]
     assert True in everything
     assert not any(c.enable_chunked_prefill for c in plainer_configs(unchunked, frozenset()))
+
+
+def test_within_an_engine_without_hybrid_kv_drops_the_groups() -> None:
+    groups = (
+        FullAttentionGroup(block_size=4),
+        SlidingWindowGroup(block_size=4, sliding_window=5),
+    )
+    hybrid = make_config(max_model_len=32, num_blocks=16, kv_cache_groups=groups)
+    assert Capability.HYBRID_KV in needed_capabilities(hybrid)
+    single = within(VLLM_FAMILY_CAPABILITIES - {Capability.HYBRID_KV}, hybrid)
+    assert single.kv_cache_groups == () and single.num_blocks == 16
+    assert within(VLLM_FAMILY_CAPABILITIES, hybrid) is hybrid

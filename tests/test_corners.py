@@ -338,16 +338,20 @@ def test_an_abort_mid_prefill_is_counted_and_one_after_it_is_not() -> None:
 def test_the_table_names_every_corner_and_the_ones_never_reached() -> None:
     lines = format_corners({"preemption": 3})
     assert lines[0].split() == ["corner", "reached", "what"]
-    # The KV connector's corners only where the run reached one of them.
-    plain = [c.name for c in CORNERS if not c.needs_connector]
+    # The KV connector's corners and the hybrid KV cache's only where the run reached one
+    # of them.
+    plain = [c.name for c in CORNERS if not c.needs_connector and not c.needs_hybrid]
     assert [line.split()[0] for line in lines[1:-1]] == plain
     assert lines[-1].startswith(f"corners reached: 1/{len(plain)} (never: ")
     with_loads = format_corners({"preemption": 3, "load-failed": 1})
-    assert [line.split()[0] for line in with_loads[1:-1]] == list(CORNER_NAMES)
+    loads = [c.name for c in CORNERS if not c.needs_hybrid]
+    assert [line.split()[0] for line in with_loads[1:-1]] == loads
+    everything = format_corners({"preemption": 3, "load-failed": 1, "hybrid-preemption": 1})
+    assert [line.split()[0] for line in everything[1:-1]] == list(CORNER_NAMES)
 
 
 def test_each_family_profile_lists_its_own_corners() -> None:
-    reached = {"load-failed": 1}
+    reached = {"load-failed": 1, "window-frees-a-block": 1}
     vllm = [line.split()[0] for line in format_corners(reached, "vllm-v1")[1:-1]]
     sglang = [line.split()[0] for line in format_corners(reached, "sglang")[1:-1]]
     assert "drafts-scheduled" in vllm and "drafts-scheduled" not in sglang
@@ -367,7 +371,9 @@ def test_check_prints_the_corners_and_json_reports_them(tmp_path: Path) -> None:
         for line in result.stdout.splitlines()
         if line.split() and line.split()[0] in CORNER_NAMES
     }
-    assert set(printed) == {c.name for c in corners_for("vllm-v1") if not c.needs_connector}
+    assert set(printed) == {
+        c.name for c in corners_for("vllm-v1") if not c.needs_connector and not c.needs_hybrid
+    }
     assert "corners reached: " in result.stdout
     assert json.loads(report.read_text())["corners"] == printed
     assert printed["preemption"] > 0

@@ -129,6 +129,15 @@ def test_the_pool_bound_sums_what_one_request_holds_per_group() -> None:
     assert hybrid_config(groups, num_blocks=27).num_blocks == 27
 
 
+def test_a_mamba_group_in_mode_none_is_bounded_like_attention_over_its_blocks() -> None:
+    # Mode "none" allocates by the attention rule: a 128-token prompt in 16-token state
+    # blocks takes 8 at once (+1 draft scratch); at vLLM's default block size for the
+    # mode (max_model_len) that is one state.
+    small = MambaGroup(block_size=16, num_speculative_blocks=1)
+    assert blocks_for_one_request((small,), 128) == 8 + 1
+    assert blocks_for_one_request((MambaGroup(block_size=128),), 128) == 1
+
+
 def test_a_hybrid_trace_round_trips_through_json() -> None:
     groups = (
         FULL_16,

@@ -82,7 +82,11 @@ class HostRequest:
 class GpuEngine:
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
     # Every vLLM-family knob but the KV connector (it refuses one).
-    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES - {Capability.KV_CONNECTOR}
+    # No KV connector, and one KV cache group (gpu_impl does not follow hybrid groups).
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES - {
+        Capability.KV_CONNECTOR,
+        Capability.HYBRID_KV,
+    }
 
     def __init__(self, config: SchedulerConfig, device: torch.device | str | None = None) -> None:
         chosen = device if device is not None else os.environ.get(DEVICE_ENV) or default_device()

@@ -42,6 +42,7 @@ class Capability(enum.Enum):
     CACHE_AWARE_ADMISSION = "cache-aware-admission"  # cache_aware_admission_window > 0
     KV_CONNECTOR = "kv-connector"  # kv_connector (remote KV loads and sends)
     MIXED_CHUNK = "mixed-chunk"  # SGLang's enable_mixed_chunk
+    HYBRID_KV = "hybrid-kv"  # kv_cache_groups (sliding-window, chunked-local, Mamba groups)
 
 
 ALL_CAPABILITIES: frozenset[Capability] = frozenset(Capability)
@@ -146,6 +147,7 @@ def needed_capabilities(config: SchedulerConfig) -> frozenset[Capability]:
         Capability.CACHE_AWARE_ADMISSION: config.cache_aware_admission_window > 0,
         Capability.KV_CONNECTOR: config.kv_connector,
         Capability.MIXED_CHUNK: config.enable_mixed_chunk,
+        Capability.HYBRID_KV: bool(config.kv_cache_groups),
     }
     return frozenset(c for c, needed in needs.items() if needed)
 
@@ -186,4 +188,8 @@ def within(capabilities: frozenset[Capability], config: SchedulerConfig) -> Sche
         )
     if Capability.MIXED_CHUNK in missing:
         changes["enable_mixed_chunk"] = False
+    if Capability.HYBRID_KV in missing:
+        # The scheduler block size (the groups' lcm) stays, and the pool a hybrid request
+        # needs is at least the single group's.
+        changes["kv_cache_groups"] = ()
     return replace(config, **changes)  # type: ignore[arg-type]

@@ -74,7 +74,9 @@ class CheckStats:
 
     # Counted per kind (each run of a kind runs all its invariants): cheaper
     # than one counter per invariant in the hot loop.
-    kind_runs: dict[tuple[Kind, Profile], int] = field(default_factory=dict)
+    # Keyed by kind, profile and whether the config was hybrid (kv_cache_groups): the
+    # invariants a run of a kind checks depend on all three.
+    kind_runs: dict[tuple[Kind, Profile, bool], int] = field(default_factory=dict)
     steps: int = 0
     events: int = 0
     # Named corner (corners.CORNERS) -> times the run reached it.
@@ -84,8 +86,8 @@ class CheckStats:
     def checks(self) -> dict[str, int]:
         """Invariant id -> times checked."""
         counts: dict[str, int] = {}
-        for (kind, profile), runs in self.kind_runs.items():
-            for invariant_id in ids_for(kind, profile):
+        for (kind, profile, hybrid), runs in self.kind_runs.items():
+            for invariant_id in ids_for(kind, profile, hybrid):
                 counts[invariant_id] = counts.get(invariant_id, 0) + runs
         return counts
 
@@ -125,12 +127,18 @@ class CheckedEngine:
         self._in_flight: BatchQueue[ScheduledStep] = BatchQueue(config)
         # Requests whose send, once they finish, the connector's worker never reports.
         self._sends_never_finish: set[str] = set()
+        self._hybrid = bool(config.kv_cache_groups)
         self._checks = {
-            kind: [CHECKS[i] for i in ids_for(kind, profile)] for kind in CATALOGUE_KINDS
+            kind: [CHECKS[i] for i in ids_for(kind, profile, self._hybrid)]
+            for kind in CATALOGUE_KINDS
         }
-        # What still runs on a state the fused fast path vouched for.
+        # What still runs on a state the fused fast path vouched for. The fast path is
+        # the single group's (it reads block_ids at config.block_size): a hybrid state
+        # runs the named predicates.
         self._unfused_state_checks = [
-            CHECKS[i] for i in ids_for("state", profile) if i not in state_fast_path.FAST_PATH_IDS
+            CHECKS[i]
+            for i in ids_for("state", profile, self._hybrid)
+            if i not in state_fast_path.FAST_PATH_IDS
         ]
 
     @staticmethod
@@ -200,13 +208,15 @@ class CheckedEngine:
         return self._drain(event)
 
     def _run(self, kind: Kind, subject: object) -> list[Violation]:
-        key = (kind, self.profile)
+        key = (kind, self.profile, self._hybrid)
         runs = self.stats.kind_runs
         runs[key] = runs.get(key, 0) + 1
         checks = self._checks[kind]
         # One fused pass vouches for most state invariants; only when it cannot
         # do the named predicates run (and word what they find).
-        if kind == "state" and state_fast_path.state_holds(subject):  # type: ignore[arg-type]
+        if (
+            kind == "state" and not self._hybrid and state_fast_path.state_holds(subject)  # type: ignore[arg-type]
+        ):
             checks = self._unfused_state_checks
         return [violation for check in checks for violation in check(subject)]
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Concatenate, ParamSpec
 
 from schedspec.engines.capabilities import ALL_CAPABILITIES, Capability
+from schedspec.properties import hybrid_corners
 from schedspec.spec import RequestStatus, SchedulerOutput, SGLangState, State
 from schedspec.spec.invariants import (
     DraftsTransition,
@@ -39,6 +41,7 @@ _ASYNC = frozenset({Capability.ASYNC_SCHEDULING})
 _CACHING = frozenset({Capability.PREFIX_CACHING})
 _CONNECTOR = frozenset({Capability.KV_CONNECTOR})
 _CHUNKED = frozenset({Capability.CHUNKED_PREFILL})
+_HYBRID = frozenset({Capability.HYBRID_KV})
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class Corner:
     # Reachable only under a config with a KV connector: a run that drew none reaches
     # none of them, and its table leaves them out (shown_corners).
     needs_connector: bool = False
+    # Reachable only under a config with kv_cache_groups: left out the same way.
+    needs_hybrid: bool = False
     # What an engine must have for a run to reach it (engines/capabilities.py): on an
     # engine without them the corner is not applicable, not "never reached".
     needs: frozenset[Capability] = frozenset()
@@ -234,6 +239,38 @@ CORNERS: tuple[Corner, ...] = (
         needs_connector=True,
         needs=_CONNECTOR,
     ),
+    Corner(
+        "window-frees-a-block",
+        "hybrid: a sliding-window or chunked-local group freed a block of a scheduled "
+        "request, the null block in its place (WINDOW-FREED judges it)",
+        VLLM_ONLY,
+        needs_hybrid=True,
+        needs=_HYBRID,
+    ),
+    Corner(
+        "hit-cut-by-lagging-group",
+        "hybrid: an admission whose prefix hit another group cut short of what full "
+        "attention alone had cached (the reconciled hit; vllm #46453)",
+        VLLM_ONLY,
+        needs_hybrid=True,
+        needs=_HYBRID | _CACHING,
+    ),
+    Corner(
+        "mamba-aligned-split",
+        "hybrid: a prefill chunk that stopped before its prefill's end with budget left, "
+        "cut to a Mamba state boundary or advanced by part of a block wider than any step "
+        "(vllm #55600, #40707)",
+        VLLM_ONLY,
+        needs_hybrid=True,
+        needs=_HYBRID,
+    ),
+    Corner(
+        "hybrid-preemption",
+        "hybrid: a victim that held blocks in two groups or more, all freed (nulls left out)",
+        VLLM_ONLY,
+        needs_hybrid=True,
+        needs=_HYBRID,
+    ),
 )
 CORNER_NAMES: tuple[str, ...] = tuple(c.name for c in CORNERS)
 
@@ -298,6 +335,8 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
         _bump(counts, "cache-aware-reorder")
     if pre.sglang is not None:
         _count_sglang_pass(counts, t, pre.sglang)
+    if config.kv_cache_groups:
+        hybrid_corners.count_hybrid(counts, t)
     if not scheduled:
         if pre.waiting:
             _bump(counts, "idle-with-waiting")
@@ -495,11 +534,13 @@ def count_drafts(counts: MutableMapping[str, int], t: DraftsTransition) -> None:
 
 def shown_corners(counts: Mapping[str, int], profile: str = "safety") -> tuple[Corner, ...]:
     """The corners a run's table lists: its profile's, less the KV connector's when it
-    reached none of them (its configs drew no connector)."""
+    reached none of them (its configs drew no connector), and less the hybrid KV cache's
+    likewise (its configs drew no kv_cache_groups)."""
     corners = corners_for(profile)
-    if any(counts.get(c.name) for c in corners if c.needs_connector):
-        return corners
-    return tuple(c for c in corners if not c.needs_connector)
+    for optional in (attrgetter("needs_connector"), attrgetter("needs_hybrid")):
+        if not any(counts.get(c.name) for c in corners if optional(c)):
+            corners = tuple(c for c in corners if not optional(c))
+    return corners
 
 
 def applicable(corner: Corner, capabilities: frozenset[Capability]) -> bool:

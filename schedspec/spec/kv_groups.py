@@ -15,11 +15,11 @@ dataclasses.asdict, which writes a config into a trace, keeps it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from schedspec.spec.block_hash import BlockHash, hash_block_tokens
+from schedspec.spec.block_hash import BlockHash, extend_block_hashes, hash_block_tokens
 from schedspec.spec.checks import require_int
 from schedspec.spec.errors import ConfigError, shown
 
@@ -124,14 +124,6 @@ def scheduler_block_size(groups: tuple[KVCacheGroupSpec, ...]) -> int:
     return math.lcm(*(g.block_size for g in groups))
 
 
-def group_block_hash(block_hash: BlockHash, group_id: int) -> BlockHash:
-    """A block's hash as one group caches it: the chained hash of its prefix at the
-    group's own block size, tagged with the group's index. The pool is shared, and one
-    group's block must never be another group's hit (vLLM keys its map by hash and
-    group id)."""
-    return hash_block_tokens(block_hash, [group_id])
-
-
 def blocks_for_one_request(groups: tuple[KVCacheGroupSpec, ...], max_model_len: int) -> int:
     """Blocks of the shared pool that one request of max_model_len tokens may hold at once,
     summed over the groups: a bound the pool must meet so that any admissible request
@@ -141,12 +133,16 @@ def blocks_for_one_request(groups: tuple[KVCacheGroupSpec, ...], max_model_len: 
     once processed, and a whole-prompt step holds them all before any is processed.
     A Mamba group holds its running state and its draft scratch states, plus in align
     mode the previous state it copies from (vLLM 0.34.0 MambaSpec.max_memory_usage_bytes).
+    In mode "none" it follows the attention rule over its blocks, so a whole-prompt step
+    holds a block per block_size tokens: one when block_size is max_model_len, vLLM's
+    default for that mode (model_executor/models/config.py).
     """
     total = 0
     for group in groups:
-        if isinstance(group, MambaGroup):
-            kept = 2 if group.mamba_cache_mode == "align" else 1
-            total += kept + group.num_speculative_blocks
+        if isinstance(group, MambaGroup) and group.mamba_cache_mode == "align":
+            total += 2 + group.num_speculative_blocks
+        elif isinstance(group, MambaGroup):
+            total += -(-max_model_len // group.block_size) + group.num_speculative_blocks
         else:
             total += -(-max_model_len // group.block_size)
     return total
@@ -220,3 +216,61 @@ def group_from_json(raw: object, where: str) -> KVCacheGroupSpec:
         raise ConfigError(f"{where}.{err.field}", err.reason) from None
     except TypeError as err:  # an unknown or missing field
         raise ConfigError(where, str(err)) from None
+
+
+def mamba_split_group(groups: tuple[KVCacheGroupSpec, ...]) -> MambaGroup | None:
+    """The Mamba group whose block boundaries chunk ends are cut to: the first in align
+    mode (vLLM 0.34.0 takes the first Mamba group's), or None."""
+    return next(
+        (g for g in groups if isinstance(g, MambaGroup) and g.mamba_cache_mode == "align"),
+        None,
+    )
+
+
+def mamba_aligned_new_tokens(
+    start: int, num_new_tokens: int, prefill_end: int, block_size: int, max_prefill_tokens: int
+) -> int:
+    """The spec's statement of the Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache
+    groups", Mamba): of num_new_tokens from `start`, the tokens scheduled. A chunk that
+    ends before prefill_end (max(prompt tokens, tokens - 1)) ends on a multiple of the
+    Mamba group's block_size, unless that leaves nothing and a block is wider than the
+    step's largest prefill (max_prefill_tokens), when it keeps its end (else it would
+    never advance)."""
+    end = start + num_new_tokens
+    if start >= prefill_end or end >= prefill_end:
+        return num_new_tokens
+    aligned = end - end % block_size
+    if aligned <= start and block_size > max_prefill_tokens:
+        return num_new_tokens
+    return aligned - start
+
+
+def group_block_hash(block_hash: BlockHash, group_id: int) -> BlockHash:
+    """A block's hash as group `group_id` caches it: the chain hash of the request's tokens
+    up to the end of that block (at the group's block size), tagged with the group. The
+    pool is shared, and one group's block must never be another group's hit (vLLM keys
+    its map by hash and group id to the same end)."""
+    return hash_block_tokens(block_hash, [group_id])
+
+
+def group_block_hashes(
+    tokens: Sequence[int], groups: tuple[KVCacheGroupSpec, ...]
+) -> tuple[list[BlockHash], ...]:
+    """Each group's hashes of the full blocks of `tokens`, in group order."""
+    return tuple(
+        [group_block_hash(h, gid) for h in extend_block_hashes([], tokens, g.block_size)]
+        for gid, g in enumerate(groups)
+    )
+
+
+def num_skipped_tokens(group: KVCacheGroupSpec, num_computed_tokens: int) -> int:
+    """The leading tokens a group's layers never read again once num_computed_tokens are
+    computed (docs/SPEC.md, "Hybrid KV cache groups", what each kind still reads)."""
+    if isinstance(group, SlidingWindowGroup):
+        return max(0, num_computed_tokens - group.sliding_window + 1)
+    if isinstance(group, ChunkedLocalGroup):
+        size = group.attention_chunk_size
+        return num_computed_tokens // size * size
+    if isinstance(group, MambaGroup):
+        return max(0, num_computed_tokens - 1)
+    return 0

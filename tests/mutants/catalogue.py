@@ -22,6 +22,7 @@ from schedspec.properties.strategies.regimes import (
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.config import smallest_pool
 from tests.mutants.async_catalogue_review import ASYNC_REVIEW_MUTANTS
+from tests.mutants.hybrid_catalogue import HYBRID_MUTANTS
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
 # ------------------------------------------------------------------ targeted configs
@@ -362,9 +363,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "prefix-hit-one-block-short",
         "vllm/kv_cache_manager.py",
-        "        for block_hash in islice(self.block_hashes(request), max_hit_blocks):\n",
-        "        short = max(max_hit_blocks - 1, 0)\n"
-        "        for block_hash in islice(self.block_hashes(request), short):\n",
+        "self.block_hashes(request), max_hit_blocks)\n",
+        "self.block_hashes(request), max(max_hit_blocks - 1, 0))\n",
         "The prefix-cache lookup stops one block short of the longest hit.",
         {"CACHE-HIT-LONGEST"},
         configs=cached_small_blocks,
@@ -592,8 +592,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "watermark-ignored",
         "vllm/kv_cache_manager.py",
-        "            watermark = self.watermark_blocks\n",
-        "            watermark = 0\n",
+        "        return watermark_blocks\n",
+        "        return 0\n",
         "Admission never charges the watermark, even while other requests run.",
         {"WATERMARK", "ADMISSION-FIT"},
         configs=with_watermark,
@@ -1077,4 +1077,6 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # A reviewer's, written from the reference and docs/SPEC.md alone (issue 36, item 5).
     *ASYNC_REVIEW_MUTANTS,
+    # Hybrid KV cache groups (issue 34), the upstream shapes among them.
+    *HYBRID_MUTANTS,
 )

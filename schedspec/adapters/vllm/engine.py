@@ -159,7 +159,8 @@ class VllmEngine:
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
     # Every knob of the vLLM family: drafts (n-gram and EAGLE), async scheduling, the KV
     # connector, both releases' knobs.
-    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES
+    # Hybrid KV cache groups: not built into vLLM's KVCacheConfig yet (NOTES-issue-34.md).
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES - {Capability.HYBRID_KV}
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""

@@ -17,6 +17,7 @@ from hypothesis.errors import Frozen, UnsatisfiedAssumption
 
 from schedspec.properties.strategies.regimes import (
     CONNECTOR_REGIMES,
+    HYBRID_REGIMES,
     MOST_SEATS,
     PLAIN_WEIGHT,
     REGIMES,
@@ -58,6 +59,9 @@ _REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
 )
 _CONNECTOR_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
     [None] * PLAIN_WEIGHT + [r for r in (*REGIMES, *CONNECTOR_REGIMES) for _ in range(r.weight)]
+)
+_HYBRID_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
+    [None] * PLAIN_WEIGHT + [r for r in (*REGIMES, *HYBRID_REGIMES) for _ in range(r.weight)]
 )
 _SGLANG_REGIME_DRAWS: st.SearchStrategy[Regime | None] = st.sampled_from(
     [None] * SGLANG_PLAIN_WEIGHT + [r for r in SGLANG_REGIMES for _ in range(r.weight)]
@@ -103,6 +107,7 @@ def configs(
     long_prefill_needs_chunked_prefill: bool | None = None,
     cache_aware_admission: bool = True,
     kv_connector: bool = False,
+    hybrid: bool = False,
 ) -> SchedulerConfig:
     """Small configs; async_scheduling, pad_spec_decode and the long-prefill rule are
     drawn unless fixed, and cache-aware admission unless turned off (an engine that runs
@@ -110,8 +115,18 @@ def configs(
     them narrowed by a regime (strategies/regimes.py) into a bug's corner; with
     kv_connector the KV connector's regimes are drawn too (the suite's own configs), and
     a caller that fixes async_scheduling on gets their configs without one (the spec
-    refuses a connector under async scheduling)."""
-    regime = draw(_CONNECTOR_REGIME_DRAWS if kv_connector else _REGIME_DRAWS)
+    refuses a connector under async scheduling). With hybrid (and no kv_connector: the
+    spec refuses both at once), the hybrid KV cache regimes are drawn too
+    (strategies/hybrid_regimes.py)."""
+    if kv_connector and hybrid:
+        raise ValueError("configs: kv_connector and hybrid cannot be drawn together")
+    regime = draw(
+        _CONNECTOR_REGIME_DRAWS
+        if kv_connector
+        else _HYBRID_REGIME_DRAWS
+        if hybrid
+        else _REGIME_DRAWS
+    )
     block_size = draw(_BLOCK_SIZE_DRAWS)
     max_model_len = draw(_integers(2, max_model_len_cap))
     # From exactly one max_model_len request of blocks up to four: tiny caches

@@ -123,6 +123,15 @@ def vllm_connector_configs(
     return vllm_default_configs(max_model_len_cap, release=release, kv_connector=True)
 
 
+def hybrid_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
+    """The suite's configs with the hybrid KV cache regimes drawn too (docs/SPEC.md,
+    "Hybrid KV cache groups"): half of them with sliding-window, chunked-local and Mamba
+    groups beside full attention. For engines with Capability.HYBRID_KV: `schedspec check
+    --configs schedspec.properties.strategies.engine_configs:hybrid_configs`, as .ci/run
+    runs it on the reference."""
+    return configs(max_model_len_cap, hybrid=True)
+
+
 # ----------------------------------------------------------------------- SGLang
 
 

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from schedspec.properties.strategies import hybrid_regimes
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.config import smallest_pool
 
@@ -436,6 +437,24 @@ SGLANG_REGIMES: tuple[Regime, ...] = (
 # 10, 6 and 7. The plain draws keep their weight of 3: cut to 2 of 5 (mixed-overcommit
 # at weight 1), two other mutants lost a seed each.
 SGLANG_PLAIN_WEIGHT = 3
+
+# Hybrid KV cache groups (strategies/hybrid_regimes.py), drawn beside REGIMES where a
+# strategy asks for them (configs(hybrid=True): engines with Capability.HYBRID_KV). Kept
+# apart, as the connector's are, so that every strategy built on configs() without them
+# draws exactly what it drew before; their weights (24 together) match PLAIN_WEIGHT and
+# REGIMES', so half the configs are hybrid.
+HYBRID_REGIMES: tuple[Regime, ...] = (
+    Regime("hybrid-sliding-window", "window-frees-a-block", hybrid_regimes.sliding_window, 5),
+    Regime("hybrid-mamba-align", "mamba-aligned-split", hybrid_regimes.mamba_align, 5),
+    Regime("hybrid-mamba-wide-block", "mamba-aligned-split", hybrid_regimes.mamba_wide_block, 3),
+    Regime(
+        "hybrid-window-and-mamba", "hit-cut-by-lagging-group", hybrid_regimes.window_and_mamba, 6
+    ),
+    Regime("hybrid-chunked-local", "window-frees-a-block", hybrid_regimes.chunked_local, 2),
+    Regime(
+        "hybrid-mamba-running-state", "hybrid-preemption", hybrid_regimes.mamba_running_state, 3
+    ),
+)
 
 # Draws left as drawn, against the regimes' weights: 3 of 24 configs. The regimes keep
 # every knob they do not move as drawn, so they reach the other corners too

@@ -28,6 +28,11 @@ FAMILY_PROFILES: dict[Family, Profile] = {"vllm": "vllm-v1", "sglang": "sglang"}
 # (the drafter's proposal), on an abort, or once the drain ends.
 Kind = Literal["state", "add", "schedule", "update", "drafts", "abort", "drain"]
 
+# Which KV caches an invariant is about: any; the single full-attention group only (it
+# ties block_ids to token counts at config.block_size, which a hybrid request's flat
+# block_ids do not follow); or hybrid caches only (it reads group_block_ids).
+Groups = Literal["any", "single", "hybrid"]
+
 
 SPEC_DOC = "docs/SPEC.md"  # the catalogue for humans: one section per invariant id
 
@@ -162,6 +167,11 @@ class InvariantInfo:
     kind: Kind
     profile: Profile  # the smallest profile that includes it
     statement: str
+    groups: Groups = "any"
+
+    def applies_to(self, hybrid: bool) -> bool:
+        """Is it checked on a config with kv_cache_groups (hybrid) or without?"""
+        return self.groups == "any" or (self.groups == "hybrid") == hybrid
 
 
 Check = TypeVar("Check", bound=Callable[..., list[Violation]])
@@ -170,13 +180,15 @@ CATALOGUE: dict[str, InvariantInfo] = {}
 CHECKS: dict[str, Callable[..., list[Violation]]] = {}
 
 
-def invariant(id: str, kind: Kind, profile: Profile, statement: str) -> Callable[[Check], Check]:
+def invariant(
+    id: str, kind: Kind, profile: Profile, statement: str, groups: Groups = "any"
+) -> Callable[[Check], Check]:
     """Register a predicate under its catalogue id."""
 
     def register(check: Check) -> Check:
         if id in CATALOGUE:
             raise ValueError(f"invariant {id} registered twice")
-        CATALOGUE[id] = InvariantInfo(id, kind, profile, statement)
+        CATALOGUE[id] = InvariantInfo(id, kind, profile, statement, groups)
         CHECKS[id] = check
         return check
 
@@ -193,5 +205,11 @@ def family_of(profile: Profile) -> Family | None:
     return next((f for f, p in FAMILY_PROFILES.items() if p == profile), None)
 
 
-def ids_for(kind: Kind, profile: Profile) -> list[str]:
-    return [i.id for i in CATALOGUE.values() if i.kind == kind and in_profile(i, profile)]
+def ids_for(kind: Kind, profile: Profile, hybrid: bool = False) -> list[str]:
+    """The invariants a run checks on `kind` under `profile`, for a config with
+    kv_cache_groups (hybrid) or without."""
+    return [
+        i.id
+        for i in CATALOGUE.values()
+        if i.kind == kind and in_profile(i, profile) and i.applies_to(hybrid)
+    ]

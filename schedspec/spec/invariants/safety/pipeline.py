@@ -397,6 +397,7 @@ def check_no_output_after_abort(t: UpdateTransition) -> list[Violation]:
     "update_from_output registers in the prefix cache only blocks whose KV has landed: full "
     "blocks within the holder's confirmed computed tokens (computed - in flight) and known "
     "tokens.",
+    groups="single",
 )
 def check_cache_confirmed(t: UpdateTransition) -> list[Violation]:
     bs = t.post.config.block_size

@@ -114,6 +114,7 @@ def check_no_overshoot(t: ScheduleTransition) -> list[Violation]:
     "safety",
     "After schedule(), each scheduled request's block table covers its computed and "
     "scheduled tokens plus the lookahead slots, capped at max_model_len.",
+    groups="single",
 )
 def check_kv_cover(t: ScheduleTransition) -> list[Violation]:
     config = t.post.config
@@ -455,6 +456,8 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
             )
             continue
         table = cached.new_block_ids if cached.resumed else pre.block_ids + cached.new_block_ids
+        if t.post.config.kv_cache_groups and not cached.resumed:
+            table = _hybrid_table(pre.block_ids, cached.new_block_ids, post.block_ids)
         if table != post.block_ids and not _swapped_for_same_content(t, post, table):
             out.append(
                 Violation(
@@ -491,6 +494,19 @@ def check_output(t: ScheduleTransition) -> list[Violation]:
     return out
 
 
+def _hybrid_table(
+    before: tuple[int, ...], new: tuple[int, ...], after: tuple[int, ...]
+) -> tuple[int, ...]:
+    """A hybrid request's flat table as the runner rebuilds it: each group appends its new
+    blocks to its own table and windows free blocks in place, so the flat table is the
+    blocks it held (less those freed) and the new ones, in group order. Returned as
+    `after` when it is that, else as what the output implies (the blocks held and the
+    new ones, in that order), for the violation to show."""
+    if set(new) <= set(after) and set(after) <= set(before) | set(new):
+        return after
+    return before + new
+
+
 def _swapped_for_same_content(
     t: ScheduleTransition, post: RequestState, table: tuple[int, ...]
 ) -> bool:
@@ -517,6 +533,7 @@ def _swapped_for_same_content(
     "before the step (not taken back with a victim's step); every cached block a live "
     "request holds carries that request's content hash (no stale entry survives a block's "
     "reuse).",
+    groups="single",
 )
 def check_cache_content(t: ScheduleTransition) -> list[Violation]:
     return [
@@ -690,6 +707,7 @@ def _holds_only_its_own_old_hashes(
     "A prefix-cache hit only covers blocks whose KV is really there for that content: "
     "computed by an earlier step, or being computed in this very step by another scheduled "
     "request (a block registered by a step that then never ran its tokens must not be hit).",
+    groups="single",
 )
 def check_cache_computed(t: ScheduleTransition) -> list[Violation]:
     bs = t.post.config.block_size

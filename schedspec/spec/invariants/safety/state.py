@@ -154,6 +154,7 @@ def _diagnose_conservation(state: State) -> list[Violation]:
     "safety",
     "A block held by two live requests is a full block registered in the prefix cache, at "
     "the same position of each table; any other block has one writer.",
+    groups="single",
 )
 def check_exclusive(state: State) -> list[Violation]:
     bs = state.config.block_size

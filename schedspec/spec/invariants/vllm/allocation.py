@@ -44,6 +44,7 @@ def table_after_allocation(
     "request's table keeps its blocks and grows to exactly what its computed, scheduled and "
     "lookahead tokens need (capped at max_model_len); a request neither scheduled nor "
     "preempted keeps its table as it was.",
+    groups="single",
 )
 def check_alloc_exact(t: ScheduleTransition) -> list[Violation]:
     scheduled = t.output.num_scheduled_tokens
@@ -107,6 +108,7 @@ def _blocks_taken(t: ScheduleTransition, admissions: Iterable[str]) -> dict[str,
     "Every admission fitted when it was made: its whole known sequence (or this step's "
     "slots, if more), less its prefix hit, plus the hit blocks it took out of the free queue "
     "and, while something ran, the watermark, within the free blocks at that point.",
+    groups="single",
 )
 def check_admission_fit(t: ScheduleTransition) -> list[Violation]:
     made = t.admitted_ids
@@ -158,6 +160,7 @@ def check_admission_fit(t: ScheduleTransition) -> list[Violation]:
     "victim in running order (the last one taken) stayed, the blocks the running requests "
     "ahead of it took in the step, plus those it asked for itself, would exceed the free "
     "blocks and those the other victims freed. (Not checked under priority.)",
+    groups="single",
 )
 def check_preempt_needed(t: ScheduleTransition) -> list[Violation]:
     preempted = t.output.preempted_req_ids

@@ -77,6 +77,7 @@ def _why_fixed(phase: WaitingPhase, request: RequestState, position: int, window
     "waiting, KV usage at the start of the waiting phase at or above the threshold. Every "
     "other request keeps its exact place in the queue (vLLM lets a moving request jump "
     "over it).",
+    groups="single",
 )
 @stands_aside_for_connector
 def check_cache_aware_keep(t: ScheduleTransition) -> list[Violation]:
@@ -114,6 +115,7 @@ def check_cache_aware_keep(t: ScheduleTransition) -> list[Violation]:
     "ones of the queue take their own places deepest cached prefix first (the tokens a "
     "prefix-cache lookup would hit at the start of the waiting phase, never the last), "
     "queue position breaking ties.",
+    groups="single",
 )
 @stands_aside_for_connector
 def check_cache_aware_order(t: ScheduleTransition) -> list[Violation]:

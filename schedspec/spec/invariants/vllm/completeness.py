@@ -72,6 +72,7 @@ def missing_registrations(
     "running holds its own content's hash on each full block among its first "
     "min(num_computed_tokens, num_tokens) tokens (vLLM's cache_blocks in allocate_slots): no "
     "registration is lost.",
+    groups="single",
 )
 def check_cache_complete(t: ScheduleTransition) -> list[Violation]:
     config = t.post.config
@@ -100,6 +101,7 @@ def check_cache_complete(t: ScheduleTransition) -> list[Violation]:
     "(vLLM's cache_blocks in update_from_output). A running request that finishes on the "
     "landing leaves them registered on the blocks it freed (its kept tokens but the last "
     "have KV), so that the next request with that prefix hits them.",
+    groups="single",
 )
 def check_cache_complete_update(t: UpdateTransition) -> list[Violation]:
     config = t.post.config
@@ -167,6 +169,7 @@ def held_both_sides(before: KVState, after: KVState) -> set[BlockHash]:
     "With prefix caching on, an admission's prefix hit is at least the longest run of its "
     "own leading block hashes (never the last token's block) that the cache held through "
     "the step: a lookup never stops short of a hit it could have had.",
+    groups="single",
 )
 def check_cache_hit_longest(t: ScheduleTransition) -> list[Violation]:
     config = t.post.config

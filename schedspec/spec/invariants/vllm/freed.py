@@ -53,6 +53,7 @@ def _hash_at(hashes: Sequence[BlockHash | None], block: int) -> BlockHash | None
     "and writes them), and so do free cached blocks the free queue did not reach (vLLM "
     "frees a block with its hash, cached blocks to the back of the queue, and allocations "
     "take the queue from the front, evicting the hashes of the blocks they take).",
+    groups="single",
 )
 def check_cache_schedule_kept(t: ScheduleTransition) -> list[Violation]:
     if not t.post.config.enable_prefix_caching:

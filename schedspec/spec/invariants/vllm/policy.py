@@ -17,6 +17,7 @@ from schedspec.spec.invariants.transitions import (
     ScheduleTransition,
     UpdateTransition,
 )
+from schedspec.spec.invariants.vllm.mamba import mamba_cut
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
 from schedspec.spec.state import KVState, RequestState, State
 
@@ -187,6 +188,8 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
         else:
             demand = _capped(_running_demand(pre, before[rid]), cap)
             expected = min(demand, budget, config.max_model_len - 1 - before[rid])
+        # A Mamba group in align mode cuts prefill chunks to its state boundaries.
+        expected = mamba_cut(config, pre, before[rid], expected)
         # A priority victim unscheduled after this request was sized gives its
         # budget back too late for it: then the request may get less, never more.
         refunded = config.policy == "priority" and bool(t.output.preempted_req_ids)
@@ -206,7 +209,8 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
     "vllm-v1",
     "Every running request is scheduled or preempted, unless the running requests ahead of "
     "it used up the whole budget, or it has nothing to compute below max_model_len, or its "
-    "in-flight step is sure to reach max_tokens.",
+    "in-flight step is sure to reach max_tokens, or the Mamba-aligned split cuts its "
+    "chunk to nothing.",
 )
 def check_running_served(t: ScheduleTransition) -> list[Violation]:
     scheduled = t.output.num_scheduled_tokens
@@ -216,10 +220,12 @@ def check_running_served(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
     for rid in t.pre.running:
         pre = t.pre.requests[rid]
+        room = config.max_model_len - 1 - pre.num_computed_tokens
         idle = (
             pre.sure_to_reach_max_tokens
             or _running_demand(pre, pre.num_computed_tokens) <= 0
-            or config.max_model_len - 1 - pre.num_computed_tokens <= 0
+            or room <= 0
+            or _cut_to_nothing(t, pre, budget - used_ahead, room)
         )
         if rid in scheduled:
             used_ahead += scheduled[rid]
@@ -235,6 +241,16 @@ def check_running_served(t: ScheduleTransition) -> list[Violation]:
                 )
             )
     return out
+
+
+def _cut_to_nothing(t: ScheduleTransition, pre: RequestState, budget_left: int, room: int) -> bool:
+    """Does the Mamba-aligned split leave a running request nothing this step?"""
+    config = t.pre.config
+    if not config.kv_cache_groups:
+        return False
+    cap = long_prefill_cap(t.pre)
+    wanted = min(_capped(_running_demand(pre, pre.num_computed_tokens), cap), budget_left, room)
+    return wanted > 0 and mamba_cut(config, pre, pre.num_computed_tokens, wanted) == 0
 
 
 @invariant(
@@ -382,6 +398,7 @@ def admission_blocks_needed(
     "output), no budget, max_num_seqs reached, a preemption this step, or the first such "
     "request does not fit (its whole capped prompt, or its padding, over the budget with "
     "chunked prefill off, or its blocks plus the watermark over the free blocks).",
+    groups="single",
 )
 def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
     if connector_in_play(t.pre, t.post):
@@ -468,6 +485,7 @@ def _check_free_order(
     "vllm-v1",
     "A finished request's blocks are freed tail first: uncached ones to the front of the "
     "free queue (reused first), cached ones to the back (evicted last, LRU).",
+    groups="single",
 )
 def check_free_order_update(t: UpdateTransition) -> list[Violation]:
     if connector_frees_unordered(t.pre, t.post):
@@ -498,6 +516,7 @@ def connector_frees_unordered(pre: State, post: State) -> bool:
     "vllm-v1",
     "The same free-queue rule for an abort of one request (vLLM frees a multi-request abort "
     "in set order, which the spec leaves open).",
+    groups="single",
 )
 def check_free_order_abort(t: AbortTransition) -> list[Violation]:
     held = t.post.connector.held if t.post.connector is not None else {}

@@ -59,6 +59,7 @@ def check_stale_kept(state: State) -> list[Violation]:
     "vllm-v1",
     "A running request's block table only grows: the blocks it held before the step keep "
     "their places (vLLM's runner keeps each table and appends to it).",
+    groups="single",
 )
 def check_table_grows(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []

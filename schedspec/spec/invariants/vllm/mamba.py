@@ -1,0 +1,77 @@
+"""vLLM V1's Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache groups", Mamba): where a
+prefill chunk of a config with a Mamba group in align mode may end, and the cut the
+budget invariants apply before they compare."""
+
+from __future__ import annotations
+
+from schedspec.spec.config import SchedulerConfig
+from schedspec.spec.invariants.registry import Violation, invariant
+from schedspec.spec.invariants.transitions import ScheduleTransition
+from schedspec.spec.kv_groups import mamba_aligned_new_tokens, mamba_split_group
+from schedspec.spec.state import RequestState
+
+
+def max_prefill_tokens(config: SchedulerConfig) -> int:
+    """The most a prefill chunk may take in one step: the budget, or the long-prefill
+    threshold when set (the split's test for a block wider than any step)."""
+    budget = config.max_num_batched_tokens
+    threshold = config.long_prefill_token_threshold
+    return min(budget, threshold) if threshold > 0 else budget
+
+
+def prefill_end(request: RequestState) -> int:
+    """Where the split stops cutting: the prompt's end, or for a resumed request
+    replaying its outputs, its last token."""
+    return max(len(request.prompt_token_ids), request.num_tokens - 1)
+
+
+def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_new: int) -> int:
+    """num_new tokens from `start` after the Mamba-aligned split (unchanged without a
+    Mamba group in align mode)."""
+    group = mamba_split_group(config.kv_cache_groups)
+    if group is None:
+        return num_new
+    return mamba_aligned_new_tokens(
+        start, num_new, prefill_end(request), group.block_size, max_prefill_tokens(config)
+    )
+
+
+@invariant(
+    "MAMBA-SPLIT",
+    "schedule",
+    "vllm-v1",
+    "With a Mamba group in align mode, a scheduled prefill chunk that stops before the "
+    "prefill's end (max(prompt tokens, tokens - 1)) ends on a multiple of that group's own "
+    "block size, unless no such end is past its start and a block is wider than the step's "
+    "largest prefill (the budget, or the long-prefill threshold when set): then it advances "
+    "by part of a block rather than stall.",
+    groups="hybrid",
+)
+def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
+    config = t.pre.config
+    group = mamba_split_group(config.kv_cache_groups)
+    if group is None:
+        return []
+    size = group.block_size
+    widest = max_prefill_tokens(config)
+    out: list[Violation] = []
+    for rid, start in t.computed_before.items():
+        request = t.pre.requests.get(rid)
+        if request is None:
+            continue
+        end = start + t.output.num_scheduled_tokens[rid]
+        if start >= prefill_end(request) or end >= prefill_end(request) or end % size == 0:
+            continue
+        if end - end % size <= start and size > widest:
+            continue  # a block wider than any step: part of one, not a stall
+        out.append(
+            Violation(
+                "MAMBA-SPLIT",
+                f"prefill chunk from {start} ends off a Mamba block boundary (block size "
+                f"{size}, prefill ends at {prefill_end(request)})",
+                rid,
+                expected=end - end % size,
+                actual=end,
+            )
+        )
+    return out

@@ -1,0 +1,145 @@
+"""Seeded bugs in the reference's hybrid KV cache groups (docs/SPEC.md, "Hybrid KV cache
+groups"), the upstream shapes of issue 34 among them. Each runs on the suite's configs
+narrowed to one hybrid regime (strategies/hybrid_regimes.py), and as a user would run it
+on engine_configs.hybrid_configs.
+
+Not here: vLLM #50630 and #43559 (the Mamba manager ignoring EAGLE's block drop). The
+reference does not model the EAGLE block drop (use_eagle_block_drop, drop_eagle_block):
+with no drop to ignore, the shape cannot be seeded (NOTES-issue-34.md).
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from schedspec.properties.strategies import hybrid_regimes
+from schedspec.properties.strategies.configs import configs
+from schedspec.properties.strategies.engine_configs import hybrid_configs
+from schedspec.spec import SchedulerConfig
+from tests.mutants.mutation import CRASH, Mutant, mutant
+
+
+def mamba_align() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.mamba_align)
+
+
+def mamba_wide_block() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.mamba_wide_block)
+
+
+def window_and_mamba() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.window_and_mamba)
+
+
+def async_window() -> st.SearchStrategy[SchedulerConfig]:
+    return configs(async_scheduling=True).map(hybrid_regimes.sliding_window)
+
+
+def window() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.sliding_window)
+
+
+HYBRID_MUTANTS: tuple[Mutant, ...] = (
+    mutant(
+        "mamba-split-smallest-block-size",
+        "vllm/mamba_split.py",
+        "        return MambaSplit(group.block_size, ",
+        "        return MambaSplit(min(g.block_size for g in config.kv_cache_groups), ",
+        "vLLM #55600 and #54076: the Mamba-aligned split cuts chunk ends at the smallest "
+        "group's block size, not Mamba's own: a chunk ends between two Mamba states, and "
+        "the state block holds the state after the wrong number of tokens.",
+        {"MAMBA-SPLIT", "GREEDY-BUDGET"},
+        configs=mamba_align,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "mamba-split-rounds-to-zero",
+        "vllm/mamba_split.py",
+        "        if aligned_end > num_computed_tokens or block_size <= max_prefill_tokens:\n",
+        "        if True:\n",
+        "vLLM #40707 and #45414: a chunk is always cut down to a Mamba block boundary, so "
+        "with a block wider than any step it rounds to 0 tokens and the request never "
+        "advances: the scheduler stalls.",
+        {"RUNNING-SERVED", "GREEDY-BUDGET", "PROGRESS", "DRAIN", "NO-EMPTY-STEP"},
+        configs=mamba_wide_block,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "hit-one-round",
+        "vllm/kv_cache_coordinator.py",
+        "            if length >= hit_length:\n"
+        "                break\n"
+        "            hit_length = length\n",
+        "            hit_length = length\n            break\n",
+        "vLLM #46453: the groups' hits are reconciled in one round, not to a fixed point: a "
+        "group that accepted a longer length is not asked again after a later group cut "
+        "it, and its blocks disagree with the hit.",
+        {"HYBRID-HIT", "WINDOW-FREED"},
+        configs=window_and_mamba,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "one-phase-allocation",
+        "vllm/kv_cache_coordinator.py",
+        "        self.allocate_new_computed_blocks(rid, hits, total_computed)\n"
+        "        new_blocks = self.allocate_new_blocks(rid, num_slots, num_main)\n",
+        "        allocated = any(rid in m.num_cached_block for m in self.managers)\n"
+        "        per_group = []\n"
+        "        for gid, m in enumerate(self.managers):\n"
+        "            if not allocated:\n"
+        "                m.add_local_computed_blocks(rid, hits[gid], total_computed)\n"
+        "            per_group.append(m.allocate_new_blocks(rid, num_slots, num_main))\n"
+        "        new_blocks = tuple(per_group)\n",
+        "vLLM #33775: each group takes its hit blocks and then its new blocks before the next "
+        "group takes its hits, so one group's new block can be another group's free hit, "
+        "evicted before it is touched.",
+        {"HYBRID-TABLES", "HYBRID-HIT", "CONSERVATION", CRASH},
+        configs=window_and_mamba,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "window-frees-computed-tokens",
+        "vllm/kv_cache_coordinator.py",
+        "        self.remove_skipped_blocks(rid, max(0, total_computed - num_in_flight_tokens))\n",
+        "        self.remove_skipped_blocks(rid, total_computed)\n",
+        "Windows free blocks on computed tokens rather than processed ones: under async "
+        "scheduling a block the step in flight still reads is freed (and may be reused).",
+        {"WINDOW-FREED"},
+        configs=async_window,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "window-never-frees",
+        "vllm/single_type_kv_cache_manager.py",
+        "        return max(0, num_computed_tokens - self.sliding_window + 1)\n",
+        "        return 0\n",
+        "A sliding-window group keeps every block, as full attention does: blocks no layer "
+        "reads again stay held, and the pool runs short.",
+        {"WINDOW-FREED", "HYBRID-HIT"},
+        configs=window,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "null-block-handed-out",
+        "vllm/hybrid_kv_cache_manager.py",
+        "for b in table if b != null)\n",
+        "for b in table)\n",
+        "A hybrid request's flat table keeps the null block where a group holds nothing (a "
+        "window's skipped prefix, Mamba's states before a hit): the runner is handed the "
+        "null block as a block of KV.",
+        {"NULL-BLOCK", "HYBRID-TABLES"},
+        configs=window_and_mamba,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "null-block-cached",
+        "vllm/single_type_kv_cache_manager.py",
+        "            if table[i] is not self.null_block:\n",
+        "            if True:\n",
+        "The null block between a Mamba group's states is registered in the prefix cache "
+        "like a block of KV.",
+        {"NULL-BLOCK", CRASH},
+        configs=mamba_align,
+        user_configs=hybrid_configs,
+    ),
+)

@@ -1,0 +1,265 @@
+"""The hybrid KV cache invariants both ways (docs/SPEC.md, "Hybrid KV cache groups"): each
+holds on a real transition of the reference over hybrid groups, and fires on the same
+transition corrupted the way a bug would corrupt it; and the scope that keeps the single
+group's table arithmetic off hybrid configs."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from schedspec.spec import State
+from schedspec.spec.invariants import CATALOGUE, ScheduleTransition, ids_for
+from schedspec.spec.kv_groups import (
+    NULL_BLOCK_ID,
+    FullAttentionGroup,
+    KVCacheGroupSpec,
+    MambaGroup,
+    SlidingWindowGroup,
+)
+from tests.invariant_builders import (
+    Case,
+    CaseBuilder,
+    CaseRegistry,
+    Driver,
+    assert_caught,
+    assert_holds,
+    tokens,
+    with_kv,
+    with_output,
+    with_request,
+)
+
+N = NULL_BLOCK_ID
+FULL = FullAttentionGroup(block_size=4)
+WINDOW = SlidingWindowGroup(block_size=4, sliding_window=5)  # frees a block every 4 tokens
+MAMBA = MambaGroup(block_size=4, mamba_cache_mode="align")
+WIDE_MAMBA = MambaGroup(block_size=8, mamba_cache_mode="align")
+
+cases = CaseRegistry()
+
+
+def driver(*groups: KVCacheGroupSpec, **overrides: Any) -> Driver:
+    fields: dict[str, Any] = {
+        "block_size": 4,
+        "num_blocks": 32,
+        "max_model_len": 32,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 8,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "kv_cache_groups": groups,
+    }
+    return Driver(**(fields | overrides))
+
+
+def window_slid() -> ScheduleTransition:
+    """A 16-token prompt in chunks of 8, then its first decode: when the decode is
+    allocated, 16 tokens are processed and the window (5 tokens) reads from token 12 on,
+    so window blocks 0..2 are nulls."""
+    d = driver(FULL, WINDOW)
+    d.add("r", 16, max_tokens=4)
+    d.steps(2)
+    return d.schedule()
+
+
+def with_tables(state: State, rid: str, *tables: tuple[int, ...]) -> State:
+    flat = tuple(b for table in tables for b in table if b != N)
+    return with_request(state, rid, group_block_ids=tables, block_ids=flat)
+
+
+@cases("HYBRID-TABLES")
+def case_block_in_two_groups() -> Case:
+    """vLLM #33775's result: one group's new block is the block another group holds."""
+    state = window_slid().post
+    full, window = state.requests["r"].group_block_ids
+    shared = (*window[:-1], full[0])
+    return Case(
+        "HYBRID-TABLES",
+        state,
+        with_tables(state, "r", full, shared),
+        "a block sits twice among the request's tables",
+        "r",
+        full[0],
+        expected=1,
+        actual=2,
+    )
+
+
+@cases("HYBRID-TABLES")
+def case_flat_ids_out_of_group_order() -> Case:
+    state = window_slid().post
+    request = state.requests["r"]
+    full, window = request.group_block_ids
+    flat = tuple(b for b in window + full if b != N)
+    return Case(
+        "HYBRID-TABLES",
+        state,
+        with_request(state, "r", block_ids=flat),
+        "block_ids are not the tables' non-null blocks in group order",
+        "r",
+        actual=flat,
+    )
+
+
+@cases("NULL-BLOCK")
+def case_null_block_handed_out() -> Case:
+    d = driver(FULL, WINDOW)
+    d.add("a", 8, max_tokens=2)
+    admitted = d.schedule()
+    new = admitted.output.scheduled_new_reqs[0]
+    bad_new = new._replace(block_ids=(*new.block_ids, N))
+    return Case(
+        "NULL-BLOCK",
+        admitted,
+        with_output(admitted, scheduled_new_reqs=(bad_new,)),
+        "the null block handed out to a new request",
+        "a",
+        N,
+        actual=bad_new.block_ids,
+    )
+
+
+@cases("NULL-BLOCK")
+def case_null_block_freed() -> Case:
+    t = window_slid()
+    free = (*t.post.kv.free_block_ids, N)
+    return Case(
+        "NULL-BLOCK",
+        t,
+        dataclasses.replace(t, post=with_kv(t.post, free_block_ids=free)),
+        "the null block freed into the free queue",
+        None,
+        N,
+    )
+
+
+@cases("WINDOW-FREED")
+def case_window_block_kept_past_processing() -> Case:
+    t = window_slid()
+    full, window = t.post.requests["r"].group_block_ids
+    assert window[:3] == (N, N, N) and N not in window[3:]
+    kept = (31, *window[1:])  # block 31: free, never held
+    bad = with_tables(t.post, "r", full, kept)
+    return Case(
+        "WINDOW-FREED",
+        t,
+        dataclasses.replace(t, post=bad),
+        "a block wholly before the window kept past processing",
+        "r",
+        31,
+        expected=N,
+        actual=31,
+    )
+
+
+@cases("WINDOW-FREED")
+def case_window_block_dropped_inside_it() -> Case:
+    t = window_slid()
+    full, window = t.post.requests["r"].group_block_ids
+    dropped = (*window[:3], N, *window[4:])
+    return Case(
+        "WINDOW-FREED",
+        t,
+        dataclasses.replace(t, post=with_tables(t.post, "r", full, dropped)),
+        "a block inside the window dropped",
+        "r",
+        expected="a block",
+        actual=N,
+    )
+
+
+@cases("HYBRID-COVER")
+def case_one_group_not_allocated() -> Case:
+    """All or nothing across groups: the full group got its slots, the window did not."""
+    t = window_slid()
+    full, window = t.post.requests["r"].group_block_ids
+    short = window[:-1]
+    return Case(
+        "HYBRID-COVER",
+        t,
+        dataclasses.replace(t, post=with_tables(t.post, "r", full, short)),
+        "group 1 does not cover 17 tokens",
+        "r",
+        expected=5,
+        actual=4,
+    )
+
+
+def mamba_hit() -> ScheduleTransition:
+    """B shares A's first 8 tokens: after A ran, B hits 8 tokens in both groups (the
+    full group's two blocks, Mamba's state after 8)."""
+    d = driver(FULL, MAMBA)
+    d.add("A", prompt=tokens(1, 10), max_tokens=1)
+    d.steps(2)
+    d.add("B", prompt=(*tokens(1, 8), 50, 51, 52), max_tokens=1)
+    t = d.schedule()
+    assert t.computed_before["B"] == 8
+    return t
+
+
+@cases("HYBRID-HIT")
+def case_hit_not_backed_by_a_group() -> Case:
+    """vLLM #46453: the hit is longer than Mamba's own: its state at the hit's end is
+    another block (the one after 4 tokens would be)."""
+    t = mamba_hit()
+    full, mamba = t.post.requests["B"].group_block_ids
+    other = next(b for b in range(t.post.kv.num_blocks) if b not in t.post.requests["B"].block_ids)
+    wrong = (mamba[0], other, *mamba[2:])
+    return Case(
+        "HYBRID-HIT",
+        t,
+        dataclasses.replace(t, post=with_tables(t.post, "B", full, wrong)),
+        "group 1, index 1: the hit of 8 tokens is not backed",
+        "B",
+        other,
+    )
+
+
+@cases("MAMBA-SPLIT")
+def case_chunk_ends_between_mamba_states() -> Case:
+    """vLLM #55600 and #54076: a chunk cut at the full group's block size (4) ends
+    between two Mamba states (8 tokens apart)."""
+    d = driver(FULL, WIDE_MAMBA, block_size=8, max_num_batched_tokens=12)
+    d.add("r", 20, max_tokens=2)
+    t = d.schedule()
+    assert t.output.num_scheduled_tokens == {"r": 8}  # 12 cut to the boundary at 8
+    return Case(
+        "MAMBA-SPLIT",
+        t,
+        dataclasses.replace(
+            t, output=dataclasses.replace(t.output, num_scheduled_tokens={"r": 12})
+        ),
+        "ends off a Mamba block boundary",
+        "r",
+        expected=8,
+        actual=12,
+    )
+
+
+@pytest.mark.parametrize("build", cases.params())
+def test_hybrid_invariant_holds_on_the_real_transition(build: CaseBuilder) -> None:
+    assert_holds(build())
+
+
+@pytest.mark.parametrize("build", cases.params(bad=True))
+def test_hybrid_invariant_fires_on_the_corrupted_transition(build: CaseBuilder) -> None:
+    assert_caught(build())
+
+
+def test_every_hybrid_invariant_has_a_case() -> None:
+    hybrid = {i for i, info in CATALOGUE.items() if info.groups == "hybrid"}
+    assert hybrid == cases.ids()
+
+
+def test_single_group_invariants_are_not_checked_on_a_hybrid_config() -> None:
+    """KV-COVER reads block_ids at config.block_size, which a hybrid request's flat ids do
+    not follow: a hybrid run checks HYBRID-COVER instead, and a single-group run only
+    KV-COVER."""
+    single = ids_for("schedule", "vllm-v1")
+    hybrid = ids_for("schedule", "vllm-v1", hybrid=True)
+    assert "KV-COVER" in single and "KV-COVER" not in hybrid
+    assert "HYBRID-COVER" in hybrid and "HYBRID-COVER" not in single
+    assert "BUDGET" in single and "BUDGET" in hybrid
