@@ -158,9 +158,8 @@ class VllmEngine:
     # instance narrows it to safety where they do not: __init__).
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
     # Every knob of the vLLM family: drafts (n-gram and EAGLE), async scheduling, the KV
-    # connector, both releases' knobs.
-    # Hybrid KV cache groups: not built into vLLM's KVCacheConfig yet (NOTES-issue-34.md).
-    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES - {Capability.HYBRID_KV}
+    # connector, both releases' knobs, hybrid KV cache groups (adapters/vllm/kv_groups.py).
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
