@@ -176,11 +176,13 @@ MIXES: list[tuple[KVCacheGroupSpec, ...]] = [
 SUBSETS = CACHED[1:6]
 
 
-def vllm_reconciled_hit(
-    mix: tuple[KVCacheGroupSpec, ...], cached: tuple[tuple[int, ...], ...], max_length: int
-) -> tuple[int, list[list[bool]]]:
+def vllm_coordinator(mix: tuple[KVCacheGroupSpec, ...]) -> Any:
+    """vLLM's own coordinator over the mix (built by get_kv_cache_coordinator from a
+    KVCacheConfig, no weights), 64 blocks, prefix caching on."""
     specs = [
-        _specs.FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float16)
+        _specs.FullAttentionSpec(
+            block_size=group.block_size, num_kv_heads=1, head_size=8, dtype=torch.float16
+        )
         if isinstance(group, FullAttentionGroup)
         else vllm_spec(group)
         for group in mix
@@ -190,10 +192,16 @@ def vllm_reconciled_hit(
         kv_cache_tensors=[],
         kv_cache_groups=[_specs.KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)],
     )
-    coordinator_module = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
-    theirs = coordinator_module.get_kv_cache_coordinator(
-        config, 64, 64, False, True, False, 1, 1, BLOCK, BLOCK
-    )
+    # The scheduler's block (their lcm), and the one vLLM hashes at (their gcd).
+    size, hashed = max(g.block_size for g in mix), min(g.block_size for g in mix)
+    module = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
+    return module.get_kv_cache_coordinator(config, 64, 64, False, True, False, 1, 1, size, hashed)
+
+
+def vllm_reconciled_hit(
+    mix: tuple[KVCacheGroupSpec, ...], cached: tuple[tuple[int, ...], ...], max_length: int
+) -> tuple[int, list[list[bool]]]:
+    theirs = vllm_coordinator(mix)
     hashes = [_utils.BlockHash(bytes([i + 1]) * 32) for i in range(NUM_HASHES)]
     pool = theirs.block_pool
     for gid, indices in enumerate(cached):
@@ -229,26 +237,6 @@ NEGATIVE_MIXES: list[tuple[KVCacheGroupSpec, ...]] = [
         MambaGroup(block_size=2 * BLOCK, mamba_cache_mode="align"),
     ),
 ]
-
-
-def vllm_coordinator(mix: tuple[KVCacheGroupSpec, ...]) -> Any:
-    specs = [
-        _specs.FullAttentionSpec(
-            block_size=group.block_size, num_kv_heads=1, head_size=8, dtype=torch.float16
-        )
-        if isinstance(group, FullAttentionGroup)
-        else vllm_spec(group)
-        for group in mix
-    ]
-    config = _specs.KVCacheConfig(
-        num_blocks=64,
-        kv_cache_tensors=[],
-        kv_cache_groups=[_specs.KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)],
-    )
-    # The scheduler's block (their lcm), and the one vLLM hashes at (their gcd).
-    size, hashed = max(g.block_size for g in mix), min(g.block_size for g in mix)
-    module = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
-    return module.get_kv_cache_coordinator(config, 64, 64, False, True, False, 1, 1, size, hashed)
 
 
 @pytest.mark.parametrize("mix", NEGATIVE_MIXES, ids=lambda m: "+".join(g.kind for g in m))

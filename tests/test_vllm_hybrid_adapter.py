@@ -20,7 +20,7 @@ from schedspec.adapters.vllm.kv_groups import (
     spec_block_id,
 )
 from schedspec.adapters.vllm.output import spec_block_ids
-from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, extend_block_hashes
+from schedspec.spec import Request, SchedulerConfig, extend_block_hashes
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
     ChunkedLocalGroup,
@@ -163,14 +163,9 @@ def _engine(config: SchedulerConfig) -> Any:
 
 def _step(engine: Any, sampled: int = 7) -> None:
     """One step; every request whose step reached its known tokens samples `sampled`."""
-    output = engine.schedule()
-    state = engine.snapshot()
-    tokens = {
-        rid: [sampled]
-        for rid in output.num_scheduled_tokens
-        if state.requests[rid].num_computed_tokens >= state.requests[rid].num_tokens
-    }
-    engine.update_from_output(output, ModelRunnerOutput(sampled_token_ids=tokens))
+    from tests.test_vllm_adapter import finish_step  # it needs vLLM to import
+
+    finish_step(engine, engine.schedule(), sampled)
 
 
 @needs_vllm
