@@ -11,6 +11,7 @@ less than wall time). The numbers are for reading, never for asserting.
     .venv/bin/python benchmarks/bench_corners.py              # seeds 1-10
     .venv/bin/python benchmarks/bench_corners.py --seeds 20 --first-seed 100
     .venv/bin/python benchmarks/bench_corners.py --profile sglang
+    .venv/bin/python benchmarks/bench_corners.py --hybrid   # engine_configs:hybrid_configs
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 
 from schedspec.adapters.reference import reference_engine
 from schedspec.properties.corners import corners_for
+from schedspec.properties.strategies.engine_configs import hybrid_configs
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.spec.invariants import Profile
 
@@ -36,10 +38,11 @@ class SeedRun:
     passed: bool
 
 
-def run_seed(seed: int, profile: Profile) -> SeedRun:
+def run_seed(seed: int, profile: Profile, hybrid: bool = False) -> SeedRun:
     settings = dataclasses.replace(SuiteSettings.quick(), seed=seed, shrink=False)
     started = time.process_time()
-    result = run_suite(reference_engine, profile, settings)
+    strategy = hybrid_configs() if hybrid else None
+    result = run_suite(reference_engine, profile, settings, strategy)
     cpu = time.process_time() - started
     return SeedRun(seed, dict(result.stats.corners), result.stats.steps, cpu, result.passed)
 
@@ -77,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", choices=("vllm-v1", "sglang"), default="vllm-v1", help="the family profile"
     )
+    parser.add_argument(
+        "--hybrid",
+        action="store_true",
+        help="draw hybrid KV cache groups too (engine_configs:hybrid_configs, vllm-v1)",
+    )
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
@@ -88,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     profile: Profile = args.profile
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    runs = [run_seed(seed, profile) for seed in seeds]
+    runs = [run_seed(seed, profile, args.hybrid) for seed in seeds]
     for line in corner_grid(runs, profile):
         print(line)
     return 0

@@ -7,13 +7,17 @@ import dataclasses
 from collections import Counter
 from collections.abc import Callable
 
+import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedspec.properties.corners import CORNER_NAMES
+from schedspec.properties.strategies import hybrid_regimes
 from schedspec.properties.strategies.actions import URGENT, decode_request_draw
 from schedspec.properties.strategies.configs import configs, sglang_configs
 from schedspec.properties.strategies.regimes import (
     CONNECTOR_REGIMES,
+    HYBRID_REGIMES,
     LONG_MAX_MODEL_LEN,
     MOST_SEATS,
     PLAIN_WEIGHT,
@@ -36,6 +40,7 @@ from schedspec.properties.strategies.regimes import (
     tight_cache,
 )
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.kv_groups import MambaGroup
 from tests.sched_helpers import make_config
 
 # A plain draw far from every corner: fcfs, one seat, a roomy cache, big budget, no cap.
@@ -305,3 +310,55 @@ def test_sglang_configs_spend_their_share_in_the_regimes() -> None:
     # (a third of 4 of 8): two thirds.
     share = counts["radix"] / sum(counts.values())
     assert 0.5 < share < 0.8, counts
+
+
+@settings(max_examples=200, deadline=None)
+@given(config=configs())
+def test_every_hybrid_regime_narrows_any_drawn_config_to_a_legal_one(
+    config: SchedulerConfig,
+) -> None:
+    # SchedulerConfig validates in __post_init__: a pool below what one max_model_len
+    # request holds over the groups, or a block size other than their lcm, raises.
+    for regime in HYBRID_REGIMES:
+        narrowed = regime.narrow(config)
+        assert narrowed.kv_cache_groups and not narrowed.kv_connector
+        assert narrowed.max_model_len == config.max_model_len
+        assert narrowed.async_scheduling == config.async_scheduling
+        assert regime.corner in CORNER_NAMES
+
+
+def test_hybrid_configs_are_hybrid_in_half_their_draws() -> None:
+    counts: Counter[bool] = Counter()
+
+    @settings(max_examples=600, deadline=None, database=None)
+    @given(config=configs(hybrid=True))
+    def draw(config: SchedulerConfig) -> None:
+        counts[bool(config.kv_cache_groups)] += 1
+
+    draw()
+    assert sum(r.weight for r in HYBRID_REGIMES) == PLAIN_WEIGHT + sum(r.weight for r in REGIMES)
+    assert 0.35 < counts[True] / sum(counts.values()) < 0.65, counts
+
+
+def test_mamba_wide_block_worked_example() -> None:
+    """A Mamba block wider than the step's budget: #40707's corner."""
+    narrowed = hybrid_regimes.mamba_wide_block(ROOMY)
+    mamba = narrowed.kv_cache_groups[1]
+    assert isinstance(mamba, MambaGroup) and mamba.mamba_cache_mode == "align"
+    assert mamba.block_size > narrowed.max_num_batched_tokens
+    assert narrowed.enable_chunked_prefill and narrowed.long_prefill_token_threshold == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(config=configs())
+def test_configs_without_hybrid_draw_no_groups(config: SchedulerConfig) -> None:
+    """The hybrid regimes are drawn only by configs(hybrid=True), as the connector's only
+    by configs(kv_connector=True): configs() keeps its regime list and its draws."""
+    assert config.kv_cache_groups == ()
+
+
+@settings(max_examples=1, deadline=None, database=None)
+@given(data=st.data())
+def test_a_connector_and_hybrid_groups_are_not_drawn_together(data: st.DataObject) -> None:
+    with pytest.raises(ValueError, match="together"):
+        data.draw(configs(kv_connector=True, hybrid=True))

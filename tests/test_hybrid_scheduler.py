@@ -14,7 +14,7 @@ from schedspec.reference.vllm.hybrid_kv_cache_manager import (
     make_kv_cache_manager,
 )
 from schedspec.reference.vllm.mamba_split import MambaSplit
-from schedspec.spec import ModelRunnerOutput, RequestStatus
+from schedspec.spec import ModelRunnerOutput, RequestStatus, SchedulerOutput
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
     KVCacheGroupSpec,
@@ -140,3 +140,50 @@ def test_preempting_a_hybrid_request_frees_every_group() -> None:
     victim = scheduler.snapshot().requests["b"]
     assert victim.status is RequestStatus.PREEMPTED
     assert victim.block_ids == () and victim.group_block_ids == ((), (), ())
+
+
+@pytest.mark.parametrize(("async_scheduling", "held"), [(False, 2), (True, 3)])
+def test_an_aligned_mamba_group_holds_one_state_more_under_async_scheduling(
+    async_scheduling: bool, held: int
+) -> None:
+    """A lone request in chunks of one block: synchronously it holds its running state
+    and the one it copied from; under async scheduling also the state of the step in
+    flight, whose tokens are not processed yet (blocks_for_one_request counts it)."""
+    scheduler = hybrid_scheduler(
+        FULL, MAMBA, max_num_batched_tokens=4, async_scheduling=async_scheduling
+    )
+    add(scheduler, "r", 29, max_tokens=4)
+    in_flight: list[tuple[SchedulerOutput, set[str]]] = []
+    most = 0
+    for _ in range(12):
+        output = scheduler.schedule()
+        chunks = {r for r in output.num_scheduled_tokens if scheduler.requests[r].is_prefill_chunk}
+        in_flight.append((output, chunks))
+        state = scheduler.snapshot().requests.get("r")
+        if state is not None:
+            most = max(most, sum(1 for b in state.group_block_ids[1] if b != N))
+        if len(in_flight) > int(async_scheduling):
+            landed, chunked = in_flight.pop(0)
+            sampled = {r: [7] for r in landed.num_scheduled_tokens if r not in chunked}
+            scheduler.update_from_output(landed, ModelRunnerOutput(sampled_token_ids=sampled))
+    assert most == held
+
+
+def test_an_admission_takes_every_groups_hit_through_the_scheduler() -> None:
+    """The flat hit list is split back into groups by the hit length: B shares A's first
+    8 tokens, and hits them in full attention (blocks 0 and 1) and in the window (its
+    last block before the hit, 4..7; the block of 0..3 is a null)."""
+    scheduler = hybrid_scheduler(
+        FULL, SHORT_WINDOW, enable_prefix_caching=True, max_num_batched_tokens=16
+    )
+    add(scheduler, "a", 12, max_tokens=1)
+    step(scheduler)
+    a = scheduler.snapshot()  # a finished: its blocks are free and cached
+    assert "a" not in a.requests
+    add(scheduler, "b", 12, max_tokens=1)  # the same first token ids as a's: 1000, ...
+    output = scheduler.schedule()
+    (new,) = output.scheduled_new_reqs
+    assert new.num_computed_tokens == 8
+    full, window = scheduler.snapshot().requests["b"].group_block_ids
+    assert N not in full[:2] and window[0] == N and window[1] != N
+    assert new.block_ids == tuple(b for b in full + window if b != N)

@@ -19,6 +19,7 @@ from tests import (
     test_invariants_cache_aware,
     test_invariants_completeness,
     test_invariants_families,
+    test_invariants_hybrid,
     test_invariants_pipeline,
     test_invariants_policy,
     test_invariants_sglang_lifecycle,
@@ -371,6 +372,7 @@ def test_every_catalogue_id_has_a_bad_case() -> None:
         | test_invariants_cache_aware.cases.ids()
         | test_invariants_sglang_lifecycle.cases.ids()
         | test_connector.cases.ids()
+        | test_invariants_hybrid.cases.ids()
     )
     missing = sorted(set(CATALOGUE) - covered)
     assert not missing, f"invariants with no bad-state case: {missing}"
@@ -388,6 +390,7 @@ def test_each_case_exercises_the_invariant_it_is_registered_under() -> None:
         test_invariants_cache_aware.cases,
         test_invariants_sglang_lifecycle.cases,
         test_connector.cases,
+        test_invariants_hybrid.cases,
     )
     for registry in registries:
         for invariant_id, build in registry.builders:

@@ -138,6 +138,15 @@ def test_a_mamba_group_in_mode_none_is_bounded_like_attention_over_its_blocks() 
     assert blocks_for_one_request((MambaGroup(block_size=128),), 128) == 1
 
 
+def test_under_async_scheduling_an_aligned_mamba_group_holds_one_state_more() -> None:
+    """States retire on processed tokens: when step n+1's state block is allocated, step
+    n's tokens are in flight, so its state and the one it copied from are both held
+    (the reference measured it: tests/test_hybrid_scheduler.py)."""
+    groups = (FULL_16, MAMBA_16)
+    assert blocks_for_one_request(groups, 128) == 8 + 2 + 1
+    assert blocks_for_one_request(groups, 128, async_scheduling=True) == 8 + 3 + 1
+
+
 def test_a_hybrid_trace_round_trips_through_json() -> None:
     groups = (
         FULL_16,

@@ -279,7 +279,9 @@ class SchedulerConfig:
                 f"({self.max_model_len}) so that any admissible request fits an empty cache",
             )
         if self.kv_cache_groups:
-            held = blocks_for_one_request(self.kv_cache_groups, self.max_model_len)
+            held = blocks_for_one_request(
+                self.kv_cache_groups, self.max_model_len, self.async_scheduling
+            )
             if self.num_blocks < held:
                 raise ConfigError(
                     "num_blocks",
@@ -366,7 +368,9 @@ def smallest_pool(config: SchedulerConfig, kv_connector: bool | None = None) -> 
     vLLM reserves against it."""
     size = config.block_size
     whole = blocks_for_one_request(
-        config.kv_cache_groups or (FullAttentionGroup(block_size=size),), config.max_model_len
+        config.kv_cache_groups or (FullAttentionGroup(block_size=size),),
+        config.max_model_len,
+        config.async_scheduling,
     )
     connector = config.kv_connector if kv_connector is None else kv_connector
     if not (connector and config.num_speculative_tokens):

@@ -124,7 +124,9 @@ def scheduler_block_size(groups: tuple[KVCacheGroupSpec, ...]) -> int:
     return math.lcm(*(g.block_size for g in groups))
 
 
-def blocks_for_one_request(groups: tuple[KVCacheGroupSpec, ...], max_model_len: int) -> int:
+def blocks_for_one_request(
+    groups: tuple[KVCacheGroupSpec, ...], max_model_len: int, async_scheduling: bool = False
+) -> int:
     """Blocks of the shared pool that one request of max_model_len tokens may hold at once,
     summed over the groups: a bound the pool must meet so that any admissible request
     fits an empty cache.
@@ -133,6 +135,10 @@ def blocks_for_one_request(groups: tuple[KVCacheGroupSpec, ...], max_model_len: 
     once processed, and a whole-prompt step holds them all before any is processed.
     A Mamba group holds its running state and its draft scratch states, plus in align
     mode the previous state it copies from (vLLM 0.34.0 MambaSpec.max_memory_usage_bytes).
+    Under async scheduling one state more: states are retired on processed tokens, and
+    when the next step's state block is allocated the previous step's tokens are still
+    in flight, so its state and the one it copied from are both held (vLLM 0.34.0's
+    MambaSpec counts 2 + num_speculative_blocks either way: NOTES-issue-34.md).
     In mode "none" it follows the attention rule over its blocks, so a whole-prompt step
     holds a block per block_size tokens: one when block_size is max_model_len, vLLM's
     default for that mode (model_executor/models/config.py).
@@ -140,7 +146,7 @@ def blocks_for_one_request(groups: tuple[KVCacheGroupSpec, ...], max_model_len: 
     total = 0
     for group in groups:
         if isinstance(group, MambaGroup) and group.mamba_cache_mode == "align":
-            total += 2 + group.num_speculative_blocks
+            total += 2 + int(async_scheduling) + group.num_speculative_blocks
         elif isinstance(group, MambaGroup):
             total += -(-max_model_len // group.block_size) + group.num_speculative_blocks
         else:

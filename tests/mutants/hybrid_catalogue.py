@@ -79,6 +79,19 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         user_configs=hybrid_configs,
     ),
     mutant(
+        "hit-one-block-short",
+        "vllm/kv_cache_coordinator.py",
+        "        return self.find_longest_cache_hit(request, request.num_tokens - 1)\n",
+        "        return self.find_longest_cache_hit(\n"
+        "            request, max(request.num_tokens - 1 - self.scheduler_block_size, 0)\n"
+        "        )\n",
+        "The reconciled hit is looked up one scheduler block short of the most it may cover: "
+        "every admission recomputes a block it had cached.",
+        {"HYBRID-HIT-LONGEST"},
+        configs=window_and_mamba,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
         "one-phase-allocation",
         "vllm/kv_cache_coordinator.py",
         "        self.allocate_new_computed_blocks(rid, hits, total_computed)\n"
@@ -116,6 +129,18 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         "A sliding-window group keeps every block, as full attention does: blocks no layer "
         "reads again stay held, and the pool runs short.",
         {"WINDOW-FREED", "HYBRID-HIT"},
+        configs=window,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "free-groups-in-reverse",
+        "vllm/kv_cache_coordinator.py",
+        "        for manager in self.managers:\n            manager.free(request.request_id)\n",
+        "        for manager in reversed(self.managers):\n"
+        "            manager.free(request.request_id)\n",
+        "A finished request's groups are freed last group first: the free queue's order, "
+        "and so which cached blocks are evicted first, differs from vLLM's.",
+        {"FREE-ORDER", "FREE-ORDER-ABORT"},
         configs=window,
         user_configs=hybrid_configs,
     ),

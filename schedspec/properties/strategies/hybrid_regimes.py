@@ -37,7 +37,7 @@ def _with_groups(
     """The drawn config with these groups: their lcm as the block size, a pool of the
     tightest legal size or up to two blocks more, no KV connector (not modelled with
     groups), no cache-aware reorder (its depth is the single group's, NOTES-issue-34.md)."""
-    held = blocks_for_one_request(groups, config.max_model_len)
+    held = blocks_for_one_request(groups, config.max_model_len, config.async_scheduling)
     size = scheduler_block_size(groups)
     pool = max(held + config.num_blocks % 3, -(-config.max_model_len // size))
     return dataclasses.replace(
@@ -86,21 +86,22 @@ def mamba_align(config: SchedulerConfig) -> SchedulerConfig:
 
 
 def mamba_wide_block(config: SchedulerConfig) -> SchedulerConfig:
-    """A Mamba block wider than any step's prefill (a budget of at most half a block):
-    chunks advance by part of a block rather than round down to nothing (vLLM #40707,
-    #45414)."""
+    """A Mamba block one token wider than the step's budget (at most two blocks of full
+    attention, or the padded 1 + K), so no step covers one: chunks advance by part of a
+    block rather than round down to nothing (vLLM #40707, #45414)."""
     b = _base(config)
     seats = min(config.max_num_seqs, 2 * b)
+    budget = max(seats, 2 * b)
+    if config.pad_spec_decode:
+        budget = max(budget, 1 + config.num_speculative_tokens)
     narrowed = dataclasses.replace(
         _chunked(config),
         max_num_seqs=seats,
-        max_num_batched_tokens=max(seats, 2 * b, 1 + config.num_speculative_tokens)
-        if config.pad_spec_decode
-        else max(seats, 2 * b),
+        max_num_batched_tokens=budget,
         long_prefill_token_threshold=0,
     )
     mamba = MambaGroup(
-        block_size=4 * b + 1 if narrowed.max_num_batched_tokens >= 4 * b else 4 * b,
+        block_size=budget + 1,
         mamba_cache_mode="align",
         num_speculative_blocks=config.num_speculative_tokens,
     )

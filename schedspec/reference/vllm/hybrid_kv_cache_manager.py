@@ -15,8 +15,12 @@ from collections.abc import Sequence
 from schedspec.reference.sizing import cdiv
 from schedspec.reference.vllm.free_block_queue import KVCacheBlock
 from schedspec.reference.vllm.kv_cache_coordinator import GroupBlocks, HybridKVCacheCoordinator
-from schedspec.reference.vllm.kv_cache_manager import KVCacheManager, admission_watermark
-from schedspec.spec import KVState, Request, SchedulerConfig
+from schedspec.reference.vllm.kv_cache_manager import (
+    KVCacheManager,
+    KVCacheManagerBase,
+    admission_watermark,
+)
+from schedspec.spec import Request, SchedulerConfig
 
 
 def make_kv_cache_manager(config: SchedulerConfig) -> KVCacheManager | HybridKVCacheManager:
@@ -24,15 +28,10 @@ def make_kv_cache_manager(config: SchedulerConfig) -> KVCacheManager | HybridKVC
     return HybridKVCacheManager(config) if config.kv_cache_groups else KVCacheManager(config)
 
 
-class HybridKVCacheManager:
+class HybridKVCacheManager(KVCacheManagerBase):
     def __init__(self, config: SchedulerConfig) -> None:
         self.coordinator = HybridKVCacheCoordinator(config)
-        self.block_pool = self.coordinator.block_pool
-        self.block_size = config.block_size
-        self.enable_caching = config.enable_prefix_caching
-        self.watermark_blocks = config.watermark_blocks
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
+        super().__init__(config, self.coordinator.block_pool)
 
     def hash_prompt(self, request: Request) -> None:
         """Hash a new request's full prompt blocks in every group, off the scheduling path."""
@@ -59,15 +58,6 @@ class HybridKVCacheManager:
             start = end
         assert start == len(blocks), "hit blocks do not match the hit length"
         return tuple(groups)
-
-    @property
-    def usage(self) -> float:
-        return self.block_pool.get_usage()
-
-    def record_prefix_cache_lookup(self, request: Request, num_hit_tokens: int) -> None:
-        if self.enable_caching:
-            self.prefix_cache_queries += request.num_tokens
-            self.prefix_cache_hits += num_hit_tokens
 
     def allocate_slots(
         self,
@@ -130,6 +120,3 @@ class HybridKVCacheManager:
         """The Mamba state copies owed by this step go to the worker with its output; the
         reference runs no worker, so they are dropped once the step is scheduled."""
         self.coordinator.take_state_copies()
-
-    def snapshot(self) -> KVState:
-        return self.block_pool.snapshot()

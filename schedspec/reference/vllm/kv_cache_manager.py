@@ -38,25 +38,50 @@ def admission_watermark(request: Request, has_running_requests: bool, watermark_
     return 0
 
 
-class KVCacheManager:
-    def __init__(self, config: SchedulerConfig) -> None:
-        if config.kv_cache_groups:
-            # HybridKVCacheManager serves those (make_kv_cache_manager picks it).
-            raise ValueError("KVCacheManager serves the single group: no kv_cache_groups")
+class KVCacheManagerBase:
+    """What the scheduler reads of any KV cache manager, single group or hybrid: the pool,
+    its usage and snapshot, and the prefix-cache statistics over admissions."""
+
+    def __init__(self, config: SchedulerConfig, block_pool: BlockPool) -> None:
         self.block_size = config.block_size
         self.max_model_len = config.max_model_len
         self.enable_caching = config.enable_prefix_caching
         self.watermark_blocks = config.watermark_blocks
-        self.block_pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
+        self.block_pool = block_pool
+        # Prefix-cache statistics over admissions: tokens looked up and tokens hit.
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    @property
+    def usage(self) -> float:
+        """The fraction of blocks held by some request (free cached blocks count as free).
+
+        vLLM 0.34.0's BlockPool.get_usage divides by its blocks less the null block,
+        which is num_blocks here; the same expression, so a threshold compares alike.
+        """
+        return self.block_pool.get_usage()
+
+    def record_prefix_cache_lookup(self, request: Request, num_hit_tokens: int) -> None:
+        if self.enable_caching:
+            self.prefix_cache_queries += request.num_tokens
+            self.prefix_cache_hits += num_hit_tokens
+
+    def snapshot(self) -> KVState:
+        return self.block_pool.snapshot()
+
+
+class KVCacheManager(KVCacheManagerBase):
+    def __init__(self, config: SchedulerConfig) -> None:
+        if config.kv_cache_groups:
+            # HybridKVCacheManager serves those (make_kv_cache_manager picks it).
+            raise ValueError("KVCacheManager serves the single group: no kv_cache_groups")
+        super().__init__(config, BlockPool(config.num_blocks, config.enable_prefix_caching))
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # How many leading blocks of each table are registered in the prefix cache.
         self.num_cached_block: dict[str, int] = {}
         # Chained hashes of each live request's full blocks, grown as tokens arrive;
         # kept across preemption (the tokens stay), dropped when the request ends.
         self._block_hashes: dict[str, list[BlockHash]] = {}
-        # Prefix-cache statistics over admissions: tokens looked up and tokens hit.
-        self.prefix_cache_queries = 0
-        self.prefix_cache_hits = 0
 
     def block_hashes(self, request: Request) -> list[BlockHash]:
         hashes = self._block_hashes.setdefault(request.request_id, [])
@@ -93,20 +118,6 @@ class KVCacheManager:
     def _longest_cache_hit(self, request: Request) -> list[KVCacheBlock]:
         max_hit_blocks = max_prefix_hit_blocks(request.num_tokens, self.block_size)
         return self.block_pool.longest_cached_prefix(self.block_hashes(request), max_hit_blocks)
-
-    @property
-    def usage(self) -> float:
-        """The fraction of blocks held by some request (free cached blocks count as free).
-
-        vLLM 0.34.0's BlockPool.get_usage divides by its blocks less the null block,
-        which is num_blocks here; the same expression, so a threshold compares alike.
-        """
-        return self.block_pool.get_usage()
-
-    def record_prefix_cache_lookup(self, request: Request, num_hit_tokens: int) -> None:
-        if self.enable_caching:
-            self.prefix_cache_queries += request.num_tokens
-            self.prefix_cache_hits += num_hit_tokens
 
     def allocate_slots(
         self,
@@ -230,6 +241,3 @@ class KVCacheManager:
         self.block_pool.free_blocks(reversed(blocks))
         if request.is_finished:
             self._block_hashes.pop(rid, None)
-
-    def snapshot(self) -> KVState:
-        return self.block_pool.snapshot()

@@ -130,6 +130,13 @@ def _null(where: str, request_id: str | None, ids: tuple[int, ...]) -> Violation
     )
 
 
+def _scheduled(t: ScheduleTransition) -> list[RequestState]:
+    """The requests the step scheduled that are live after it, with a table per group."""
+    groups = len(t.post.config.kv_cache_groups)
+    scheduled = (t.post.requests.get(rid) for rid in t.output.num_scheduled_tokens)
+    return [r for r in scheduled if r is not None and len(r.group_block_ids) == groups]
+
+
 def _windowed(group: KVCacheGroupSpec) -> bool:
     return isinstance(group, SlidingWindowGroup | ChunkedLocalGroup)
 
@@ -148,10 +155,8 @@ def _windowed(group: KVCacheGroupSpec) -> bool:
 def check_window_freed(t: ScheduleTransition) -> list[Violation]:
     groups = t.post.config.kv_cache_groups
     out: list[Violation] = []
-    for rid in t.output.num_scheduled_tokens:
-        post = t.post.requests.get(rid)
-        if post is None or len(post.group_block_ids) != len(groups):
-            continue
+    for post in _scheduled(t):
+        rid = post.request_id
         processed = post.num_computed_tokens - post.num_in_flight_tokens
         for gid, group in enumerate(groups):
             if not _windowed(group):
@@ -195,10 +200,8 @@ def check_window_freed(t: ScheduleTransition) -> list[Violation]:
 def check_hybrid_cover(t: ScheduleTransition) -> list[Violation]:
     groups = t.post.config.kv_cache_groups
     out: list[Violation] = []
-    for rid in t.output.num_scheduled_tokens:
-        post = t.post.requests.get(rid)
-        if post is None or len(post.group_block_ids) != len(groups):
-            continue
+    for post in _scheduled(t):
+        rid = post.request_id
         for gid, group in enumerate(groups):
             table = post.group_block_ids[gid]
             needed = _cdiv(post.num_computed_tokens, group.block_size)

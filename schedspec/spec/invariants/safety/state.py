@@ -13,8 +13,9 @@ from schedspec.spec.invariants.registry import (
     or_absent,
     still_live,
 )
+from schedspec.spec.kv_groups import NULL_BLOCK_ID
 from schedspec.spec.request import RequestStatus
-from schedspec.spec.state import State
+from schedspec.spec.state import RequestState, State
 
 _WAITING_STATUSES = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
@@ -153,19 +154,21 @@ def _diagnose_conservation(state: State) -> list[Violation]:
     "state",
     "safety",
     "A block held by two live requests is a full block registered in the prefix cache, at "
-    "the same position of each table; any other block has one writer.",
-    groups="single",
+    "the same position of each table (of the same group, with kv_cache_groups); any other "
+    "block has one writer.",
 )
 def check_exclusive(state: State) -> list[Violation]:
-    bs = state.config.block_size
-    positions: dict[int, list[tuple[str, int]]] = {}
+    # A place is the index in the table, or (group, index) with kv_cache_groups; a block
+    # at index i of a table of block size b is full once a request has (i + 1) * b tokens.
+    places_of: dict[int, list[tuple[str, Place, int]]] = {}
     for rid, request in state.requests.items():
-        for index, block in enumerate(request.block_ids):
-            positions.setdefault(block, []).append((rid, index))
+        for place, block, end in _table_places(state, request):
+            places_of.setdefault(block, []).append((rid, place, end))
     out: list[Violation] = []
-    for block, places in positions.items():
-        if len(places) < 2 or not 0 <= block < len(state.kv.block_hashes):
+    for block, held in places_of.items():
+        if len(held) < 2 or not 0 <= block < len(state.kv.block_hashes):
             continue  # CONSERVATION reports ids out of range
+        places = [(rid, place) for rid, place, _ in held]
         if state.kv.block_hashes[block] is None:
             out.append(
                 Violation(
@@ -177,7 +180,7 @@ def check_exclusive(state: State) -> list[Violation]:
                     actual="no hash",
                 )
             )
-        if len({index for _, index in places}) != 1:
+        if len({place for _, place in places}) != 1:
             out.append(
                 Violation(
                     "EXCLUSIVE",
@@ -185,22 +188,44 @@ def check_exclusive(state: State) -> list[Violation]:
                     None,
                     block,
                     expected="one position",
-                    actual=sorted({index for _, index in places}),
+                    actual=sorted({place for _, place in places}, key=_place_order),
                 )
             )
-        for rid, index in places:
-            if (index + 1) * bs > state.requests[rid].num_tokens:
+        for rid, place, end in held:
+            if end > state.requests[rid].num_tokens:
                 out.append(
                     Violation(
                         "EXCLUSIVE",
-                        f"shared block is not full at index {index}",
+                        f"shared block is not full at index {place}",
                         rid,
                         block,
-                        expected=f">= {(index + 1) * bs} tokens",
+                        expected=f">= {end} tokens",
                         actual=state.requests[rid].num_tokens,
                     )
                 )
     return out
+
+
+# Where a request holds a block: its index in the table, or (group, index).
+Place = int | tuple[int, int]
+
+
+def _place_order(place: Place) -> tuple[int, ...]:
+    return place if isinstance(place, tuple) else (place,)
+
+
+def _table_places(state: State, request: RequestState) -> list[tuple[Place, int, int]]:
+    """(place, block, tokens that fill it) for each block a request holds."""
+    groups = state.config.kv_cache_groups
+    if not groups:
+        bs = state.config.block_size
+        return [(index, block, (index + 1) * bs) for index, block in enumerate(request.block_ids)]
+    return [
+        ((gid, index), block, (index + 1) * group.block_size)
+        for gid, (group, table) in enumerate(zip(groups, request.group_block_ids, strict=False))
+        for index, block in enumerate(table)
+        if block != NULL_BLOCK_ID
+    ]
 
 
 @invariant(

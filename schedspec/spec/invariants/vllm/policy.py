@@ -19,6 +19,7 @@ from schedspec.spec.invariants.transitions import (
 )
 from schedspec.spec.invariants.vllm.mamba import mamba_cut
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
+from schedspec.spec.kv_groups import NULL_BLOCK_ID
 from schedspec.spec.state import KVState, RequestState, State
 
 
@@ -445,20 +446,30 @@ def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
 
 def expected_free_queue(pre: State, post: State, freed: Sequence[str]) -> list[int]:
     """The free queue after freeing these requests' tables in order, tail block first:
-    blocks nobody holds any more go to the front if uncached, to the back if cached."""
+    blocks nobody holds any more go to the front if uncached, to the back if cached. A
+    hybrid request frees one table per group, in group order (nulls are no one's)."""
     refs = list(pre.kv.ref_counts)
     queue = list(pre.kv.free_block_ids)
     caching = pre.config.enable_prefix_caching
     for rid in freed:
-        front: list[int] = []
-        back: list[int] = []
-        for block in reversed(pre.requests[rid].block_ids):
-            refs[block] -= 1
-            if refs[block] == 0:
-                cached = caching and post.kv.block_hashes[block] is not None
-                (back if cached else front).append(block)
-        queue = front + queue + back
+        for table in _freed_tables(pre.requests[rid]):
+            front: list[int] = []
+            back: list[int] = []
+            for block in reversed(table):
+                refs[block] -= 1
+                if refs[block] == 0:
+                    cached = caching and post.kv.block_hashes[block] is not None
+                    (back if cached else front).append(block)
+            queue = front + queue + back
     return queue
+
+
+def _freed_tables(request: RequestState) -> list[tuple[int, ...]]:
+    """The tables a request frees one by one: its one table, or each group's non-null
+    blocks (vLLM's KVCacheCoordinator.free frees group by group)."""
+    if not request.group_block_ids:
+        return [request.block_ids]
+    return [tuple(b for b in table if b != NULL_BLOCK_ID) for table in request.group_block_ids]
 
 
 def _check_free_order(
@@ -484,8 +495,8 @@ def _check_free_order(
     "update",
     "vllm-v1",
     "A finished request's blocks are freed tail first: uncached ones to the front of the "
-    "free queue (reused first), cached ones to the back (evicted last, LRU).",
-    groups="single",
+    "free queue (reused first), cached ones to the back (evicted last, LRU); a hybrid "
+    "request's group by group, in group order.",
 )
 def check_free_order_update(t: UpdateTransition) -> list[Violation]:
     if connector_frees_unordered(t.pre, t.post):
@@ -516,7 +527,6 @@ def connector_frees_unordered(pre: State, post: State) -> bool:
     "vllm-v1",
     "The same free-queue rule for an abort of one request (vLLM frees a multi-request abort "
     "in set order, which the spec leaves open).",
-    groups="single",
 )
 def check_free_order_abort(t: AbortTransition) -> list[Violation]:
     held = t.post.connector.held if t.post.connector is not None else {}

@@ -1,0 +1,136 @@
+"""The hybrid KV cache corners (properties/hybrid_corners.py), each reached on a worked
+example of the reference and not on a step beside it that misses it; and the spec's
+statements they and the invariants share (spec/kv_groups.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from schedspec.properties.corners import count_schedule
+from schedspec.spec.invariants import ScheduleTransition
+from schedspec.spec.kv_groups import (
+    ChunkedLocalGroup,
+    FullAttentionGroup,
+    KVCacheGroupSpec,
+    MambaGroup,
+    SlidingWindowGroup,
+    group_block_hashes,
+    mamba_aligned_new_tokens,
+    num_skipped_tokens,
+)
+from tests.invariant_builders import Driver, tokens
+
+FULL = FullAttentionGroup(block_size=4)
+WINDOW = SlidingWindowGroup(block_size=4, sliding_window=5)
+MAMBA = MambaGroup(block_size=4, mamba_cache_mode="align")
+
+
+def driver(*groups: KVCacheGroupSpec, **overrides: Any) -> Driver:
+    fields: dict[str, Any] = {
+        "block_size": 4,
+        "num_blocks": 32,
+        "max_model_len": 32,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 8,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "kv_cache_groups": groups,
+    }
+    return Driver(**(fields | overrides))
+
+
+def reached(t: ScheduleTransition) -> set[str]:
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    return set(counts)
+
+
+def test_a_window_frees_a_block() -> None:
+    d = driver(FULL, WINDOW)
+    d.add("r", 16, max_tokens=4)
+    first = d.step()[0]  # tokens 0..7: nothing processed yet
+    assert "window-frees-a-block" not in reached(first)
+    second = d.step()[0]  # 8 processed: the window's block 0 goes
+    assert "window-frees-a-block" in reached(second)
+
+
+def test_a_hit_cut_by_the_lagging_window() -> None:
+    """A ran its 12 tokens in one chunk, so full attention cached blocks 0..2 and Mamba
+    only the state after 12. B shares A's first 8 tokens: full attention alone would hit
+    8, but Mamba has no state at 8 or 4, so the hit is 0."""
+    d = driver(FULL, MAMBA, max_num_batched_tokens=12)
+    d.add("A", prompt=tokens(1, 12), max_tokens=1)
+    d.steps(2)  # A: 12 tokens in one chunk, states only at the chunk's end (block 2)
+    d.add("B", prompt=(*tokens(1, 8), 50, 51, 52, 53, 54), max_tokens=1)
+    t = d.schedule()
+    # Full attention cached blocks 0 and 1 (8 tokens); Mamba only the state after 12.
+    assert t.computed_before["B"] == 0
+    assert "hit-cut-by-lagging-group" in reached(t)
+    plain = driver(FULL, MAMBA)
+    plain.add("C", 8, max_tokens=1)
+    assert "hit-cut-by-lagging-group" not in reached(plain.schedule())
+
+
+def test_a_mamba_aligned_split() -> None:
+    d = driver(FULL, MAMBA, max_num_batched_tokens=6)
+    d.add("r", 16, max_tokens=2)
+    t = d.schedule()
+    assert t.output.num_scheduled_tokens == {"r": 4}  # cut from 6 to the boundary at 4
+    assert "mamba-aligned-split" in reached(t)
+    whole = driver(FULL, MAMBA, max_num_batched_tokens=16)
+    whole.add("r", 16, max_tokens=2)
+    assert "mamba-aligned-split" not in reached(whole.schedule())
+
+
+def test_a_hybrid_preemption() -> None:
+    d = driver(FULL, WINDOW, num_blocks=10, max_model_len=16, max_num_batched_tokens=16)
+    d.add("a", 8, max_tokens=8)
+    d.step()
+    d.add("b", 8, max_tokens=8)
+    found = False
+    for _ in range(10):
+        t, _ = d.step()
+        if t.output.preempted_req_ids:
+            found = "hybrid-preemption" in reached(t)
+            break
+    assert found
+
+
+@pytest.mark.parametrize(
+    ("group", "computed", "skipped"),
+    [
+        (FULL, 30, 0),
+        (SlidingWindowGroup(block_size=4, sliding_window=4), 7, 4),
+        (ChunkedLocalGroup(block_size=4, attention_chunk_size=8), 13, 8),
+        (MAMBA, 9, 8),
+        (MAMBA, 0, 0),
+    ],
+)
+def test_num_skipped_tokens_per_kind(group: KVCacheGroupSpec, computed: int, skipped: int) -> None:
+    assert num_skipped_tokens(group, computed) == skipped
+
+
+@pytest.mark.parametrize(
+    ("start", "new", "prefill_end", "size", "widest", "scheduled"),
+    [
+        (0, 6, 16, 4, 6, 4),  # cut down to the boundary at 4
+        (4, 3, 16, 4, 3, 3),  # 4..7: no boundary past 4, and a block (4) wider than 3
+        (4, 3, 16, 4, 8, 0),  # the same with room for a block: wait for it
+        (0, 16, 16, 4, 16, 16),  # reaches the prefill's end: not cut
+        (16, 1, 16, 4, 8, 1),  # decode: not cut
+    ],
+)
+def test_mamba_aligned_new_tokens(
+    start: int, new: int, prefill_end: int, size: int, widest: int, scheduled: int
+) -> None:
+    assert mamba_aligned_new_tokens(start, new, prefill_end, size, widest) == scheduled
+
+
+def test_group_block_hashes_differ_per_group_and_block_size() -> None:
+    full, window, half = group_block_hashes(
+        tokens(1, 8), (FULL, WINDOW, SlidingWindowGroup(block_size=2, sliding_window=3))
+    )
+    assert len(full) == len(window) == 2 and len(half) == 4
+    assert not set(full) & set(window)  # one group's block is never another's hit
