@@ -17,6 +17,7 @@ from schedspec.spec.kv_groups import (
     MambaGroup,
     SlidingWindowGroup,
 )
+from tests.invariant_builders import Driver
 from tests.kv_helpers import toks
 from tests.sched_helpers import make_config
 
@@ -58,3 +59,19 @@ def cache_in_group(
 
 def manager(coord: HybridKVCacheCoordinator, gid: int) -> SingleTypeKVCacheManager:
     return coord.managers[gid]
+
+
+def hybrid_driver(*groups: KVCacheGroupSpec, **overrides: Any) -> Driver:
+    """The reference scheduler over these groups, driven by hand (invariant_builders): 4-token
+    scheduler blocks, a 32-block pool, chunks of 8, two seats, prefix caching."""
+    fields: dict[str, Any] = {
+        "block_size": 4,
+        "num_blocks": 32,
+        "max_model_len": 32,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 8,
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "kv_cache_groups": groups,
+    }
+    return Driver(**(fields | overrides))

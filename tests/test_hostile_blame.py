@@ -35,6 +35,10 @@ def test_an_engine_raising_keyboard_interrupt_is_an_engine_error(tmp_path: Path)
     assert "interrupted by" not in result.output
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_a_real_ctrl_c_is_still_an_interrupt(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "schedspec", "check", "--examples", "100000"]
     with subprocess.Popen(
@@ -44,12 +48,21 @@ def test_a_real_ctrl_c_is_still_an_interrupt(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A test run started in the background by a non-interactive shell (a CI lane,
+        # `pytest &`) inherits SIGINT ignored, and so would the child: Ctrl-C's own
+        # disposition is what is under test here.
+        preexec_fn=_sigint_default,
     ) as process:
         assert process.stdout is not None
         process.stdout.readline()  # "checking ...": the run has started
         time.sleep(1.0)
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=60)
+        try:
+            stdout, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()  # else leaving the `with` waits for 100,000 examples
+            stdout, stderr = process.communicate()
+            pytest.fail(f"SIGINT did not end the run within 60 s: {stdout}{stderr}")
     assert process.returncode == 130, stdout + stderr
     assert "interrupted by sigint" in (stdout + stderr).lower()
     assert "engine raised KeyboardInterrupt" not in stdout + stderr

@@ -4,8 +4,6 @@ statements they and the invariants share (spec/kv_groups.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from schedspec.properties.corners import count_schedule
@@ -20,25 +18,12 @@ from schedspec.spec.kv_groups import (
     mamba_aligned_new_tokens,
     num_skipped_tokens,
 )
-from tests.invariant_builders import Driver, tokens
+from tests.hybrid_helpers import hybrid_driver
+from tests.invariant_builders import tokens
 
 FULL = FullAttentionGroup(block_size=4)
 WINDOW = SlidingWindowGroup(block_size=4, sliding_window=5)
 MAMBA = MambaGroup(block_size=4, mamba_cache_mode="align")
-
-
-def driver(*groups: KVCacheGroupSpec, **overrides: Any) -> Driver:
-    fields: dict[str, Any] = {
-        "block_size": 4,
-        "num_blocks": 32,
-        "max_model_len": 32,
-        "max_num_seqs": 2,
-        "max_num_batched_tokens": 8,
-        "enable_chunked_prefill": True,
-        "enable_prefix_caching": True,
-        "kv_cache_groups": groups,
-    }
-    return Driver(**(fields | overrides))
 
 
 def reached(t: ScheduleTransition) -> set[str]:
@@ -48,7 +33,7 @@ def reached(t: ScheduleTransition) -> set[str]:
 
 
 def test_a_window_frees_a_block() -> None:
-    d = driver(FULL, WINDOW)
+    d = hybrid_driver(FULL, WINDOW)
     d.add("r", 16, max_tokens=4)
     first = d.step()[0]  # tokens 0..7: nothing processed yet
     assert "window-frees-a-block" not in reached(first)
@@ -60,7 +45,7 @@ def test_a_hit_cut_by_the_lagging_window() -> None:
     """A ran its 12 tokens in one chunk, so full attention cached blocks 0..2 and Mamba
     only the state after 12. B shares A's first 8 tokens: full attention alone would hit
     8, but Mamba has no state at 8 or 4, so the hit is 0."""
-    d = driver(FULL, MAMBA, max_num_batched_tokens=12)
+    d = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=12)
     d.add("A", prompt=tokens(1, 12), max_tokens=1)
     d.steps(2)  # A: 12 tokens in one chunk, states only at the chunk's end (block 2)
     d.add("B", prompt=(*tokens(1, 8), 50, 51, 52, 53, 54), max_tokens=1)
@@ -68,24 +53,24 @@ def test_a_hit_cut_by_the_lagging_window() -> None:
     # Full attention cached blocks 0 and 1 (8 tokens); Mamba only the state after 12.
     assert t.computed_before["B"] == 0
     assert "hit-cut-by-lagging-group" in reached(t)
-    plain = driver(FULL, MAMBA)
+    plain = hybrid_driver(FULL, MAMBA)
     plain.add("C", 8, max_tokens=1)
     assert "hit-cut-by-lagging-group" not in reached(plain.schedule())
 
 
 def test_a_mamba_aligned_split() -> None:
-    d = driver(FULL, MAMBA, max_num_batched_tokens=6)
+    d = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=6)
     d.add("r", 16, max_tokens=2)
     t = d.schedule()
     assert t.output.num_scheduled_tokens == {"r": 4}  # cut from 6 to the boundary at 4
     assert "mamba-aligned-split" in reached(t)
-    whole = driver(FULL, MAMBA, max_num_batched_tokens=16)
+    whole = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=16)
     whole.add("r", 16, max_tokens=2)
     assert "mamba-aligned-split" not in reached(whole.schedule())
 
 
 def test_a_hybrid_preemption() -> None:
-    d = driver(FULL, WINDOW, num_blocks=10, max_model_len=16, max_num_batched_tokens=16)
+    d = hybrid_driver(FULL, WINDOW, num_blocks=10, max_model_len=16, max_num_batched_tokens=16)
     d.add("a", 8, max_tokens=8)
     d.step()
     d.add("b", 8, max_tokens=8)

@@ -6,7 +6,6 @@ group's table arithmetic off hybrid configs."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import pytest
 
@@ -15,15 +14,14 @@ from schedspec.spec.invariants import CATALOGUE, ScheduleTransition, ids_for
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
     FullAttentionGroup,
-    KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
 )
+from tests.hybrid_helpers import hybrid_driver
 from tests.invariant_builders import (
     Case,
     CaseBuilder,
     CaseRegistry,
-    Driver,
     assert_caught,
     assert_holds,
     tokens,
@@ -41,25 +39,11 @@ WIDE_MAMBA = MambaGroup(block_size=8, mamba_cache_mode="align")
 cases = CaseRegistry()
 
 
-def driver(*groups: KVCacheGroupSpec, **overrides: Any) -> Driver:
-    fields: dict[str, Any] = {
-        "block_size": 4,
-        "num_blocks": 32,
-        "max_model_len": 32,
-        "max_num_seqs": 2,
-        "max_num_batched_tokens": 8,
-        "enable_chunked_prefill": True,
-        "enable_prefix_caching": True,
-        "kv_cache_groups": groups,
-    }
-    return Driver(**(fields | overrides))
-
-
 def window_slid() -> ScheduleTransition:
     """A 16-token prompt in chunks of 8, then its first decode: when the decode is
     allocated, 16 tokens are processed and the window (5 tokens) reads from token 12 on,
     so window blocks 0..2 are nulls."""
-    d = driver(FULL, WINDOW)
+    d = hybrid_driver(FULL, WINDOW)
     d.add("r", 16, max_tokens=4)
     d.steps(2)
     return d.schedule()
@@ -106,7 +90,7 @@ def case_flat_ids_out_of_group_order() -> Case:
 
 @cases("NULL-BLOCK")
 def case_null_block_handed_out() -> Case:
-    d = driver(FULL, WINDOW)
+    d = hybrid_driver(FULL, WINDOW)
     d.add("a", 8, max_tokens=2)
     admitted = d.schedule()
     new = admitted.output.scheduled_new_reqs[0]
@@ -191,7 +175,7 @@ def case_one_group_not_allocated() -> Case:
 def mamba_hit() -> ScheduleTransition:
     """B shares A's first 8 tokens: after A ran, B hits 8 tokens in both groups (the
     full group's two blocks, Mamba's state after 8)."""
-    d = driver(FULL, MAMBA)
+    d = hybrid_driver(FULL, MAMBA)
     d.add("A", prompt=tokens(1, 10), max_tokens=1)
     d.steps(2)
     d.add("B", prompt=(*tokens(1, 8), 50, 51, 52), max_tokens=1)
@@ -241,7 +225,7 @@ def case_hybrid_groups_freed_out_of_order() -> Case:
     """An aborted hybrid request frees group by group, in group order, each tail first
     (all uncached here: each group's blocks go to the front in turn, the window's ahead
     of full attention's). Freed last group first, full attention's would lead."""
-    d = driver(FULL, WINDOW, enable_prefix_caching=False)
+    d = hybrid_driver(FULL, WINDOW, enable_prefix_caching=False)
     d.add("r", 16, max_tokens=4)
     d.steps(2)
     t = d.abort("r")
@@ -263,7 +247,7 @@ def case_hybrid_groups_freed_out_of_order() -> Case:
 def case_hybrid_block_shared_at_another_place() -> Case:
     """B hits A's first two full-attention blocks while A runs: shared at the same places
     of the same group. Swapped in B's table, they are shared at different places."""
-    d = driver(FULL, MAMBA)
+    d = hybrid_driver(FULL, MAMBA)
     d.add("A", prompt=tokens(1, 10), max_tokens=20)
     d.steps(2)
     d.add("B", prompt=(*tokens(1, 8), 50, 51, 52), max_tokens=1)
@@ -288,7 +272,7 @@ def case_hybrid_block_shared_at_another_place() -> Case:
 def case_chunk_ends_between_mamba_states() -> Case:
     """vLLM #55600 and #54076: a chunk cut at the full group's block size (4) ends
     between two Mamba states (8 tokens apart)."""
-    d = driver(FULL, WIDE_MAMBA, block_size=8, max_num_batched_tokens=12)
+    d = hybrid_driver(FULL, WIDE_MAMBA, block_size=8, max_num_batched_tokens=12)
     d.add("r", 20, max_tokens=2)
     t = d.schedule()
     assert t.output.num_scheduled_tokens == {"r": 8}  # 12 cut to the boundary at 8
