@@ -167,8 +167,8 @@ def test_check_refuses_such_an_adapter_when_it_loads_before_any_run() -> None:
 def test_the_registered_engines_declare_their_capabilities_explicitly() -> None:
     assert ReferenceEngine.capabilities == VLLM_FAMILY_CAPABILITIES
     assert SGLangReferenceEngine.capabilities == SGLANG_FAMILY_CAPABILITIES
-    # Hybrid KV cache groups: the reference only, so far (NOTES-issue-34.md).
-    assert VllmEngine.capabilities == VLLM_FAMILY_CAPABILITIES - {Capability.HYBRID_KV}
+    # Hybrid KV cache groups: the reference and vLLM; gpu_impl and SGLang refuse them.
+    assert VllmEngine.capabilities == VLLM_FAMILY_CAPABILITIES
     assert SGLangEngine.capabilities == SGLANG_FAMILY_CAPABILITIES
     assert GpuEngine.capabilities == VLLM_FAMILY_CAPABILITIES - {
         Capability.KV_CONNECTOR,

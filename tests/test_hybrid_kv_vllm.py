@@ -176,11 +176,13 @@ MIXES: list[tuple[KVCacheGroupSpec, ...]] = [
 SUBSETS = CACHED[1:6]
 
 
-def vllm_reconciled_hit(
-    mix: tuple[KVCacheGroupSpec, ...], cached: tuple[tuple[int, ...], ...], max_length: int
-) -> tuple[int, list[list[bool]]]:
+def vllm_coordinator(mix: tuple[KVCacheGroupSpec, ...]) -> Any:
+    """vLLM's own coordinator over the mix (built by get_kv_cache_coordinator from a
+    KVCacheConfig, no weights), 64 blocks, prefix caching on."""
     specs = [
-        _specs.FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=8, dtype=torch.float16)
+        _specs.FullAttentionSpec(
+            block_size=group.block_size, num_kv_heads=1, head_size=8, dtype=torch.float16
+        )
         if isinstance(group, FullAttentionGroup)
         else vllm_spec(group)
         for group in mix
@@ -190,10 +192,16 @@ def vllm_reconciled_hit(
         kv_cache_tensors=[],
         kv_cache_groups=[_specs.KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)],
     )
-    coordinator_module = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
-    theirs = coordinator_module.get_kv_cache_coordinator(
-        config, 64, 64, False, True, False, 1, 1, BLOCK, BLOCK
-    )
+    # The scheduler's block (their lcm), and the one vLLM hashes at (their gcd).
+    size, hashed = max(g.block_size for g in mix), min(g.block_size for g in mix)
+    module = importlib.import_module("vllm.v1.core.kv_cache_coordinator")
+    return module.get_kv_cache_coordinator(config, 64, 64, False, True, False, 1, 1, size, hashed)
+
+
+def vllm_reconciled_hit(
+    mix: tuple[KVCacheGroupSpec, ...], cached: tuple[tuple[int, ...], ...], max_length: int
+) -> tuple[int, list[list[bool]]]:
+    theirs = vllm_coordinator(mix)
     hashes = [_utils.BlockHash(bytes([i + 1]) * 32) for i in range(NUM_HASHES)]
     pool = theirs.block_pool
     for gid, indices in enumerate(cached):
@@ -219,3 +227,51 @@ def test_the_reconciled_hit_is_vllms(mix: tuple[KVCacheGroupSpec, ...], max_leng
         hits, length = ours.find_longest_cache_hit(request, max_length)
         masks = [[b is not ours.null_block for b in group] for group in hits]
         assert (length, masks) == vllm_reconciled_hit(mix, cached, max_length), cached
+
+
+NEGATIVE_MIXES: list[tuple[KVCacheGroupSpec, ...]] = [
+    (FULL, GROUPS[3]),
+    (GROUPS[0], FULL, GROUPS[3]),
+    (
+        FullAttentionGroup(block_size=BLOCK),
+        MambaGroup(block_size=2 * BLOCK, mamba_cache_mode="align"),
+    ),
+]
+
+
+@pytest.mark.parametrize("mix", NEGATIVE_MIXES, ids=lambda m: "+".join(g.kind for g in m))
+def test_a_negative_mamba_count_never_hides_another_groups_need(
+    mix: tuple[KVCacheGroupSpec, ...],
+) -> None:
+    """vLLM 0.34.0's MambaManager.get_num_blocks_to_allocate (align mode) returns a
+    negative count when the request's table was sized for more tokens than this step's
+    (drafts scheduled, then rejected, then fewer drafts), and the coordinator sums it
+    with the other groups' counts. Could the sum then let another group allocate past
+    the free blocks? Only if another group needed blocks in the same call. A table is
+    never shortened while the request holds it (windows put the null block in place),
+    so every group's table covers the most tokens any earlier step allocated for:
+    another group needs blocks only for more tokens than that, and Mamba's count is
+    then >= 0. Over every pair of steps (first_tokens, then_tokens), on vLLM's own
+    coordinator: a negative Mamba count comes only with zero in every other group, so
+    the sum decides as the reference's count clamped at 0 does (both fit any free
+    count >= 0). No finding."""
+    seen_negative = 0
+    mamba = len(mix) - 1
+    for first in range(1, 18):
+        for then in range(1, 18):
+            theirs = vllm_coordinator(mix)
+            empty: tuple[list[Any], ...] = tuple([] for _ in mix)
+            theirs.get_num_blocks_to_allocate("r", first, empty, 0, 0, 0, first)
+            theirs.allocate_new_blocks("r", first, first, 0)
+            computed = min(first, then) - 1  # the rejected drafts rolled back
+            counts = [
+                manager.get_num_blocks_to_allocate("r", then, [], computed, computed, then)
+                for manager in theirs.single_type_managers
+            ]
+            total = theirs.get_num_blocks_to_allocate("r", then, empty, 0, computed, computed, then)
+            assert total == sum(counts), (first, then)
+            if counts[mamba] < 0:
+                seen_negative += 1
+                assert then < first, (first, then)
+                assert counts[:mamba] == [0] * mamba, (first, then, counts)
+    assert seen_negative > 0  # the case exists: vLLM does return negative counts

@@ -25,7 +25,7 @@ from schedspec.cli.options import (
 )
 from schedspec.cli.suite_run import EngineFailure, engine_step
 from schedspec.engines.boundary import guarded
-from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.engines.watchdog import (
     DEFAULT_STEP_TIMEOUT,
     Watchdog,
@@ -35,7 +35,14 @@ from schedspec.export.writers import WRITERS, export_test
 from schedspec.files import OutputPathError, write_atomically
 from schedspec.properties.failure_report import format_config, format_log, plural
 from schedspec.properties.replay_log import ReplayLog, replay_with_log
-from schedspec.properties.run_plan import RunRequest, build_engine, one_engine, profile_of
+from schedspec.properties.run_plan import (
+    RunPlanError,
+    RunRequest,
+    build_engine,
+    one_engine,
+    profile_of,
+)
+from schedspec.spec import ConfigError
 from schedspec.spec.invariants import Profile
 from schedspec.traces.trace import Trace
 
@@ -88,7 +95,7 @@ def _replay(
     path: Path, trace: Trace, factory: EngineFactory, request: RunRequest, quiet: bool
 ) -> int:
     (engine_name,) = request.names
-    built = engine_step(lambda: build_engine("engine", factory, trace.config))
+    built = engine_step(lambda: _build_for_trace(engine_name, factory, trace))
     if isinstance(built, EngineFailure):
         return built.exit_code
     engine, claimed = built
@@ -118,6 +125,21 @@ def _replay(
         f"({plural(log.stats.steps, 'step')} checked)"
     )
     return 0
+
+
+def _build_for_trace(
+    engine_name: str, factory: EngineFactory, trace: Trace
+) -> tuple[EngineAdapter, frozenset[Profile]]:
+    """The engine built at the trace's config. An engine that refuses that config
+    (ConfigError: a hybrid cache in an engine with one KV cache group, a connector in
+    one without) is told a config it cannot run: a usage error naming the field, not a
+    failure of the engine."""
+    try:
+        return build_engine("engine", factory, trace.config)
+    except ConfigError as err:
+        raise RunPlanError(
+            "engine", f"{engine_name!r} cannot run the trace's config: {err}"
+        ) from err
 
 
 def _event_name(log: ReplayLog) -> str:

@@ -34,8 +34,14 @@ from schedspec.gpu_impl.hashing import extend_hashes
 from schedspec.gpu_impl.running_phase import schedule_running
 from schedspec.gpu_impl.step_plan import StepPlan, waiting_priority_key
 from schedspec.spec import PLACEHOLDER_TOKEN_ID, RequestError, SchedulerConfig
-from schedspec.spec.config import require_family
+from schedspec.spec.config import require_family, require_single_kv_group
 from schedspec.spec.errors import ConfigError
+
+# Why gpu_impl keeps one KV cache group (docs/GPU_IMPL.md, "No hybrid KV cache groups").
+GPU_IMPL_ONE_GROUP = (
+    "its tensors hold one block table per request at one block size, with no null "
+    "block, no window frees and no Mamba state: docs/GPU_IMPL.md, 'No hybrid KV cache groups'"
+)
 
 
 def default_device() -> torch.device:
@@ -91,6 +97,7 @@ class BatchedScheduler:
         highest slot in use needs, not the capacity (a swarm whose instances hold a few
         requests in 24 slots runs its steps on about half the columns)."""
         require_family(config, "gpu_impl", ("vllm",))
+        require_single_kv_group(config, "gpu_impl", GPU_IMPL_ONE_GROUP)
         if config.kv_connector:
             # Loads park requests with blocks outside the batch, and finished requests
             # keep blocks for sends: state the [B, S] tensors have no place for

@@ -389,6 +389,21 @@ def require_family(config: SchedulerConfig, engine: str, families: tuple[Family,
         )
 
 
+def require_single_kv_group(config: SchedulerConfig, engine: str, why: str) -> None:
+    """Refuse, naming the field, a config with kv_cache_groups (a hybrid cache) in an
+    engine that keeps one full-attention group: built anyway, it would run every layer
+    as full attention, keeping blocks a window frees and giving Mamba layers a block per
+    token, and its decisions would be another cache's under this config's name. `why`
+    says what the engine lacks."""
+    if config.kv_cache_groups:
+        kinds = ", ".join(group.kind for group in config.kv_cache_groups)
+        raise ConfigError(
+            "kv_cache_groups",
+            f"{engine} runs one full-attention KV cache group only ({why}): run it with "
+            f"kv_cache_groups=(), got {len(config.kv_cache_groups)} groups ({kinds})",
+        )
+
+
 # Each family's own knobs and their defaults, which the other family must keep.
 # num_lookahead_tokens is compared resolved (None means num_speculative_tokens).
 _VLLM_ONLY: tuple[tuple[str, object], ...] = (

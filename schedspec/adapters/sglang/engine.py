@@ -81,7 +81,7 @@ from schedspec.spec import (
     State,
     validate_new_request,
 )
-from schedspec.spec.config import require_family
+from schedspec.spec.config import require_family, require_single_kv_group
 from schedspec.spec.invariants import Profile
 
 # A token the harness never samples: the result row of a request whose step samples
@@ -119,6 +119,13 @@ class _Launched:
     rows: dict[str, ScheduledRow]
 
 
+# Why the adapter keeps one KV cache group (NOTES-issue-34.md, "SGLang").
+SGLANG_ONE_GROUP = (
+    "it builds SGLang's full-attention token pool and radix cache; SGLang's sliding-window "
+    "and Mamba pools are not built under it yet (NOTES-issue-34.md, 'SGLang')"
+)
+
+
 class SGLangEngine:
     """SGLang 0.5.23's Scheduler seen through the spec. It claims the sglang profile:
     it is the policy that profile states."""
@@ -127,6 +134,8 @@ class SGLangEngine:
     capabilities: frozenset[Capability] = SGLANG_FAMILY_CAPABILITIES
 
     def __init__(self, config: SchedulerConfig) -> None:
+        # First: a hybrid config is of family vllm, and the groups are what to name.
+        require_single_kv_group(config, "the SGLang adapter", SGLANG_ONE_GROUP)
         require_family(config, "SGLang's scheduler", ("sglang",))
         self.config = config
         self._v = load_sglang()

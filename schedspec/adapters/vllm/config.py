@@ -88,6 +88,7 @@ from dataclasses import replace
 from typing import Any
 
 from schedspec.adapters.engine_import import TINY_MAX_POSITIONS
+from schedspec.adapters.vllm import kv_groups
 from schedspec.adapters.vllm.releases import Release, current_release
 from schedspec.adapters.vllm.runtime import Vllm, load_vllm
 from schedspec.engines.pipeline import BatchQueue
@@ -129,7 +130,7 @@ def refusal(config: SchedulerConfig) -> ConfigError | None:
         return ConfigError(
             "max_model_len", f"above {TINY_MAX_POSITIONS}, the tiny model's position limit"
         )
-    return None
+    return kv_groups.refusal(config)
 
 
 def unsupported_reason(config: SchedulerConfig) -> str | None:
@@ -144,7 +145,7 @@ def expressible(config: SchedulerConfig, release: Release | None = None) -> Sche
     vLLM cannot build goes, and padding is on exactly when it speculates. (A KV
     connector under async scheduling is refused by SchedulerConfig itself: vLLM then
     defers block frees past the batch in flight, which the spec does not model.)"""
-    config = (release or current_release()).knobs(config)
+    config = kv_groups.expressible((release or current_release()).knobs(config))
     if refusal(config) is None:
         return config
     padded = replace(config, pad_spec_decode=config.num_speculative_tokens > 0)
@@ -242,6 +243,7 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
         block_size=config.block_size,
         enable_prefix_caching=config.enable_prefix_caching,
         prefix_caching_hash_algo="sha256",
+        mamba_cache_mode=kv_groups.mamba_cache_mode(config),
     )
     vllm_config = v.VllmConfig(
         model_config=model_config,
@@ -253,31 +255,38 @@ def build_scheduler(config: SchedulerConfig, num_blocks: int | None = None) -> A
     )
     usable = config.num_blocks if num_blocks is None else num_blocks
     num_vllm_blocks = usable + 1  # block 0 is vLLM's null block
-    kv_cache_config = v.KVCacheConfig(
-        num_blocks=num_vllm_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            v.KVCacheGroupSpec(
-                ["layer"],
-                v.FullAttentionSpec(
-                    block_size=config.block_size, num_kv_heads=1, head_size=1, dtype=v.float32
-                ),
-            )
-        ],
-    )
+    kv_cache_config = kv_groups.kv_cache_config(v, config, num_vllm_blocks)
     cache_config.num_gpu_blocks = num_vllm_blocks
+    scheduler_block_size, hash_block_size = _resolve_block_sizes(v, vllm_config, kv_cache_config)
     v.register_all_kvcache_specs(vllm_config)
     # The class vLLM's engine core builds: AsyncScheduler when async_scheduling resolved on.
     scheduler_class = vllm_config.scheduler_config.get_scheduler_cls()
     scheduler = scheduler_class(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
-        block_size=config.block_size,
+        block_size=scheduler_block_size,
+        hash_block_size=hash_block_size,
         log_stats=False,
         structured_output_manager=v.StructuredOutputManager(vllm_config),
     )
     _check_translation(scheduler, vllm_config, config, usable)
     return scheduler
+
+
+def _resolve_block_sizes(v: Vllm, vllm_config: Any, kv_cache_config: Any) -> tuple[int, int]:
+    """The scheduler's block size and the block size vLLM hashes requests at, resolved as
+    vLLM's engine core resolves them once the KV cache is sized (EngineCore's KV cache
+    start-up, both releases): the cache config's block size becomes the smallest
+    prefix-cacheable group's (the Mamba split reads it), then resolve_kv_cache_block_sizes
+    gives the lcm of the groups' sizes and, under prefix caching, their gcd. One group:
+    the config's block size, twice."""
+    groups = kv_cache_config.kv_cache_groups
+    cacheable = [g.kv_cache_spec.block_size for g in groups if g.kv_cache_spec.prefix_cacheable]
+    vllm_config.cache_config.block_size = min(
+        cacheable or [g.kv_cache_spec.block_size for g in groups]
+    )
+    sizes: tuple[int, int] = v.resolve_kv_cache_block_sizes(kv_cache_config, vllm_config)
+    return sizes
 
 
 def _cache_aware_admission(release: Release, config: SchedulerConfig) -> dict[str, Any]:
@@ -374,6 +383,9 @@ def _check_translation(
         ),
         # Absent before 0.34.0, which has no cap: None.
         "max_num_inflight_kv_loads": getattr(sc, "max_num_inflight_kv_loads", None),
+        "kv_cache_groups": kv_groups.spec_groups(kv.kv_cache_config),
+        "mamba_cache_mode": vllm_config.cache_config.mamba_cache_mode,
+        "null_block_id": kv.block_pool.null_block.block_id,
         # What a GPU deployment runs; the scheduler reads it once, when built. 0.34.0
         # removed the V1 runner and this attribute with it: absent is V2.
         "use_v2_model_runner": getattr(scheduler, "use_v2_model_runner", True),
@@ -406,6 +418,9 @@ def _check_translation(
         "kv_connector": "SchedspecConnector" if config.kv_connector else None,
         "kv_load_failure_policy": config.kv_load_failure_policy,
         "max_num_inflight_kv_loads": config.max_num_inflight_kv_loads,
+        "kv_cache_groups": kv_groups.groups_of(config),
+        "mamba_cache_mode": kv_groups.mamba_cache_mode(config),
+        "null_block_id": kv_groups.VLLM_NULL_BLOCK_ID,
         "use_v2_model_runner": True,
     }
     differ = {name: (wanted[name], got) for name, got in seen.items() if got != wanted[name]}

@@ -89,9 +89,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from schedspec.adapters.in_flight import check_landing
-from schedspec.adapters.kit import HashTranslator
 from schedspec.adapters.vllm.config import build_scheduler
 from schedspec.adapters.vllm.connector import remote_kv_of, remote_kv_params
+from schedspec.adapters.vllm.kv_groups import PoolHashes, group_tables
 from schedspec.adapters.vllm.output import (
     DraftingSkips,
     external_id,
@@ -158,9 +158,8 @@ class VllmEngine:
     # instance narrows it to safety where they do not: __init__).
     profiles: frozenset[Profile] = frozenset({"safety", "vllm-v1"})
     # Every knob of the vLLM family: drafts (n-gram and EAGLE), async scheduling, the KV
-    # connector, both releases' knobs.
-    # Hybrid KV cache groups: not built into vLLM's KVCacheConfig yet (NOTES-issue-34.md).
-    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES - {Capability.HYBRID_KV}
+    # connector, both releases' knobs, hybrid KV cache groups (adapters/vllm/kv_groups.py).
+    capabilities: frozenset[Capability] = VLLM_FAMILY_CAPABILITIES
 
     def __init__(self, config: SchedulerConfig, *, num_blocks: int | None = None) -> None:
         """num_blocks: see `build_scheduler` (probes only; the snapshot then has that many)."""
@@ -178,8 +177,9 @@ class VllmEngine:
             # As vLLM's EngineCore does: the configured hash, vLLM's hash lookahead.
             hash_fn = self._v.get_hash_fn_by_name("sha256")
             self._v.init_none_hash(hash_fn)
+            # At the block size vLLM hashes at (the groups' gcd: config._resolve_block_sizes).
             self._block_hasher = self._v.get_request_block_hasher(
-                config.block_size,
+                self.scheduler.hash_block_size,
                 hash_fn,
                 self.scheduler.vllm_config.num_hash_lookahead_tokens,
             )
@@ -189,7 +189,8 @@ class VllmEngine:
         # Every request added and not yet seen finished: its hashes are learned
         # even from inside the update_from_output call that frees it.
         self._tracked: dict[str, Any] = {}
-        self._hashes = HashTranslator(config.block_size)  # vLLM block hash -> spec hash
+        # vLLM pool key -> spec hash, per group.
+        self._hashes = PoolHashes(config, self.scheduler.hash_block_size)
         # Each step scheduled and not landed, oldest first: ours and vLLM's output.
         self._in_flight: deque[tuple[SchedulerOutput, Any]] = deque()
         self._drafting = DraftingSkips()
@@ -350,6 +351,7 @@ class VllmEngine:
             self._learn(rid, r)
             params = r.sampling_params
             request_id = external_id(rid)
+            tables = kv.get_block_ids(rid)
             requests[request_id] = RequestState(
                 request_id=request_id,
                 priority=r.priority,
@@ -359,7 +361,8 @@ class VllmEngine:
                 spec_token_ids=tuple(r.spec_token_ids),
                 num_computed_tokens=r.num_computed_tokens,
                 status=self._status(r),
-                block_ids=spec_block_ids(kv.get_block_ids(rid)),
+                block_ids=spec_block_ids(tables),
+                group_block_ids=group_tables(tables) if self.config.kv_cache_groups else (),
                 num_preemptions=r.num_preemptions,
                 max_tokens=r.max_tokens,
                 eos_token_id=params.eos_token_id,
@@ -501,7 +504,7 @@ class VllmEngine:
 
     def _spec_of(self, key: bytes) -> BlockHash:
         """A pool key (block hash + 4-byte group id) as the spec's hash."""
-        return self._hashes.spec_of(bytes(key[:-4]))
+        return self._hashes.spec_of(key)
 
 
 def _prefix_cache_entries(cache: Any) -> Iterator[tuple[bytes, tuple[int, ...]]]:

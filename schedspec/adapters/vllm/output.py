@@ -22,17 +22,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from schedspec.adapters.vllm.kv_groups import group_tables, held_blocks
 from schedspec.spec import CachedRequestData, NewRequestData, SchedulerOutput
 
 
 def spec_block_ids(block_ids: Sequence[Sequence[int]] | None) -> tuple[int, ...]:
-    """vLLM's per-group block ids (one full-attention group) as the spec's block table:
-    vLLM's block 0 is its null block, so its block b is the spec's b - 1."""
+    """vLLM's per-group block ids as the spec's block table: vLLM's block 0 is its null
+    block, so its block b is the spec's b - 1. One group (full attention) is the table
+    itself, a null block in it showing as NULL_BLOCK_ID (a full-attention table never
+    holds one); several groups are every block held, group by group, nulls left out
+    (adapters/vllm/kv_groups.py)."""
     if block_ids is None:
         return ()
-    if len(block_ids) != 1:
-        raise RuntimeError(f"expected one KV cache group, got {len(block_ids)}")
-    return tuple(b - 1 for b in block_ids[0])
+    tables = group_tables(block_ids)
+    return tables[0] if len(tables) == 1 else held_blocks(tables)
 
 
 # vLLM's front end gives each request an internal id of its own (the client's id plus

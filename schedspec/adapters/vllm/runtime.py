@@ -57,10 +57,14 @@ class Vllm:
     VllmConfig: Any
     Scheduler: Any
     FullAttentionSpec: Any
+    SlidingWindowSpec: Any
+    ChunkedLocalAttentionSpec: Any
+    MambaSpec: Any
     KVCacheConfig: Any
     KVCacheGroupSpec: Any
     StructuredOutputManager: Any
     register_all_kvcache_specs: Any
+    resolve_kv_cache_block_sizes: Any
     get_request_block_hasher: Any
     init_none_hash: Any
     get_hash_fn_by_name: Any
@@ -102,13 +106,20 @@ def _import_vllm() -> Vllm:
         )
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.kv_cache_utils import (
+            get_request_block_hasher,
+            init_none_hash,
+            resolve_kv_cache_block_sizes,
+        )
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
         from vllm.v1.kv_cache_interface import (
+            ChunkedLocalAttentionSpec,
             FullAttentionSpec,
             KVCacheConfig,
             KVCacheGroupSpec,
+            MambaSpec,
+            SlidingWindowSpec,
         )
         from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput
         from vllm.v1.outputs import ModelRunnerOutput as VllmModelRunnerOutput
@@ -128,10 +139,14 @@ def _import_vllm() -> Vllm:
         VllmConfig=VllmConfig,
         Scheduler=Scheduler,
         FullAttentionSpec=FullAttentionSpec,
+        SlidingWindowSpec=SlidingWindowSpec,
+        ChunkedLocalAttentionSpec=ChunkedLocalAttentionSpec,
+        MambaSpec=MambaSpec,
         KVCacheConfig=KVCacheConfig,
         KVCacheGroupSpec=KVCacheGroupSpec,
         StructuredOutputManager=StructuredOutputManager,
         register_all_kvcache_specs=register_all_kvcache_specs,
+        resolve_kv_cache_block_sizes=resolve_kv_cache_block_sizes,
         get_request_block_hasher=get_request_block_hasher,
         init_none_hash=init_none_hash,
         get_hash_fn_by_name=get_hash_fn_by_name,

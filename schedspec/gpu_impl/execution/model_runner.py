@@ -25,6 +25,7 @@ from schedspec.gpu_impl.execution.request_states import RequestStates, RunnerReq
 from schedspec.gpu_impl.execution.sampler import verify_greedy
 from schedspec.gpu_impl.execution.tiny_model import TinyModel
 from schedspec.spec import ModelRunnerOutput, SchedulerConfig, SchedulerOutput
+from schedspec.spec.config import require_single_kv_group
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,12 @@ class ExecutedStep:
 
 class PagedModelRunner:
     def __init__(self, model: TinyModel, config: SchedulerConfig) -> None:
+        require_single_kv_group(
+            config,
+            "the paged model runner",
+            "one paged cache at one block size: a hybrid model's groups need a cache each "
+            "(docs/GPU_IMPL.md, 'No hybrid KV cache groups')",
+        )
         self.model = model
         self.block_size = config.block_size
         self.cache = PagedKVCache(

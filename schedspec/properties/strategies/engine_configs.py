@@ -25,6 +25,7 @@ from schedspec.adapters.vllm.config import avoid_known_corners, expressible
 from schedspec.adapters.vllm.releases import Release, current_release
 from schedspec.properties.strategies.configs import configs, sglang_configs
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.kv_groups import MambaGroup
 
 # ------------------------------------------------------------------------- vLLM
 
@@ -36,6 +37,7 @@ def vllm_configs(
     drafts: bool | None = None,
     release: Release | None = None,
     kv_connector: bool = False,
+    hybrid: bool = False,
 ) -> st.SearchStrategy[SchedulerConfig]:
     """The suite's configs as vLLM runs them: sync and async, no drafts, n-gram
     (lookahead 0) and EAGLE (lookahead K) drafters, padding on whenever it
@@ -47,6 +49,8 @@ def vllm_configs(
     rule, and cache-aware admission drawn only where it has it.
     kv_connector: the KV connector's regimes are drawn too (sync configs only carry
     one); the cap on loads in flight only where the release has it.
+    hybrid: the hybrid KV cache regimes are drawn too, their groups as the adapter runs
+    them on vLLM (adapters/vllm/kv_groups.py `expressible`).
     """
     release = release or current_release()
     drawn = configs(
@@ -56,6 +60,7 @@ def vllm_configs(
         long_prefill_needs_chunked_prefill=release.long_prefill_needs_chunked_prefill,
         cache_aware_admission=release.cache_aware_admission,
         kv_connector=kv_connector,
+        hybrid=hybrid,
     )
     if drafts is not None:
         drawn = drawn.map(functools.partial(_with_drafts, drafts))
@@ -83,6 +88,7 @@ def vllm_default_configs(
     drafts: bool | None = None,
     release: Release | None = None,
     kv_connector: bool = False,
+    hybrid: bool = False,
 ) -> st.SearchStrategy[SchedulerConfig]:
     """`--engine vllm`'s default configs: vllm_configs() outside the corners where vLLM and
     the spec are known to part (`avoid_known_corners`), so a run fails only on something new."""
@@ -92,6 +98,7 @@ def vllm_default_configs(
         drafts=drafts,
         release=release,
         kv_connector=kv_connector,
+        hybrid=hybrid,
     ).map(avoid_known_corners)
 
 
@@ -121,6 +128,28 @@ def vllm_connector_configs(
     release has it, and outside F5 (`avoid_known_corners`). `schedspec check --engine
     vllm --configs schedspec.properties.strategies.engine_configs:vllm_connector_configs`."""
     return vllm_default_configs(max_model_len_cap, release=release, kv_connector=True)
+
+
+def vllm_hybrid_configs(
+    max_model_len_cap: int = 96, *, release: Release | None = None
+) -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_default_configs with the hybrid KV cache regimes drawn too (issue 34): vLLM's
+    scheduler built from the groups (adapters/vllm/kv_groups.py). `schedspec check
+    --engine vllm --configs
+    schedspec.properties.strategies.engine_configs:vllm_hybrid_configs`, and the same
+    for `diff --right vllm --compare-block-ids`."""
+    return vllm_default_configs(max_model_len_cap, release=release, hybrid=True)
+
+
+def vllm_hybrid_attention_configs() -> st.SearchStrategy[SchedulerConfig]:
+    """vllm_hybrid_configs without Mamba groups: vLLM's aligned split also stops a prefill
+    chunk at the last block boundary a prefix hit can reach (Scheduler.
+    _mamba_block_aligned_split's `last_cache_position`), which the reference does not
+    model yet (NOTES-issue-34.md, step 4), so with Mamba the two part on the first long
+    prompt. The window and chunked-local rules are checked here alone."""
+    return vllm_hybrid_configs().filter(
+        lambda config: not any(isinstance(g, MambaGroup) for g in config.kv_cache_groups)
+    )
 
 
 def hybrid_configs(max_model_len_cap: int = 96) -> st.SearchStrategy[SchedulerConfig]:
