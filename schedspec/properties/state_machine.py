@@ -108,7 +108,7 @@ class SuiteRecorder:
 _MODEL_SEEDS = st.integers(0, 2**16)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _first_arrivals(max_size: int) -> st.SearchStrategy[list[RequestDraw]]:
     return st.lists(request_draws, min_size=1, max_size=max_size)
 
