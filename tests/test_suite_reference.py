@@ -19,6 +19,7 @@ from schedspec.properties.state_machine import (
     MAX_INITIAL_ARRIVALS,
     SGLANG_PACE,
     VLLM_PACE,
+    SchedulerMachine,
     SuiteRecorder,
     make_state_machine,
     resent,
@@ -134,11 +135,13 @@ def test_sglang_arrivals_come_in_bursts() -> None:
     assert SGLANG_PACE.max_initial_arrivals == 2 * MAX_INITIAL_ARRIVALS
     draw = decode_request_draw(0, 0, 0, 100, 0)  # one token, max_tokens 37: it keeps running
     steps: dict[str, int] = {}
-    for profile, config in (
+    runs: tuple[tuple[Profile, SchedulerConfig], ...] = (
         ("vllm-v1", make_config()),
         ("sglang", make_config(family="sglang")),
-    ):
+    )
+    for profile, config in runs:
         machine = make_state_machine(reference_engine, profile)()
+        assert isinstance(machine, SchedulerMachine)
         machine.start(config, 0, [draw])
         machine.take(ArriveAction(draw, then_steps=5))
         events = machine.engine().trace().events
