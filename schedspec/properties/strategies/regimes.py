@@ -469,14 +469,19 @@ SGLANG_REGIMES: tuple[Regime, ...] = (
     Regime("sglang-mixed-overcommit", "sg-chunk-room-cut", sglang_mixed_overcommit, 3),
     Regime("sglang-crowded", "two-victims", sglang_crowded, 5),
 )
-# Draws left as drawn, against the SGLang regimes' weights: 3 of 8 configs. Measured
+# Draws left as drawn, against the SGLang regimes' weights: 3 of 13 configs. Measured
 # with benchmarks/bench_mutants.py, seeds 1-10 (kills of rv-reserve-remaining-only,
 # rv-chunk-budget-unpaged, rv-chunk-room-ignores-reservations and
 # rv-retract-survivors-batch-order): without mixed-overcommit, 3 plain draws to one of
 # each other regime, 3, 9, 1 and 8; mixed-overcommit added at weight 1, 1, 9, 4 and 7;
 # it and tight-radix at weight 2, 3, 10, 6 and 6; with tight-radix's three seats, 3,
 # 10, 6 and 7. The plain draws keep their weight of 3: cut to 2 of 5 (mixed-overcommit
-# at weight 1), two other mutants lost a seed each.
+# at weight 1), two other mutants lost a seed each. sglang-crowded (issue 36) measured
+# with benchmarks/bench_corners.py, seeds 1-10, under SGLANG_PACE: at weight 3 beside
+# the others' 1, 2, 2, two-victims reached on 9 seeds and sg-chunk-room-cut on 8; at 4
+# (mixed-overcommit at 2), 9 and 6; at 4 (mixed-overcommit at 3), 9 and 7; at 5, with
+# tight-radix cut to 1 (crowded retracts more than it: 2-10 steps of two victims a run)
+# and mixed-overcommit at 3, 10 and 6.
 SGLANG_PLAIN_WEIGHT = 3
 
 # Draws left as drawn, against the regimes' weights: 3 of 24 configs. The regimes keep
