@@ -17,6 +17,8 @@ from schedspec.properties.strategies.actions import URGENT, decode_request_draw
 from schedspec.properties.strategies.configs import configs, sglang_configs
 from schedspec.properties.strategies.regimes import (
     CONNECTOR_REGIMES,
+    CROWDED_POOL,
+    CROWDED_SEATS,
     HYBRID_REGIMES,
     LONG_MAX_MODEL_LEN,
     MOST_SEATS,
@@ -34,13 +36,16 @@ from schedspec.properties.strategies.regimes import (
     padded_under_a_cap,
     priority_contention,
     priority_tight_cache,
+    sglang_crowded,
     sglang_mixed_overcommit,
     sglang_small_chunks,
     sglang_tight_radix,
     tight_cache,
 )
 from schedspec.spec import SchedulerConfig
+from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN
 from schedspec.spec.kv_groups import MambaGroup
+from schedspec.spec.request import max_prompt_tokens
 from tests.sched_helpers import make_config
 
 # A plain draw far from every corner: fcfs, one seat, a roomy cache, big budget, no cap.
@@ -279,6 +284,16 @@ def test_sglang_regimes_worked_examples() -> None:
     assert overcommit.block_size == 1 and overcommit.max_num_seqs == 2
     assert overcommit.max_num_batched_tokens == 4  # a decode's token and a chunk of three
     assert overcommit.enable_mixed_chunk and overcommit.schedule_conservativeness == 0.1
+    crowded = sglang_crowded(dataclasses.replace(drawn, async_scheduling=True))
+    assert crowded.max_model_len == MIN_SGLANG_MAX_MODEL_LEN == 8
+    assert max_prompt_tokens(crowded) == 1  # one-token prompts: a victim frees little
+    assert crowded.block_size == 1 and crowded.num_blocks == CROWDED_POOL * 8 == 40
+    assert crowded.max_num_seqs == CROWDED_SEATS == 16
+    assert crowded.max_num_batched_tokens == 16  # unchunked: at least the seats
+    assert crowded.schedule_conservativeness == 0.1 and crowded.enable_prefix_caching
+    assert not crowded.async_scheduling  # the plain loop
+    chunked = sglang_crowded(dataclasses.replace(drawn, enable_chunked_prefill=True))
+    assert chunked.enable_chunked_prefill and chunked.max_num_batched_tokens == 16
 
 
 @settings(max_examples=200, deadline=None)
@@ -288,11 +303,22 @@ def test_every_sglang_regime_narrows_any_drawn_config_to_a_legal_one(
 ) -> None:
     for regime in SGLANG_REGIMES:
         narrowed = regime.narrow(config)  # validated in __post_init__
+        assert narrowed.family == "sglang" and regime.corner in CORNER_NAMES
+        if regime.narrow is sglang_crowded:
+            # The shortest context and the plain loop: the crowd is of one-token prompts.
+            assert narrowed.max_model_len == MIN_SGLANG_MAX_MODEL_LEN
+            assert not narrowed.async_scheduling
+            continue
         # sglang-mixed-overcommit lengthens a short context (its prompts must be long);
         # the others keep it.
-        assert narrowed.family == "sglang" and narrowed.max_model_len >= config.max_model_len
+        assert narrowed.max_model_len >= config.max_model_len
         assert narrowed.async_scheduling == config.async_scheduling
-        assert regime.corner in CORNER_NAMES
+
+
+@settings(max_examples=100, deadline=None)
+@given(config=sglang_configs(async_scheduling=True))
+def test_a_fixed_overlap_mode_outlasts_the_sglang_regimes(config: SchedulerConfig) -> None:
+    assert config.async_scheduling  # sglang-crowded's plain loop included
 
 
 def test_sglang_configs_spend_their_share_in_the_regimes() -> None:
@@ -305,11 +331,11 @@ def test_sglang_configs_spend_their_share_in_the_regimes() -> None:
 
     draw()
     total = SGLANG_PLAIN_WEIGHT + sum(r.weight for r in SGLANG_REGIMES)
-    assert total == 8
-    # The tight-radix and mixed-overcommit regimes (4 of 8) plus the other draws of 0.1
-    # (a third of 4 of 8): two thirds.
+    assert total == 13
+    # The tight-radix, mixed-overcommit and crowded regimes (9 of 13) plus the other
+    # draws of 0.1 (a third of 4 of 13): about four fifths.
     share = counts["radix"] / sum(counts.values())
-    assert 0.5 < share < 0.8, counts
+    assert 0.65 < share < 0.92, counts
 
 
 @settings(max_examples=200, deadline=None)

@@ -12,10 +12,14 @@ from hypothesis import given, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from schedspec.adapters.reference import ReferenceEngine, reference_engine
-from schedspec.engines.events import AddRequest
+from schedspec.engines.events import AddRequest, Step
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.properties.state_machine import (
     ACTIONS_PER_RULE,
+    MAX_INITIAL_ARRIVALS,
+    SGLANG_PACE,
+    VLLM_PACE,
+    SchedulerMachine,
     SuiteRecorder,
     make_state_machine,
     resent,
@@ -122,6 +126,28 @@ def test_every_example_starts_with_arrivals() -> None:
     stepped = [e for e in engines if e.stepped]
     assert len(stepped) >= 20
     assert all(e.arrivals_before_first_step >= 1 for e in stepped)
+
+
+def test_sglang_arrivals_come_in_bursts() -> None:
+    """SGLang's family (SGLANG_PACE): an arrival brings no engine steps of its own, and an
+    example starts with up to twice as many requests; vLLM's steps each arrival's draw."""
+    assert VLLM_PACE.max_initial_arrivals == MAX_INITIAL_ARRIVALS
+    assert SGLANG_PACE.max_initial_arrivals == 2 * MAX_INITIAL_ARRIVALS
+    draw = decode_request_draw(0, 0, 0, 100, 0)  # one token, max_tokens 37: it keeps running
+    steps: dict[str, int] = {}
+    runs: tuple[tuple[Profile, SchedulerConfig], ...] = (
+        ("vllm-v1", make_config()),
+        ("sglang", make_config(family="sglang")),
+    )
+    for profile, config in runs:
+        machine = make_state_machine(reference_engine, profile)()
+        assert isinstance(machine, SchedulerMachine)
+        machine.start(config, 0, [draw])
+        machine.take(ArriveAction(draw, then_steps=5))
+        events = machine.engine().trace().events
+        steps[profile] = sum(isinstance(e, Step) for e in events)
+        machine.teardown()
+    assert steps == {"vllm-v1": 5, "sglang": 0}
 
 
 class ArrivalCountingEngine(ReferenceEngine):

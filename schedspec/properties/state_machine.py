@@ -51,6 +51,30 @@ MAX_INITIAL_ARRIVALS = 4
 ACTIONS_PER_RULE = 2  # act applies a pair
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How a family's workloads load the engine: how many requests an example may start
+    with, and whether an arrival brings engine steps of its own (ArriveAction.then_steps)."""
+
+    max_initial_arrivals: int
+    steps_after_arrival: bool
+
+
+# vLLM's family: arrivals spaced by the steps they draw.
+VLLM_PACE = Pace(MAX_INITIAL_ARRIVALS, steps_after_arrival=True)
+# SGLang's family: requests come in bursts, as SGLang's event loop receives them (every
+# request sent since the last iteration joins the queue before the next schedule). Its
+# admission reserves each admitted request's whole future but the running requests'
+# only at new_token_ratio, so it overcommits only when several requests queue at once,
+# and only a retraction among many decodes (the corner two-victims) can need a second
+# victim: the first, the request with the fewest outputs, has decoded least. Measured
+# with the regime sglang-crowded (strategies/regimes.py), 30 examples, seeds 2-5: two
+# or more victims in 27 steps with bursts of up to 8 first arrivals and none after;
+# none with arrivals spaced by their steps (whatever the first burst), 2 with the
+# first burst of up to 4.
+SGLANG_PACE = Pace(2 * MAX_INITIAL_ARRIVALS, steps_after_arrival=False)
+
+
 def rules_for(actions_per_example: int) -> int:
     """Hypothesis rules (stateful_step_count) for up to that many actions per example."""
     return max(1, -(-actions_per_example // ACTIONS_PER_RULE))
@@ -82,7 +106,11 @@ class SuiteRecorder:
 
 # The initialize rule's draws besides the config, which is the run's (make_target_machine).
 _MODEL_SEEDS = st.integers(0, 2**16)
-_FIRST_ARRIVALS = st.lists(request_draws, min_size=1, max_size=MAX_INITIAL_ARRIVALS)
+
+
+@functools.cache
+def _first_arrivals(max_size: int) -> st.SearchStrategy[list[RequestDraw]]:
+    return st.lists(request_draws, min_size=1, max_size=max_size)
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -95,6 +123,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     target: ClassVar[Target]
     recorder: ClassVar[SuiteRecorder]
+    pace: ClassVar[Pace] = VLLM_PACE
     checked: Harness | None = None
     failed = False
 
@@ -169,7 +198,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.apply(self._step_event())  # full: let the engine make room instead
             return
         self._arrive(action.drawn)
-        self._steps(action.then_steps)
+        self._steps(action.then_steps if self.pace.steps_after_arrival else 0)
 
     def _arrive(self, drawn: RequestDraw) -> None:
         checked = self.engine()
@@ -298,9 +327,12 @@ def make_target_machine(
         chosen_configs = chosen_configs.map(functools.partial(within, capabilities))
     # @initialize takes its strategies when it makes the rule, and the configs are the
     # run's: so the rule around SchedulerMachine.start is made here, once per run.
-    start = initialize(config=chosen_configs, seed=_MODEL_SEEDS, first=_FIRST_ARRIVALS)
+    pace = SGLANG_PACE if family == "sglang" else VLLM_PACE
+    first = _first_arrivals(pace.max_initial_arrivals)
+    start = initialize(config=chosen_configs, seed=_MODEL_SEEDS, first=first)
     run: dict[str, object] = {
         "target": target,
+        "pace": pace,
         "recorder": recorder if recorder is not None else SuiteRecorder(),
         "start": start(SchedulerMachine.start),
     }

@@ -220,7 +220,8 @@ SGLANG_MUTANTS: tuple[Mutant, ...] = (
         "A decode that does not fit beside a held-back chunk retracts decoding requests "
         "and spares the chunk, which holds slots and has no outputs; alone beside it, a "
         "decode is aborted and the step runs nothing.",
-        {"SG-RETRACT", "NO-EMPTY-STEP"},
+        # SG-RATIO too: it caught this first on the pinned seed (issue 36, measured).
+        {"SG-RETRACT", "NO-EMPTY-STEP", "SG-RATIO"},
         configs=starved_chunks,
         family="sglang",
     ),

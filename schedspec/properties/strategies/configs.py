@@ -201,9 +201,10 @@ def sglang_configs(
     regimes: bool = True,
 ) -> SchedulerConfig:
     """Small configs of family "sglang" (SGLang's knobs drawn, vLLM's at their
-    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed. Five of
-    eight are narrowed by an SGLang regime (strategies/regimes.py) unless `regimes` is off,
-    for a caller that narrows the draws itself."""
+    defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed, and a
+    fixed mode outlasts a regime that would change it. Ten of thirteen are narrowed by an
+    SGLang regime (strategies/regimes.py) unless `regimes` is off, for a caller that
+    narrows the draws itself."""
     page_size = draw(_PAGE_SIZE_DRAWS)
     max_model_len = draw(_integers(MIN_SGLANG_MAX_MODEL_LEN, max_model_len_cap))
     min_pages = -(-max_model_len // page_size)
@@ -229,7 +230,12 @@ def sglang_configs(
         return drawn
     # Drawn last, so that the draws above keep their place in every example.
     regime = draw(_SGLANG_REGIME_DRAWS)
-    return drawn if regime is None else regime.narrow(drawn)
+    if regime is None:
+        return drawn
+    narrowed = regime.narrow(drawn)
+    if async_scheduling is not None and narrowed.async_scheduling != async_scheduling:
+        narrowed = dataclasses.replace(narrowed, async_scheduling=async_scheduling)
+    return narrowed
 
 
 def family_configs(family: Family) -> st.SearchStrategy[SchedulerConfig]:

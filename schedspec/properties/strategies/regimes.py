@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from schedspec.properties.strategies import hybrid_regimes
 from schedspec.spec import SchedulerConfig
-from schedspec.spec.config import smallest_pool
+from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN, smallest_pool
 
 MOST_SEATS = 8  # the most max_num_seqs the default configs draw
 
@@ -422,20 +422,67 @@ def sglang_mixed_overcommit(config: SchedulerConfig) -> SchedulerConfig:
     )
 
 
+# sglang_crowded's seats: twice the most the default configs draw.
+CROWDED_SEATS = 2 * MOST_SEATS
+# sglang_crowded's pool, in max_model_len requests.
+CROWDED_POOL = 5
+
+
+def sglang_crowded(config: SchedulerConfig) -> SchedulerConfig:
+    """SGLang's family: many short requests decoding at once, under the plain loop. The
+    shortest context SGLang's family admits (MIN_SGLANG_MAX_MODEL_LEN: prompts of a few
+    tokens, futures of at most that many), pages of one token, CROWDED_SEATS seats, a
+    pool of CROWDED_POOL max_model_len requests and the lowest conservativeness drawn:
+    a burst of arrivals (state_machine.SGLANG_PACE) is admitted over a few passes, each
+    counting the running requests' futures at a tenth, until a dozen decode in a pool
+    that holds their prompts and a few tokens each. When it runs out, the first victim
+    (fewest outputs: admitted last) frees a prompt of a few tokens and an output or two,
+    less than the other decodes need, and a second victim follows (the corner
+    two-victims: the victims' order back in the waiting queue, SG-RETRACT).
+
+    Measured on the reference, every config narrowed so, 30 examples, seeds 2-5, two or
+    more victims in 27 steps (a pool of 3 requests: 7; of 4: 24; 8 seats: 9; the overlap
+    loop: 3 at a pool of 3, against 9 without it)."""
+    max_model_len = MIN_SGLANG_MAX_MODEL_LEN
+    chunked = config.enable_chunked_prefill
+    budget = (
+        max(min(config.max_num_batched_tokens, 2 * max_model_len), CROWDED_SEATS)
+        if chunked
+        else max(max_model_len, CROWDED_SEATS)
+    )
+    return dataclasses.replace(
+        config,
+        block_size=1,
+        max_model_len=max_model_len,
+        num_blocks=CROWDED_POOL * max_model_len,
+        max_num_seqs=CROWDED_SEATS,
+        max_num_batched_tokens=budget,
+        enable_prefix_caching=True,
+        schedule_conservativeness=0.1,
+        async_scheduling=False,
+    )
+
+
 # SGLang's family (strategies.sglang_configs): the same mechanism, its own corners.
 SGLANG_REGIMES: tuple[Regime, ...] = (
     Regime("sglang-small-chunks", "abort-mid-prefill", sglang_small_chunks, 1),
-    Regime("sglang-tight-radix", "preemption", sglang_tight_radix, 2),
-    Regime("sglang-mixed-overcommit", "sg-chunk-room-cut", sglang_mixed_overcommit, 2),
+    Regime("sglang-tight-radix", "preemption", sglang_tight_radix, 1),
+    Regime("sglang-mixed-overcommit", "sg-chunk-room-cut", sglang_mixed_overcommit, 3),
+    Regime("sglang-crowded", "two-victims", sglang_crowded, 5),
 )
-# Draws left as drawn, against the SGLang regimes' weights: 3 of 8 configs. Measured
+# Draws left as drawn, against the SGLang regimes' weights: 3 of 13 configs. Measured
 # with benchmarks/bench_mutants.py, seeds 1-10 (kills of rv-reserve-remaining-only,
 # rv-chunk-budget-unpaged, rv-chunk-room-ignores-reservations and
 # rv-retract-survivors-batch-order): without mixed-overcommit, 3 plain draws to one of
 # each other regime, 3, 9, 1 and 8; mixed-overcommit added at weight 1, 1, 9, 4 and 7;
 # it and tight-radix at weight 2, 3, 10, 6 and 6; with tight-radix's three seats, 3,
 # 10, 6 and 7. The plain draws keep their weight of 3: cut to 2 of 5 (mixed-overcommit
-# at weight 1), two other mutants lost a seed each.
+# at weight 1), two other mutants lost a seed each. sglang-crowded (issue 36) measured
+# with benchmarks/bench_corners.py, seeds 1-10, under SGLANG_PACE: at weight 3 beside
+# the others' 1, 2, 2, two-victims reached on 9 seeds and sg-chunk-room-cut on 8; at 4
+# (mixed-overcommit at 2), 9 and 6; at 4 (mixed-overcommit at 3), 9 and 7; at 5, with
+# tight-radix cut to 1 (crowded retracts more than it: 2-10 steps of two victims a run)
+# and mixed-overcommit at 3, 10 and 6.
 SGLANG_PLAIN_WEIGHT = 3
 
 # Hybrid KV cache groups (strategies/hybrid_regimes.py), drawn beside REGIMES where a
