@@ -83,6 +83,12 @@ class CheckStats:
     corners: dict[str, int] = field(default_factory=dict)
 
     @property
+    def hybrid_seen(self) -> frozenset[bool]:
+        """Whether the run's configs had kv_cache_groups: {False}, {True} or both
+        ({False} before anything ran, the default config's)."""
+        return frozenset(hybrid for _, _, hybrid in self.kind_runs) or frozenset({False})
+
+    @property
     def checks(self) -> dict[str, int]:
         """Invariant id -> times checked."""
         counts: dict[str, int] = {}

@@ -1,7 +1,7 @@
 """The table and totals that end `schedspec check` and `schedspec diff`.
 
-One row per invariant of the profile (its kind, the smallest profile that
-includes it, how often it was checked, whether it failed), then one line of
+One row per invariant of the profile that applies to the configs drawn (its kind, the
+smallest profile that includes it, how often it was checked, whether it failed), then one line of
 totals. The counts cover every example run, shrinking's included, so the
 totals say how many examples that was and, after a failure, in which example
 the search first met it.
@@ -26,9 +26,13 @@ def invariants_of(profile: Profile) -> list[InvariantInfo]:
 
 
 def format_table(stats: CheckStats, profile: Profile, failing: Iterable[str]) -> list[str]:
-    """One row per invariant of the profile: its kind, profile, checks made and failures."""
+    """One row per invariant of the profile that applies to the configs the run drew (a
+    check of hybrid KV cache groups is no row of a run without them, nor a check of the
+    single group's table arithmetic of a run on hybrid configs only): its kind, profile,
+    checks made and failures."""
     failed = set(failing)
-    infos = invariants_of(profile)
+    seen = stats.hybrid_seen
+    infos = [i for i in invariants_of(profile) if any(i.applies_to(h) for h in seen)]
     width = max(len("invariant"), *(len(i.id) for i in infos))
     lines = [f"{'invariant':<{width}}  {'kind':<8}  {'profile':<7}  {'checked':>9}  failures"]
     for info in infos:
