@@ -42,7 +42,8 @@ It runs in several rounds, round-robin across cases and engines; each round
 gives a median step per engine and their ratio, and the median of the rounds'
 ratios is the measure.
 
-The target (the issue): the reference takes at most 0.5x vLLM's time per step.
+The target (the issue): the reference takes at most 0.5x vLLM's time per step, and
+0.3x on the mixed workload (issue 35).
 The numbers are for reading, never for asserting: nothing here fails on a time.
 
     .venv/bin/python benchmarks/bench_vs_vllm.py            # default (about 1 min)
@@ -92,6 +93,8 @@ from schedspec.reference import Scheduler
 from schedspec.spec import Request, SchedulerConfig
 
 TARGET_RATIO = 0.5  # reference time per step / vLLM time per step, at most
+# Issue 35's target for the mixed workload, where update_from_output made the gap.
+MIXED_TARGET_RATIO = 0.3
 MODEL_SEED = 1  # the fake model's seed on the mixed workload (bench_reference's)
 
 
@@ -797,11 +800,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan.async_steps,
     )
 
-    print(f"Target: reference time per step <= {TARGET_RATIO:.2f}x vLLM's")
+    print(
+        f"Target: reference time per step <= {TARGET_RATIO:.2f}x vLLM's "
+        f"({MIXED_TARGET_RATIO:.2f}x on the mixed workload)"
+    )
+    met = True
     for what, ratio in ratios:
-        verdict = "met" if ratio <= TARGET_RATIO else "NOT met"
-        print(f"  {what:<27} {ratio:>5.2f}x  {verdict}")
-    met = all(ratio <= TARGET_RATIO for _, ratio in ratios)
+        target = MIXED_TARGET_RATIO if what.startswith("mixed") else TARGET_RATIO
+        met = met and ratio <= target
+        verdict = "met" if ratio <= target else "NOT met"
+        print(f"  {what:<27} {ratio:>5.2f}x  <= {target:.2f}x {verdict}")
     print(f"  -> target {'MET' if met else 'NOT MET'} on every measure")
     if not same:
         print("  (the engines did not schedule the mixed workload alike: see part B)")

@@ -32,15 +32,25 @@ def test_percentile_interpolates_between_ranks() -> None:
 def test_request_metrics_worked_example() -> None:
     # Arrives at 1; emits 1 token at 2, 1 at 3, 2 (a draft accepted) at 5; done at 5.
     t = RequestTimeline("A", 1.0, prompt_len=10, max_tokens=4)
-    t.emit_times, t.emit_counts = [2.0, 3.0, 5.0], [1, 1, 2]
+    for end, count in ((2.0, 1), (3.0, 1), (5.0, 2)):
+        t.emit(end, count)
     t.finish_time, t.finish_status = 5.0, "FINISHED_LENGTH_CAPPED"
     m = request_metrics(t)
     assert (m.ttft, m.tpot, m.worst_gap, m.e2e, m.num_output_tokens) == (1.0, 1.0, 2.0, 4.0, 4)
 
 
+def test_a_timeline_counts_the_tokens_it_is_told_of() -> None:
+    t = RequestTimeline("A", 0.0, prompt_len=10, max_tokens=8)
+    assert (t.num_output_tokens, t.num_tokens) == (0, 10)
+    t.emit(1.0, 2)  # a draft accepted
+    t.emit(1.5, 1)
+    assert (t.emit_times, t.emit_counts) == ([1.0, 1.5], [2, 1])
+    assert (t.num_output_tokens, t.num_tokens) == (3, 13)
+
+
 def test_single_token_has_no_tpot() -> None:
     t = RequestTimeline("A", 0.0, prompt_len=10, max_tokens=1)
-    t.emit_times, t.emit_counts = [2.0], [1]
+    t.emit(2.0, 1)
     t.finish_time, t.finish_status = 2.0, "FINISHED_LENGTH_CAPPED"
     m = request_metrics(t)
     assert (m.tpot, m.worst_gap) == (None, None)

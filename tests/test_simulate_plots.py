@@ -13,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from schedspec.adapters.reference import reference_engine
 from schedspec.simulate.configs import resolve_configs
@@ -261,6 +262,44 @@ def test_save_writes_each_format(two_runs: list[ConfigRun], tmp_path: Path) -> N
     assert [p.name for p in paths] == ["g.png", "g.svg"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"<svg" in paths[1].read_bytes()[:500]
+
+
+def test_save_lays_out_once_and_gives_the_layout_engine_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two formats, one layout: the second format draws where the first one's layout
+    put the axes; the figure keeps its constrained layout after the save."""
+    calls: list[Figure] = []
+    execute = ConstrainedLayoutEngine.execute
+
+    def counted(engine: ConstrainedLayoutEngine, fig: Figure) -> object:
+        calls.append(fig)
+        return execute(engine, fig)
+
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", counted)
+    fig = kv_queue_figure([_toy_result()])
+    engine = fig.get_layout_engine()
+    save_figure(fig, tmp_path, "k", ["png", "svg"])
+    assert len(calls) == 1
+    assert fig.get_layout_engine() is engine
+    alone = kv_queue_figure([_toy_result()])
+    save_figure(alone, tmp_path, "alone", ["svg"])  # laid out by the SVG's own draw
+    kept = np.array([ax.get_position().bounds for ax in fig.axes])
+    own = np.array([ax.get_position().bounds for ax in alone.axes])
+    assert np.abs(kept - own).max() < 0.01
+
+
+def test_gantt_bars_are_one_image_in_an_svg(tmp_path: Path) -> None:
+    """Thousands of bars as SVG elements took seconds to write: they are rasterized
+    (embedded images); the axes and text stay vector."""
+    fig = gantt_figure(_crowded_result())
+    (ax,) = fig.axes
+    bars = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert bars and all(c.get_rasterized() for c in bars)
+    (svg,) = save_figure(fig, tmp_path, "g", ["svg"])
+    text = svg.read_text()
+    assert "<image" in text
+    assert text.count("<path") < 400  # one per bar would be over 1,200
 
 
 def _crowded_result(num_requests: int = 400) -> SimulationResult:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from schedspec.spec import PLACEHOLDER_TOKEN_ID, ModelRunnerOutput, SchedulerOutput
 
@@ -34,8 +34,31 @@ class StepEngine(Protocol):
 
 
 def _mix(*parts: object) -> int:
+    """64 bits of blake2b over repr(parts): the same parts, the same bits, anywhere."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+class _RequestMixer:
+    """_mix(seed, request_id, *rest), a request's hash state kept after its common head.
+
+    repr(parts) of a tuple is "(" + the items' reprs joined by ", " + ")", and blake2b
+    reads its input as a stream: so hashing the head "(seed, request_id, " once and
+    copying that state for each position gives _mix's bits at half its cost (it runs
+    for every sampled token and draft)."""
+
+    def __init__(self) -> None:
+        self._heads: dict[tuple[int, str], Any] = {}  # (seed, request id) -> blake2b state
+
+    def mix(self, seed: int, request_id: str, rest: str) -> int:
+        """_mix(seed, request_id, *items) where rest is the items' reprs joined by ", "."""
+        head = self._heads.get((seed, request_id))
+        if head is None:
+            text = f"({seed!r}, {request_id!r}, "
+            head = self._heads[seed, request_id] = hashlib.blake2b(text.encode(), digest_size=8)
+        state = head.copy()
+        state.update(f"{rest})".encode())
+        return int.from_bytes(state.digest(), "little")
 
 
 @dataclass(frozen=True)
@@ -58,15 +81,17 @@ class FakeModel:
     _num_tokens: dict[str, int] = field(default_factory=dict)  # as of the last step run
     # Per request that sampled in the last step run: the position of its first token.
     sampled_at: dict[str, int] = field(default_factory=dict)
+    _mixer: _RequestMixer = field(default_factory=_RequestMixer, repr=False, compare=False)
 
     def token_at(self, request_id: str, position: int) -> int:
         """The token the target model samples at this position."""
-        return _mix(self.seed, request_id, position) % self.vocab_size
+        return self._mixer.mix(self.seed, request_id, repr(position)) % self.vocab_size
 
     def draft_at(self, request_id: str, position: int) -> int:
         """The drafter's guess for a position: right with probability draft_acceptance."""
         true = self.token_at(request_id, position)
-        hit = _mix(self.seed, request_id, position, "draft") % 1000 < self.draft_acceptance * 1000
+        guess = self._mixer.mix(self.seed, request_id, f"{position!r}, 'draft'")
+        hit = guess % 1000 < self.draft_acceptance * 1000
         return true if hit else (true + 1) % self.vocab_size
 
     def execute(

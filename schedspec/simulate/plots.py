@@ -41,6 +41,7 @@ LEGEND_COLUMNS = 6  # a legend of more entries wraps onto another row
 PANEL_HEIGHT = 2.2  # inches, for the KV and the queue panel
 STRIP_HEIGHT = 1.1  # inches, for each config's iteration-time strip
 MAX_STEP_BARS = 400  # above this many steps, a Gantt bar spans back-to-back steps
+DPI = 100  # of a PNG, and of the Gantt's bars in an SVG (drawn as an image there)
 
 
 # The same simulation draws the same bytes: SVG element ids are hashed with this salt
@@ -50,15 +51,24 @@ _METADATA: dict[str, dict[str, str | None]] = {"svg": {"Date": None}}
 
 
 def save_figure(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str]) -> list[Path]:
-    """Write the figure in each format, atomically, the same bytes for the same figure."""
+    """Write the figure in each format, atomically, the same bytes for the same figure.
+
+    The layout is computed once, by the first format's draw, and kept for the others:
+    it is in figure fractions, the same for every format, and constrained layout
+    measures every tick label again on each draw (a third of an SVG's time)."""
     paths = []
-    for fmt in formats:
-        path = out_dir / f"{stem}.{fmt}"
-        drawn = io.BytesIO()
-        with rc_context({"svg.hashsalt": SVG_HASH_SALT}):
-            fig.savefig(drawn, format=fmt, dpi=100, metadata=_METADATA.get(fmt))
-        write_atomically(path, drawn.getvalue())
-        paths.append(path)
+    engine = fig.get_layout_engine()
+    try:
+        for fmt in formats:
+            path = out_dir / f"{stem}.{fmt}"
+            drawn = io.BytesIO()
+            with rc_context({"svg.hashsalt": SVG_HASH_SALT}):
+                fig.savefig(drawn, format=fmt, dpi=DPI, metadata=_METADATA.get(fmt))
+            fig.set_layout_engine("none")  # keeps the axes where the layout put them
+            write_atomically(path, drawn.getvalue())
+            paths.append(path)
+    finally:
+        fig.set_layout_engine(engine)
     return paths
 
 
@@ -181,9 +191,19 @@ def gantt_figure(result: SimulationResult) -> Figure:
     ]
     if waits:
         ax.add_collection(
-            PolyCollection(waits, facecolor=WAIT_COLOR, linewidth=0, label="waiting in queue")
+            PolyCollection(
+                waits,
+                facecolor=WAIT_COLOR,
+                linewidth=0,
+                label="waiting in queue",
+                rasterized=True,
+            )
         )
     # One collection per kind: a collection per request would cost seconds to draw.
+    # Rasterized: in an SVG, the bars (thousands: SGLang's decodes sit out every prefill
+    # step, so theirs do not merge) are one image at the PNG's resolution, not one
+    # element each, which took seconds to write and to open. Axes, text and the
+    # legend stay vector; a PNG is drawn the same either way.
     boxes: dict[Kind, list[list[tuple[float, float]]]] = {}
     least = MIN_PHASE_SHARE * _time_span(result)
     for (rid, kind), bars in segments.items():
@@ -199,6 +219,7 @@ def gantt_figure(result: SimulationResult) -> Figure:
                 linewidth=0.4 if packed or not merge else 0,
                 label=kind,
                 zorder=2.5 if kind in SHORT_PHASES else 2,  # over the decode they widen onto
+                rasterized=True,
             )
         )
     ax.autoscale_view()

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schedspec.engines.errors import EngineHalt
 from schedspec.engines.protocol import EngineFactory
@@ -20,6 +21,9 @@ from schedspec.simulate.metrics import (
 )
 from schedspec.simulate.simulator import SimulationResult, simulate
 from schedspec.simulate.workloads import SimRequest
+
+if TYPE_CHECKING:  # matplotlib is imported only when pictures are drawn
+    from matplotlib.figure import Figure
 
 FORMATS = ("png", "svg")
 DEFAULT_OUT = Path("simulate-out")  # where `schedspec simulate` writes; .gitignore has it
@@ -59,24 +63,32 @@ def run_configs(
     return runs
 
 
-def write_plots(runs: Sequence[ConfigRun], out_dir: Path, formats: Sequence[str]) -> list[Path]:
-    """A Gantt chart per config; KV/queue and latency CDFs overlaying all configs."""
+def pictures(runs: Sequence[ConfigRun]) -> list[tuple[str, Callable[[], Figure]]]:
+    """(file stem, what draws it) for every picture: a Gantt chart per config; KV/queue
+    and latency CDFs overlaying all configs. Drawn one at a time, as they are written,
+    so a large comparison never holds every figure at once."""
     # Imported here: a simulation without pictures must not need matplotlib.
-    from schedspec.simulate.plots import (
-        gantt_figure,
-        kv_queue_figure,
-        latency_cdf_figure,
-        save_figure,
-    )
+    from schedspec.simulate.plots import gantt_figure, kv_queue_figure, latency_cdf_figure
+
+    listed: list[tuple[str, Callable[[], Figure]]] = [
+        (f"gantt-{run.result.name}", functools.partial(gantt_figure, run.result)) for run in runs
+    ]
+    results = [r.result for r in runs]
+    listed.append(("kv-queue", functools.partial(kv_queue_figure, results)))
+    cdf_runs = [(r.result, r.metrics) for r in runs]
+    listed.append(("latency-cdf", functools.partial(latency_cdf_figure, cdf_runs)))
+    return listed
+
+
+def write_plots(runs: Sequence[ConfigRun], out_dir: Path, formats: Sequence[str]) -> list[Path]:
+    """Every picture (pictures()) in each format."""
+    from schedspec.simulate.plots import save_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for run in runs:
-        paths += save_figure(gantt_figure(run.result), out_dir, f"gantt-{run.result.name}", formats)
-    results = [r.result for r in runs]
-    paths += save_figure(kv_queue_figure(results), out_dir, "kv-queue", formats)
-    cdfs = latency_cdf_figure([(r.result, r.metrics) for r in runs])
-    return paths + save_figure(cdfs, out_dir, "latency-cdf", formats)
+    for stem, draw in pictures(runs):
+        paths += save_figure(draw(), out_dir, stem, formats)
+    return paths
 
 
 def runs_document(runs: Sequence[ConfigRun], seed: int, workload: str) -> dict[str, object]:

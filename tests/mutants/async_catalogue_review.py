@@ -230,8 +230,8 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "output-count-without-placeholders",
         "vllm/scheduler.py",
-        "                num_output_tokens=r.num_output_tokens + r.num_output_placeholders,\n",
-        "                num_output_tokens=r.num_output_tokens,\n",
+        "                r.num_output_tokens + r.num_output_placeholders,\n",
+        "                r.num_output_tokens,\n",
         "Async: a running request's output count sent to the runner leaves out the outputs "
         "of its step still in flight.",
         {"OUTPUT"},

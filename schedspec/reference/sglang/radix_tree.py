@@ -100,16 +100,17 @@ class RadixTree:
         return length // self.page_size * self.page_size
 
     def _match_len(self, key: tuple[int, ...], tokens: Sequence[int], offset: int) -> int:
-        """Tokens of `key` that `tokens[offset:]` matches, in whole pages."""
-        p = self.page_size
-        matched = 0
-        while (
-            matched < len(key)
-            and offset + matched + p <= len(tokens)
-            and tuple(tokens[offset + matched : offset + matched + p]) == key[matched : matched + p]
-        ):
-            matched += p
-        return matched
+        """Tokens of `key` that `tokens[offset:]` matches, in whole pages: up to the
+        first token that differs or is missing on either side, rounded down to a page."""
+        n = min(len(key), len(tokens) - offset)
+        theirs = tuple(tokens[offset : offset + n])
+        # Compared whole first, in C: a node's key most often matches to its end; else
+        # the first difference, one token at a time (a page at a time cost a slice each).
+        if key[:n] == theirs:
+            same = n
+        else:
+            same = next(i for i, (a, b) in enumerate(zip(key, theirs, strict=False)) if a != b)
+        return same // self.page_size * self.page_size
 
     # ------------------------------------------------------------------ structure
 

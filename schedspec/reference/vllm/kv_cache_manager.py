@@ -151,10 +151,13 @@ class KVCacheManager(KVCacheManagerBase):
             raise ValueError("allocate_slots needs new tokens or new computed tokens")
         rid = request.request_id
         max_model_len = self.max_model_len
-        total_computed = min(
-            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens,
-            max_model_len,
+        total_computed = (
+            request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
         )
+        # Not min(): this runs per running request per step, and the builtin's call
+        # costs more than the test.
+        if total_computed > max_model_len:
+            total_computed = max_model_len
         slots = num_slots(total_computed, num_new_tokens, num_lookahead_tokens, max_model_len)
         table = self.req_to_blocks.get(rid)
         num_held = len(table) if table is not None else 0
@@ -167,7 +170,8 @@ class KVCacheManager(KVCacheManagerBase):
             and slots <= num_held * self.block_size
             and request.status is RequestStatus.RUNNING
         ):
-            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+            if self.enable_caching:
+                self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
             return []
 
         watermark = admission_watermark(request, has_running_requests, self.watermark_blocks)

@@ -81,6 +81,9 @@ class Scheduler:
         # requests each scheduled: an id can be aborted and reused meanwhile.
         self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
         self._drafting = config.num_speculative_tokens > 0
+        # Read per request per step; the config is frozen.
+        self._max_model_len = config.max_model_len
+        self._lookahead_tokens = config.lookahead_tokens
         # Cache-aware admission reorders by queue position among requests ranked by
         # their cached prefix: it needs a FCFS queue and a prefix cache, and like
         # vLLM's Scheduler.__init__ the window is 0 (off) without either.
@@ -187,16 +190,17 @@ class Scheduler:
         """Advance the scheduled requests as if their step had run (vLLM does the same);
         update_from_output corrects for rejected drafts and stops. Returns them by id."""
         requests = self.requests
+        loads = self.kv_loads
         scheduled: dict[str, Request] = {}
         for rid, num_tokens in step.num_scheduled_tokens.items():
             scheduled[rid] = request = requests[rid]
             request.num_computed_tokens += num_tokens
             request.num_in_flight_tokens += num_tokens
-            request.is_prefill_chunk = (
-                request.num_computed_tokens < request.num_tokens + request.num_output_placeholders
+            request.is_prefill_chunk = request.num_computed_tokens < (
+                len(request.all_token_ids) + request.num_output_placeholders
             )
-            if self.kv_loads is not None:
-                self.kv_loads.on_scheduled(request)
+            if loads is not None:
+                loads.on_scheduled(request)
         if self.config.async_scheduling:
             self._add_output_placeholders(step)
         return scheduled
@@ -287,7 +291,7 @@ class Scheduler:
         victims removed before it.
         """
         kv = self.kv_cache_manager
-        lookahead = self.config.lookahead_tokens
+        lookahead = self._lookahead_tokens
         while True:
             blocks = kv.allocate_slots(request, num_new, num_lookahead_tokens=lookahead)
             if blocks is not None:
@@ -554,14 +558,18 @@ class Scheduler:
             )
             for r in step.scheduled_new
         )
+        # Positional, in the fields' order (request_id, resumed, new_block_ids,
+        # num_computed_tokens, num_output_tokens): one per running request per step,
+        # and keywords cost a NamedTuple's constructor half as much again.
+        new_block_ids = step.new_block_ids
         cached_reqs = tuple(
             CachedRequestData(
-                request_id=r.request_id,
-                resumed=resumed,
-                new_block_ids=step.new_block_ids[r.request_id],
-                num_computed_tokens=r.num_computed_tokens,
+                r.request_id,
+                resumed,
+                new_block_ids[r.request_id],
+                r.num_computed_tokens,
                 # The runner counts the outputs of a step still in flight too.
-                num_output_tokens=r.num_output_tokens + r.num_output_placeholders,
+                r.num_output_tokens + r.num_output_placeholders,
             )
             for resumed, group in ((False, step.scheduled_running), (True, step.scheduled_resumed))
             for r in group
@@ -621,12 +629,11 @@ class Scheduler:
         stopped_waiting: set[str] = set()  # stale output stopped a preempted request
         outputs: dict[str, RequestOutput] = {}
         running_status = RequestStatus.RUNNING
+        apply_sampled = self._apply_sampled
         for rid, tokens, num_drafts in sampling:
             request = requests[rid]
             was_running = request.status is running_status
-            outputs[rid] = output = self._apply_sampled(
-                request, tokens, num_drafts, bool(stale) and rid in stale
-            )
+            outputs[rid] = output = apply_sampled(request, tokens, num_drafts, rid in stale)
             if output.finish_status is not None:
                 (stopped if was_running else stopped_waiting).add(rid)
                 self._free_request(request)
@@ -675,10 +682,12 @@ class Scheduler:
                 request.num_output_placeholders -= rejected
         status = request.status
         had_placeholders = request.num_output_placeholders > 0
-        kept = append_output_tokens(request, tokens, self.config.max_model_len, trim=not stale)
+        kept = append_output_tokens(request, tokens, self._max_model_len, trim=not stale)
+        # Most steps keep every token: no slice to copy first.
+        new_token_ids = tuple(tokens) if kept == len(tokens) else tuple(tokens[:kept])
         if stale:
             finish = request.status if request.status.is_finished else None
-            return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, None)
+            return RequestOutput(request.request_id, new_token_ids, finish, None)
         if had_placeholders:
             # Every returned position resolves a placeholder, those dropped at a stop too.
             request.num_output_placeholders -= len(tokens)
@@ -688,7 +697,7 @@ class Scheduler:
             self.kv_cache_manager.cache_blocks(request, request.num_confirmed_computed_tokens)
         finish = request.status if request.status.is_finished else None
         confirmed = request.num_computed_tokens - request.num_in_flight_tokens
-        return RequestOutput(request.request_id, tuple(tokens[:kept]), finish, confirmed)
+        return RequestOutput(request.request_id, new_token_ids, finish, confirmed)
 
     def update_draft_token_ids(self, draft_token_ids: Mapping[str, Sequence[int]]) -> None:
         """Set the drafts to verify next step. Drafts for a finished, unknown,
