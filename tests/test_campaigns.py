@@ -327,10 +327,10 @@ class TestCommandLine:
         report = json.loads(json_path.read_text())
         assert report["version"] == 4 and report["campaign"]["workers"] == 2
         assert report["campaign"]["duration"] == 3 and report["campaign"]["findings"] == []
-        # merged over every chunk, for the vllm-v1 family's corners
-        # (the KV connector's only where a config drew one: these drew none)
+        # merged over every chunk, for the vllm-v1 family's corners (the KV connector's
+        # and hybrid KV cache groups' only where a config drew them: these drew neither)
         assert set(report["corners"]) == {
-            c.name for c in corners_for("vllm-v1") if not c.needs_connector
+            c.name for c in corners_for("vllm-v1") if not c.needs_connector and not c.needs_hybrid
         }
         assert report["corners"]["preemption"] > 0
 
