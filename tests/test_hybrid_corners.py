@@ -16,6 +16,7 @@ from schedspec.spec.kv_groups import (
     SlidingWindowGroup,
     group_block_hashes,
     mamba_aligned_new_tokens,
+    mamba_checkpoint_position,
     num_skipped_tokens,
 )
 from tests.hybrid_helpers import hybrid_driver
@@ -42,15 +43,16 @@ def test_a_window_frees_a_block() -> None:
 
 
 def test_a_hit_cut_by_the_lagging_window() -> None:
-    """A ran its 12 tokens in one chunk, so full attention cached blocks 0..2 and Mamba
-    only the state after 12. B shares A's first 8 tokens: full attention alone would hit
-    8, but Mamba has no state at 8 or 4, so the hit is 0."""
+    """A ran its first 12 tokens in one chunk (its checkpoint: it ends at 16), so full
+    attention cached blocks 0..2 and Mamba only the states after 12 and 16. B shares A's
+    first 8 tokens: full attention alone would hit 8, but Mamba has no state at 8 or 4,
+    so the hit is 0."""
     d = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=12)
-    d.add("A", prompt=tokens(1, 12), max_tokens=1)
-    d.steps(2)  # A: 12 tokens in one chunk, states only at the chunk's end (block 2)
+    d.add("A", prompt=tokens(1, 16), max_tokens=1)
+    d.steps(2)  # A: 12 tokens in one chunk, states only at the chunks' ends, then 4
     d.add("B", prompt=(*tokens(1, 8), 50, 51, 52, 53, 54), max_tokens=1)
     t = d.schedule()
-    # Full attention cached blocks 0 and 1 (8 tokens); Mamba only the state after 12.
+    # Full attention cached blocks 0 and 1 (8 tokens); Mamba only the states after 12, 16.
     assert t.computed_before["B"] == 0
     assert "hit-cut-by-lagging-group" in reached(t)
     plain = hybrid_driver(FULL, MAMBA)
@@ -64,8 +66,13 @@ def test_a_mamba_aligned_split() -> None:
     t = d.schedule()
     assert t.output.num_scheduled_tokens == {"r": 4}  # cut from 6 to the boundary at 4
     assert "mamba-aligned-split" in reached(t)
+    at_checkpoint = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=16)
+    at_checkpoint.add("r", 16, max_tokens=2)
+    t = at_checkpoint.schedule()
+    assert t.output.num_scheduled_tokens == {"r": 12}  # stopped at the checkpoint (G4)
+    assert "mamba-aligned-split" in reached(t)
     whole = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=16)
-    whole.add("r", 16, max_tokens=2)
+    whole.add("r", 4, max_tokens=2)  # one block: its checkpoint is at 0, its start
     assert "mamba-aligned-split" not in reached(whole.schedule())
 
 
@@ -98,19 +105,31 @@ def test_num_skipped_tokens_per_kind(group: KVCacheGroupSpec, computed: int, ski
 
 
 @pytest.mark.parametrize(
-    ("start", "new", "prefill_end", "size", "widest", "scheduled"),
+    ("start", "new", "prefill_end", "num_tokens", "size", "widest", "scheduled"),
     [
-        (0, 6, 16, 4, 6, 4),  # cut down to the boundary at 4
-        (4, 3, 16, 4, 3, 3),  # 4..7: no boundary past 4, and a block (4) wider than 3
-        (4, 3, 16, 4, 8, 0),  # the same with room for a block: wait for it
-        (0, 16, 16, 4, 16, 16),  # reaches the prefill's end: not cut
-        (16, 1, 16, 4, 8, 1),  # decode: not cut
+        (0, 6, 16, 16, 4, 6, 4),  # cut down to the boundary at 4
+        (4, 3, 16, 16, 4, 3, 3),  # 4..7: no boundary past 4, and a block (4) wider than 3
+        (4, 3, 16, 16, 4, 8, 0),  # the same with room for a block: wait for it
+        (0, 16, 16, 16, 4, 16, 12),  # reaches the prefill's end: stops at the checkpoint
+        (12, 4, 16, 16, 4, 16, 4),  # from the checkpoint on: not cut
+        (0, 17, 17, 17, 4, 32, 16),  # 17 tokens: the checkpoint is the boundary at 16
+        (0, 3, 3, 3, 1, 4, 2),  # docs/FINDINGS.md G4: 1-token blocks, a prompt of 3
+        (0, 9, 8, 9, 4, 16, 8),  # resumed (8 prompt tokens, 1 output): stops at 8
+        (16, 1, 16, 17, 4, 8, 1),  # decode: not cut
     ],
 )
 def test_mamba_aligned_new_tokens(
-    start: int, new: int, prefill_end: int, size: int, widest: int, scheduled: int
+    start: int, new: int, prefill_end: int, num_tokens: int, size: int, widest: int, scheduled: int
 ) -> None:
-    assert mamba_aligned_new_tokens(start, new, prefill_end, size, widest) == scheduled
+    assert mamba_aligned_new_tokens(start, new, prefill_end, num_tokens, size, widest) == scheduled
+
+
+@pytest.mark.parametrize(
+    ("num_tokens", "size", "position"), [(1, 4, 0), (4, 4, 0), (5, 4, 4), (16, 4, 12), (3, 1, 2)]
+)
+def test_mamba_checkpoint_position(num_tokens: int, size: int, position: int) -> None:
+    """The last boundary at or before the last token: a hit leaves that token to compute."""
+    assert mamba_checkpoint_position(num_tokens, size) == position
 
 
 def test_group_block_hashes_differ_per_group_and_block_size() -> None:

@@ -325,12 +325,38 @@ def test_mamba_none_mode_keeps_one_running_state() -> None:
         (20, 1, 20, 4, 16, 1),  # decode is not cut
         (8, 3, 20, 4, 16, 0),  # no whole block fits: wait for a step with more budget
         (0, 10, 100, 64, 10, 10),  # a block wider than any step advances part-way
+        (12, 8, 20, 4, 16, 4),  # the last chunk stops at the checkpoint (16): a hit's end
+        (0, 21, 21, 4, 32, 20),  # a prompt of 21: the checkpoint is at 20
+        (0, 3, 3, 1, 4, 2),  # docs/FINDINGS.md G4: 1-token blocks, a prompt of 3
+        (0, 1, 1, 4, 4, 1),  # a one-token prompt: the checkpoint is at 0, nothing to stop
+        (6, 4, 10, 8, 6, 2),  # a wide block's last part-block chunk stops at 8 too
     ],
 )
 def test_mamba_block_aligned_split(
     computed: int, new: int, prefill_end: int, block: int, budget: int, scheduled: int
 ) -> None:
-    assert mamba_block_aligned_split(computed, new, prefill_end, block, budget) == scheduled
+    """num_tokens is prefill_end here: a prompt in its prefill (a resumed request is the
+    next test's)."""
+    split = mamba_block_aligned_split(computed, new, prefill_end, prefill_end, block, budget)
+    assert split == scheduled
+
+
+@pytest.mark.parametrize(
+    ("computed", "new", "num_tokens", "scheduled"),
+    [
+        (0, 13, 13, 12),  # 12 tokens and an output: prefill ends at 12, checkpoint at 12
+        (0, 9, 9, 8),  # 8 prompt tokens and an output: the checkpoint is at 8
+        (8, 5, 13, 4),  # from a hit at 8: the chunk stops at 12
+    ],
+)
+def test_mamba_checkpoint_stop_of_a_resumed_request(
+    computed: int, new: int, num_tokens: int, scheduled: int
+) -> None:
+    """A resumed request replays its outputs (prefill_end = num_tokens - 1): the checkpoint
+    is the last boundary at or before its last token, and the chunk that reaches the
+    prefill's end runs to it, not past it (4-token blocks, a budget of 16)."""
+    split = mamba_block_aligned_split(computed, new, num_tokens - 1, num_tokens, 4, 16)
+    assert split == scheduled
 
 
 # -- preemption and finishing ---------------------------------------------------------

@@ -17,6 +17,7 @@ from schedspec.reference.vllm.mamba_split import MambaSplit
 from schedspec.spec import ModelRunnerOutput, RequestStatus, SchedulerOutput
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
+    FullAttentionGroup,
     KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
@@ -98,12 +99,45 @@ def test_a_block_wider_than_any_step_advances_by_part_of_a_block() -> None:
 
 def test_an_aligned_cut_to_nothing_leaves_the_admission_for_a_later_step() -> None:
     scheduler = hybrid_scheduler(FULL, MAMBA, max_num_batched_tokens=6)
-    add(scheduler, "a", 6, max_tokens=4)  # fits whole: the chunk reaching the prompt's end
+    add(scheduler, "a", 5, max_tokens=4)  # 4 tokens, to its checkpoint
     add(scheduler, "b", 16, max_tokens=2, first_token=2000)
     output = step(scheduler)
-    # b gets 0 tokens of budget anyway; next step a decodes (1) and b's 5 cut to 4.
-    assert output.num_scheduled_tokens == {"a": 6}
+    # b's 2 tokens of budget cut to 0: it waits; next step a's last token, b's 5 cut to 4.
+    assert output.num_scheduled_tokens == {"a": 4}
     assert step(scheduler).num_scheduled_tokens == {"a": 1, "b": 4}
+
+
+def test_an_admitted_prefill_stops_at_its_checkpoint() -> None:
+    """docs/FINDINGS.md G4: 1-token blocks, a 2-token window, a 3-token prompt and a
+    budget of 4. A later hit on the prompt reaches token 2 at most (it leaves the last
+    token to compute), so the chunk stops there and Mamba's state after 2 is written."""
+    scheduler = hybrid_scheduler(
+        FullAttentionGroup(block_size=1),
+        SlidingWindowGroup(block_size=1, sliding_window=2),
+        MambaGroup(block_size=1, mamba_cache_mode="align"),
+        block_size=1,
+        num_blocks=11,
+        max_model_len=4,
+        max_num_seqs=1,
+        max_num_batched_tokens=4,
+        enable_prefix_caching=True,
+    )
+    add(scheduler, "r1", 3, max_tokens=1)
+    assert step(scheduler).num_scheduled_tokens == {"r1": 2}
+    assert step(scheduler).num_scheduled_tokens == {"r1": 1}
+
+
+def test_a_running_prefill_stops_at_its_checkpoint() -> None:
+    """An 18-token prompt, 4-token blocks, a budget of 12: the first chunk ends on the
+    boundary at 12, the second would reach the prompt's end but stops at the checkpoint,
+    16 (the last boundary before token 17), and the third runs 16..18."""
+    scheduler = hybrid_scheduler(FULL, MAMBA, max_num_batched_tokens=12)
+    add(scheduler, "r", 18, max_tokens=2)
+    assert [step(scheduler).num_scheduled_tokens for _ in range(3)] == [
+        {"r": 12},
+        {"r": 4},
+        {"r": 2},
+    ]
 
 
 def test_the_split_uses_the_mamba_groups_own_block_size() -> None:

@@ -289,6 +289,42 @@ def case_chunk_ends_between_mamba_states() -> Case:
     )
 
 
+def g4_checkpoint_stop() -> ScheduleTransition:
+    """docs/FINDINGS.md G4's shape: 1-token blocks, full attention, a 2-token window and
+    Mamba in align mode, a 3-token prompt and a budget of 4. A hit on the prompt reaches
+    token 2 at most, so the chunk stops there for its state to be written."""
+    d = hybrid_driver(
+        FullAttentionGroup(block_size=1),
+        SlidingWindowGroup(block_size=1, sliding_window=2),
+        MambaGroup(block_size=1, mamba_cache_mode="align"),
+        block_size=1,
+        num_blocks=11,
+        max_model_len=4,
+        max_num_seqs=1,
+        max_num_batched_tokens=4,
+    )
+    d.add("r", 3, max_tokens=1)
+    t = d.schedule()
+    assert t.output.num_scheduled_tokens == {"r": 2}
+    return t
+
+
+@cases("MAMBA-SPLIT")
+def case_prefill_chunk_runs_past_the_checkpoint() -> Case:
+    """The reference before G4 was closed: the whole 3-token prompt in one chunk, so no
+    state is written at token 2, where a later hit on the same prompt resumes."""
+    t = g4_checkpoint_stop()
+    return Case(
+        "MAMBA-SPLIT",
+        t,
+        dataclasses.replace(t, output=dataclasses.replace(t.output, num_scheduled_tokens={"r": 3})),
+        "runs past the checkpoint at 2",
+        "r",
+        expected=2,
+        actual=3,
+    )
+
+
 @pytest.mark.parametrize("build", cases.params())
 def test_hybrid_invariant_holds_on_the_real_transition(build: CaseBuilder) -> None:
     assert_holds(build())

@@ -30,7 +30,7 @@ from schedspec.traces.trace import Trace
 
 FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
 STANDS: dict[str, dict[str, bool]] = {
-    "G4": {"0.33.0": True, "0.34.0": True},  # Mamba: the chunk stops at the last cacheable boundary
+    "G4": {"0.33.0": False, "0.34.0": False},  # Mamba: the checkpoint stop (modelled)
     "G5": {"0.33.0": True, "0.34.0": True},  # windows: the admission cap
     "G6": {"0.33.0": True, "0.34.0": True},  # windows: blocks no hit reaches are not cached
 }
@@ -64,10 +64,12 @@ def _diff(gap: str) -> DiffResult | None:
     return result
 
 
-def test_g4_vllm_stops_a_mamba_prefill_chunk_at_the_last_cacheable_boundary() -> None:
-    """A 3-token prompt, Mamba in align mode with 1-token blocks, a budget of 4: vLLM
-    schedules 2 tokens (a hit can reach token 2 at most, and its state must be written
-    there), the reference all 3; vllm-v1's GREEDY-BUDGET judges vLLM by the reference."""
+def test_g4_both_engines_stop_a_mamba_prefill_chunk_at_its_checkpoint() -> None:
+    """A 3-token prompt, Mamba in align mode with 1-token blocks, a budget of 4: a hit can
+    reach token 2 at most, and its state must be written there, so vLLM schedules 2
+    tokens. The reference models the stop (mamba_split.checkpoint_position): the lockstep
+    diff agrees, block ids included. Where it stood, the reference scheduled all 3 and
+    vllm-v1's GREEDY-BUDGET judged vLLM by it."""
     result = _diff("G4")
     if result is None:
         return

@@ -233,22 +233,40 @@ def mamba_split_group(groups: tuple[KVCacheGroupSpec, ...]) -> MambaGroup | None
     )
 
 
+def mamba_checkpoint_position(num_tokens: int, block_size: int) -> int:
+    """The last Mamba block boundary a prefix hit on a request of num_tokens can reach: a
+    hit leaves at least the last token to compute (its logits), so the boundary at or
+    before num_tokens - 1 (0 for a one-token request)."""
+    return max(0, (num_tokens - 1) // block_size * block_size)
+
+
 def mamba_aligned_new_tokens(
-    start: int, num_new_tokens: int, prefill_end: int, block_size: int, max_prefill_tokens: int
+    start: int,
+    num_new_tokens: int,
+    prefill_end: int,
+    num_tokens: int,
+    block_size: int,
+    max_prefill_tokens: int,
 ) -> int:
     """The spec's statement of the Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache
     groups", Mamba): of num_new_tokens from `start`, the tokens scheduled. A chunk that
     ends before prefill_end (max(prompt tokens, tokens - 1)) ends on a multiple of the
     Mamba group's block_size, unless that leaves nothing and a block is wider than the
     step's largest prefill (max_prefill_tokens), when it keeps its end (else it would
-    never advance)."""
+    never advance). A prefill chunk also stops at the request's checkpoint
+    (`mamba_checkpoint_position` of its num_tokens) when it would run past it, so that
+    the state a later request's hit reaches is written."""
     end = start + num_new_tokens
-    if start >= prefill_end or end >= prefill_end:
+    if start >= prefill_end:
         return num_new_tokens
-    aligned = end - end % block_size
-    if aligned <= start and block_size > max_prefill_tokens:
-        return num_new_tokens
-    return aligned - start
+    if end < prefill_end:
+        aligned = end - end % block_size
+        if aligned > start or block_size <= max_prefill_tokens:
+            end = aligned
+    checkpoint = mamba_checkpoint_position(num_tokens, block_size)
+    if start < checkpoint < end:
+        end = checkpoint
+    return end - start
 
 
 def group_block_hash(block_hash: BlockHash, group_id: int) -> BlockHash:

@@ -1,6 +1,7 @@
-"""Where a prefill chunk may end when a Mamba group keeps block-aligned states (vLLM 0.34.0
-Scheduler._mamba_block_aligned_split, without its prefill checkpoints and shared-prefix
-junctions: NOTES-issue-34.md)."""
+"""Where a prefill chunk may end when a Mamba group keeps block-aligned states (vLLM 0.33.0
+and 0.34.0 Scheduler._mamba_block_aligned_split: the block-aligned cut and the stop at
+the last boundary a hit can reach; without the backend's internal prefill checkpoints,
+partial-hash tails and shared-prefix junctions: NOTES-issue-34.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def mamba_block_aligned_split(
     num_computed_tokens: int,
     num_new_tokens: int,
     prefill_end: int,
+    num_tokens: int,
     block_size: int,
     max_prefill_tokens: int,
 ) -> int:
@@ -23,13 +25,25 @@ def mamba_block_aligned_split(
 
     prefill_end: max(prompt tokens, tokens - 1), so a resumed request replaying its
     outputs is cut too. Past it (decode) nothing is cut. The chunk that reaches it is
-    not cut: decode carries its state on to the next boundary.
+    not cut to a boundary: decode carries its state on to the next boundary.
 
     A cut that leaves no progress is taken only when a whole block fits a step's
     budget (max_prefill_tokens: the token budget, or the long-prefill cap when set):
     the request then waits for a step with more budget. A block wider than any step
     advances by a part of a block instead, or it would never advance (vLLM #40707,
     #45414: the scheduler stalled).
+
+    The checkpoint stop: a prefill chunk that would run past the last boundary a prefix
+    hit can reach (`checkpoint_position` of the request's num_tokens) stops there, so
+    that the state a later request with the same prompt hits is written (a state is
+    written only at a chunk's end). It bites only on the chunk that reaches the
+    prefill's end: a cut chunk ends on a boundary at or before it. It holds with or
+    without prefix caching, as in vLLM.
+
+    vLLM's other stop, at the next boundary of a chunk that starts mid-block, is left
+    out: a chunk starts mid-block only after a part-block advance (a block wider than
+    any step), so it is shorter than a block, and the one boundary it can cross is the
+    checkpoint or a cut chunk's end.
     """
     if num_computed_tokens >= prefill_end:
         return num_new_tokens
@@ -38,7 +52,18 @@ def mamba_block_aligned_split(
         aligned_end = end // block_size * block_size
         if aligned_end > num_computed_tokens or block_size <= max_prefill_tokens:
             end = aligned_end
+    checkpoint = checkpoint_position(num_tokens, block_size)
+    if num_computed_tokens < checkpoint < end:
+        end = checkpoint
     return end - num_computed_tokens
+
+
+def checkpoint_position(num_tokens: int, block_size: int) -> int:
+    """The last block boundary a prefix hit on a request of num_tokens can reach (vLLM
+    get_mamba_prefill_checkpoint_position without EAGLE's block drop or hash lookahead,
+    which the reference does not model): a hit leaves the last token to compute, for its
+    logits."""
+    return max(0, (num_tokens - 1) // block_size * block_size)
 
 
 @dataclass(frozen=True)
@@ -74,6 +99,7 @@ class MambaSplit:
             num_computed_tokens,
             num_new_tokens,
             prefill_end,
+            request.num_tokens,
             self.block_size,
             self.max_prefill_tokens,
         )

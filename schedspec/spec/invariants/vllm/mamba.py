@@ -1,13 +1,18 @@
 """vLLM V1's Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache groups", Mamba): where a
-prefill chunk of a config with a Mamba group in align mode may end, and the cut the
-budget invariants apply before they compare."""
+prefill chunk of a config with a Mamba group in align mode may end (on a block boundary,
+and never past the checkpoint a later hit reaches), and the cut the budget invariants
+apply before they compare."""
 
 from __future__ import annotations
 
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
-from schedspec.spec.kv_groups import mamba_aligned_new_tokens, mamba_split_group
+from schedspec.spec.kv_groups import (
+    mamba_aligned_new_tokens,
+    mamba_checkpoint_position,
+    mamba_split_group,
+)
 from schedspec.spec.state import RequestState
 
 
@@ -32,7 +37,12 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
     if group is None:
         return num_new
     return mamba_aligned_new_tokens(
-        start, num_new, prefill_end(request), group.block_size, max_prefill_tokens(config)
+        start,
+        num_new,
+        prefill_end(request),
+        request.num_tokens,
+        group.block_size,
+        max_prefill_tokens(config),
     )
 
 
@@ -44,7 +54,9 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
     "prefill's end (max(prompt tokens, tokens - 1)) ends on a multiple of that group's own "
     "block size, unless no such end is past its start and a block is wider than the step's "
     "largest prefill (the budget, or the long-prefill threshold when set): then it advances "
-    "by part of a block rather than stall.",
+    "by part of a block rather than stall. And no prefill chunk runs past the request's "
+    "checkpoint, the last such multiple at or before its last token (where a later hit on "
+    "the same prompt resumes): a chunk that starts before it ends at it or before.",
     groups="hybrid",
 )
 def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
@@ -57,10 +69,24 @@ def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
     for rid, start in t.computed_before.items():
         request = t.pre.requests.get(rid)
-        if request is None:
+        if request is None or start >= prefill_end(request):
             continue
         end = start + t.output.num_scheduled_tokens[rid]
-        if start >= prefill_end(request) or end >= prefill_end(request) or end % size == 0:
+        checkpoint = mamba_checkpoint_position(request.num_tokens, size)
+        if start < checkpoint < end:
+            out.append(
+                Violation(
+                    "MAMBA-SPLIT",
+                    f"prefill chunk from {start} runs past the checkpoint at {checkpoint} "
+                    f"(block size {size}, {request.num_tokens} tokens): the state a hit "
+                    "reaches there is never written",
+                    rid,
+                    expected=checkpoint,
+                    actual=end,
+                )
+            )
+            continue
+        if end >= prefill_end(request) or end % size == 0:
             continue
         if end - end % size <= start and size > widest:
             continue  # a block wider than any step: part of one, not a stall
