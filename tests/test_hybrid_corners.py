@@ -116,6 +116,8 @@ def test_num_skipped_tokens_per_kind(group: KVCacheGroupSpec, computed: int, ski
         (0, 3, 3, 3, 1, 4, 2),  # docs/FINDINGS.md G4: 1-token blocks, a prompt of 3
         (0, 9, 8, 9, 4, 16, 8),  # resumed (8 prompt tokens, 1 output): stops at 8
         (16, 1, 16, 17, 4, 8, 1),  # decode: not cut
+        (1, 4, 5, 5, 2, 1, 1),  # from mid-block (1): stops at the next boundary (2)
+        (5, 3, 8, 8, 4, 2, 3),  # from mid-block (5) to the end (8): no boundary inside
     ],
 )
 def test_mamba_aligned_new_tokens(

@@ -330,6 +330,8 @@ def test_mamba_none_mode_keeps_one_running_state() -> None:
         (0, 3, 3, 1, 4, 2),  # docs/FINDINGS.md G4: 1-token blocks, a prompt of 3
         (0, 1, 1, 4, 4, 1),  # a one-token prompt: the checkpoint is at 0, nothing to stop
         (6, 4, 10, 8, 6, 2),  # a wide block's last part-block chunk stops at 8 too
+        (1, 4, 5, 2, 1, 1),  # from mid-block (1), the next boundary (2) stops it
+        (3, 8, 20, 4, 16, 1),  # a cut chunk from mid-block: its boundary cut ends it at 4
     ],
 )
 def test_mamba_block_aligned_split(

@@ -127,6 +127,27 @@ def test_an_admitted_prefill_stops_at_its_checkpoint() -> None:
     assert step(scheduler).num_scheduled_tokens == {"r1": 1}
 
 
+def test_a_prefill_from_mid_block_stops_at_the_next_boundary() -> None:
+    """2-token blocks and a long-prefill cap of 1: beside r0, r2's chunk is capped to 1
+    token (a part of a block); alone next step it is not capped, but from token 1,
+    mid-block, it stops at the boundary at 2 rather than run on to its checkpoint, 4."""
+    scheduler = hybrid_scheduler(
+        FullAttentionGroup(block_size=2),
+        SlidingWindowGroup(block_size=2, sliding_window=3),
+        MambaGroup(block_size=2, mamba_cache_mode="align"),
+        block_size=2,
+        num_blocks=14,
+        max_model_len=9,
+        max_num_seqs=3,
+        max_num_batched_tokens=9,
+        long_prefill_token_threshold=1,
+    )
+    add(scheduler, "r0", 1, max_tokens=1)
+    add(scheduler, "r2", 5, max_tokens=1, first_token=2000)
+    assert step(scheduler).num_scheduled_tokens == {"r0": 1, "r2": 1}
+    assert step(scheduler).num_scheduled_tokens == {"r2": 1}
+
+
 def test_a_running_prefill_stops_at_its_checkpoint() -> None:
     """An 18-token prompt, 4-token blocks, a budget of 12: the first chunk ends on the
     boundary at 12, the second would reach the prompt's end but stops at the checkpoint,

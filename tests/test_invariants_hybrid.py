@@ -325,6 +325,26 @@ def case_prefill_chunk_runs_past_the_checkpoint() -> Case:
     )
 
 
+@cases("MAMBA-SPLIT")
+def case_prefill_chunk_from_mid_block_runs_past_the_next_boundary() -> Case:
+    """A 20-token prompt with Mamba's 8-token blocks wider than a step (budget 4): the
+    first chunk advances to 4, mid-block; the next stops at the boundary at 8, not 12."""
+    d = hybrid_driver(FULL, WIDE_MAMBA, block_size=8, max_num_batched_tokens=4)
+    d.add("r", 20, max_tokens=2)
+    d.steps(1)
+    t = d.schedule()
+    assert t.computed_before == {"r": 4} and t.output.num_scheduled_tokens == {"r": 4}
+    return Case(
+        "MAMBA-SPLIT",
+        t,
+        dataclasses.replace(t, output=dataclasses.replace(t.output, num_scheduled_tokens={"r": 8})),
+        "mid-block, runs past the next Mamba block boundary at 8",
+        "r",
+        expected=8,
+        actual=12,
+    )
+
+
 @pytest.mark.parametrize("build", cases.params())
 def test_hybrid_invariant_holds_on_the_real_transition(build: CaseBuilder) -> None:
     assert_holds(build())

@@ -1,9 +1,10 @@
-"""The gaps G4-G6 (docs/FINDINGS.md): vLLM's own hybrid KV cache rules that the reference
-does not model yet, each replayed from its trace on the installed release. vLLM holds
-every safety invariant on each; the reference parts from it where the gap is. The day
-the reference models a rule, its test fails: flip its entry in STANDS and move the
-regime back into the default strategies (vllm_hybrid_attention_configs leaves Mamba out
-for G4).
+"""The gaps G4-G7 (docs/FINDINGS.md): vLLM's own hybrid KV cache rules that the reference
+did not model, each replayed from its trace on the installed release. vLLM holds every
+safety invariant on each; the reference parts from it where the gap stands. The day the
+reference models a rule, its test fails: flip its entry in STANDS and move the regime
+back into the default strategies (vllm_hybrid_attention_configs leaves Mamba out;
+avoid_known_corners turns prefix caching off beside an aligned Mamba group, for G7).
+G4 is closed: the reference models the checkpoint stop, and both engines agree.
 
 Needs vLLM (either supported release); skipped without it.
 """
@@ -17,6 +18,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed")
 
 from schedspec.adapters.reference import reference_engine
+from schedspec.adapters.vllm.config import avoid_known_corners
 from schedspec.adapters.vllm.engine import VllmEngine
 from schedspec.adapters.vllm.releases import SUPPORTED, current_release
 from schedspec.properties.checked_engine import replay
@@ -33,11 +35,13 @@ STANDS: dict[str, dict[str, bool]] = {
     "G4": {"0.33.0": False, "0.34.0": False},  # Mamba: the checkpoint stop (modelled)
     "G5": {"0.33.0": True, "0.34.0": True},  # windows: the admission cap
     "G6": {"0.33.0": True, "0.34.0": True},  # windows: blocks no hit reaches are not cached
+    "G7": {"0.33.0": True, "0.34.0": True},  # Mamba: the chunk stops at the shared-prefix junction
 }
 TRACES = {
     "G4": "gap-mamba-checkpoint-stop.json",
     "G5": "gap-window-admission-cap.json",
     "G6": "gap-window-unreachable-blocks-uncached.json",
+    "G7": "gap-mamba-junction-stop.json",
 }
 
 
@@ -102,3 +106,23 @@ def test_g6_vllm_leaves_window_blocks_no_hit_reaches_uncached() -> None:
     assert divergence is not None and divergence.field == "free_block_ids"
     assert divergence.right == (1, *range(2, 16), 0)
     assert divergence.left == (*range(2, 16), 0, 1)
+
+
+def test_g7_vllm_stops_a_mamba_prefill_chunk_at_the_shared_prefix_junction() -> None:
+    """1-token blocks, full attention, a 2-token window and Mamba in align mode, prefix
+    caching. r1 ([1, 2, 3, 4, 0, 0]) ran in chunks of 5 and 1, so Mamba holds states
+    after 5 and 6 only. r2 ([1, 2, 3, 4, 5, 0]) shares 4 tokens: full attention alone
+    hits 4, Mamba 0, so the hit is 0 and vLLM pins the junction at 4
+    (request.shared_prefix_boundary) and stops r2's chunk there; the reference runs on
+    to the checkpoint, 5. The default configs leave the corner out (prefix caching off
+    beside an aligned Mamba group)."""
+    trace = Trace.load(FINDINGS / TRACES["G7"])
+    moved = avoid_known_corners(trace.config)
+    assert trace.config.enable_prefix_caching and not moved.enable_prefix_caching
+    result = _diff("G7")
+    if result is None:
+        return
+    assert result.violation is not None and failing_side(result.violation) == "right"
+    assert [v.invariant for v in result.violation.violations] == ["GREEDY-BUDGET"]
+    step = result.violation.violations[0]
+    assert (step.request_id, step.expected, step.actual) == ("r2", 5, 4)

@@ -253,9 +253,10 @@ def mamba_aligned_new_tokens(
     ends before prefill_end (max(prompt tokens, tokens - 1)) ends on a multiple of the
     Mamba group's block_size, unless that leaves nothing and a block is wider than the
     step's largest prefill (max_prefill_tokens), when it keeps its end (else it would
-    never advance). A prefill chunk also stops at the request's checkpoint
-    (`mamba_checkpoint_position` of its num_tokens) when it would run past it, so that
-    the state a later request's hit reaches is written."""
+    never advance). A prefill chunk also stops at a boundary it would run past: the next
+    one when it starts mid-block (the state realigns), and the request's checkpoint
+    (`mamba_checkpoint_position` of its num_tokens), so that the state a later request's
+    hit reaches is written."""
     end = start + num_new_tokens
     if start >= prefill_end:
         return num_new_tokens
@@ -263,10 +264,10 @@ def mamba_aligned_new_tokens(
         aligned = end - end % block_size
         if aligned > start or block_size <= max_prefill_tokens:
             end = aligned
-    checkpoint = mamba_checkpoint_position(num_tokens, block_size)
-    if start < checkpoint < end:
-        end = checkpoint
-    return end - start
+    boundaries = [mamba_checkpoint_position(num_tokens, block_size)]
+    if start % block_size:
+        boundaries.append(start - start % block_size + block_size)
+    return min((b for b in boundaries if start < b < end), default=end) - start
 
 
 def group_block_hash(block_hash: BlockHash, group_id: int) -> BlockHash:

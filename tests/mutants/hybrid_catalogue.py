@@ -65,6 +65,19 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         user_configs=hybrid_configs,
     ),
     mutant(
+        "mamba-split-no-checkpoint-stop",
+        "vllm/mamba_split.py",
+        "    stops = [s for s in (next_boundary, checkpoint) if start < s < end]\n",
+        "    stops = [s for s in (next_boundary,) if start < s < end]\n",
+        "docs/FINDINGS.md G4 (a gap of the reference, now closed): the prefill chunk that "
+        "reaches the prompt's end runs past the last boundary a prefix hit can reach, so "
+        "the Mamba state a later request with the same prompt would resume from is never "
+        "written.",
+        {"MAMBA-SPLIT", "GREEDY-BUDGET"},
+        configs=mamba_align,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
         "hit-one-round",
         "vllm/kv_cache_coordinator.py",
         "            if length >= hit_length:\n"

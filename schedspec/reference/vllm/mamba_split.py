@@ -33,17 +33,15 @@ def mamba_block_aligned_split(
     advances by a part of a block instead, or it would never advance (vLLM #40707,
     #45414: the scheduler stalled).
 
-    The checkpoint stop: a prefill chunk that would run past the last boundary a prefix
-    hit can reach (`checkpoint_position` of the request's num_tokens) stops there, so
-    that the state a later request with the same prompt hits is written (a state is
-    written only at a chunk's end). It bites only on the chunk that reaches the
-    prefill's end: a cut chunk ends on a boundary at or before it. It holds with or
-    without prefix caching, as in vLLM.
-
-    vLLM's other stop, at the next boundary of a chunk that starts mid-block, is left
-    out: a chunk starts mid-block only after a part-block advance (a block wider than
-    any step), so it is shorter than a block, and the one boundary it can cross is the
-    checkpoint or a cut chunk's end.
+    Two stops then end a chunk early wherever it would run past them: the next block
+    boundary, for a chunk that starts mid-block (after a part-block advance: the
+    long-prefill cap may have held a chunk to less than a block in a step with other
+    prefills, and not in the next), so that the state is realigned; and the checkpoint
+    (`checkpoint_position` of the request's num_tokens), the last boundary a prefix hit
+    can reach, so that the state a later request with the same prompt hits is written
+    (a state is written only at a chunk's end). They bite where the boundary cut does
+    not: on the chunk that reaches the prefill's end, or a part-block one. Both hold
+    with or without prefix caching, as in vLLM.
     """
     if num_computed_tokens >= prefill_end:
         return num_new_tokens
@@ -52,10 +50,11 @@ def mamba_block_aligned_split(
         aligned_end = end // block_size * block_size
         if aligned_end > num_computed_tokens or block_size <= max_prefill_tokens:
             end = aligned_end
+    start = num_computed_tokens
+    next_boundary = (start // block_size + 1) * block_size if start % block_size else end
     checkpoint = checkpoint_position(num_tokens, block_size)
-    if num_computed_tokens < checkpoint < end:
-        end = checkpoint
-    return end - num_computed_tokens
+    stops = [s for s in (next_boundary, checkpoint) if start < s < end]
+    return min(stops, default=end) - start
 
 
 def checkpoint_position(num_tokens: int, block_size: int) -> int:

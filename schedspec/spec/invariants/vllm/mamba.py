@@ -56,7 +56,7 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
     "largest prefill (the budget, or the long-prefill threshold when set): then it advances "
     "by part of a block rather than stall. And no prefill chunk runs past the request's "
     "checkpoint, the last such multiple at or before its last token (where a later hit on "
-    "the same prompt resumes): a chunk that starts before it ends at it or before.",
+    "the same prompt resumes), nor, when it starts mid-block, past the next multiple.",
     groups="hybrid",
 )
 def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
@@ -82,6 +82,19 @@ def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
                     "reaches there is never written",
                     rid,
                     expected=checkpoint,
+                    actual=end,
+                )
+            )
+            continue
+        boundary = start - start % size + size
+        if start % size and boundary < end:
+            out.append(
+                Violation(
+                    "MAMBA-SPLIT",
+                    f"prefill chunk from {start}, mid-block, runs past the next Mamba block "
+                    f"boundary at {boundary} (block size {size})",
+                    rid,
+                    expected=boundary,
                     actual=end,
                 )
             )
