@@ -123,15 +123,44 @@ def test_num_skipped_tokens_per_kind(group: KVCacheGroupSpec, computed: int, ski
 def test_mamba_aligned_new_tokens(
     start: int, new: int, prefill_end: int, num_tokens: int, size: int, widest: int, scheduled: int
 ) -> None:
-    assert mamba_aligned_new_tokens(start, new, prefill_end, num_tokens, size, widest) == scheduled
+    split = mamba_aligned_new_tokens(start, new, prefill_end, num_tokens, size, widest, False)
+    assert split == scheduled
 
 
 @pytest.mark.parametrize(
-    ("num_tokens", "size", "position"), [(1, 4, 0), (4, 4, 0), (5, 4, 4), (16, 4, 12), (3, 1, 2)]
+    ("start", "new", "num_tokens", "scheduled"),
+    [
+        (0, 3, 3, 3),  # 2-token blocks, 3 tokens: the checkpoint backs off to 0
+        (0, 16, 16, 12),  # 4-token blocks, 16 tokens: one block before 16
+        (0, 17, 17, 12),  # 17 tokens: one block before 16, too
+    ],
 )
-def test_mamba_checkpoint_position(num_tokens: int, size: int, position: int) -> None:
-    """The last boundary at or before the last token: a hit leaves that token to compute."""
-    assert mamba_checkpoint_position(num_tokens, size) == position
+def test_mamba_aligned_new_tokens_under_eagles_block_drop(
+    start: int, new: int, num_tokens: int, scheduled: int
+) -> None:
+    size = 2 if num_tokens == 3 else 4
+    split = mamba_aligned_new_tokens(start, new, num_tokens, num_tokens, size, 32, True)
+    assert split == scheduled
+
+
+@pytest.mark.parametrize(
+    ("num_tokens", "size", "eagle", "position"),
+    [
+        (1, 4, False, 0),
+        (4, 4, False, 0),
+        (5, 4, False, 4),
+        (16, 4, False, 12),
+        (3, 1, False, 2),
+        (16, 4, True, 12),  # EAGLE's block drop: one block before 16
+        (17, 4, True, 12),
+        (3, 2, True, 0),
+        (1, 4, True, 0),
+    ],
+)
+def test_mamba_checkpoint_position(num_tokens: int, size: int, eagle: bool, position: int) -> None:
+    """The last boundary at or before the last token (a hit leaves that token to compute),
+    or under EAGLE's block drop one block before the last boundary at or before the end."""
+    assert mamba_checkpoint_position(num_tokens, size, eagle) == position
 
 
 def test_group_block_hashes_differ_per_group_and_block_size() -> None:

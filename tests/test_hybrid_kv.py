@@ -361,6 +361,23 @@ def test_mamba_checkpoint_stop_of_a_resumed_request(
     assert split == scheduled
 
 
+@pytest.mark.parametrize(
+    ("new", "block", "scheduled"),
+    [
+        (3, 2, 3),  # 3 tokens, 2-token blocks: the checkpoint backs off to 0, no stop
+        (16, 4, 12),  # 16 tokens: the checkpoint is one block before 16
+        (13, 4, 8),  # 13 tokens: one block before 12
+    ],
+)
+def test_mamba_checkpoint_stop_under_eagles_block_drop(
+    new: int, block: int, scheduled: int
+) -> None:
+    """vLLM drops a hit's last block for an EAGLE drafter without prefix caching
+    (use_eagle_block_drop), so the checkpoint backs off a block (a whole prompt from 0,
+    budget 32)."""
+    assert mamba_block_aligned_split(0, new, new, new, block, 32, True) == scheduled
+
+
 # -- preemption and finishing ---------------------------------------------------------
 
 

@@ -148,6 +148,32 @@ def test_a_prefill_from_mid_block_stops_at_the_next_boundary() -> None:
     assert step(scheduler).num_scheduled_tokens == {"r2": 1}
 
 
+def test_an_eagle_drafter_without_prefix_caching_backs_the_checkpoint_off_a_block() -> None:
+    """A 3-token prompt, 2-token blocks, an EAGLE-style drafter (one lookahead slot), no
+    prefix caching: vLLM's block drop puts the checkpoint at 0, so the prompt runs whole;
+    with the plain checkpoint (2) it would stop at 2."""
+    config = {
+        "block_size": 2,
+        "num_blocks": 9,
+        "max_model_len": 4,
+        "max_num_seqs": 1,
+        "max_num_batched_tokens": 4,
+        "num_speculative_tokens": 1,
+        "num_lookahead_tokens": 1,
+        "pad_spec_decode": True,
+    }
+    groups = (
+        FullAttentionGroup(block_size=2),
+        MambaGroup(block_size=2, mamba_cache_mode="align", num_speculative_blocks=1),
+    )
+    eagle = hybrid_scheduler(*groups, **config)
+    add(eagle, "r1", 3, max_tokens=1)
+    assert step(eagle).num_scheduled_tokens == {"r1": 3}
+    ngram = hybrid_scheduler(*groups, **(config | {"num_lookahead_tokens": 0}))
+    add(ngram, "r1", 3, max_tokens=1)
+    assert step(ngram).num_scheduled_tokens == {"r1": 2}
+
+
 def test_a_running_prefill_stops_at_its_checkpoint() -> None:
     """An 18-token prompt, 4-token blocks, a budget of 12: the first chunk ends on the
     boundary at 12, the second would reach the prompt's end but stops at the checkpoint,

@@ -233,10 +233,14 @@ def mamba_split_group(groups: tuple[KVCacheGroupSpec, ...]) -> MambaGroup | None
     )
 
 
-def mamba_checkpoint_position(num_tokens: int, block_size: int) -> int:
+def mamba_checkpoint_position(num_tokens: int, block_size: int, drop_eagle_block: bool) -> int:
     """The last Mamba block boundary a prefix hit on a request of num_tokens can reach: a
     hit leaves at least the last token to compute (its logits), so the boundary at or
-    before num_tokens - 1 (0 for a one-token request)."""
+    before num_tokens - 1 (0 for a one-token request). Under EAGLE's block drop
+    (drop_eagle_block: an EAGLE-style drafter without prefix caching) a hit loses its last
+    block, so one block before the boundary at or before num_tokens."""
+    if drop_eagle_block:
+        return max(0, num_tokens - num_tokens % block_size - block_size)
     return max(0, (num_tokens - 1) // block_size * block_size)
 
 
@@ -247,6 +251,7 @@ def mamba_aligned_new_tokens(
     num_tokens: int,
     block_size: int,
     max_prefill_tokens: int,
+    drop_eagle_block: bool,
 ) -> int:
     """The spec's statement of the Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache
     groups", Mamba): of num_new_tokens from `start`, the tokens scheduled. A chunk that
@@ -264,7 +269,7 @@ def mamba_aligned_new_tokens(
         aligned = end - end % block_size
         if aligned > start or block_size <= max_prefill_tokens:
             end = aligned
-    boundaries = [mamba_checkpoint_position(num_tokens, block_size)]
+    boundaries = [mamba_checkpoint_position(num_tokens, block_size, drop_eagle_block)]
     if start % block_size:
         boundaries.append(start - start % block_size + block_size)
     return min((b for b in boundaries if start < b < end), default=end) - start

@@ -43,8 +43,8 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "mamba-split-smallest-block-size",
         "vllm/mamba_split.py",
-        "        return MambaSplit(group.block_size, ",
-        "        return MambaSplit(min(g.block_size for g in config.kv_cache_groups), ",
+        "            group.block_size,\n            min(budget",
+        "            min(g.block_size for g in config.kv_cache_groups),\n            min(budget",
         "vLLM #55600 and #54076: the Mamba-aligned split cuts chunk ends at the smallest "
         "group's block size, not Mamba's own: a chunk ends between two Mamba states, and "
         "the state block holds the state after the wrong number of tokens.",

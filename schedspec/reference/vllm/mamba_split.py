@@ -18,6 +18,7 @@ def mamba_block_aligned_split(
     num_tokens: int,
     block_size: int,
     max_prefill_tokens: int,
+    drop_eagle_block: bool = False,
 ) -> int:
     """The new tokens to schedule: a chunk that stops short of the prefill's end is cut
     down to a block boundary, since a state is written only where a chunk ends and a
@@ -37,11 +38,12 @@ def mamba_block_aligned_split(
     boundary, for a chunk that starts mid-block (after a part-block advance: the
     long-prefill cap may have held a chunk to less than a block in a step with other
     prefills, and not in the next), so that the state is realigned; and the checkpoint
-    (`checkpoint_position` of the request's num_tokens), the last boundary a prefix hit
-    can reach, so that the state a later request with the same prompt hits is written
-    (a state is written only at a chunk's end). They bite where the boundary cut does
-    not: on the chunk that reaches the prefill's end, or a part-block one. Both hold
-    with or without prefix caching, as in vLLM.
+    (`checkpoint_position` of the request's num_tokens, backed off a block under EAGLE's
+    block drop), the last boundary a prefix hit can reach, so that the state a later
+    request with the same prompt hits is written (a state is written only at a chunk's
+    end). They bite where the boundary cut does not: on the chunk that reaches the
+    prefill's end, or a part-block one. Both hold with or without prefix caching, as in
+    vLLM.
     """
     if num_computed_tokens >= prefill_end:
         return num_new_tokens
@@ -52,16 +54,19 @@ def mamba_block_aligned_split(
             end = aligned_end
     start = num_computed_tokens
     next_boundary = (start // block_size + 1) * block_size if start % block_size else end
-    checkpoint = checkpoint_position(num_tokens, block_size)
+    checkpoint = checkpoint_position(num_tokens, block_size, drop_eagle_block)
     stops = [s for s in (next_boundary, checkpoint) if start < s < end]
     return min(stops, default=end) - start
 
 
-def checkpoint_position(num_tokens: int, block_size: int) -> int:
+def checkpoint_position(num_tokens: int, block_size: int, drop_eagle_block: bool) -> int:
     """The last block boundary a prefix hit on a request of num_tokens can reach (vLLM
-    get_mamba_prefill_checkpoint_position without EAGLE's block drop or hash lookahead,
-    which the reference does not model): a hit leaves the last token to compute, for its
-    logits."""
+    get_mamba_prefill_checkpoint_position): a hit leaves the last token to compute, for
+    its logits. With EAGLE's block drop (drop_eagle_block) a hit loses its last block
+    instead, so the checkpoint is one block before the last boundary at or before
+    num_tokens."""
+    if drop_eagle_block:
+        return max(0, num_tokens // block_size * block_size - block_size)
     return max(0, (num_tokens - 1) // block_size * block_size)
 
 
@@ -72,6 +77,11 @@ class MambaSplit:
 
     block_size: int
     max_prefill_tokens: int
+    # vLLM's EAGLE block drop (Scheduler.use_eagle_block_drop): an EAGLE-style drafter
+    # (lookahead slots) without prefix caching. With prefix caching vLLM hashes each block
+    # with the token after it instead (num_hash_lookahead_tokens, 1: docs/FINDINGS.md G1),
+    # which proves the boundary and leaves the plain checkpoint.
+    drop_eagle_block: bool = False
 
     @staticmethod
     def of(config: SchedulerConfig) -> MambaSplit | None:
@@ -89,7 +99,11 @@ class MambaSplit:
             return None
         budget = config.max_num_batched_tokens
         threshold = config.long_prefill_token_threshold
-        return MambaSplit(group.block_size, min(budget, threshold) if threshold > 0 else budget)
+        return MambaSplit(
+            group.block_size,
+            min(budget, threshold) if threshold > 0 else budget,
+            config.lookahead_tokens > 0 and not config.enable_prefix_caching,
+        )
 
     def cut(self, request: Request, num_computed_tokens: int, num_new_tokens: int) -> int:
         """The request's new tokens this step, starting from num_computed_tokens."""
@@ -101,4 +115,5 @@ class MambaSplit:
             request.num_tokens,
             self.block_size,
             self.max_prefill_tokens,
+            self.drop_eagle_block,
         )

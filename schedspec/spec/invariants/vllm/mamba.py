@@ -30,6 +30,14 @@ def prefill_end(request: RequestState) -> int:
     return max(len(request.prompt_token_ids), request.num_tokens - 1)
 
 
+def drops_eagle_block(config: SchedulerConfig) -> bool:
+    """Does vLLM drop a hit's last block for EAGLE (Scheduler.use_eagle_block_drop)? With
+    an EAGLE-style drafter (lookahead slots) and no prefix caching; with prefix caching it
+    hashes each block with the token after it instead (docs/FINDINGS.md G1), and the
+    checkpoint is the plain one."""
+    return config.lookahead_tokens > 0 and not config.enable_prefix_caching
+
+
 def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_new: int) -> int:
     """num_new tokens from `start` after the Mamba-aligned split (unchanged without a
     Mamba group in align mode)."""
@@ -43,6 +51,7 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
         request.num_tokens,
         group.block_size,
         max_prefill_tokens(config),
+        drops_eagle_block(config),
     )
 
 
@@ -56,7 +65,9 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
     "largest prefill (the budget, or the long-prefill threshold when set): then it advances "
     "by part of a block rather than stall. And no prefill chunk runs past the request's "
     "checkpoint, the last such multiple at or before its last token (where a later hit on "
-    "the same prompt resumes), nor, when it starts mid-block, past the next multiple.",
+    "the same prompt resumes; with an EAGLE-style drafter and no prefix caching, one "
+    "block before the last multiple at or before its end), nor, when it starts mid-block, "
+    "past the next multiple.",
     groups="hybrid",
 )
 def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
@@ -72,7 +83,7 @@ def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
         if request is None or start >= prefill_end(request):
             continue
         end = start + t.output.num_scheduled_tokens[rid]
-        checkpoint = mamba_checkpoint_position(request.num_tokens, size)
+        checkpoint = mamba_checkpoint_position(request.num_tokens, size, drops_eagle_block(config))
         if start < checkpoint < end:
             out.append(
                 Violation(
