@@ -142,11 +142,9 @@ def vllm_hybrid_configs(
 
 
 def vllm_hybrid_attention_configs() -> st.SearchStrategy[SchedulerConfig]:
-    """vllm_hybrid_configs without Mamba groups: vLLM's aligned split also stops a prefill
-    chunk at the last block boundary a prefix hit can reach (Scheduler.
-    _mamba_block_aligned_split's `last_cache_position`), which the reference does not
-    model yet (NOTES-issue-34.md, step 4), so with Mamba the two part on the first long
-    prompt. The window and chunked-local rules are checked here alone."""
+    """vllm_hybrid_configs without Mamba groups: the window and chunked-local rules alone
+    (docs/FINDINGS.md G5 and G6 are theirs). Mamba's checkpoint stop (G4) is modelled, and
+    vllm_hybrid_configs draws Mamba, with prefix caching off (G7, `avoid_known_corners`)."""
     return vllm_hybrid_configs().filter(
         lambda config: not any(isinstance(g, MambaGroup) for g in config.kv_cache_groups)
     )
