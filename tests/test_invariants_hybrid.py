@@ -345,6 +345,36 @@ def case_prefill_chunk_from_mid_block_runs_past_the_next_boundary() -> Case:
     )
 
 
+@cases("MAMBA-SPLIT")
+def case_prefill_chunk_runs_past_the_checkpoint_under_eagles_block_drop() -> Case:
+    """An EAGLE-style drafter without prefix caching: vLLM drops a hit's last block, so a
+    13-token prompt's checkpoint is 8 (one block before 12), and its chunk stops there;
+    one that ran to the boundary at 12 would skip the state a hit resumes from."""
+    d = hybrid_driver(
+        FULL,
+        MambaGroup(block_size=4, mamba_cache_mode="align", num_speculative_blocks=1),
+        max_num_batched_tokens=16,
+        enable_prefix_caching=False,
+        num_speculative_tokens=1,
+        num_lookahead_tokens=1,
+        pad_spec_decode=True,
+    )
+    d.add("r", 13, max_tokens=2)
+    t = d.schedule()
+    assert t.output.num_scheduled_tokens == {"r": 8}
+    return Case(
+        "MAMBA-SPLIT",
+        t,
+        dataclasses.replace(
+            t, output=dataclasses.replace(t.output, num_scheduled_tokens={"r": 12})
+        ),
+        "runs past the checkpoint at 8",
+        "r",
+        expected=8,
+        actual=12,
+    )
+
+
 @pytest.mark.parametrize("build", cases.params())
 def test_hybrid_invariant_holds_on_the_real_transition(build: CaseBuilder) -> None:
     assert_holds(build())
