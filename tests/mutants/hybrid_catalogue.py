@@ -3,9 +3,10 @@ groups"), the upstream shapes of issue 34 among them. Each runs on the suite's c
 narrowed to one hybrid regime (strategies/hybrid_regimes.py), and as a user would run it
 on engine_configs.hybrid_configs.
 
-Not here: vLLM #50630 and #43559 (the Mamba manager ignoring EAGLE's block drop). The
-reference does not model the EAGLE block drop (use_eagle_block_drop, drop_eagle_block):
-with no drop to ignore, the shape cannot be seeded (NOTES-issue-34.md).
+Not here: vLLM #50630 and #43559 (the Mamba manager ignoring EAGLE's block drop in a
+hit). The reference models the EAGLE block drop only where it backs the split's Mamba
+checkpoint off a block, not in hits (use_eagle_block_drop, drop_eagle_block): with no
+drop in a hit to ignore, the shape cannot be seeded (NOTES-issue-34.md).
 """
 
 from __future__ import annotations
