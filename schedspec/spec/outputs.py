@@ -102,21 +102,26 @@ def sampling_requests(
     """
     scheduled = scheduler_output.num_scheduled_tokens
     spec_tokens = scheduler_output.scheduled_spec_decode_tokens
-    for rid, tokens in sampled_token_ids.items():
-        if rid not in scheduled:
-            raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
-        check_token_ids("sampled_token_ids", tokens, OutputError)
+    # The set test runs in C; only a bad output pays for finding the culprit.
+    if not sampled_token_ids.keys() <= scheduled.keys():
+        rid = next(r for r in sampled_token_ids if r not in scheduled)
+        raise OutputError("sampled_token_ids", f"request {rid!r} was not scheduled")
     computed_before = {
         d.request_id: d.num_computed_tokens for d in scheduler_output.scheduled_new_reqs
     }
     for cached in scheduler_output.scheduled_cached_reqs:
         computed_before[cached.request_id] = cached.num_computed_tokens
+    # One pass over the step, in scheduling order: every request's tokens are checked
+    # (a finished or aborted one's too) before any state changes, so the first bad
+    # request in that order is the one named.
+    no_tokens: Sequence[int] = ()
     sampling: list[SamplingRequest] = []
     for rid, num_tokens in scheduled.items():
+        tokens = sampled_token_ids.get(rid, no_tokens)
+        check_token_ids("sampled_token_ids", tokens, OutputError)
         known = num_known_tokens(rid)
         if known is None:
             continue
-        tokens = sampled_token_ids.get(rid, ())
         drafts = len(spec_tokens[rid]) if rid in spec_tokens else 0
         if computed_before[rid] + num_tokens - drafts < known:
             if tokens:

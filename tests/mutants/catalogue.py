@@ -406,9 +406,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "model-len-cap-skipped",
         "vllm/stop_checker.py",
-        "        len(request.all_token_ids) >= max_model_len\n"
-        "        or len(request.output_token_ids) >= request.max_tokens\n",
-        "        len(request.output_token_ids) >= request.max_tokens\n",
+        "        elif len(all_ids) >= max_model_len or len(output_ids) >= max_tokens:\n",
+        "        elif len(output_ids) >= max_tokens:\n",
         "The stop check skips the max_model_len cap, so a request whose max_tokens reaches "
         "past it never finishes there (the skipped length cap of #51299).",
         {"LENGTH", "STOP", "KV-COVER", CRASH},
@@ -771,8 +770,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "stop-keeps-computed",
         "vllm/stop_checker.py",
-        "                request.num_computed_tokens -= len(tokens) - kept\n",
-        "                pass\n",
+        "            request.num_computed_tokens -= len(tokens) - kept\n",
+        "            pass\n",
         "A stop in the middle of the sampled tokens drops the tokens past it but does "
         "not pull num_computed_tokens back over them (visible in the engine's report).",
         {"ROLLBACK", CRASH},
