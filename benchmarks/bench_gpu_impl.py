@@ -12,6 +12,11 @@ load: the reference's rate over groups of 16 of them ranged 13,800-15,700
 instance-steps/s, so a sample of 16 moved the ratio by a tenth; 64 take
 about five seconds to record and step.
 
+On the CPU both rates count CPU seconds of this process (time.process_time; torch runs
+one thread by default, as the reference does), so that other jobs on a shared machine
+disturb the ratio less than they disturb wall time; `--clock wall` counts wall seconds
+instead, which a GPU run always does (its kernels run outside the process's CPU time).
+
 Part 2 times one instance with 256 and 1024 running requests (all past
 their prefill, decoding one token per step): gpu_impl with B = 1 and the
 reference, same requests, same one-token model.
@@ -24,6 +29,7 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py --breakdown 4096  # where a tick's time goes
     .venv/bin/python benchmarks/bench_gpu_impl.py --lines 4096   # the same, per source line
     .venv/bin/python benchmarks/bench_gpu_impl.py --cache-aware 8  # with vLLM 0.34.0's reorder
+    .venv/bin/python benchmarks/bench_gpu_impl.py --clock wall     # wall seconds, not CPU ones
 
 On the CPU the run first keeps freed memory in the process
 (gpu_impl.cpu_allocator.retain_freed_memory): glibc otherwise unmaps every
@@ -88,6 +94,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# The clock both rates are measured on (main sets it from --clock): CPU seconds of this
+# process on the CPU, wall seconds where a GPU runs the kernels.
+clock: Callable[[], float] = time.process_time
+
+
 def swarm(
     run: SwarmRun, batch: int, device: torch.device
 ) -> tuple[BatchedScheduler, SwarmWorkload]:
@@ -108,13 +119,13 @@ def gpu_rate(
         workload.tick()
     sync(device)
     running = torch.zeros((), dtype=torch.int64, device=device)
-    started = time.perf_counter()
+    started = clock()
     for _ in range(ticks):
         workload.tick()
         running += (engine.state.status == RUNNING).sum()
     busy = gpu_busy(device)
     sync(device)
-    seconds = time.perf_counter() - started
+    seconds = clock() - started
     return batch * ticks / seconds, int(running) / (ticks * batch), busy
 
 
@@ -137,10 +148,10 @@ def reference_rate(run: SwarmRun, instances: int, warm: int, ticks: int) -> floa
         steps = drive(reference_engine(run.config), trace)
         for _ in range(warm):
             next(steps)
-        started = time.perf_counter()
+        started = clock()
         for _ in steps:
             pass
-        seconds += time.perf_counter() - started
+        seconds += clock() - started
     return instances * ticks / seconds
 
 
@@ -202,11 +213,11 @@ def reference_step_time(running: int, steps: int) -> float:
 
 def _time_steps(step: Callable[[], None], steps: int, device: torch.device) -> float:
     sync(device)
-    started = time.perf_counter()
+    started = clock()
     for _ in range(steps):
         step()
     sync(device)
-    return (time.perf_counter() - started) / steps
+    return (clock() - started) / steps
 
 
 # ---------------------------------------------------------- where a tick goes
@@ -364,7 +375,17 @@ def main() -> None:
         help="run the workload with cache-aware admission, this window and a threshold of 0 "
         "(the reorder engaged whatever the usage: its cost at its most) [default: off]",
     )
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        help="what the rates count: this process's CPU seconds or wall seconds "
+        "[default: cpu on the CPU, wall with --device cuda]",
+    )
     args = parser.parse_args()
+    global clock
+    device = torch.device(args.device)
+    clock_name = args.clock or ("cpu" if device.type == "cpu" else "wall")
+    clock = time.process_time if clock_name == "cpu" else time.perf_counter
     run = WORKLOAD
     if args.cache_aware:
         config = dataclasses.replace(
@@ -373,7 +394,6 @@ def main() -> None:
             cache_aware_admission_threshold=0.0,
         )
         run = dataclasses.replace(WORKLOAD, config=config)
-    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     retained = False if args.malloc_default else retain_freed_memory()
     batches: tuple[int, ...] = (1, 64, 256) if args.quick else (1, 64, 1024, 4096)
@@ -384,6 +404,9 @@ def main() -> None:
     print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
     print(f"workload: {run.config}")
     print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
+    print(
+        f"clock: {clock_name} seconds ({'time.process_time' if clock_name == 'cpu' else 'time.perf_counter'})"
+    )
     if args.breakdown:
         breakdown(run, args.breakdown, 30, 10, device)
         return
