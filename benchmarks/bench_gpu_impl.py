@@ -404,9 +404,8 @@ def main() -> None:
     print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
     print(f"workload: {run.config}")
     print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
-    print(
-        f"clock: {clock_name} seconds ({'time.process_time' if clock_name == 'cpu' else 'time.perf_counter'})"
-    )
+    source = "time.process_time" if clock_name == "cpu" else "time.perf_counter"
+    print(f"clock: {clock_name} seconds ({source})")
     if args.breakdown:
         breakdown(run, args.breakdown, 30, 10, device)
         return
