@@ -28,6 +28,7 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py --malloc-default  # glibc's malloc untuned
     .venv/bin/python benchmarks/bench_gpu_impl.py --breakdown 4096  # where a tick's time goes
     .venv/bin/python benchmarks/bench_gpu_impl.py --lines 4096   # the same, per source line
+    .venv/bin/python benchmarks/bench_gpu_impl.py --profile 4096  # the torch profiler's top ops
     .venv/bin/python benchmarks/bench_gpu_impl.py --cache-aware 8  # with vLLM 0.34.0's reorder
     .venv/bin/python benchmarks/bench_gpu_impl.py --clock wall     # wall seconds, not CPU ones
 
@@ -341,6 +342,46 @@ def lines(
         print(f"{seconds / ticks * 1e3:>8.2f} {timer.calls[where] / ticks:>10.1f}  {where}")
 
 
+def profile_ops(
+    run: SwarmRun, batch: int, warm: int, ticks: int, device: torch.device, top: int = 20
+) -> None:
+    """The torch profiler's view of a tick with B instances: the aten ops by self CPU
+    time, with their calls per tick, and the CPU time of the same ticks run without the
+    profiler (which adds a few microseconds per op: read the shares, not the sums)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _, workload = swarm(run, batch, device)
+    for _ in range(warm):
+        workload.tick()
+    sync(device)
+    started = time.process_time()
+    for _ in range(ticks):
+        workload.tick()
+    sync(device)
+    plain = (time.process_time() - started) / ticks
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as profiled:
+        for _ in range(ticks):
+            workload.tick()
+        sync(device)
+    events = [e for e in profiled.key_averages() if e.key.startswith("aten::")]
+    events.sort(key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)  # microseconds
+    calls = sum(e.count for e in events)
+    print(f"\nB = {batch}: {plain * 1e3:.1f} ms of CPU time per tick without the profiler")
+    print(f"profiled: {total / ticks / 1e3:.1f} ms per tick in {calls / ticks:,.0f} aten ops")
+    print("(calls per tick count ops called inside other ops too; self time does not)")
+    print(f"{'self ms/tick':>12} {'share':>6} {'calls/tick':>10} {'us/call':>8}  op")
+    for event in events[:top]:
+        per_tick = event.self_cpu_time_total / ticks / 1e3
+        share = event.self_cpu_time_total / total
+        per_call = event.self_cpu_time_total / event.count
+        row = f"{per_tick:>12.2f} {share:>6.1%} {event.count / ticks:>10.1f} {per_call:>8.1f}"
+        print(f"{row}  {event.key}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
@@ -366,6 +407,12 @@ def main() -> None:
         type=int,
         metavar="B",
         help="only print the gpu_impl source lines that take the most time with B instances",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="B",
+        help="only print the torch profiler's aten ops that take the most time with B instances",
     )
     parser.add_argument(
         "--cache-aware",
@@ -411,6 +458,9 @@ def main() -> None:
         return
     if args.lines:
         lines(run, args.lines, 30, 10, device)
+        return
+    if args.profile:
+        profile_ops(run, args.profile, 30, 10, device)
         return
     ref = reference_rate(run, 4 if args.quick else REFERENCE_INSTANCES, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
