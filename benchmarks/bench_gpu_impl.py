@@ -12,6 +12,11 @@ load: the reference's rate over groups of 16 of them ranged 13,800-15,700
 instance-steps/s, so a sample of 16 moved the ratio by a tenth; 64 take
 about five seconds to record and step.
 
+On the CPU both rates count CPU seconds of this process (time.process_time; torch runs
+one thread by default, as the reference does), so that other jobs on a shared machine
+disturb the ratio less than they disturb wall time; `--clock wall` counts wall seconds
+instead, which a GPU run always does (its kernels run outside the process's CPU time).
+
 Part 2 times one instance with 256 and 1024 running requests (all past
 their prefill, decoding one token per step): gpu_impl with B = 1 and the
 reference, same requests, same one-token model.
@@ -23,7 +28,9 @@ reference, same requests, same one-token model.
     .venv/bin/python benchmarks/bench_gpu_impl.py --malloc-default  # glibc's malloc untuned
     .venv/bin/python benchmarks/bench_gpu_impl.py --breakdown 4096  # where a tick's time goes
     .venv/bin/python benchmarks/bench_gpu_impl.py --lines 4096   # the same, per source line
+    .venv/bin/python benchmarks/bench_gpu_impl.py --profile 4096  # the torch profiler's top ops
     .venv/bin/python benchmarks/bench_gpu_impl.py --cache-aware 8  # with vLLM 0.34.0's reorder
+    .venv/bin/python benchmarks/bench_gpu_impl.py --clock wall     # wall seconds, not CPU ones
 
 On the CPU the run first keeps freed memory in the process
 (gpu_impl.cpu_allocator.retain_freed_memory): glibc otherwise unmaps every
@@ -88,6 +95,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# The clock both rates are measured on (main sets it from --clock): CPU seconds of this
+# process on the CPU, wall seconds where a GPU runs the kernels.
+clock: Callable[[], float] = time.process_time
+
+
 def swarm(
     run: SwarmRun, batch: int, device: torch.device
 ) -> tuple[BatchedScheduler, SwarmWorkload]:
@@ -108,13 +120,13 @@ def gpu_rate(
         workload.tick()
     sync(device)
     running = torch.zeros((), dtype=torch.int64, device=device)
-    started = time.perf_counter()
+    started = clock()
     for _ in range(ticks):
         workload.tick()
         running += (engine.state.status == RUNNING).sum()
     busy = gpu_busy(device)
     sync(device)
-    seconds = time.perf_counter() - started
+    seconds = clock() - started
     return batch * ticks / seconds, int(running) / (ticks * batch), busy
 
 
@@ -137,10 +149,10 @@ def reference_rate(run: SwarmRun, instances: int, warm: int, ticks: int) -> floa
         steps = drive(reference_engine(run.config), trace)
         for _ in range(warm):
             next(steps)
-        started = time.perf_counter()
+        started = clock()
         for _ in steps:
             pass
-        seconds += time.perf_counter() - started
+        seconds += clock() - started
     return instances * ticks / seconds
 
 
@@ -202,11 +214,11 @@ def reference_step_time(running: int, steps: int) -> float:
 
 def _time_steps(step: Callable[[], None], steps: int, device: torch.device) -> float:
     sync(device)
-    started = time.perf_counter()
+    started = clock()
     for _ in range(steps):
         step()
     sync(device)
-    return (time.perf_counter() - started) / steps
+    return (clock() - started) / steps
 
 
 # ---------------------------------------------------------- where a tick goes
@@ -330,6 +342,46 @@ def lines(
         print(f"{seconds / ticks * 1e3:>8.2f} {timer.calls[where] / ticks:>10.1f}  {where}")
 
 
+def profile_ops(
+    run: SwarmRun, batch: int, warm: int, ticks: int, device: torch.device, top: int = 20
+) -> None:
+    """The torch profiler's view of a tick with B instances: the aten ops by self CPU
+    time, with their calls per tick, and the CPU time of the same ticks run without the
+    profiler (which adds a few microseconds per op: read the shares, not the sums)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _, workload = swarm(run, batch, device)
+    for _ in range(warm):
+        workload.tick()
+    sync(device)
+    started = time.process_time()
+    for _ in range(ticks):
+        workload.tick()
+    sync(device)
+    plain = (time.process_time() - started) / ticks
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as profiled:
+        for _ in range(ticks):
+            workload.tick()
+        sync(device)
+    events = [e for e in profiled.key_averages() if e.key.startswith("aten::")]
+    events.sort(key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)  # microseconds
+    calls = sum(e.count for e in events)
+    print(f"\nB = {batch}: {plain * 1e3:.1f} ms of CPU time per tick without the profiler")
+    print(f"profiled: {total / ticks / 1e3:.1f} ms per tick in {calls / ticks:,.0f} aten ops")
+    print("(calls per tick count ops called inside other ops too; self time does not)")
+    print(f"{'self ms/tick':>12} {'share':>6} {'calls/tick':>10} {'us/call':>8}  op")
+    for event in events[:top]:
+        per_tick = event.self_cpu_time_total / ticks / 1e3
+        share = event.self_cpu_time_total / total
+        per_call = event.self_cpu_time_total / event.count
+        row = f"{per_tick:>12.2f} {share:>6.1%} {event.count / ticks:>10.1f} {per_call:>8.1f}"
+        print(f"{row}  {event.key}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu or cuda [default: cpu]")
@@ -357,6 +409,12 @@ def main() -> None:
         help="only print the gpu_impl source lines that take the most time with B instances",
     )
     parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="B",
+        help="only print the torch profiler's aten ops that take the most time with B instances",
+    )
+    parser.add_argument(
         "--cache-aware",
         type=int,
         default=0,
@@ -364,7 +422,17 @@ def main() -> None:
         help="run the workload with cache-aware admission, this window and a threshold of 0 "
         "(the reorder engaged whatever the usage: its cost at its most) [default: off]",
     )
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        help="what the rates count: this process's CPU seconds or wall seconds "
+        "[default: cpu on the CPU, wall with --device cuda]",
+    )
     args = parser.parse_args()
+    global clock
+    device = torch.device(args.device)
+    clock_name = args.clock or ("cpu" if device.type == "cpu" else "wall")
+    clock = time.process_time if clock_name == "cpu" else time.perf_counter
     run = WORKLOAD
     if args.cache_aware:
         config = dataclasses.replace(
@@ -373,7 +441,6 @@ def main() -> None:
             cache_aware_admission_threshold=0.0,
         )
         run = dataclasses.replace(WORKLOAD, config=config)
-    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     retained = False if args.malloc_default else retain_freed_memory()
     batches: tuple[int, ...] = (1, 64, 256) if args.quick else (1, 64, 1024, 4096)
@@ -384,11 +451,16 @@ def main() -> None:
     print(f"torch {torch.__version__} on {device} ({platform.processor() or platform.machine()})")
     print(f"workload: {run.config}")
     print(f"torch threads: {torch.get_num_threads()}; freed memory retained: {retained}")
+    source = "time.process_time" if clock_name == "cpu" else "time.perf_counter"
+    print(f"clock: {clock_name} seconds ({source})")
     if args.breakdown:
         breakdown(run, args.breakdown, 30, 10, device)
         return
     if args.lines:
         lines(run, args.lines, 30, 10, device)
+        return
+    if args.profile:
+        profile_ops(run, args.profile, 30, 10, device)
         return
     ref = reference_rate(run, 4 if args.quick else REFERENCE_INSTANCES, warm, ticks)
     print(f"\nreference: {ref:,.0f} instance-steps/s (instances stepped one by one)")
