@@ -25,6 +25,7 @@ from tests.invariant_builders import (
     assert_caught,
     assert_holds,
     tokens,
+    with_block_hash,
     with_kv,
     with_output,
     with_request,
@@ -240,6 +241,32 @@ def case_hybrid_groups_freed_out_of_order() -> Case:
         dataclasses.replace(t, post=with_kv(t.post, free_block_ids=reversed_groups)),
         "free queue after freeing ['r']",
         actual=list(reversed_groups),
+    )
+
+
+@cases("WINDOW-CACHE-REACHABLE")
+def case_window_block_no_hit_reaches_cached() -> Case:
+    """A 1-token window reads no block before a boundary, so no hit needs any of its
+    blocks: none is cached (docs/FINDINGS.md G6). Registered anyway, the block would be
+    freed to the back of the queue and kept as a hit nobody can use."""
+    d = hybrid_driver(FULL, SlidingWindowGroup(block_size=4, sliding_window=1))
+    d.add("r", 12, max_tokens=4)
+    d.steps(2)
+    state = d.schedule().post
+    full, window = state.requests["r"].group_block_ids
+    assert all(state.kv.block_hashes[b] is not None for b in full[:3])  # full blocks cached
+    block = window[-1]
+    assert block != N and state.kv.block_hashes[block] is None
+    cached = with_kv(state, block_hashes=with_block_hash(state.kv, block, 12345))
+    return Case(
+        "WINDOW-CACHE-REACHABLE",
+        state,
+        cached,
+        "cached, but no aligned hit reads it",
+        "r",
+        block,
+        expected="uncached",
+        actual="cached",
     )
 
 

@@ -153,9 +153,7 @@ def admission_cap_blocks(
     return None
 
 
-def window_block_reachable(
-    group: KVCacheGroupSpec, index: int, scheduler_block_size: int
-) -> bool:
+def window_block_reachable(group: KVCacheGroupSpec, index: int, scheduler_block_size: int) -> bool:
     """Whether some prefix-cache hit can use block `index` of the group's table, so that
     caching it is worth a registration. Only a sliding window says no: a hit ends on a
     scheduler-block boundary and the window group reads just the `cdiv(sliding_window - 1,
