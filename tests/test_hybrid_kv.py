@@ -306,6 +306,17 @@ def test_a_one_token_window_caches_nothing_and_frees_to_the_front() -> None:
     assert queue[0] == window.block_id and queue[-1] == full.block_id
 
 
+def test_a_one_token_window_gets_no_prefix_hit() -> None:
+    """A window hit needs one cached window block, and a 1-token window caches none: the
+    same prompt again hits nothing, though full attention cached its blocks."""
+    kv = coordinator(FULL, SlidingWindowGroup(block_size=4, sliding_window=1), num_blocks=16)
+    first = prompt(9)
+    kv.allocate_slots(first, 9)
+    again = Request("again", toks(0, 9), 8)
+    assert kv.find_longest_cache_hit(again, 8)[1] == 0
+    assert manager(kv, 0).find_longest_cache_hit(kv.block_hashes(again, 0), 8) != []
+
+
 # -- window frees ---------------------------------------------------------------------
 
 
