@@ -178,6 +178,9 @@ def blocks_for_one_request(
 
     Attention groups count every block of the sequence: a window frees blocks only
     once processed, and a whole-prompt step holds them all before any is processed.
+    vLLM sizes a window or chunked-local group by `admission_cap_blocks` instead; that
+    cap leaves out a step's lookahead slots, and a pool at the cap let a lone request
+    with drafts preempt itself for ever (NOTES-issue-34.md, "Design decisions").
     A Mamba group holds its running state and its draft scratch states, plus in align
     mode the previous state it copies from (vLLM 0.34.0 MambaSpec.max_memory_usage_bytes).
     Under async scheduling one state more: states are retired on processed tokens, and
