@@ -14,9 +14,13 @@ from schedspec.reference.vllm.mamba_split import mamba_block_aligned_split
 from schedspec.spec import Request, RequestStatus
 from schedspec.spec.kv_groups import (
     ChunkedLocalGroup,
+    FullAttentionGroup,
     KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
+    admission_cap_blocks,
+    max_in_flight_tokens,
+    window_block_reachable,
 )
 from tests.hybrid_helpers import (
     FULL,
@@ -184,6 +188,133 @@ def test_allocation_is_all_or_nothing_across_groups() -> None:
     assert kv.allocate_slots(request, 12) is None
     assert kv.block_pool.get_num_free_blocks() == 5
     assert kv.get_block_ids("r") == ((), ())
+
+
+# -- the admission cap ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("group", "in_flight", "cap"),
+    [
+        # 1 window token before the first unprocessed one, 2 in flight: 3 blocks, and one
+        # more where the window starts inside a block.
+        (SlidingWindowGroup(block_size=1, sliding_window=2), 2, 4),
+        (SlidingWindowGroup(block_size=4, sliding_window=5), 8, 4),  # cdiv(12, 4) + 1
+        (SlidingWindowGroup(block_size=4, sliding_window=30), 8, 9),  # max_model_len 32: 8 + 1
+        (ChunkedLocalGroup(block_size=4, attention_chunk_size=8), 4, 3),  # cdiv(8 + 4, 4)
+        (ChunkedLocalGroup(block_size=4, attention_chunk_size=8), 40, 8),  # max_model_len 32
+        (FULL, 8, None),  # full attention holds every block to the end
+        (MAMBA, 8, None),
+    ],
+)
+def test_admission_cap_blocks_per_kind(
+    group: KVCacheGroupSpec, in_flight: int, cap: int | None
+) -> None:
+    assert admission_cap_blocks(group, in_flight, 32) == cap
+
+
+@pytest.mark.parametrize(("async_scheduling", "in_flight"), [(False, 6), (True, 12)])
+def test_max_in_flight_tokens_is_a_budget_a_concurrent_step(
+    async_scheduling: bool, in_flight: int
+) -> None:
+    assert max_in_flight_tokens(6, async_scheduling) == in_flight
+
+
+def test_admission_gate_counts_a_window_at_its_cap() -> None:
+    """docs/FINDINGS.md G5's shape: full attention beside a 2-token window, 1-token blocks,
+    a budget of 2, 12 blocks, one held in each group by another request. A 5-token prompt
+    needs 5 full blocks and, at the window's cap, 4 window blocks (not 5): with a 1-block
+    watermark, 10 = the 10 free blocks, so it is admitted."""
+    one = SlidingWindowGroup(block_size=1, sliding_window=2)
+    kv = coordinator(
+        FullAttentionGroup(block_size=1),
+        one,
+        block_size=1,
+        num_blocks=12,
+        max_model_len=6,
+        max_num_batched_tokens=2,
+        max_num_seqs=2,
+        enable_prefix_caching=False,
+    )
+    assert kv.allocate_slots(Request("r0", toks(0, 1), 1), 1) is not None
+    request = Request("r1", toks(0, 5), 1)
+    hits: tuple[list[KVCacheBlock], ...] = ([], [])
+    assert kv.get_num_blocks_to_allocate("r1", 5, hits, 0, 5) == 10  # every block
+    assert kv.get_num_blocks_to_allocate("r1", 5, hits, 0, 5, apply_admission_cap=True) == 9
+    new = kv.allocate_slots(request, 1, full_sequence_must_fit=True, watermark_blocks=1)
+    assert new is not None  # the step's own slots: one block per group
+    assert [len(group) for group in new] == [1, 1]
+
+
+def test_admission_gate_still_refuses_past_the_cap() -> None:
+    # The same with a second block held: 10 needed, 9 free.
+    kv = coordinator(
+        FullAttentionGroup(block_size=1),
+        SlidingWindowGroup(block_size=1, sliding_window=2),
+        block_size=1,
+        num_blocks=12,
+        max_model_len=6,
+        max_num_batched_tokens=2,
+        max_num_seqs=2,
+        enable_prefix_caching=False,
+    )
+    kv.block_pool.get_new_blocks(1)
+    assert kv.allocate_slots(Request("r0", toks(0, 1), 1), 1) is not None
+    request = Request("r1", toks(0, 5), 1)
+    assert kv.allocate_slots(request, 1, full_sequence_must_fit=True, watermark_blocks=1) is None
+    assert kv.get_block_ids("r1") == ((), ())
+
+
+# -- what a window caches -------------------------------------------------------------
+
+
+def test_window_caches_only_the_blocks_a_hit_reaches() -> None:
+    """Scheduler blocks of 8 over a window of 4-token blocks and 4 tokens: a hit ends on a
+    multiple of 8 and the window reads the one block before it, so of each pair of window
+    blocks only the second is cached; full attention caches every block."""
+    kv = coordinator(
+        FullAttentionGroup(block_size=8),
+        SlidingWindowGroup(block_size=4, sliding_window=4),
+        block_size=8,
+    )
+    request = prompt(17)
+    kv.allocate_slots(request, 17)
+    full, window = (manager(kv, g).req_to_blocks["r"] for g in (0, 1))
+    assert [b.block_hash is not None for b in full] == [True, True, False]
+    assert [b.block_hash is not None for b in window] == [False, True, False, True, False]
+    assert [window_block_reachable(manager(kv, 1).spec, i, 8) for i in range(5)] == [
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
+
+
+def test_a_one_token_window_caches_nothing_and_frees_to_the_front() -> None:
+    """docs/FINDINGS.md G6's shape: a 1-token window needs no block before a boundary, so
+    none of its blocks is cached. Freed, the uncached window block goes to the front of the
+    queue, the cached full-attention block to the back."""
+    kv = coordinator(FULL, SlidingWindowGroup(block_size=4, sliding_window=1), num_blocks=16)
+    request = prompt(4)
+    kv.allocate_slots(request, 4)
+    (full,), (window,) = (manager(kv, g).req_to_blocks["r"] for g in (0, 1))
+    assert full.block_hash is not None and window.block_hash is None
+    request.status = RequestStatus.FINISHED_STOPPED
+    kv.free(request)
+    queue = [b.block_id for b in kv.block_pool.free_block_queue]
+    assert queue[0] == window.block_id and queue[-1] == full.block_id
+
+
+def test_a_one_token_window_gets_no_prefix_hit() -> None:
+    """A window hit needs one cached window block, and a 1-token window caches none: the
+    same prompt again hits nothing, though full attention cached its blocks."""
+    kv = coordinator(FULL, SlidingWindowGroup(block_size=4, sliding_window=1), num_blocks=16)
+    first = prompt(9)
+    kv.allocate_slots(first, 9)
+    again = Request("again", toks(0, 9), 8)
+    assert kv.find_longest_cache_hit(again, 8)[1] == 0
+    assert manager(kv, 0).find_longest_cache_hit(kv.block_hashes(again, 0), 8) != []
 
 
 # -- window frees ---------------------------------------------------------------------

@@ -24,7 +24,10 @@ from tests.invariant_builders import (
     CaseRegistry,
     assert_caught,
     assert_holds,
+    check,
     tokens,
+    with_block_hash,
+    with_config,
     with_kv,
     with_output,
     with_request,
@@ -220,6 +223,66 @@ def case_hit_shorter_than_every_group_allowed() -> Case:
     )
 
 
+def test_a_one_token_window_allows_no_hit_where_it_cached_nothing() -> None:
+    """HYBRID-HIT-LONGEST's window hit needs one cached window block even where the window
+    reads none before a boundary: a 1-token window caches no block, so r1 (r0's prompt and
+    one token more) hits nothing, though full attention cached r0's block. Shrunk from the
+    hybrid-short-window regime, which the restatement once judged a 2-token hit."""
+    d = hybrid_driver(
+        FullAttentionGroup(block_size=2),
+        SlidingWindowGroup(block_size=1, sliding_window=1),
+        block_size=2,
+        num_blocks=9,
+        max_model_len=4,
+        max_num_seqs=1,
+        max_num_batched_tokens=4,
+    )
+    d.add("r0", prompt=(0, 0), max_tokens=1)
+    d.add("r1", prompt=(0, 0, 0), max_tokens=1)
+    d.step()
+    t = d.schedule()
+    assert t.output.num_scheduled_tokens == {"r1": 3}  # no hit: all 3 computed
+    assert check("HYBRID-HIT-LONGEST", t) == []
+
+
+@cases("HYBRID-ADMISSION-STOP")
+def case_head_waits_though_its_capped_blocks_fit() -> Case:
+    """docs/FINDINGS.md G5's shape: full attention beside a 2-token window, 1-token
+    blocks, 16 blocks, a budget of 3. r0 holds 4 blocks; r1's 7 tokens need 7 full blocks
+    and, at the window's cap (1 window token + 3 in flight, one more block), 5 window
+    blocks: 12 of the 12 free, plus the 1-block watermark, so it waits. With no watermark
+    it fits, and waiting then has no reason (counting every window block, 14, it would
+    not fit)."""
+    d = hybrid_driver(
+        FullAttentionGroup(block_size=1),
+        SlidingWindowGroup(block_size=1, sliding_window=2),
+        block_size=1,
+        num_blocks=16,
+        max_model_len=8,
+        max_num_seqs=2,
+        max_num_batched_tokens=3,
+        enable_prefix_caching=False,
+        watermark=0.1,
+    )
+    d.add("r0", 2, max_tokens=4)
+    d.add("r1", 7, max_tokens=1)
+    t = d.schedule()
+    assert t.output.num_scheduled_tokens == {"r0": 2}
+    assert len(t.post.kv.free_block_ids) == 12 and t.post.config.watermark_blocks == 1
+    no_watermark = dataclasses.replace(
+        t, pre=with_config(t.pre, watermark=0.0), post=with_config(t.post, watermark=0.0)
+    )
+    return Case(
+        "HYBRID-ADMISSION-STOP",
+        t,
+        no_watermark,
+        "queue head could have been admitted (12 blocks + 0 spare <= 12 free, 1 tokens left)",
+        "r1",
+        expected="admitted",
+        actual="waiting",
+    )
+
+
 @cases("FREE-ORDER-ABORT")
 def case_hybrid_groups_freed_out_of_order() -> Case:
     """An aborted hybrid request frees group by group, in group order, each tail first
@@ -240,6 +303,32 @@ def case_hybrid_groups_freed_out_of_order() -> Case:
         dataclasses.replace(t, post=with_kv(t.post, free_block_ids=reversed_groups)),
         "free queue after freeing ['r']",
         actual=list(reversed_groups),
+    )
+
+
+@cases("WINDOW-CACHE-REACHABLE")
+def case_window_block_no_hit_reaches_cached() -> Case:
+    """A 1-token window reads no block before a boundary, so no hit needs any of its
+    blocks: none is cached (docs/FINDINGS.md G6). Registered anyway, the block would be
+    freed to the back of the queue and kept as a hit nobody can use."""
+    d = hybrid_driver(FULL, SlidingWindowGroup(block_size=4, sliding_window=1))
+    d.add("r", 12, max_tokens=4)
+    d.steps(2)
+    state = d.schedule().post
+    full, window = state.requests["r"].group_block_ids
+    assert all(state.kv.block_hashes[b] is not None for b in full[:3])  # full blocks cached
+    block = window[-1]
+    assert block != N and state.kv.block_hashes[block] is None
+    cached = with_kv(state, block_hashes=with_block_hash(state.kv, block, 12345))
+    return Case(
+        "WINDOW-CACHE-REACHABLE",
+        state,
+        cached,
+        "cached, but no aligned hit reads it",
+        "r",
+        block,
+        expected="uncached",
+        actual="cached",
     )
 
 

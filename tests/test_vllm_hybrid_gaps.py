@@ -32,9 +32,12 @@ from schedspec.traces.trace import Trace
 
 FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
 STANDS: dict[str, dict[str, bool]] = {
-    "G4": {"0.33.0": False, "0.34.0": False},  # Mamba: the checkpoint stop (modelled)
-    "G5": {"0.33.0": True, "0.34.0": True},  # windows: the admission cap
-    "G6": {"0.33.0": True, "0.34.0": True},  # windows: blocks no hit reaches are not cached
+    # Closed: the reference models Mamba's checkpoint stop (G4), counts a window at its
+    # admission cap in the gate (G5) and caches only the window blocks an aligned hit can
+    # reach (G6).
+    "G4": {"0.33.0": False, "0.34.0": False},  # Mamba: the checkpoint stop
+    "G5": {"0.33.0": False, "0.34.0": False},  # windows: the admission cap
+    "G6": {"0.33.0": False, "0.34.0": False},  # windows: blocks no hit reaches are not cached
     "G7": {"0.33.0": True, "0.34.0": True},  # Mamba: the chunk stops at the shared-prefix junction
 }
 TRACES = {
@@ -83,8 +86,9 @@ def test_g4_both_engines_stop_a_mamba_prefill_chunk_at_its_checkpoint() -> None:
 
 def test_g5_vllm_admits_under_a_windows_admission_cap() -> None:
     """Full attention beside a 2-token window, 12 blocks, a 1-block watermark: vLLM counts
-    the window at its admission cap and admits r1 beside r0; the reference counts every
-    block of r1's sequence in the window and does not."""
+    the window at its admission cap and admits r1 beside r0. Closed: the reference counts
+    it so too (the diff agrees); where the gap stood, it counted every block of r1's
+    sequence in the window and did not admit r1."""
     result = _diff("G5")
     if result is None:
         return
@@ -98,7 +102,8 @@ def test_g5_vllm_admits_under_a_windows_admission_cap() -> None:
 
 def test_g6_vllm_leaves_window_blocks_no_hit_reaches_uncached() -> None:
     """A 1-token window needs no block for a hit, so vLLM caches none of its blocks and
-    frees them to the front of the queue; the reference caches it and frees it last."""
+    frees them to the front of the queue. Closed: the reference does the same (the diff
+    agrees); where the gap stood, it cached the block and freed it last."""
     result = _diff("G6")
     if result is None:
         return

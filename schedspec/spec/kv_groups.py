@@ -124,6 +124,51 @@ def scheduler_block_size(groups: tuple[KVCacheGroupSpec, ...]) -> int:
     return math.lcm(*(g.block_size for g in groups))
 
 
+def max_in_flight_tokens(max_num_batched_tokens: int, async_scheduling: bool) -> int:
+    """The most tokens scheduled but not yet processed: one step's budget, two under async
+    scheduling (a step in flight while the next is scheduled). vLLM 0.33.0 and 0.34.0
+    VllmConfig.max_in_flight_tokens, with one pipeline stage."""
+    return (1 + int(async_scheduling)) * max_num_batched_tokens
+
+
+def admission_cap_blocks(
+    group: KVCacheGroupSpec, max_in_flight_tokens: int, max_model_len: int
+) -> int | None:
+    """The most blocks a request holds at once in a group that frees blocks as it runs
+    (a window, chunked local), or None for a group that holds every block to the end.
+
+    Frees run on processed tokens before each allocation, so a window group holds the
+    window's `sliding_window - 1` tokens before the first unprocessed one, plus the
+    tokens in flight and scheduled, never more than max_model_len; one block more where
+    the window starts inside a block. A chunked-local group holds its current chunk plus
+    those tokens. vLLM's full-sequence admission gate counts such a group at this cap
+    (vLLM 0.33.0 and 0.34.0 `max_admission_blocks_per_request` of SlidingWindowSpec and
+    ChunkedLocalAttentionSpec, applied by `apply_admission_cap`)."""
+    if isinstance(group, SlidingWindowGroup):
+        tokens = min(group.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+        return -(-tokens // group.block_size) + 1
+    if isinstance(group, ChunkedLocalGroup):
+        tokens = min(group.attention_chunk_size + max_in_flight_tokens, max_model_len)
+        return -(-tokens // group.block_size)
+    return None
+
+
+def window_block_reachable(group: KVCacheGroupSpec, index: int, scheduler_block_size: int) -> bool:
+    """Whether some prefix-cache hit can use block `index` of the group's table, so that
+    caching it is worth a registration. Only a sliding window says no: a hit ends on a
+    scheduler-block boundary and the window group reads just the `cdiv(sliding_window - 1,
+    block_size)` blocks before it, so a block outside every such tail is never a hit.
+    Where that tail covers a whole scheduler block, every block is reachable; with a
+    1-token window none is. vLLM 0.33.0 and 0.34.0
+    `SlidingWindowManager.reachable_block_mask` with dense retention
+    (`prefix_cache_retention_interval` None, the KVCacheConfig default)."""
+    if not isinstance(group, SlidingWindowGroup):
+        return True
+    need = -(-(group.sliding_window - 1) // group.block_size)
+    per_boundary = scheduler_block_size // group.block_size
+    return need >= per_boundary or index % per_boundary >= per_boundary - need
+
+
 def blocks_for_one_request(
     groups: tuple[KVCacheGroupSpec, ...], max_model_len: int, async_scheduling: bool = False
 ) -> int:
@@ -133,6 +178,9 @@ def blocks_for_one_request(
 
     Attention groups count every block of the sequence: a window frees blocks only
     once processed, and a whole-prompt step holds them all before any is processed.
+    vLLM sizes a window or chunked-local group by `admission_cap_blocks` instead; that
+    cap leaves out a step's lookahead slots, and a pool at the cap let a lone request
+    with drafts preempt itself for ever (NOTES-issue-34.md, "Design decisions").
     A Mamba group holds its running state and its draft scratch states, plus in align
     mode the previous state it copies from (vLLM 0.34.0 MambaSpec.max_memory_usage_bytes).
     Under async scheduling one state more: states are retired on processed tokens, and

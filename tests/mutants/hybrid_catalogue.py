@@ -40,6 +40,10 @@ def window() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(hybrid_regimes.sliding_window)
 
 
+def short_window() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.short_window)
+
+
 HYBRID_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "mamba-split-smallest-block-size",
@@ -147,6 +151,30 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         user_configs=hybrid_configs,
     ),
     mutant(
+        "window-admission-uncapped",
+        "vllm/kv_cache_coordinator.py",
+        "                rid, full, hits, total_computed, full, apply_admission_cap=True\n",
+        "                rid, full, hits, total_computed, full, apply_admission_cap=False\n",
+        "docs/FINDINGS.md G5: the full-sequence admission gate counts every block of the "
+        "sequence in a window group, not its admission cap (windows free as the request "
+        "runs): a request vLLM admits waits.",
+        {"HYBRID-ADMISSION-STOP"},
+        configs=window,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "window-caches-unreachable-blocks",
+        "vllm/single_type_kv_cache_manager.py",
+        "        return window_block_reachable(self.spec, index, self.alignment_tokens)\n",
+        "        return True\n",
+        "docs/FINDINGS.md G6: a window group caches every full block, also those no aligned "
+        "hit can reach: they are freed to the back of the queue and kept as hits nobody "
+        "uses, where vLLM frees them to the front.",
+        {"WINDOW-CACHE-REACHABLE"},
+        configs=short_window,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
         "free-groups-in-reverse",
         "vllm/kv_cache_coordinator.py",
         "        for manager in self.managers:\n            manager.free(request.request_id)\n",
@@ -173,8 +201,8 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "null-block-cached",
         "vllm/single_type_kv_cache_manager.py",
-        "            if table[i] is not self.null_block:\n",
-        "            if True:\n",
+        "            if table[i] is not self.null_block and self.reachable(i):\n",
+        "            if self.reachable(i):\n",
         "The null block between a Mamba group's states is registered in the prefix cache "
         "like a block of KV.",
         {"NULL-BLOCK", CRASH},

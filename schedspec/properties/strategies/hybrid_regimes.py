@@ -71,6 +71,19 @@ def sliding_window(config: SchedulerConfig) -> SchedulerConfig:
     return _with_groups(config, groups, caching=True)
 
 
+def short_window(config: SchedulerConfig) -> SchedulerConfig:
+    """Full attention at twice the window group's block size, beside a window of one window
+    block: a hit ends on a full-attention boundary and reads only the window block before
+    it, so the window caches every second block, and with 1-token blocks (a 1-token
+    window) none (docs/FINDINGS.md G6, `window_block_reachable`)."""
+    b = _base(config)
+    groups = (
+        FullAttentionGroup(block_size=2 * b),
+        SlidingWindowGroup(block_size=b, sliding_window=b),
+    )
+    return _with_groups(config, groups, caching=True)
+
+
 def mamba_align(config: SchedulerConfig) -> SchedulerConfig:
     """Full attention at half the Mamba group's block size, Mamba in align mode with a
     scratch state per draft, prefix caching and chunked prefill: chunk ends are cut to

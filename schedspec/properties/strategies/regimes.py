@@ -491,7 +491,8 @@ SGLANG_PLAIN_WEIGHT = 3
 # draws exactly what it drew before; their weights (24 together) match PLAIN_WEIGHT and
 # REGIMES', so half the configs are hybrid.
 HYBRID_REGIMES: tuple[Regime, ...] = (
-    Regime("hybrid-sliding-window", "window-frees-a-block", hybrid_regimes.sliding_window, 5),
+    Regime("hybrid-sliding-window", "window-frees-a-block", hybrid_regimes.sliding_window, 3),
+    Regime("hybrid-short-window", "window-frees-a-block", hybrid_regimes.short_window, 2),
     Regime("hybrid-mamba-align", "mamba-aligned-split", hybrid_regimes.mamba_align, 5),
     Regime("hybrid-mamba-wide-block", "mamba-aligned-split", hybrid_regimes.mamba_wide_block, 3),
     Regime(

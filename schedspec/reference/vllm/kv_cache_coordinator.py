@@ -33,7 +33,9 @@ from schedspec.spec.kv_groups import (
     KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
+    admission_cap_blocks,
     group_block_hash,
+    max_in_flight_tokens,
 )
 
 GroupBlocks = tuple[list[KVCacheBlock], ...]  # one list per group, in group order
@@ -64,6 +66,13 @@ class HybridKVCacheCoordinator:
                 # Partial hits finer than a scheduler block are not modelled.
                 config.block_size,
             )
+            for spec in config.kv_cache_groups
+        )
+        # Per group, the most blocks the full-sequence admission gate counts: a window or
+        # chunked-local group frees as the request runs (None: every block is held).
+        in_flight = max_in_flight_tokens(config.max_num_batched_tokens, config.async_scheduling)
+        self._admission_caps = tuple(
+            admission_cap_blocks(spec, in_flight, config.max_model_len)
             for spec in config.kv_cache_groups
         )
         # Full attention looks up first: its hit only shrinks (a prefix of a hit is a
@@ -130,18 +139,29 @@ class HybridKVCacheCoordinator:
         new_computed_blocks: GroupBlocks,
         total_computed_tokens: int,
         num_tokens_main_model: int,
+        apply_admission_cap: bool = False,
     ) -> int:
-        """Free-pool blocks an allocation consumes over all groups: one pool, one sum."""
-        return sum(
-            manager.get_num_blocks_to_allocate(
+        """Free-pool blocks an allocation consumes over all groups: one pool, one sum.
+
+        The full-sequence admission gate (apply_admission_cap) counts a window or
+        chunked-local group at no more than its admission cap (`admission_cap_blocks`):
+        windows free as the request runs, so that is the most it ever holds (vLLM's
+        `apply_admission_cap`; cdiv(num_tokens, block_size) capped, as here by capping
+        num_tokens at cap * block_size). A step's own allocation counts every block."""
+        total = 0
+        for gid, manager in enumerate(self.managers):
+            tokens = num_tokens
+            cap = self._admission_caps[gid]
+            if apply_admission_cap and cap is not None:
+                tokens = min(num_tokens, cap * manager.block_size)
+            total += manager.get_num_blocks_to_allocate(
                 request_id,
-                num_tokens,
+                tokens,
                 new_computed_blocks[gid],
                 total_computed_tokens,
                 num_tokens_main_model,
             )
-            for gid, manager in enumerate(self.managers)
-        )
+        return total
 
     def allocate_new_computed_blocks(
         self, request_id: str, new_computed_blocks: GroupBlocks, num_computed_tokens: int
@@ -193,8 +213,8 @@ class HybridKVCacheCoordinator:
         (window frees aside: they release blocks nobody reads any more).
 
         An admission (full_sequence_must_fit) must first fit its whole known sequence,
-        counted before this step's window frees, as vLLM 0.34.0 counts it (without its
-        admission cap on window groups: NOTES-issue-34.md). Then window frees come
+        counted before this step's window frees and with window and chunked-local groups
+        at their admission cap, as vLLM 0.33.0 and 0.34.0 count it. Then window frees come
         (they may make the room), on processed tokens only; then the sum over groups is
         checked against the free blocks less the watermark, so the allocation is all
         or nothing across groups; then the two phases.
@@ -207,7 +227,9 @@ class HybridKVCacheCoordinator:
         free = self.block_pool.get_num_free_blocks
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
-            needed = self.get_num_blocks_to_allocate(rid, full, hits, total_computed, full)
+            needed = self.get_num_blocks_to_allocate(
+                rid, full, hits, total_computed, full, apply_admission_cap=True
+            )
             if needed + watermark_blocks > free():
                 return None
         num_main = total_computed + num_new_tokens

@@ -22,6 +22,7 @@ from schedspec.spec.kv_groups import (
     ChunkedLocalGroup,
     KVCacheGroupSpec,
     SlidingWindowGroup,
+    window_block_reachable,
 )
 
 
@@ -156,17 +157,23 @@ class SingleTypeKVCacheManager:
     def cache_blocks(
         self, request_id: str, block_hashes: Sequence[BlockHash], num_tokens: int
     ) -> None:
-        """Register the table's full blocks among the first num_tokens tokens (nulls
-        skipped: they hold nothing)."""
+        """Register the table's full blocks among the first num_tokens tokens, but for
+        nulls (they hold nothing) and blocks no hit can reach (`reachable`). Those stay
+        uncached, so when freed they go to the front of the free queue."""
         if not self.enable_caching:
             return
         num_cached = self.num_cached_block.get(request_id, 0)
         num_full = min(num_tokens // self.block_size, len(block_hashes))
         table = self.req_to_blocks[request_id]
         for i in range(num_cached, num_full):
-            if table[i] is not self.null_block:
+            if table[i] is not self.null_block and self.reachable(i):
                 self.block_pool.cache_full_blocks(table, block_hashes, i, i + 1)
         self.num_cached_block[request_id] = max(num_cached, num_full)
+
+    def reachable(self, index: int) -> bool:
+        """Whether some aligned prefix-cache hit can use table entry `index`
+        (`window_block_reachable`: only a sliding window leaves blocks out)."""
+        return window_block_reachable(self.spec, index, self.alignment_tokens)
 
     def uncache_blocks_past(self, request_id: str, num_tokens: int) -> None:
         """Take back registrations past num_tokens tokens: blocks registered when scheduled

@@ -30,6 +30,8 @@ from schedspec.spec.invariants.vllm import cache_aware  # noqa: F401
 from schedspec.spec.invariants.vllm import mamba  # noqa: F401
 from schedspec.spec.invariants.safety import hybrid  # noqa: F401
 from schedspec.spec.invariants.vllm import hybrid_hit  # noqa: F401
+from schedspec.spec.invariants.vllm import hybrid_cache  # noqa: F401
+from schedspec.spec.invariants.vllm import hybrid_admission  # noqa: F401
 
 # isort: on
 from schedspec.spec.invariants.registry import (

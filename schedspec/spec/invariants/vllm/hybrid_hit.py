@@ -57,7 +57,9 @@ def group_hit(
                 return end * size
         return 0
     if isinstance(group, SlidingWindowGroup):
-        needed = -(-(group.sliding_window - 1) // size)
+        # A hit ends on a cached block even where the window reads none before it (a
+        # 1-token window): with nothing cached the window group hits nothing.
+        needed = max(1, -(-(group.sliding_window - 1) // size))
         for end in range(top, needed - 1, -1):
             if end * size % alignment == 0 and all(
                 own[i] in cached for i in range(end - needed, end)

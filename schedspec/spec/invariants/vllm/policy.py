@@ -6,7 +6,7 @@ any correct engine need only pass the safety profile.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
@@ -402,6 +402,29 @@ def admission_blocks_needed(
     groups="single",
 )
 def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
+    config = t.post.config
+    bs = config.block_size
+
+    def lookup(head: RequestState) -> tuple[int, Callable[[int], int]]:
+        hits = cached_prefix(t.post.kv, t.hashes.of(head), (head.num_tokens - 1) // bs)
+        hit_tokens = len(hits) * bs
+        evictable = sum(1 for b in hits if t.post.kv.ref_counts[b] == 0)
+        return hit_tokens, lambda num_new: admission_blocks_needed(
+            config, head.num_tokens, hit_tokens, num_new, evictable
+        )
+
+    return admission_stop("ADMISSION-STOP", t, lookup)
+
+
+AdmissionLookup = Callable[[RequestState], tuple[int, Callable[[int], int]]]
+
+
+def admission_stop(
+    invariant_id: str, t: ScheduleTransition, lookup: AdmissionLookup
+) -> list[Violation]:
+    """ADMISSION-STOP's rule, with the queue head's prefix hit and block count given by
+    `lookup`: the head's hit tokens, and the free blocks it takes for a number of new
+    tokens (the single group's count, or the hybrid groups' sum)."""
     if connector_in_play(t.pre, t.post):
         return []
     config = t.post.config
@@ -415,9 +438,7 @@ def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
     ):
         return []
     head = t.post.requests[admissible[0]]
-    bs = config.block_size
-    hits = cached_prefix(t.post.kv, t.hashes.of(head), (head.num_tokens - 1) // bs)
-    hit_tokens = len(hits) * bs
+    hit_tokens, blocks_for = lookup(head)
     cap = long_prefill_cap(t.pre)
     padded = padded_admission(t, head, hit_tokens, budget_left, cap)
     if padded < 0:
@@ -426,14 +447,13 @@ def check_admission_stop(t: ScheduleTransition) -> list[Violation]:
     if not config.enable_chunked_prefill and demand > budget_left:
         return []
     num_new = min(demand, budget_left)
-    evictable = sum(1 for b in hits if t.post.kv.ref_counts[b] == 0)
     spare = config.watermark_blocks if t.post.running else 0
-    needed = admission_blocks_needed(config, head.num_tokens, hit_tokens, num_new, evictable)
+    needed = blocks_for(num_new)
     if needed + spare > len(t.post.kv.free_block_ids):
         return []
     return [
         Violation(
-            "ADMISSION-STOP",
+            invariant_id,
             f"queue head could have been admitted ({needed} "
             f"blocks + {spare} spare <= {len(t.post.kv.free_block_ids)} free, "
             f"{budget_left} tokens left)",
