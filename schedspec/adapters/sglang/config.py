@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from schedspec.adapters.engine_import import TINY_MAX_POSITIONS
-from schedspec.adapters.sglang.runtime import Sglang
+from schedspec.adapters.sglang.runtime import Sglang, skip_the_model
 from schedspec.spec import ConfigError, SchedulerConfig
 from schedspec.spec.sglang_arithmetic import prefill_budgets, ratio_schedule
 
@@ -140,6 +140,7 @@ def start_scheduler(v: Sglang, args: Any) -> _Built:
     )
     v.publish(args, role="scheduler", ranks=ranks)
     scheduler = v.Scheduler(args, ports)
+    skip_the_model(v, scheduler)
     channels = scheduler.ipc_channels
     context = channels.send_to_tokenizer.socket.context
     # Outputs dropped where SGLang makes them (adapters/sglang/runtime.py, 4): a sender

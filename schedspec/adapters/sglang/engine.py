@@ -368,22 +368,21 @@ class SGLangEngine:
         # Forget requests that finished or were aborted since the last look.
         for rid in [r for r in self._given if r not in live]:
             self._forget(rid)
-        rows: dict[str, list[int]] = {}
+        tables: dict[str, tuple[int, ...]] = {}  # the running requests' block tables
         pool = s.req_to_token_pool.req_to_token
         for req in running:
             allocated = req.kv.kv_allocated_len
             row = pool[req.kv.req_pool_idx, :allocated].tolist() if allocated else []
-            rows[req.rid] = row
+            tables[req.rid] = table_blocks(row, page_size)
             self._contents.observe(req.rid, known_tokens(req), row)
         requests: dict[str, RequestState] = {}
-        running_ids = {req.rid for req in running}
         for rid, req in live.items():
             requests[spec_id(rid)] = self._request_states.of(
                 req,
                 self._given[rid],
                 self._pipeline.of(rid),
-                running=rid in running_ids,
-                blocks=table_blocks(rows.get(rid, ()), page_size),
+                running=rid in tables,
+                blocks=tables.get(rid, ()),
                 aborting=abort_pending(s, req, self._v.FINISH_ABORT),
             )
         running_order = tuple(spec_id(req.rid) for req in running)
