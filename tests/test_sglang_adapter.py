@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,6 +208,46 @@ def test_s1_a_chunk_budget_below_the_page_size_admits_nothing_ever() -> None:
         assert plan.batch_to_run is None
         assert len(s.waiting_queue) == 1
         assert s.token_to_kv_pool_allocator.available_size() == 64
+
+
+def _plain_loop_results(s: Any, steps: int) -> list[tuple[str, list[int], str, list[list[int]]]]:
+    """Three requests through SGLang's plain event loop, each result as SGLang sampled it:
+    per step the batch kind, its tokens and their dtype, and its requests' outputs."""
+    v = load_sglang()
+    params = v.SamplingParams(max_new_tokens=3, temperature=0.0)
+    params.normalize(None)
+    params.verify(TINY_VOCAB_SIZE)
+    for rid in ("a", "b", "c"):
+        s.handle_generate_request(generate_request(v, rid, [5, 6, 7], params))
+    seen = []
+    for _ in range(steps):
+        plan = s.get_next_batch_to_run(running_batch=s.running_batch, last_batch=s.last_batch)
+        s.running_batch, batch = plan.running_batch, plan.batch_to_run
+        result = s.run_batch(batch)
+        tokens = result.next_token_ids
+        s.process_batch_result(batch, result)
+        s.last_batch = batch
+        outputs = [list(req.output_ids) for req in batch.reqs]
+        seen.append((batch.forward_mode.name, tokens.tolist(), str(tokens.dtype), outputs))
+    return seen
+
+
+def test_the_forward_stand_in_gives_what_sglangs_forward_gives_with_the_harness_model() -> None:
+    """adapters/sglang/runtime.py, 7: the model worker's forward is stood in for by one
+    token 0 per request. A Scheduler with SGLang's own forward back (the model runner,
+    the harness model's zero logits, the sampler) runs the same steps with the same
+    tokens, of the same dtype, to the same outputs; a forward the stand-in does not
+    cover is refused."""
+    v = load_sglang()
+    own = start_scheduler(v, server_args(v, BASE)).scheduler
+    del own.tp_worker.forward_batch_generation  # the class's method: SGLang's forward
+    stood_in = start_scheduler(v, server_args(v, BASE)).scheduler
+    expected = _plain_loop_results(own, 3)
+    assert [kind for kind, *_ in expected] == ["EXTEND", "DECODE", "DECODE"]
+    assert expected[0][1:3] == ([0, 0, 0], "torch.int64")
+    assert _plain_loop_results(stood_in, 3) == expected
+    with pytest.raises(RuntimeError, match="does not stand in"):
+        stood_in.tp_worker.forward_batch_generation(None)
 
 
 def test_s2_sglang_aborts_every_rid_the_aborted_one_starts() -> None:

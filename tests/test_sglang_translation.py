@@ -6,23 +6,32 @@ in-flight counters it keeps, the probe's plan, and the error where SGLang is mis
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedspec.adapters.kit import Pipeline, ScheduledRow
+from schedspec.adapters.kit import Given, InFlight, Pipeline, ScheduledRow
 from schedspec.adapters.sglang import runtime as sglang_runtime
 from schedspec.adapters.sglang.config import max_running_requests, refusal
 from schedspec.adapters.sglang.engine import SGLangEngine
 from schedspec.adapters.sglang.kv import free_block_order, slot_block, table_blocks
 from schedspec.adapters.sglang.probe import CACHE_VARIABLES, FAMILIES, PLAN
-from schedspec.adapters.sglang.requests import sglang_rid, spec_id
+from schedspec.adapters.sglang.requests import (
+    RequestStates,
+    int_tuple,
+    request_state,
+    sglang_rid,
+    spec_id,
+)
 from schedspec.properties import probe as runner
 from schedspec.properties.strategies.engine_configs import sglang_default_configs
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import RequestState, RequestStatus, SchedulerConfig
 
 
 def sglang_config(**fields: object) -> SchedulerConfig:
@@ -110,6 +119,74 @@ class TestBlocks:
         allocator = _Allocator(torch.tensor([3, 4]), torch.tensor([7]))
         assert free_block_order(allocator, (0, 5)) == (2, 3, 6, 0, 5)
         assert free_block_order(_Allocator(torch.tensor([2])), ()) == (1,)
+
+
+@dataclass
+class _Req:
+    """The fields of SGLang's Req that request_state reads, as SGLang keeps them."""
+
+    rid: str = "0#a"
+    origin_input_ids: array[int] = field(default_factory=lambda: array("q", [5, 6, 7]))
+    output_ids: array[int] = field(default_factory=lambda: array("q"))
+    retraction_count: int = 0
+    kv: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(kv_allocated_len=0))
+    sampling_params: SimpleNamespace = field(
+        default_factory=lambda: SimpleNamespace(max_new_tokens=4)
+    )
+
+
+GIVEN_A = Given(arrival=0, priority=0, eos_token_id=None, stop_token_ids=())
+
+
+class TestRequestStates:
+    """RequestStates reuses a request's last state only while nothing request_state
+    reads has changed: each case changes one input and gets request_state's answer."""
+
+    def read(self, states: RequestStates, req: _Req, **changed: Any) -> RequestState:
+        args: dict[str, Any] = {"running": False, "blocks": (), "aborting": False}
+        counters = changed.pop("counters", InFlight())
+        args.update(changed)
+        fresh = request_state(req, GIVEN_A, counters, **args)
+        got = states.of(req, GIVEN_A, counters, **args)
+        assert got == fresh
+        return got
+
+    def test_an_unchanged_request_gives_the_same_state_object(self) -> None:
+        states, req = RequestStates(), _Req()
+        first = self.read(states, req)
+        assert self.read(states, req) is first
+
+    def test_a_token_changed_in_place_is_read_again(self) -> None:
+        states, req = RequestStates(), _Req(output_ids=array("q", [1, 2]))
+        first = self.read(states, req)
+        req.output_ids[1] = 9  # same length, another token: compared item for item
+        assert self.read(states, req) is not first
+        req.origin_input_ids[0] = 8
+        assert self.read(states, req).prompt_token_ids == (8, 6, 7)
+
+    def test_each_other_input_is_compared(self) -> None:
+        states, req = RequestStates(), _Req()
+        self.read(states, req)
+        req.retraction_count = 1
+        assert self.read(states, req).status is RequestStatus.PREEMPTED
+        req.sampling_params.max_new_tokens = 2
+        assert self.read(states, req).max_tokens == 2
+        req.kv.kv_allocated_len = 3
+        running = self.read(states, req, running=True, blocks=(0, 1, 2))
+        assert running.num_computed_tokens == 3
+        assert self.read(states, req, running=True, blocks=(0, 1, 2), aborting=True).abort_pending
+        held = self.read(states, req, counters=InFlight(tokens=1, placeholders=1))
+        assert held.num_in_flight_tokens == 1
+
+    def test_another_req_object_under_the_same_rid_is_read_again(self) -> None:
+        states = RequestStates()
+        first = self.read(states, _Req())
+        assert self.read(states, _Req()) is not first
+
+    def test_token_ids_are_ints_from_an_array_or_anything_else(self) -> None:
+        assert int_tuple(array("q", [3, 4])) == (3, 4)
+        assert int_tuple(torch.tensor([3, 4])) == (3, 4)
+        assert all(type(t) is int for t in int_tuple(torch.tensor([3, 4])))
 
 
 class TestPipeline:

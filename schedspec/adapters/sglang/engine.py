@@ -38,7 +38,9 @@ The refinement mapping (`snapshot`) is adapters/sglang/kv.py's for the pool and 
 cache, and adapters/sglang/requests.py's per request and for the running order; waiting
 is SGLang's waiting queue. `State.sglang` carries new_token_ratio, the batch_is_full
 latch, the chunked request and the kind of the last batch. SGLang's state is read once
-per change: every call that changes it (or the steps in flight) drops the last read.
+per change: every call that changes it (or the steps in flight) drops the last read; a
+request whose inputs to its RequestState did not change keeps the one read last
+(requests.RequestStates: the waiting queue is most requests, and rarely changes).
 """
 
 from __future__ import annotations
@@ -56,11 +58,11 @@ from schedspec.adapters.kit import FinishedSince, Given, Pipeline, ScheduledRow,
 from schedspec.adapters.sglang.config import build_scheduler
 from schedspec.adapters.sglang.kv import SlotContents, kv_state, table_blocks
 from schedspec.adapters.sglang.requests import (
+    RequestStates,
     abort_pending,
     finish_status,
     known_tokens,
     message,
-    request_state,
     running_reqs,
     sglang_rid,
     spec_id,
@@ -141,14 +143,14 @@ class SGLangEngine:
         self._v = load_sglang()
         built = build_scheduler(self._v, config)
         self.scheduler: Any = built.scheduler
-        self._outputs = built.outputs
-        weakref.finalize(self, built.outputs.close, 0)
+        weakref.finalize(self, built.close)
         self._num_arrivals = 0
         self._given: dict[str, Given] = {}  # by SGLang rid, live requests
         self._rid: dict[str, str] = {}  # spec id -> SGLang rid of its latest request
         self._in_flight: deque[_Launched] = deque()
         self._pipeline = Pipeline(config.async_scheduling)
         self._contents = SlotContents(config.block_size)
+        self._request_states = RequestStates()
         # Requests that finished since the last schedule() (spec ids), and the running
         # order of the last snapshot (for requests a queued result is about to finish).
         self._finished = FinishedSince()
@@ -185,7 +187,6 @@ class SGLangEngine:
         queued = len(s.waiting_queue)
         self._changing()
         s.handle_generate_request(generate_request(v, rid, request.prompt_token_ids, params))
-        self._drain_outputs()
         added = [r for r in s.waiting_queue[queued:] if r.rid == rid]
         if len(added) != 1 or len(s.waiting_queue) != queued + 1:
             raise RuntimeError(f"SGLang did not queue request {rid!r} once at the back")
@@ -280,7 +281,6 @@ class SGLangEngine:
             rid = self._live_rid(request_id)
             if rid is not None:
                 self.scheduler.abort_request(self._v.AbortReq(rid=rid))
-        self._drain_outputs()
         post = self.snapshot()
         self._finished.note(pre, post)
 
@@ -329,7 +329,6 @@ class SGLangEngine:
         before = {req.rid: len(req.output_ids) for req in batch.reqs}
         launched.result.next_token_ids = self._v.torch.tensor(tokens, dtype=self._v.torch.int64)
         self.scheduler.process_batch_result(batch, launched.result)
-        self._drain_outputs()
         reported: dict[str, RequestOutput] = {}
         for req in batch.reqs:
             if req.rid not in self._given:
@@ -341,16 +340,6 @@ class SGLangEngine:
             if new_tokens or status is not None:
                 reported[spec_id(req.rid)] = RequestOutput(spec_id(req.rid), new_tokens, status)
         return reported
-
-    def _drain_outputs(self) -> None:
-        """Read and drop what the scheduler streamed to the tokenizer manager's socket, so
-        that ZeroMQ's queue stays empty (the adapter reads outcomes from SGLang's Reqs)."""
-        zmq = self._v.zmq
-        while True:
-            try:
-                self._outputs.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
 
     # ---------------------------------------------------- the refinement mapping
 
@@ -379,22 +368,21 @@ class SGLangEngine:
         # Forget requests that finished or were aborted since the last look.
         for rid in [r for r in self._given if r not in live]:
             self._forget(rid)
-        rows: dict[str, list[int]] = {}
+        tables: dict[str, tuple[int, ...]] = {}  # the running requests' block tables
         pool = s.req_to_token_pool.req_to_token
         for req in running:
             allocated = req.kv.kv_allocated_len
             row = pool[req.kv.req_pool_idx, :allocated].tolist() if allocated else []
-            rows[req.rid] = row
+            tables[req.rid] = table_blocks(row, page_size)
             self._contents.observe(req.rid, known_tokens(req), row)
         requests: dict[str, RequestState] = {}
-        running_ids = {req.rid for req in running}
         for rid, req in live.items():
-            requests[spec_id(rid)] = request_state(
+            requests[spec_id(rid)] = self._request_states.of(
                 req,
                 self._given[rid],
                 self._pipeline.of(rid),
-                running=rid in running_ids,
-                blocks=table_blocks(rows.get(rid, ()), page_size),
+                running=rid in tables,
+                blocks=tables.get(rid, ()),
                 aborting=abort_pending(s, req, self._v.FINISH_ABORT),
             )
         running_order = tuple(spec_id(req.rid) for req in running)
@@ -423,6 +411,7 @@ class SGLangEngine:
     def _forget(self, rid: str) -> None:
         del self._given[rid]
         self._pipeline.forget(rid)
+        self._request_states.forget(rid)
         self._contents.forget(self._given)
         request_id = spec_id(rid)
         if self._rid.get(request_id) == rid:

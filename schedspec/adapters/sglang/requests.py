@@ -29,7 +29,9 @@ a RuntimeError (an adapter gap).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from schedspec.adapters import kit
@@ -104,6 +106,14 @@ def abort_pending(scheduler: Any, req: Any, finish_abort: type) -> bool:
     return isinstance(req.to_finish, finish_abort) or (scheduler._pending_chunked_abort_req is req)
 
 
+def int_tuple(values: Any) -> tuple[int, ...]:
+    """SGLang's token ids as ints: an array's items are ints already (SGLang keeps a
+    request's prompt and outputs in array('q')), anything else is converted one by one."""
+    if isinstance(values, array):
+        return tuple(values)
+    return tuple(int(t) for t in values)
+
+
 def request_state(
     req: Any,
     given: Given,
@@ -121,16 +131,89 @@ def request_state(
     else:
         status = RequestStatus.WAITING
     engine = EngineRequest(
-        output_token_ids=tuple(int(t) for t in req.output_ids),
+        output_token_ids=int_tuple(req.output_ids),
         num_computed_tokens=req.kv.kv_allocated_len if running else 0,
         status=status,
         block_ids=blocks,
         num_preemptions=int(req.retraction_count),
-        prompt_token_ids=tuple(int(t) for t in req.origin_input_ids),
+        prompt_token_ids=int_tuple(req.origin_input_ids),
         max_tokens=max(1, int(req.sampling_params.max_new_tokens)),
         abort_pending=aborting,
     )
     return kit.request_state(spec_id(req.rid), given, engine, counters)
+
+
+def _copy(values: Any) -> Any:
+    """A copy that compares equal to `values` until they change (an array or a list)."""
+    return array(values.typecode, values) if isinstance(values, array) else list(values)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What request_state read of one request, and what it made of it."""
+
+    req: Any
+    given: Given
+    inputs: tuple[Any, ...]
+    prompt: Any
+    outputs: Any
+    state: RequestState
+
+
+@dataclass
+class RequestStates:
+    """request_state, read again only for a request something it reads changed in: the
+    waiting queue is most of the live requests, and a waiting request changes only when
+    it is scheduled, retracted or aborted. Every input is compared with what was read last
+    time: the same Req object and Given, its prompt and outputs item for item (copies of them, taken
+    at the last read), and every other field and argument, so a state reused is the state
+    request_state would build again."""
+
+    _last: dict[str, _Read] = field(default_factory=dict)  # by SGLang rid
+
+    def of(
+        self,
+        req: Any,
+        given: Given,
+        counters: InFlight,
+        *,
+        running: bool,
+        blocks: tuple[int, ...],
+        aborting: bool,
+    ) -> RequestState:
+        inputs = (
+            counters.tokens,
+            counters.placeholders,
+            counters.stale,
+            counters.drop_stale,
+            counters.prefill_chunk,
+            running,
+            blocks,
+            aborting,
+            req.kv.kv_allocated_len if running else 0,
+            req.retraction_count,
+            req.sampling_params.max_new_tokens,
+        )
+        last = self._last.get(req.rid)
+        if (
+            last is not None
+            and last.req is req
+            and last.given is given
+            and last.inputs == inputs
+            and last.outputs == req.output_ids
+            and last.prompt == req.origin_input_ids
+        ):
+            return last.state
+        state = request_state(
+            req, given, counters, running=running, blocks=blocks, aborting=aborting
+        )
+        self._last[req.rid] = _Read(
+            req, given, inputs, _copy(req.origin_input_ids), _copy(req.output_ids), state
+        )
+        return state
+
+    def forget(self, rid: str) -> None:
+        self._last.pop(rid, None)
 
 
 def finish_status(reason: Any) -> RequestStatus | None:

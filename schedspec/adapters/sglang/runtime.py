@@ -24,8 +24,11 @@ edited; each is an extension point SGLang offers or a module attribute replaced)
    process groups the first build made serve every later one, and later calls return.
 4. Outputs. The scheduler PUSHes what it streams to the tokenizer manager over ZeroMQ;
    a PULL socket is bound to that endpoint before the scheduler connects (a PUSH that
-   connects first retries every 100 ms) and drained, its messages unread: the adapter
-   reads each request's outcome from SGLang's Req objects.
+   connects first retries every 100 ms), and once built the scheduler's senders lose
+   their sockets, as on a rank that streams nothing: the adapter reads each request's
+   outcome from SGLang's Req objects, and pickling, sending and draining each step's
+   outputs only to drop them took a few percent of a checked step. Both ends are
+   closed when the engine is let go of (config._Built.close).
 5. The memory probe's full garbage collection. Before it reads the free memory to size
    the KV pool, SGLang's KV-cache configurator runs `gc.collect()` (weights' temporaries
    on a GPU). Here the pool's size is given (max_total_tokens) and the model is one
@@ -40,6 +43,17 @@ edited; each is an extension point SGLang offers or a module attribute replaced)
    about 15 times slower than on one thread (3.5 ms against 0.2 ms a step), the larger
    part of a checked step. The count is set once, when SGLang is imported, for the
    process (`schedspec run` does the same for its tiny model).
+7. The forward. Each launched batch went through SGLang's model worker: a ForwardBatch
+   built from it, the model runner and the harness model's zero logits, the sampler's
+   argmax, about a fifth of a checked step for a result whose every token is 0 and is
+   overwritten with the harness's tokens before SGLang reads it (1). The worker's
+   forward_batch_generation is replaced on each Scheduler built (`skip_the_model`) by
+   one that returns that result without the model: a GenerationBatchResult with one
+   token 0 per request, as the argmax gave. The scheduler's own side of run_batch (its
+   counters, the overlap loop's future map and result copy, the radix cache's update)
+   runs as before; SGLang's forward keeps the ScheduleBatch as it found it (run_batch
+   restores it under the overlap loop), so what the scheduler decides next is what it
+   decided with the model.
 """
 
 from __future__ import annotations
@@ -148,6 +162,8 @@ class Sglang:
     FINISH_LENGTH: Any
     FINISH_MATCHED_TOKEN: Any
     ForwardMode: Any
+    GenerationBatchResult: Any
+    LogitsProcessorOutput: Any
     publish: Any
     SpawnRanks: Any
     spawn_world_rank: Any
@@ -166,13 +182,14 @@ def _import_sglang() -> Sglang:
         import torch
         import zmq
         from sglang.srt.distributed import bootstrap
+        from sglang.srt.layers.logits_processor import LogitsProcessorOutput
         from sglang.srt.managers.io_struct import AbortReq, TokenizedGenerateReqInput
         from sglang.srt.managers.schedule_batch import (
             FINISH_ABORT,
             FINISH_LENGTH,
             FINISH_MATCHED_TOKEN,
         )
-        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.managers.scheduler import GenerationBatchResult, Scheduler
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.models.registry import ModelRegistry
         from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
@@ -195,6 +212,8 @@ def _import_sglang() -> Sglang:
         FINISH_LENGTH=FINISH_LENGTH,
         FINISH_MATCHED_TOKEN=FINISH_MATCHED_TOKEN,
         ForwardMode=ForwardMode,
+        GenerationBatchResult=GenerationBatchResult,
+        LogitsProcessorOutput=LogitsProcessorOutput,
         publish=publish,
         SpawnRanks=SpawnRanks,
         spawn_world_rank=spawn_world_rank,
@@ -236,6 +255,25 @@ def _harness_model_class(torch: Any) -> type:
 
     HarnessModel.__name__ = HarnessModel.__qualname__ = TINY_MODEL_ARCHITECTURE
     return HarnessModel
+
+
+def skip_the_model(v: Sglang, scheduler: Any) -> None:
+    """Give the Scheduler's model worker the forward that skips the model (the module
+    docstring, 7)."""
+    if scheduler.model_worker is not scheduler.tp_worker:
+        raise RuntimeError("SGLang built a draft worker: the adapter schedules no drafts")
+    torch = v.torch
+
+    def forward_batch_generation(batch: Any, pp_proxy_tensors: Any = None) -> Any:
+        if batch is None or pp_proxy_tensors is not None:
+            raise RuntimeError("SGLang ran a forward the adapter does not stand in for")
+        return v.GenerationBatchResult(
+            logits_output=v.LogitsProcessorOutput(next_token_logits=None),
+            next_token_ids=torch.zeros(len(batch.reqs), dtype=torch.int64),
+            can_run_cuda_graph=False,
+        )
+
+    scheduler.tp_worker.forward_batch_generation = forward_batch_generation
 
 
 def _run_parallel_runtime_once(bootstrap: Any) -> None:

@@ -37,6 +37,7 @@ there if they differ); what its API moved, scripts/try_newest_vllm.sh shows firs
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import re
@@ -150,6 +151,13 @@ def supported_range() -> str:
 
 def installed_version() -> str | None:
     """The installed vllm distribution's version, or None where there is none."""
+    return _distribution_version()
+
+
+@functools.cache
+def _distribution_version() -> str | None:
+    # Read once per process: each read parses the distribution's METADATA file, and
+    # every vLLM engine built asked three times (about a quarter of a build).
     try:
         return importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
