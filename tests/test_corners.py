@@ -333,7 +333,8 @@ def test_a_refusal_for_a_readmission_s_whole_budget() -> None:
 def test_a_prefix_refresh_is_counted_where_two_first_pages_are_judged() -> None:
     """The worked example's refresh (SG-EVICT-ORDER): c and d wait, starting with a's and
     b's cached first pages. The same step is no corner where the state says no refresh
-    ran (a pass count of 33), nor with d gone (one first page has no order to judge)."""
+    ran (a pass count of 33), nor with d not in the queue (one first page has no order to
+    judge)."""
     t = sglang_waiting_prefix_refresh()
     counts: dict[str, int] = {}
     count_schedule(counts, t)
@@ -346,7 +347,11 @@ def test_a_prefix_refresh_is_counted_where_two_first_pages_are_judged() -> None:
             t.post, sglang=dataclasses.replace(t.post.sglang, prefill_passes=34)
         ),
     )
-    alone = dataclasses.replace(t, post=dataclasses.replace(t.post, waiting=("c",)))
+    alone = dataclasses.replace(
+        t,
+        pre=dataclasses.replace(t.pre, waiting=("c",)),
+        post=dataclasses.replace(t.post, waiting=("c",)),
+    )
     for step in (later, alone):
         counts = {}
         count_schedule(counts, step)

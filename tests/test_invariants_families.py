@@ -21,6 +21,7 @@ from schedspec.spec.invariants import (
     ScheduleTransition,
     UpdateTransition,
 )
+from schedspec.spec.invariants.sglang.policy import refreshed_first_pages
 from tests import test_invariants_sglang_lifecycle
 from tests.invariant_builders import (
     SGLANG_CHUNKED,
@@ -30,6 +31,7 @@ from tests.invariant_builders import (
     Driver,
     assert_caught,
     assert_holds,
+    sglang_refresh_pass_admits_the_head,
     sglang_waiting_prefix_refresh,
     with_kv,
     with_output,
@@ -497,6 +499,19 @@ def case_waiting_prefixes_refreshed_head_first() -> Case:
         expected=(2, 0),
         actual=(0, 2),
     )
+
+
+def test_a_refreshed_head_the_pass_admits_keeps_its_place() -> None:
+    """The head h, refreshed last and then admitted with a one-token prompt (its match
+    locks nothing), leaves a's first page (block 0) the most recent of the first pages,
+    at h's place, though e, further back, starts with it too: no violation (judging
+    block 0 at e's place, as if h had never been in the queue, was a false alarm on the
+    reference under sglang-mixed-overcommit)."""
+    t = sglang_refresh_pass_admits_the_head()
+    assert refreshed_first_pages(t) == {0: 0, 2: 1}
+    evictable = [b for b in t.post.kv.free_block_ids if t.post.kv.block_hashes[b] is not None]
+    assert evictable.index(2) < evictable.index(0)
+    assert CHECKS["SG-EVICT-ORDER"](t) == []
 
 
 def test_a_refresh_is_judged_only_on_the_pass_that_runs_it() -> None:
