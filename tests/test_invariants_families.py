@@ -310,6 +310,22 @@ def case_admitting_through_a_closed_latch() -> Case:
     return Case("SG-LATCH", good, bad, "admitted ['r3'] while the latch was closed")
 
 
+@cases("SG-LATCH")
+def case_admitting_through_a_latch_an_extend_closed() -> Case:
+    """The same admission after an extend step that closed the latch (its pass ran out of
+    memory), with nothing finished and no request of the running batch scheduled by it:
+    the latch is still closed when the next pass begins, so nothing may be admitted."""
+    good = sglang_admission_after_finishes()
+    bad = dataclasses.replace(
+        good,
+        pre=with_policy(good.pre, last_batch_kind="extend"),
+        finished_since_last_schedule=frozenset(),
+        left_running={},
+        previous_step=frozenset(),
+    )
+    return Case("SG-LATCH", good, bad, "admitted ['r3'] while the latch was closed")
+
+
 @cases("SG-ADMISSION")
 def case_admitting_a_future_that_does_not_fit() -> Case:
     good = sglang_latch_admission()
