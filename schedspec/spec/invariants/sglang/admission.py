@@ -283,8 +283,14 @@ def check_latch(t: ScheduleTransition) -> list[Violation]:
         # The pass began with the latch open: only the seats, or memory (a refused
         # future that did not fit, or an admission that left nothing) close it.
         count = PrefillPass.of(t, pre)
-        seats = count.seats_left(count.at_refusal.num_can_run)
-        if seats.lo > 0 and count.surely_fits(count.refused):
+        before = count.at_refusal
+        seats = count.seats_left(before.num_can_run)
+        rem_chunk = before.rem_chunk
+        # A pass whose budget was spent stops there (OTHER) without reading memory for
+        # the next request: with memory left after its admissions, it leaves the latch open.
+        spent = before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0)
+        stopped_by_budget = spent and count.surely_fits(None)
+        if seats.lo > 0 and (count.surely_fits(count.refused) or stopped_by_budget):
             out.append(
                 Violation(
                     "SG-LATCH",
