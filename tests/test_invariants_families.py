@@ -368,6 +368,19 @@ def sglang_budget_stop() -> ScheduleTransition:
     return t
 
 
+@cases("SG-LATCH")
+def case_the_latch_closed_on_a_spent_budget_before_a_big_future() -> Case:
+    """The budget example with d asking for 1000 tokens: its future no longer fits, but
+    the pass stopped on the spent chunk budget before reading it, with memory left after
+    b and c's chunk, so it leaves the latch open; a closed one is wrong."""
+    good = sglang_budget_stop()
+    big = dataclasses.replace(good.pre.requests["d"], max_tokens=1000)
+    pre = dataclasses.replace(good.pre, requests={**good.pre.requests, "d": big})
+    good = dataclasses.replace(good, pre=pre)
+    bad = dataclasses.replace(good, post=with_policy(good.post, batch_is_full=True))
+    return Case("SG-LATCH", good, bad, "closed the latch with memory and seats to spare")
+
+
 @cases("SG-ADMISSION")
 def case_a_chunk_over_the_budget() -> Case:
     good = sglang_budget_stop()
