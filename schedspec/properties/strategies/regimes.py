@@ -523,8 +523,9 @@ SGLANG_REGIMES: tuple[Regime, ...] = (
 # (mixed-overcommit at 2), 9 and 6; at 4 (mixed-overcommit at 3), 9 and 7; at 5, with
 # tight-radix cut to 1 (crowded retracts more than it: 2-10 steps of two victims a run)
 # and mixed-overcommit at 3, 10 and 6. sglang-readmit added at 3, mixed-overcommit at 4
-# (its share kept): the whole SGLang catalogue killed in 463 of 480 runs on seeds 1-10
-# (458 before), 43 of 48 mutants on every seed (40); rv-reserve-remaining-only on 2 (2),
+# (its share kept), with SG-LATCH's clauses for a latch an extend closed and a budget
+# stop: the whole SGLang catalogue killed in 465 of 480 runs on seeds 1-10 (458
+# before), 45 of 48 mutants on every seed (40); rv-reserve-remaining-only on 2 (2),
 # rv-chunk-room-ignores-reservations on 4 (6), and the corners sg-chunk-room-cut and
 # sg-readmit-whole-budget reached on 4 and 6 seeds (issue 36).
 SGLANG_PLAIN_WEIGHT = 3
