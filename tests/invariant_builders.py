@@ -338,6 +338,32 @@ SGLANG_CHUNKED = {
 }
 
 
+def sglang_refresh_pass_admits_the_head() -> ScheduleTransition:
+    """a (5 7) and b (3 4) finish and stay cached (f and g after them bring the pass count
+    on); h (5), c (3 9) and e (5 9) wait behind a 57-token prompt chunked two tokens a
+    step, with two seats. The 32nd pass refreshes e's prefix, c's, then h's: h touches
+    a's first page (block 0) last; then the prompt's last chunk leaves a token of budget
+    and h is admitted, its one-token match locking nothing. Block 0 stays evictable as
+    recent as h's place, the head's, though e further back starts with it too."""
+    driver = Driver(**{**SGLANG_CHUNKED, "max_num_batched_tokens": 2, "max_num_seqs": 2})
+    driver.add("a", prompt=(5, 7), max_tokens=1)
+    driver.add("b", prompt=(3, 4), max_tokens=1)
+    driver.steps(8)
+    driver.add("f", prompt=(6, 8), max_tokens=1)
+    driver.steps(3)
+    driver.add("g", prompt=(7, 8), max_tokens=1)
+    driver.steps(3)
+    driver.add("long", prompt=(0,) * 57, max_tokens=1)
+    for rid, prompt in (("h", (5,)), ("c", (3, 9)), ("e", (5, 9))):
+        driver.add(rid, prompt=prompt, max_tokens=1)
+    driver.steps(28)
+    assert driver.state.sglang is not None and driver.state.sglang.prefill_passes == 32
+    t = driver.schedule()
+    assert dict(t.output.num_scheduled_tokens) == {"long": 1, "h": 1}
+    assert t.post.waiting == ("c", "e")
+    return t
+
+
 def two_running_and_an_admission() -> ScheduleTransition:
     """A and B decoding, C admitted with a 10-token prefill: budget 16 (A 1, B 1, C 10)."""
     driver = Driver(max_num_batched_tokens=16, max_num_seqs=4)

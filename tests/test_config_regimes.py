@@ -38,6 +38,7 @@ from schedspec.properties.strategies.regimes import (
     priority_tight_cache,
     sglang_crowded,
     sglang_mixed_overcommit,
+    sglang_readmit,
     sglang_small_chunks,
     sglang_tight_radix,
     tight_cache,
@@ -309,9 +310,14 @@ def test_every_sglang_regime_narrows_any_drawn_config_to_a_legal_one(
             assert narrowed.max_model_len == MIN_SGLANG_MAX_MODEL_LEN
             assert not narrowed.async_scheduling
             continue
-        # sglang-mixed-overcommit lengthens a short context (its prompts must be long);
-        # the others keep it.
+        # sglang-mixed-overcommit and sglang-readmit lengthen a short context (their
+        # prompts and decodes must be long); the others keep it.
         assert narrowed.max_model_len >= config.max_model_len
+        if regime.narrow is sglang_readmit:
+            # The plain loop: a cohort decodes in step, its victims retracted together.
+            assert not narrowed.async_scheduling
+            assert narrowed.max_num_batched_tokens >= 2 * narrowed.max_model_len
+            continue
         assert narrowed.async_scheduling == config.async_scheduling
 
 
@@ -331,9 +337,9 @@ def test_sglang_configs_spend_their_share_in_the_regimes() -> None:
 
     draw()
     total = SGLANG_PLAIN_WEIGHT + sum(r.weight for r in SGLANG_REGIMES)
-    assert total == 13
-    # The tight-radix, mixed-overcommit and crowded regimes (9 of 13) plus the other
-    # draws of 0.1 (a third of 4 of 13): about four fifths.
+    assert total == 17
+    # The tight-radix, mixed-overcommit, crowded and readmit regimes (13 of 17) plus the
+    # other draws of 0.1 (a third of 4 of 17): about four fifths.
     share = counts["radix"] / sum(counts.values())
     assert 0.65 < share < 0.92, counts
 

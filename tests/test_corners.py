@@ -293,10 +293,48 @@ def test_a_chunk_cut_to_the_room_the_reservations_leave() -> None:
     assert counts["sg-chunk-room-cut"] == 1
 
 
+def test_a_refusal_for_a_readmission_s_whole_budget() -> None:
+    """34 one-token slots, three seats, a tenth's conservativeness: a (5 tokens, 6 to
+    decode) and c (6, 14) run, b (4, 14) joins them and d (1, 6) waits. The three
+    overcommit the pool; d, let in when a finishes, is retracted with 5 outputs at step
+    12, c with 13 at step 15 (b has as many and a shorter prompt). When b finishes both
+    come back in one pass with all 34 slots free: d (its 6 known tokens) is re-admitted
+    and reserves 6 + a page + its whole 6 new tokens, leaving 21, and c's future (19
+    known tokens, 1 to decode, a page) is 21: refused. Had d reserved only the 1 token it
+    has left, c would have fitted: the corner."""
+    driver = Driver(
+        family="sglang",
+        block_size=1,
+        num_blocks=34,
+        max_num_batched_tokens=64,
+        max_num_seqs=3,
+        max_model_len=30,
+        enable_chunked_prefill=True,
+        schedule_conservativeness=0.1,
+    )
+    driver.add("a", 5, max_tokens=6)
+    driver.add("c", 6, max_tokens=14)
+    counts: dict[str, int] = {}
+    for step in range(16):
+        if step == 1:
+            driver.add("b", 4, max_tokens=14)
+            driver.add("d", 1, max_tokens=6)
+        t = driver.schedule()
+        count_schedule(counts, t)
+        driver.update(t)
+    assert "sg-readmit-whole-budget" not in counts
+    t = driver.schedule()
+    assert t.pre.waiting == ("d", "c") and dict(t.output.num_scheduled_tokens) == {"d": 6}
+    assert len(t.pre.requests["d"].output_token_ids) == 5
+    count_schedule(counts, t)
+    assert counts["sg-readmit-whole-budget"] == 1
+
+
 def test_a_prefix_refresh_is_counted_where_two_first_pages_are_judged() -> None:
     """The worked example's refresh (SG-EVICT-ORDER): c and d wait, starting with a's and
     b's cached first pages. The same step is no corner where the state says no refresh
-    ran (a pass count of 33), nor with d gone (one first page has no order to judge)."""
+    ran (a pass count of 33), nor with d not in the queue (one first page has no order to
+    judge)."""
     t = sglang_waiting_prefix_refresh()
     counts: dict[str, int] = {}
     count_schedule(counts, t)
@@ -309,7 +347,11 @@ def test_a_prefix_refresh_is_counted_where_two_first_pages_are_judged() -> None:
             t.post, sglang=dataclasses.replace(t.post.sglang, prefill_passes=34)
         ),
     )
-    alone = dataclasses.replace(t, post=dataclasses.replace(t.post, waiting=("c",)))
+    alone = dataclasses.replace(
+        t,
+        pre=dataclasses.replace(t.pre, waiting=("c",)),
+        post=dataclasses.replace(t.post, waiting=("c",)),
+    )
     for step in (later, alone):
         counts = {}
         count_schedule(counts, step)

@@ -21,6 +21,7 @@ from schedspec.spec.invariants import (
     ScheduleTransition,
     UpdateTransition,
 )
+from schedspec.spec.invariants.sglang.policy import refreshed_first_pages
 from tests import test_invariants_sglang_lifecycle
 from tests.invariant_builders import (
     SGLANG_CHUNKED,
@@ -30,6 +31,7 @@ from tests.invariant_builders import (
     Driver,
     assert_caught,
     assert_holds,
+    sglang_refresh_pass_admits_the_head,
     sglang_waiting_prefix_refresh,
     with_kv,
     with_output,
@@ -308,6 +310,22 @@ def case_admitting_through_a_closed_latch() -> Case:
     return Case("SG-LATCH", good, bad, "admitted ['r3'] while the latch was closed")
 
 
+@cases("SG-LATCH")
+def case_admitting_through_a_latch_an_extend_closed() -> Case:
+    """The same admission after an extend step that closed the latch (its pass ran out of
+    memory), with nothing finished and no request of the running batch scheduled by it:
+    the latch is still closed when the next pass begins, so nothing may be admitted."""
+    good = sglang_admission_after_finishes()
+    bad = dataclasses.replace(
+        good,
+        pre=with_policy(good.pre, last_batch_kind="extend"),
+        finished_since_last_schedule=frozenset(),
+        left_running={},
+        previous_step=frozenset(),
+    )
+    return Case("SG-LATCH", good, bad, "admitted ['r3'] while the latch was closed")
+
+
 @cases("SG-ADMISSION")
 def case_admitting_a_future_that_does_not_fit() -> Case:
     good = sglang_latch_admission()
@@ -348,6 +366,19 @@ def sglang_budget_stop() -> ScheduleTransition:
     assert t.post.waiting == ("d",)
     assert t.post.sglang is not None and not t.post.sglang.batch_is_full
     return t
+
+
+@cases("SG-LATCH")
+def case_the_latch_closed_on_a_spent_budget_before_a_big_future() -> Case:
+    """The budget example with d asking for 1000 tokens: its future no longer fits, but
+    the pass stopped on the spent chunk budget before reading it, with memory left after
+    b and c's chunk, so it leaves the latch open; a closed one is wrong."""
+    good = sglang_budget_stop()
+    big = dataclasses.replace(good.pre.requests["d"], max_tokens=1000)
+    pre = dataclasses.replace(good.pre, requests={**good.pre.requests, "d": big})
+    good = dataclasses.replace(good, pre=pre)
+    bad = dataclasses.replace(good, post=with_policy(good.post, batch_is_full=True))
+    return Case("SG-LATCH", good, bad, "closed the latch with memory and seats to spare")
 
 
 @cases("SG-ADMISSION")
@@ -497,6 +528,19 @@ def case_waiting_prefixes_refreshed_head_first() -> Case:
         expected=(2, 0),
         actual=(0, 2),
     )
+
+
+def test_a_refreshed_head_the_pass_admits_keeps_its_place() -> None:
+    """The head h, refreshed last and then admitted with a one-token prompt (its match
+    locks nothing), leaves a's first page (block 0) the most recent of the first pages,
+    at h's place, though e, further back, starts with it too: no violation (judging
+    block 0 at e's place, as if h had never been in the queue, was a false alarm on the
+    reference under sglang-mixed-overcommit)."""
+    t = sglang_refresh_pass_admits_the_head()
+    assert refreshed_first_pages(t) == {0: 0, 2: 1}
+    evictable = [b for b in t.post.kv.free_block_ids if t.post.kv.block_hashes[b] is not None]
+    assert evictable.index(2) < evictable.index(0)
+    assert CHECKS["SG-EVICT-ORDER"](t) == []
 
 
 def test_a_refresh_is_judged_only_on_the_pass_that_runs_it() -> None:

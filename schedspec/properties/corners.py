@@ -29,7 +29,12 @@ from schedspec.spec.invariants import (
 )
 from schedspec.spec.invariants.sglang.admission import latch_surely_open
 from schedspec.spec.invariants.sglang.policy import refreshed_first_pages
-from schedspec.spec.invariants.sglang.prefill_pass import PrefillPass
+from schedspec.spec.invariants.sglang.prefill_pass import (
+    TOLERANCE,
+    PrefillPass,
+    remaining_new_tokens,
+    reserved_new_tokens,
+)
 
 P = ParamSpec("P")
 
@@ -199,6 +204,13 @@ CORNERS: tuple[Corner, ...] = (
         "judges it)",
         SGLANG_ONLY,
         needs=_CHUNKED,
+    ),
+    Corner(
+        "sg-readmit-whole-budget",
+        "SGLang: a pass that re-admitted a retracted request with outputs, then refused the "
+        "next waiting request only because the re-admission reserves its whole "
+        "max_new_tokens, outputs included, not what it has left (SG-ADMISSION judges it)",
+        SGLANG_ONLY,
     ),
     Corner(
         "sg-prefix-refresh",
@@ -392,6 +404,34 @@ def _count_sglang_pass(
     spent = before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0)
     if spent and count.refused is not None and count.surely_fits(count.refused):
         _bump(counts, "sg-budget-stop")
+    if _refused_for_a_readmission(count):
+        _bump(counts, "sg-readmit-whole-budget")
+
+
+def _refused_for_a_readmission(count: PrefillPass) -> bool:
+    """Was the first request the pass left waiting refused for memory, with a seat and
+    budget left, where it would have fitted had the requests the pass re-admitted with
+    outputs (whole, not chunked) reserved only the max_new_tokens they have left?"""
+    request = count.refused
+    if request is None:
+        return False
+    t, config = count.t, count.config
+    spared = 0
+    for rid in count.admitted:
+        admitted = t.pre.requests[rid]
+        if rid != count.chunked_after and admitted.output_token_ids:
+            spared += reserved_new_tokens(config, admitted) - remaining_new_tokens(config, admitted)
+    if not spared:
+        return False
+    before = count.at_refusal
+    rem_chunk = before.rem_chunk
+    if count.seats_left(before.num_can_run).lo <= 0 or before.rem_input.lo <= 0:
+        return False
+    if rem_chunk is not None and rem_chunk.lo < count.page:
+        return False
+    future = count.future(request, count.longest_match(request))
+    room = count.room_for(request)
+    return room.hi <= future < room.lo + spared - TOLERANCE
 
 
 def _chunk_cut_by_room(count: PrefillPass) -> bool:

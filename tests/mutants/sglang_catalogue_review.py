@@ -139,11 +139,13 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         {"SG-ADMISSION"},
         family="sglang",
         gap=(
-            "needs a retracted request readmitted beside another admission in one pass; "
-            "caught on 2 of seeds 1-10 under SGLANG_PACE and sglang-crowded (3 before;"
-            " benchmarks/bench_mutants.py; its kills come from"
-            " tight pools of pages of 2 or 4 at conservativeness 0.1, and a regime narrowed"
-            " so, without the overlap loop, caught it on 1 of 10 with 25 examples) (issue 36)"
+            "needs a retracted request readmitted beside another admission in one pass, "
+            "with chunked prefill on (the other branch reserves the same either way), and "
+            "the next request's future inside a window as wide as the readmission's "
+            "outputs (the corner sg-readmit-whole-budget, which the regime sglang-readmit "
+            "builds in about 1 example of 25): caught on 2 of seeds 1-10 with that regime "
+            "at weight 3 of 17 (the same 2 without it; benchmarks/bench_mutants.py) "
+            "(issue 36)"
         ),
     ),
     mutant(
@@ -213,7 +215,10 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
             "SG-CHUNK-ROOM judges it where the reservations leave less room than the chunk "
             "budget while a chunk continues (the corner sg-chunk-room-cut), which the "
             "regime sglang-mixed-overcommit builds in one or two examples of 25: caught on "
-            "6 of seeds 1-10 (before that regime: 1; the same under SGLANG_PACE) (issue 36)"
+            "6 of seeds 1-10 (before that regime: 1; the same under SGLANG_PACE), 4 with "
+            "sglang-readmit beside it (mixed-overcommit at 4 of 17); no variant of the "
+            "regime measured (pools of 1.25-1.5 contexts, 3-5 seats, budgets of 3-13, "
+            "contexts of 32-96) built the corner in more than 3 examples of 25 (issue 36)"
         ),
     ),
     # ------------------------------------------------------------ the chunked request

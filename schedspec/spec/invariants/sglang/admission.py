@@ -60,6 +60,17 @@ def latch_surely_open(t: ScheduleTransition, policy: SGLangState) -> bool:
     )
 
 
+def _latch_surely_closed(t: ScheduleTransition, policy: SGLangState) -> bool:
+    """Was the latch closed when the step's pass began, whatever kind of step closed it
+    (a decode, or an extend whose pass ran out of memory or seats)? Closed in the state,
+    nothing that reopens it (latch_surely_open), and a running request surely in the batch
+    (so the batch is not empty): then the pass admits nothing (the chunked request's next
+    chunk aside), as _get_new_batch_prefill and the adder's loop both read the latch first."""
+    return (
+        policy.batch_is_full and bool(RunningBatch.of(t).sure) and not latch_surely_open(t, policy)
+    )
+
+
 def _fit_margin(before: Before) -> float:
     """How far past the fit test's edge an admission must be to be judged: none where
     the engine's sum is exact, a rounding error's width where it is not."""
@@ -256,7 +267,10 @@ def check_latch(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
     closed = pre.batch_is_full and pre.last_batch_kind == "decode"
     admitted = admissions_in_batch_order(t)
-    if closed and admitted and not t.finished_since_last_schedule and t.pre.running:
+    if admitted and (
+        (closed and not t.finished_since_last_schedule and t.pre.running)
+        or _latch_surely_closed(t, pre)
+    ):
         out.append(
             Violation(
                 "SG-LATCH",
@@ -269,8 +283,14 @@ def check_latch(t: ScheduleTransition) -> list[Violation]:
         # The pass began with the latch open: only the seats, or memory (a refused
         # future that did not fit, or an admission that left nothing) close it.
         count = PrefillPass.of(t, pre)
-        seats = count.seats_left(count.at_refusal.num_can_run)
-        if seats.lo > 0 and count.surely_fits(count.refused):
+        before = count.at_refusal
+        seats = count.seats_left(before.num_can_run)
+        rem_chunk = before.rem_chunk
+        # A pass whose budget was spent stops there (OTHER) without reading memory for
+        # the next request: with memory left after its admissions, it leaves the latch open.
+        spent = before.rem_input.hi <= 0 or (rem_chunk is not None and rem_chunk.hi <= 0)
+        stopped_by_budget = spent and count.surely_fits(None)
+        if seats.lo > 0 and (count.surely_fits(count.refused) or stopped_by_budget):
             out.append(
                 Violation(
                     "SG-LATCH",

@@ -290,19 +290,22 @@ def _refreshed(t: ScheduleTransition) -> bool:
 
 def refreshed_first_pages(t: ScheduleTransition) -> dict[int, int]:
     """After a step that refreshed the waiting requests' prefixes (else empty): each
-    evictable block holding the first page of a request still waiting from the first
-    128, with the queue place of the foremost such request."""
+    evictable block holding the first page of a request waiting when the pass began,
+    from the first 128, with the queue place of the foremost such request. A request the
+    pass then admitted counts: the refresh touched its whole sequence first, and its
+    admission's match, which leaves out the last token, may lock none of it (a one-page
+    prompt), so a first page it shares with a request further back stays evictable at
+    its place's recency."""
     if not _refreshed(t):
         return {}
     post = t.post
     size = post.config.block_size
     blocks_of = dict(post.kv.prefix_cache)
     evictable = set(_evictable_order(post))
-    still_waiting = set(post.waiting)
     owner: dict[int, int] = {}
     for place, rid in enumerate(t.pre.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-        request = post.requests.get(rid)
-        if rid not in still_waiting or request is None:
+        request = t.pre.requests.get(rid)
+        if request is None:
             continue
         tokens = (*request.prompt_token_ids, *request.output_token_ids)[:size]
         if len(tokens) < size:
