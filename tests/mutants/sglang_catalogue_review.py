@@ -355,12 +355,6 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "prefix before the tail's.",
         {"SG-EVICT-ORDER"},
         family="sglang",
-        gap=(
-            "SG-EVICT-ORDER judges the refresh on the pass that runs it (every 32nd prefill"
-            " pass, State.sglang.prefill_passes), where two waiting requests or more start"
-            " with evictable first pages of their own: caught on 9 of seeds 1-10"
-            " (benchmarks/bench_mutants.py; before that clause, on none) (issue 36)"
-        ),
     ),
     mutant(
         "rv-insert-frees-locked-duplicates",
