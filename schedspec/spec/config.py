@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.checks import require_int
 from schedspec.spec.connector import LOAD_FAILURE_POLICIES, LoadFailurePolicy
 from schedspec.spec.errors import ConfigError, shown
@@ -376,7 +377,7 @@ def smallest_pool(config: SchedulerConfig, kv_connector: bool | None = None) -> 
     if not (connector and config.num_speculative_tokens):
         return whole
     step = 1 + config.num_speculative_tokens + config.lookahead_tokens
-    return max(whole, -(-(config.max_model_len - 1) // size) + -(-step // size))
+    return max(whole, cdiv(config.max_model_len - 1, size) + cdiv(step, size))
 
 
 def require_family(config: SchedulerConfig, engine: str, families: tuple[Family, ...]) -> None:

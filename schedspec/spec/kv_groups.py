@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.block_hash import BlockHash, extend_block_hashes, hash_block_tokens
 from schedspec.spec.checks import require_int
 from schedspec.spec.errors import ConfigError, shown
@@ -146,10 +147,10 @@ def admission_cap_blocks(
     ChunkedLocalAttentionSpec, applied by `apply_admission_cap`)."""
     if isinstance(group, SlidingWindowGroup):
         tokens = min(group.sliding_window - 1 + max_in_flight_tokens, max_model_len)
-        return -(-tokens // group.block_size) + 1
+        return cdiv(tokens, group.block_size) + 1
     if isinstance(group, ChunkedLocalGroup):
         tokens = min(group.attention_chunk_size + max_in_flight_tokens, max_model_len)
-        return -(-tokens // group.block_size)
+        return cdiv(tokens, group.block_size)
     return None
 
 
@@ -164,7 +165,7 @@ def window_block_reachable(group: KVCacheGroupSpec, index: int, scheduler_block_
     (`prefix_cache_retention_interval` None, the KVCacheConfig default)."""
     if not isinstance(group, SlidingWindowGroup):
         return True
-    need = -(-(group.sliding_window - 1) // group.block_size)
+    need = cdiv(group.sliding_window - 1, group.block_size)
     per_boundary = scheduler_block_size // group.block_size
     return need >= per_boundary or index % per_boundary >= per_boundary - need
 
@@ -196,9 +197,9 @@ def blocks_for_one_request(
         if isinstance(group, MambaGroup) and group.mamba_cache_mode == "align":
             total += 2 + int(async_scheduling) + group.num_speculative_blocks
         elif isinstance(group, MambaGroup):
-            total += -(-max_model_len // group.block_size) + group.num_speculative_blocks
+            total += cdiv(max_model_len, group.block_size) + group.num_speculative_blocks
         else:
-            total += -(-max_model_len // group.block_size)
+            total += cdiv(max_model_len, group.block_size)
     return total
 
 

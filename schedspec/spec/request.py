@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.connector import RemoteKV
 from schedspec.spec.errors import RequestError, SpecInputError, shown
@@ -199,7 +200,7 @@ def sglang_max_new_tokens(config: SchedulerConfig, num_prompt_tokens: int, asked
     page = config.block_size
     max_req_len = config.max_model_len - 1
     pool_tokens = config.num_blocks * page
-    paged_prompt = -(-num_prompt_tokens // page) * page
+    paged_prompt = cdiv(num_prompt_tokens, page) * page
     return max(
         0, min(asked, max_req_len - num_prompt_tokens - 1, pool_tokens - paged_prompt - page - 1)
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.connector import ConnectorState, KVConnectorOutput
 from schedspec.spec.invariants.registry import Violation, invariant, or_absent
 from schedspec.spec.invariants.transitions import (
@@ -457,7 +458,7 @@ def check_load_failure(t: UpdateTransition) -> list[Violation]:
             continue
         bad = [
             i
-            for i, block in enumerate(before.block_ids[: -(-before.num_computed_tokens // size)])
+            for i, block in enumerate(before.block_ids[: cdiv(before.num_computed_tokens, size)])
             if block in report.invalid_block_ids
         ]
         failed = rid in report.failed_recving or bool(bad)

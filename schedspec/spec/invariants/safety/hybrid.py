@@ -5,6 +5,7 @@ single group's tables are CONSERVATION's, KV-COVER's and CACHE-CONTENT's."""
 
 from __future__ import annotations
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
@@ -18,10 +19,6 @@ from schedspec.spec.kv_groups import (
     num_skipped_tokens,
 )
 from schedspec.spec.state import RequestState, State
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _flat(tables: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
@@ -163,7 +160,7 @@ def check_window_freed(t: ScheduleTransition) -> list[Violation]:
                 continue
             table = post.group_block_ids[gid]
             freed = num_skipped_tokens(group, processed) // group.block_size
-            needed = _cdiv(post.num_computed_tokens, group.block_size)
+            needed = cdiv(post.num_computed_tokens, group.block_size)
             for index, block in enumerate(table[:needed]):
                 if index < freed and block != NULL_BLOCK_ID:
                     message = "a block wholly before the window kept past processing"
@@ -204,7 +201,7 @@ def check_hybrid_cover(t: ScheduleTransition) -> list[Violation]:
         rid = post.request_id
         for gid, group in enumerate(groups):
             table = post.group_block_ids[gid]
-            needed = _cdiv(post.num_computed_tokens, group.block_size)
+            needed = cdiv(post.num_computed_tokens, group.block_size)
             if len(table) < needed:
                 out.append(
                     Violation(

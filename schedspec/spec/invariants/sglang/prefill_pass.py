@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.transitions import ScheduleTransition
@@ -87,7 +88,7 @@ class Before:
 
 
 def ceil_paged(tokens: int, page: int) -> int:
-    return -(-tokens // page) * page
+    return cdiv(tokens, page) * page
 
 
 def max_new_tokens(config: SchedulerConfig, request: RequestState) -> int:

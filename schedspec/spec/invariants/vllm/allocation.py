@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.safety.connector import connector_in_play, is_load
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.invariants.vllm.policy import (
     _capped,
-    _cdiv,
     _running_demand,
     admission_blocks_needed,
     long_prefill_cap,
@@ -33,7 +33,7 @@ def table_after_allocation(
     max_model_len, or what it holds already if that is more."""
     config = state.config
     slots = min(computed + num_new + config.lookahead_tokens, config.max_model_len)
-    return max(held, _cdiv(slots, config.block_size))
+    return max(held, cdiv(slots, config.block_size))
 
 
 @invariant(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
@@ -21,10 +22,6 @@ from schedspec.spec.kv_groups import (
     num_skipped_tokens,
 )
 from schedspec.spec.state import KVState, RequestState
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def hybrid_admission_blocks(
@@ -53,9 +50,9 @@ def hybrid_admission_blocks(
         kept = (first.get(h) for h in own[gid][skipped:held])
         evictable = sum(1 for b in kept if b is not None and kv.ref_counts[b] == 0)
         cap = admission_cap_blocks(group, in_flight, config.max_model_len)
-        whole = _cdiv(full, size) if cap is None else min(_cdiv(full, size), cap)
+        whole = cdiv(full, size) if cap is None else min(cdiv(full, size), cap)
         gate += max(whole - max(skipped, held), 0) + evictable
-        step += max(_cdiv(slots, size) - max(skipped, held), 0) + evictable
+        step += max(cdiv(slots, size) - max(skipped, held), 0) + evictable
     return max(gate, step)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence, Set
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
@@ -59,7 +60,7 @@ def group_hit(
     if isinstance(group, SlidingWindowGroup):
         # A hit ends on a cached block even where the window reads none before it (a
         # 1-token window): with nothing cached the window group hits nothing.
-        needed = max(1, -(-(group.sliding_window - 1) // size))
+        needed = max(1, cdiv(group.sliding_window - 1, size))
         for end in range(top, needed - 1, -1):
             if end * size % alignment == 0 and all(
                 own[i] in cached for i in range(end - needed, end)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.block_hash import BlockHash
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
@@ -21,10 +22,6 @@ from schedspec.spec.invariants.vllm.mamba import mamba_cut
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
 from schedspec.spec.kv_groups import NULL_BLOCK_ID
 from schedspec.spec.state import KVState, RequestState, State
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def long_prefill_cap(pre: State) -> int:
@@ -388,7 +385,7 @@ def admission_blocks_needed(
     full = min(num_tokens, config.max_model_len)
     slots = min(hit_tokens + num_new + config.lookahead_tokens, config.max_model_len)
     bs = config.block_size
-    return max(_cdiv(max(full, slots), bs) - hit_tokens // bs, 0) + evictable
+    return max(cdiv(max(full, slots), bs) - hit_tokens // bs, 0) + evictable
 
 
 @invariant(
