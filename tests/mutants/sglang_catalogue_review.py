@@ -178,7 +178,7 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "            self.rem_chunk_tokens -= extend_len\n",
         "The chunk budget pays the raw extend, not the page-ceiled one: with pages, more "
         "admissions squeeze into a pass.",
-        {"SG-ADMISSION", "BUDGET"},
+        {"SG-ADMISSION", "BUDGET", "SG-LATCH"},
         family="sglang",
     ),
     mutant(
@@ -199,7 +199,7 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "        return tokens // self.page_size * self.page_size\n",
         "The adder rounds extends down to whole pages instead of up: with pages, every "
         "admission under-reserves and the budgets under-charge a partial page.",
-        {"SG-ADMISSION", "BUDGET"},
+        {"SG-ADMISSION", "BUDGET", "SG-LATCH"},
         family="sglang",
     ),
     mutant(
