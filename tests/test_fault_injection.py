@@ -23,7 +23,7 @@ from schedspec.cli.main import main
 from schedspec.engines.events import Abort, AddRequest, Drain, Step
 from schedspec.spec import SchedulerConfig
 from schedspec.traces.trace import Trace
-from tests.fault_engines import InterruptedWhileShrinking
+from tests.fault_engines import ONE_CTRL_C_MARKER, InterruptedWhileShrinking
 from tests.proc_helpers import children
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +151,9 @@ FAULTS_IN_WORKERS = [
 
 
 @pytest.mark.parametrize("fault", FAULTS_IN_WORKERS, ids=lambda f: f.label)
-def test_check_on_workers(fault: Fault, tmp_path: Path) -> None:
+def test_check_on_workers(fault: Fault, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One Ctrl-C for the campaign, as from a terminal (fault_engines.ctrl_c).
+    monkeypatch.setenv(ONE_CTRL_C_MARKER, str(tmp_path / "ctrl-c-pressed"))
     report = tmp_path / "report.json"
     result = _invoke(
         "check", "--engine", fault.name, *QUICK, "--workers", "2", "--json", str(report)
