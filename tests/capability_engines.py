@@ -66,3 +66,15 @@ class StringCapabilities(ReferenceEngine):
 class PaddingWithoutDrafts(ReferenceEngine):
     profiles: frozenset[Profile] = frozenset({"safety"})
     capabilities = frozenset({Capability.SPEC_DECODE_PADDING})
+
+
+class TrustsItsDeclaration(ReferenceEngine):
+    """Declares only chunked prefill, yet builds at any config, as an adapter that leaves
+    the check of its declaration to schedspec would."""
+
+    profiles: frozenset[Profile] = frozenset({"safety"})
+    capabilities = frozenset({Capability.CHUNKED_PREFILL})
+
+
+def trusts_its_declaration(config: SchedulerConfig) -> TrustsItsDeclaration:
+    return TrustsItsDeclaration(config)

@@ -5,6 +5,7 @@ the default for an adapter that declares none."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -29,6 +30,7 @@ from schedspec.properties.minimize import plainer_configs
 from schedspec.properties.suite import SuiteSettings, run_suite
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.kv_groups import FullAttentionGroup, SlidingWindowGroup
+from schedspec.traces.trace import Trace
 from tests.capability_engines import (
     ChunkedOnlyEngine,
     DraftsRefused,
@@ -195,3 +197,54 @@ def test_within_an_engine_without_hybrid_kv_drops_the_groups() -> None:
     single = within(VLLM_FAMILY_CAPABILITIES - {Capability.HYBRID_KV}, hybrid)
     assert single.kv_cache_groups == () and single.num_blocks == 16
     assert within(VLLM_FAMILY_CAPABILITIES, hybrid) is hybrid
+
+
+PREFIX_TRACE = make_config(enable_prefix_caching=True, policy="priority")
+TRUSTING = "tests.capability_engines:trusts_its_declaration"
+
+
+def _trace(tmp_path: Path, config: SchedulerConfig) -> str:
+    path = tmp_path / "trace.json"
+    Trace(config=config, events=()).save(path)
+    return str(path)
+
+
+def test_replay_refuses_a_trace_needing_what_the_engine_does_not_declare(
+    tmp_path: Path,
+) -> None:
+    """The engine builds at the trace's config, but does not declare prefix caching or
+    priority: a usage error naming the field, each capability and its knob, before any
+    event runs."""
+    path = _trace(tmp_path, PREFIX_TRACE)
+    result = CliRunner().invoke(main, ["replay", path, "--engine", TRUSTING])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--engine'" in result.output
+    assert "needs PREFIX_CACHING (enable_prefix_caching), PRIORITY (policy='priority')" in (
+        result.output
+    )
+    assert "replaying" not in result.output
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_diff_replay_refuses_either_side_lacking_what_the_trace_needs(
+    tmp_path: Path, side: str
+) -> None:
+    path = _trace(tmp_path, PREFIX_TRACE)
+    engines = {"left": "reference", "right": "reference", side: TRUSTING}
+    result = CliRunner().invoke(
+        main, ["diff-replay", path, "--left", engines["left"], "--right", engines["right"]]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--{side}'" in result.output
+    assert "needs PREFIX_CACHING (enable_prefix_caching)" in result.output
+    assert "in lockstep" not in result.output
+
+
+def test_a_trace_within_the_declaration_replays(tmp_path: Path) -> None:
+    path = _trace(tmp_path, make_config())
+    for args in (
+        ["replay", path, "--engine", TRUSTING],
+        ["diff-replay", path, "--left", "reference", "--right", TRUSTING],
+    ):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output

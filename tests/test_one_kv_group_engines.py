@@ -120,3 +120,18 @@ def test_replaying_any_config_an_engine_refuses_is_a_usage_error(tmp_path: Path)
     assert "'gpu' cannot run the trace's config: kv_connector: gpu_impl has no KV" in (
         result.output
     )
+
+
+def test_diff_replaying_a_hybrid_trace_with_gpu_impl_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    """gpu_impl does not declare HYBRID_KV: refused on its side before the engines run,
+    not reported as the engine's failure at its first call."""
+    pytest.importorskip("torch")
+    path = tmp_path / "trace.json"
+    Trace(config=HYBRID, events=()).save(path)
+    result = CliRunner().invoke(
+        main, ["diff-replay", str(path), "--left", "reference", "--right", "gpu"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "'--right': 'gpu' cannot run the trace's config: it needs HYBRID_KV" in (result.output)

@@ -23,7 +23,7 @@ from schedspec.properties.failure_report import plural
 from schedspec.properties.run_plan import (
     EngineNamed,
     RunRequest,
-    claims_in,
+    claims_for_trace,
     engine_pair,
     profile_of,
 )
@@ -65,9 +65,9 @@ def run_diff_replay(
     pair = load_factories(request)
     with Watchdog(step_timeout) as watchdog:
         guarded_pair = (guarded(pair[0], watchdog), guarded(pair[1], watchdog))
-        # In the trace's family, not the one the engines would run in by default.
-        family = trace.config.family
-        claimed = engine_step(lambda: claims_in(request, guarded_pair, family))
+        # In the trace's family, not the one the engines would run in by default, and
+        # each engine held to what the trace's config needs.
+        claimed = engine_step(lambda: claims_for_trace(request, guarded_pair, trace.config))
         if isinstance(claimed, EngineFailure):
             return claimed.exit_code
         with usage_errors():

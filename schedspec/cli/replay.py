@@ -25,6 +25,7 @@ from schedspec.cli.options import (
 )
 from schedspec.cli.suite_run import EngineFailure, engine_step
 from schedspec.engines.boundary import guarded
+from schedspec.engines.capabilities import claimed_capabilities
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
 from schedspec.engines.watchdog import (
     DEFAULT_STEP_TIMEOUT,
@@ -41,6 +42,7 @@ from schedspec.properties.run_plan import (
     build_engine,
     one_engine,
     profile_of,
+    require_capabilities,
 )
 from schedspec.spec import ConfigError
 from schedspec.spec.invariants import Profile
@@ -135,11 +137,14 @@ def _build_for_trace(
     one without) is told a config it cannot run: a usage error naming the field, not a
     failure of the engine."""
     try:
-        return build_engine("engine", factory, trace.config)
+        engine, claimed = build_engine("engine", factory, trace.config)
     except ConfigError as err:
         raise RunPlanError(
             "engine", f"{engine_name!r} cannot run the trace's config: {err}"
         ) from err
+    (named,) = one_engine(engine_name)
+    require_capabilities(named, claimed_capabilities(engine), trace.config)
+    return engine, claimed
 
 
 def _event_name(log: ReplayLog) -> str:

@@ -67,6 +67,21 @@ DEFAULT_CAPABILITIES = ALL_CAPABILITIES
 METHODS: dict[Capability, tuple[str, str]] = {
     Capability.DRAFTS: ("update_draft_token_ids", "take the drafter's proposals")
 }
+# The config knob that asks for each capability, as a refusal names it.
+KNOBS: dict[Capability, str] = {
+    Capability.DRAFTS: "num_speculative_tokens > 0",
+    Capability.SPEC_DECODE_PADDING: "pad_spec_decode",
+    Capability.ASYNC_SCHEDULING: "async_scheduling",
+    Capability.PRIORITY: "policy='priority'",
+    Capability.PREFIX_CACHING: "enable_prefix_caching",
+    Capability.CHUNKED_PREFILL: "enable_chunked_prefill",
+    Capability.LONG_PREFILL_CAP: "long_prefill_token_threshold > 0",
+    Capability.WATERMARK: "watermark > 0",
+    Capability.CACHE_AWARE_ADMISSION: "cache_aware_admission_window > 0",
+    Capability.KV_CONNECTOR: "kv_connector",
+    Capability.MIXED_CHUNK: "enable_mixed_chunk",
+    Capability.HYBRID_KV: "kv_cache_groups",
+}
 # A capability that makes sense only with another.
 REQUIRES: dict[Capability, Capability] = {
     Capability.SPEC_DECODE_PADDING: Capability.DRAFTS,
@@ -152,11 +167,18 @@ def needed_capabilities(config: SchedulerConfig) -> frozenset[Capability]:
     return frozenset(c for c, needed in needs.items() if needed)
 
 
+def unmet_capabilities(
+    capabilities: frozenset[Capability], config: SchedulerConfig
+) -> frozenset[Capability]:
+    """What `config` needs that `capabilities` lacks."""
+    return needed_capabilities(config) - capabilities
+
+
 def within(capabilities: frozenset[Capability], config: SchedulerConfig) -> SchedulerConfig:
     """`config` with every knob the capabilities lack turned off (its off value), and the
     bounds that turning it off moves kept (chunked prefill off needs a budget of
     max_model_len). A config already within them is returned as it is."""
-    missing = needed_capabilities(config) - capabilities
+    missing = unmet_capabilities(capabilities, config)
     if not missing:
         return config
     changes: dict[str, object] = {}

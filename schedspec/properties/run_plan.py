@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from schedspec.engines.capabilities import (
     ALL_CAPABILITIES,
+    KNOBS,
     Capability,
     CapabilityError,
     claimed_capabilities,
+    unmet_capabilities,
 )
 from schedspec.engines.profiles import (
     ProfileError,
@@ -232,11 +234,35 @@ def run_family_of(request: RunRequest) -> Family:
         raise RunPlanError(at_fault, str(err)) from err
 
 
-def claims_in(
-    request: RunRequest, factories: Sequence[EngineFactory], family: Family
+def claims_for_trace(
+    request: RunRequest, factories: Sequence[EngineFactory], config: SchedulerConfig
 ) -> list[frozenset[Profile]]:
-    """What each engine claims, built once at the family's smallest config (build_engine)."""
-    return [profiles for profiles, _ in _claims(request, factories, family)]
+    """What each engine claims, built once at the smallest config of the trace's family
+    (build_engine), each held to the capabilities the trace's config needs
+    (require_capabilities)."""
+    claims = _claims(request, factories, config.family)
+    for engine, (_, declared) in zip(request.engines, claims, strict=True):
+        require_capabilities(engine, declared, config)
+    return [profiles for profiles, _ in claims]
+
+
+def require_capabilities(
+    engine: EngineNamed, declared: frozenset[Capability], config: SchedulerConfig
+) -> None:
+    """Refuse, on the engine's field, a trace whose config needs a capability the
+    engine does not declare: a config it cannot run, told before any event runs rather
+    than as the engine's failure at its first call."""
+    missing = unmet_capabilities(declared, config)
+    if missing:
+        names = ", ".join(
+            f"{capability.name} ({KNOBS[capability]})"
+            for capability in sorted(missing, key=lambda c: c.name)
+        )
+        raise RunPlanError(
+            engine.field,
+            f"{engine.name!r} cannot run the trace's config: it needs {names}, which the "
+            "engine does not declare in its `capabilities`",
+        )
 
 
 def _claims(
