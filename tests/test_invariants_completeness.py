@@ -266,6 +266,53 @@ def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
     return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, "no hash")
 
 
+def served_victim_with_a_decode_in_flight() -> ScheduleTransition:
+    """Async, priority, 4 blocks of 4: V (priority 1, 7-token prompt) prefills; A
+    (priority 0, 4 tokens) is admitted beside V's first decode, scheduled before the
+    prefill lands. Once it lands, V's block 1 (tokens 4-7) is full of known tokens, but
+    the decode in flight still writes position 7, so the landing does not register it.
+    The next step serves V first (its position 8 takes the last free block), which
+    registers block 1; then A's position 4 needs a block and V, the least urgent, is
+    preempted. Its block 1 keeps the registration: its KV is being written."""
+    driver = Driver(
+        async_scheduling=True,
+        policy="priority",
+        enable_prefix_caching=True,
+        num_blocks=4,
+        max_model_len=16,
+        max_num_seqs=4,
+    )
+    driver.add("V", 7, priority=1)
+    first = driver.schedule()
+    driver.add("A", 4, priority=0)
+    second = driver.schedule()
+    assert dict(second.output.num_scheduled_tokens) == {"V": 1, "A": 4}
+    driver.update(first)
+    t = driver.schedule()
+    assert dict(t.output.num_scheduled_tokens) == {"A": 1}
+    assert t.output.preempted_req_ids == {"V"}
+    v = t.pre.requests["V"]
+    assert (v.num_computed_tokens, v.num_in_flight_tokens, v.num_tokens) == (8, 1, 8)
+    assert t.pre.kv.block_hashes[v.block_ids[1]] is None
+    return t
+
+
+@cases("CACHE-SCHEDULE-KEPT")
+def case_served_victim_takes_back_its_in_flight_registration() -> Case:
+    # Bad: V's block 1 freed without the hash the step gave it, to the front of the free
+    # queue, as if V had not been served before its preemption (the mutant
+    # victim-uncaches-in-flight-kv). The running loop's replay says V was served: it
+    # precedes A, and its block fitted before A's did not.
+    good = served_victim_with_a_decode_in_flight()
+    v = good.pre.requests["V"]
+    block = v.block_ids[1]
+    own = good.hashes.of(v)[1]
+    assert good.post.kv.block_hashes[block] == own
+    bad = _unregistered(good, block)
+    message = "victim served before its preemption lost the registration"
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, "no hash")
+
+
 @cases("CACHE-ABORT-KEPT")
 def case_abort_uncaches_the_prefill_in_flight() -> Case:
     # Async: A's 12-token prompt (3 full blocks, registered when scheduled) is in flight
