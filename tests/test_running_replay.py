@@ -9,8 +9,7 @@ from schedspec.spec.invariants.vllm.running_replay import (
     replay_priority_running,
     served_priority_victims,
 )
-from tests.invariant_builders import Driver
-from tests.test_invariants_completeness import served_victim_with_a_decode_in_flight
+from tests.invariant_builders import Driver, served_victim_with_a_decode_in_flight
 
 
 def test_a_victim_ahead_of_the_request_it_makes_room_for_was_served() -> None:
