@@ -53,7 +53,9 @@ def _hash_at(hashes: Sequence[BlockHash | None], block: int) -> BlockHash | None
     "their registrations (tokens computed, or in flight in an earlier step that still runs "
     "and writes them), and so do free cached blocks the free queue did not reach (vLLM "
     "frees a block with its hash, cached blocks to the back of the queue, and allocations "
-    "take the queue from the front, evicting the hashes of the blocks they take).",
+    "take the queue from the front, evicting the hashes of the blocks they take). A "
+    "priority victim the step served before preempting it (the running loop's replay "
+    "says which) also keeps what that service registered below its computed tokens.",
     groups="single",
 )
 def check_cache_schedule_kept(t: ScheduleTransition) -> list[Violation]:

@@ -76,7 +76,8 @@ def replay_priority_running(pre: State) -> RunningPhase:
                 served_victims.add(victim)
             for block in pre.requests[victim].block_ids:
                 refs[block] -= 1
-                free += refs[block] == 0
+                if refs[block] == 0:
+                    free += 1  # its last holder: back to the free queue
             preempted.append(victim)
             if victim == request.request_id:
                 break
