@@ -391,6 +391,62 @@ def preemption_step(policy: str = "fcfs", priorities: tuple[int, int, int] = (0,
     return driver
 
 
+def served_victim_with_a_chunk_in_flight() -> ScheduleTransition:
+    """Async, priority: V (priority 1) prefills 16 tokens in chunks of 10 and 6; A
+    (priority 0) is admitted beside V's second chunk. The next step, scheduled before
+    that chunk lands, serves V first, then preempts it (max priority) for A's block.
+    V's four prompt blocks were all registered when their chunks were scheduled."""
+    driver = Driver(
+        async_scheduling=True,
+        policy="priority",
+        enable_prefix_caching=True,
+        num_blocks=6,
+        max_model_len=24,
+        max_num_batched_tokens=10,
+        max_num_seqs=4,
+    )
+    driver.add("V", 16, priority=1)
+    first = driver.schedule()
+    driver.add("A", 4, priority=0)
+    second = driver.schedule()
+    assert dict(second.output.num_scheduled_tokens) == {"V": 6, "A": 4}
+    driver.update(first)
+    t = driver.schedule()
+    assert t.output.preempted_req_ids == {"V"}
+    return t
+
+
+def served_victim_with_a_decode_in_flight() -> ScheduleTransition:
+    """Async, priority, 4 blocks of 4: V (priority 1, 7-token prompt) prefills; A
+    (priority 0, 4 tokens) is admitted beside V's first decode, scheduled before the
+    prefill lands. Once it lands, V's block 1 (tokens 4-7) is full of known tokens, but
+    the decode in flight still writes position 7, so the landing does not register it.
+    The next step serves V first (its position 8 takes the last free block), which
+    registers block 1; then A's position 4 needs a block and V, the least urgent, is
+    preempted. Its block 1 keeps the registration: its KV is being written."""
+    driver = Driver(
+        async_scheduling=True,
+        policy="priority",
+        enable_prefix_caching=True,
+        num_blocks=4,
+        max_model_len=16,
+        max_num_seqs=4,
+    )
+    driver.add("V", 7, priority=1)
+    first = driver.schedule()
+    driver.add("A", 4, priority=0)
+    second = driver.schedule()
+    assert dict(second.output.num_scheduled_tokens) == {"V": 1, "A": 4}
+    driver.update(first)
+    t = driver.schedule()
+    assert dict(t.output.num_scheduled_tokens) == {"A": 1}
+    assert t.output.preempted_req_ids == {"V"}
+    v = t.pre.requests["V"]
+    assert (v.num_computed_tokens, v.num_in_flight_tokens, v.num_tokens) == (8, 1, 8)
+    assert t.pre.kv.block_hashes[v.block_ids[1]] is None
+    return t
+
+
 def fcfs_preemption() -> ScheduleTransition:
     """fcfs: A's new block preempts B (running[-1]); C waits behind B."""
     t = preemption_step().schedule()

@@ -229,6 +229,39 @@ def test_a_victim_keeps_the_registrations_of_its_prefill_in_flight() -> None:
     assert single_group_kv(s).get_computed_blocks(v)[1] == 16
 
 
+def test_a_victim_served_first_keeps_what_its_service_registered_in_flight() -> None:
+    """Priority, 4 blocks: V's 7-token prompt runs, then its first decode (position 7,
+    whose token is a placeholder) beside A's admission (more urgent). When the prefill
+    lands, V's block 1 is full of known tokens, but its last position's KV is in
+    flight: the landing registers only block 0. The next step serves V first and
+    registers block 1; then A needs a block and V is preempted. vLLM takes back only
+    what lies past V's computed tokens, so block 1 stays registered (the decode in
+    flight writes it; CACHE-SCHEDULE-KEPT), and once that decode lands V hits both
+    blocks."""
+    s = make_scheduler(
+        async_scheduling=True,
+        policy="priority",
+        enable_prefix_caching=True,
+        num_blocks=4,
+        max_model_len=16,
+        max_num_seqs=4,
+    )
+    v = add(s, "V", 7, priority=1)
+    first = Scheduled(s)
+    add(s, "A", 4, first_token=2000, priority=0)
+    second = Scheduled(s)
+    land(s, first, {"V": [60]})
+    kv = single_group_kv(s)
+    block = kv.req_to_blocks["V"][1]
+    assert block.block_hash is None  # position 7's KV is in flight
+    third = Scheduled(s)
+    assert dict(third.output.num_scheduled_tokens) == {"A": 1}
+    assert third.output.preempted_req_ids == {"V"}
+    assert block.block_hash is not None
+    land(s, second, {"V": [61], "A": [70]})  # V's is stale: delivered, 9 known tokens
+    assert kv.get_computed_blocks(v)[1] == 8
+
+
 class TestSpecDecodePadding:
     """pad_spec_decode (vLLM's uniform decode batches), synchronous here."""
 

@@ -32,6 +32,8 @@ from tests.invariant_builders import (
     Driver,
     fcfs_preemption,
     preemption_step,
+    served_victim_with_a_chunk_in_flight,
+    served_victim_with_a_decode_in_flight,
     sglang_waiting_prefix_refresh,
     tokens,
 )
@@ -259,6 +261,20 @@ def test_a_victim_whose_cached_block_holds_kv_in_flight() -> None:
     counts = _victim_with_a_chunk_in_flight(caching=False)
     assert counts["preempted-with-output-in-flight"] == 1
     assert "victim-kv-in-flight-cached" not in counts
+
+
+def test_a_served_victim_whose_service_registered_kv_in_flight() -> None:
+    # V, served first and then preempted, had block 1 filled by a landing while the
+    # decode in flight still wrote its last position: the step's service registered it.
+    counts: dict[str, int] = {}
+    count_schedule(counts, served_victim_with_a_decode_in_flight())
+    assert counts["victim-served-registers-in-flight"] == 1
+    # A served victim whose registrations all predate the step (a prefill chunk in
+    # flight, registered when scheduled) is the older corner only.
+    counts = {}
+    count_schedule(counts, served_victim_with_a_chunk_in_flight())
+    assert counts["victim-kv-in-flight-cached"] == 1
+    assert "victim-served-registers-in-flight" not in counts
 
 
 def test_a_chunk_cut_to_the_room_the_reservations_leave() -> None:

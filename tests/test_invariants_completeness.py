@@ -28,6 +28,8 @@ from tests.invariant_builders import (
     Driver,
     assert_caught,
     assert_holds,
+    served_victim_with_a_chunk_in_flight,
+    served_victim_with_a_decode_in_flight,
     tokens,
     with_block_hash,
     with_kv,
@@ -233,29 +235,10 @@ def case_schedule_evicts_a_free_block_it_did_not_reach() -> Case:
 
 @cases("CACHE-SCHEDULE-KEPT")
 def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
-    # Async, priority: V (priority 1) prefills 16 tokens in chunks of 10 and 6; A
-    # (priority 0) is admitted beside V's second chunk. The next step, scheduled before
-    # that chunk lands, serves V first, then preempts it (max priority) for A's block.
     # V's four prompt blocks were registered when scheduled; blocks 2 and 3 are being
     # written by the chunk in flight, which still runs: they stay registered. Bad: they
     # lose their hashes with V's step (the mutant victim-uncaches-in-flight-kv).
-    driver = Driver(
-        async_scheduling=True,
-        policy="priority",
-        enable_prefix_caching=True,
-        num_blocks=6,
-        max_model_len=24,
-        max_num_batched_tokens=10,
-        max_num_seqs=4,
-    )
-    driver.add("V", 16, priority=1)
-    first = driver.schedule()
-    driver.add("A", 4, priority=0)
-    second = driver.schedule()
-    assert dict(second.output.num_scheduled_tokens) == {"V": 6, "A": 4}
-    driver.update(first)
-    good = driver.schedule()
-    assert good.output.preempted_req_ids == {"V"}
+    good = served_victim_with_a_chunk_in_flight()
     v = good.pre.requests["V"]
     assert (v.num_computed_tokens, v.num_in_flight_tokens) == (16, 6)
     block = v.block_ids[2]
@@ -263,6 +246,22 @@ def case_priority_victim_uncaches_its_prefill_in_flight() -> Case:
     assert own is not None and good.post.kv.block_hashes[block] == own
     bad = _unregistered(good, block, v.block_ids[3])
     message = "block at index 2 lost its registration"
+    return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, "no hash")
+
+
+@cases("CACHE-SCHEDULE-KEPT")
+def case_served_victim_takes_back_its_in_flight_registration() -> Case:
+    # Bad: V's block 1 freed without the hash the step gave it, to the front of the free
+    # queue, as if V had not been served before its preemption (the mutant
+    # victim-uncaches-in-flight-kv). The running loop's replay says V was served: it
+    # precedes A, and its block fitted before A's did not.
+    good = served_victim_with_a_decode_in_flight()
+    v = good.pre.requests["V"]
+    block = v.block_ids[1]
+    own = good.hashes.of(v)[1]
+    assert good.post.kv.block_hashes[block] == own
+    bad = _unregistered(good, block)
+    message = "victim served before its preemption lost the registration"
     return Case("CACHE-SCHEDULE-KEPT", good, bad, message, "V", block, own, "no hash")
 
 

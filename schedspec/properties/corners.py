@@ -35,6 +35,7 @@ from schedspec.spec.invariants.sglang.prefill_pass import (
     remaining_new_tokens,
     reserved_new_tokens,
 )
+from schedspec.spec.invariants.vllm.running_replay import served_priority_victims
 
 P = ParamSpec("P")
 
@@ -139,16 +140,23 @@ CORNERS: tuple[Corner, ...] = (
         needs=_ASYNC,
     ),
     Corner("stale-output-lands", "async: output scheduled before a preemption lands", needs=_ASYNC),
-    # It counts such a victim whether or not the step served it before preempting it
-    # (the output does not say: docs/FORMAL.md), so it over-counts where an engine could
-    # wrongly take those registrations back: only a victim the step served, under the
-    # priority policy, is unscheduled and has its registrations revisited.
+    # It counts such a victim whether or not the step served it before preempting it:
+    # only a victim the step served, under the priority policy, is unscheduled and has
+    # its registrations revisited (the next corner).
     Corner(
         "victim-kv-in-flight-cached",
         "async, prefix caching: a victim with blocks registered before the step over KV a "
         "step in flight still writes, which CACHE-SCHEDULE-KEPT keeps registered",
         VLLM_ONLY,
         needs=_ASYNC | _CACHING,
+    ),
+    Corner(
+        "victim-served-registers-in-flight",
+        "async, prefix caching, priority: a victim the step served before preempting it "
+        "(the running loop's replay says so), whose service registered a block over KV a "
+        "step in flight still writes, which CACHE-SCHEDULE-KEPT keeps registered",
+        VLLM_ONLY,
+        needs=_ASYNC | _CACHING | frozenset({Capability.PRIORITY}),
     ),
     Corner(
         "max-tokens-in-flight",
@@ -342,6 +350,10 @@ def count_schedule(counts: MutableMapping[str, int], t: ScheduleTransition) -> N
                 _cached_over_kv_in_flight(pre, r) for r in preempted
             ):
                 _bump(counts, "victim-kv-in-flight-cached")
+            if config.enable_prefix_caching and any(
+                _registered_over_kv_in_flight(pre, r) for r in served_priority_victims(t)
+            ):
+                _bump(counts, "victim-served-registers-in-flight")
     # The reorder runs before any admission, so a step that admits nothing counts too.
     if config.cache_aware_admission_window and waiting_phase(t).moved:
         _bump(counts, "cache-aware-reorder")
@@ -384,6 +396,17 @@ def _cached_over_kv_in_flight(pre: State, request_id: str) -> bool:
     confirmed = request.num_computed_tokens - request.num_in_flight_tokens
     full = request.block_ids[confirmed // bs : request.num_computed_tokens // bs]
     return any(pre.kv.block_hashes[b] is not None for b in full)
+
+
+def _registered_over_kv_in_flight(pre: State, request_id: str) -> bool:
+    """Does the request hold a full block of known tokens, unregistered before the step,
+    whose KV a step still in flight writes? The step that serves it registers that block
+    (its tokens became known when an output landed, after that step was scheduled)."""
+    request = pre.requests[request_id]
+    bs = pre.config.block_size
+    start = request.num_confirmed_computed_tokens // bs
+    end = min(request.num_computed_tokens, request.num_tokens) // bs
+    return any(pre.kv.block_hashes[b] is None for b in request.block_ids[start:end])
 
 
 def _count_sglang_pass(

@@ -266,15 +266,14 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "blocks its earlier step, still in flight, is writing (they are computed). It was "
         "a known gap until CACHE-SCHEDULE-KEPT said what a victim's freed blocks keep "
         "(CACHE-CONTENT and CACHE-COMPUTED bound registrations from above only, and "
-        "CACHE-COMPLETE judges requests still running). Only in part: what it takes back "
-        "of the step's own registrations no run can show (docs/FORMAL.md, \"Left free by "
-        'the abstract state itself"); it is caught where the victim, served earlier in '
-        "the step, also held a registration older than the step over KV in flight (a "
-        "prefill chunk of the step in flight): priority, async, prefix caching and chunked "
-        "prefill at once. benchmarks/bench_mutants.py: 9 of seeds 1-10; seed 9's run "
-        "reaches victim-kv-in-flight-cached 35 times, a corner that counts such victims "
-        "whether or not the step served them first (the output does not say), and none "
-        "of them shows it (issue 36).",
+        "CACHE-COMPLETE judges requests still running). Judging only registrations older "
+        "than the step, that left seed 9 alive, where the mutant dropped only what the "
+        "step registered for a victim it served first (a block filled by a landing while "
+        "its last KV was in flight): the output does not say whether a victim was served. "
+        "The state does: running_replay.py replays the running loop, and a clause of "
+        "CACHE-SCHEDULE-KEPT judges what the service of a served victim registered "
+        '(docs/FORMAL.md, "No longer left free"). benchmarks/bench_mutants.py: 10 of '
+        "seeds 1-10 (issue 36).",
         {"CACHE-SCHEDULE-KEPT", "CACHE-HIT-LONGEST", "CACHE-COMPLETE"},
     ),
 )

@@ -22,6 +22,7 @@ from schedspec.spec.invariants.transitions import (
     ScheduleTransition,
     UpdateTransition,
 )
+from schedspec.spec.invariants.vllm.running_replay import served_priority_victims
 from schedspec.spec.request import RequestStatus
 from schedspec.spec.state import RequestState, State
 
@@ -52,7 +53,9 @@ def _hash_at(hashes: Sequence[BlockHash | None], block: int) -> BlockHash | None
     "their registrations (tokens computed, or in flight in an earlier step that still runs "
     "and writes them), and so do free cached blocks the free queue did not reach (vLLM "
     "frees a block with its hash, cached blocks to the back of the queue, and allocations "
-    "take the queue from the front, evicting the hashes of the blocks they take).",
+    "take the queue from the front, evicting the hashes of the blocks they take). A "
+    "priority victim the step served before preempting it (the running loop's replay "
+    "says which) also keeps what that service registered below its computed tokens.",
     groups="single",
 )
 def check_cache_schedule_kept(t: ScheduleTransition) -> list[Violation]:
@@ -60,10 +63,11 @@ def check_cache_schedule_kept(t: ScheduleTransition) -> list[Violation]:
         return []
     before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
     lost = lost_registrations(before, after)
-    if not lost:
+    served = served_priority_victims(t)
+    if not lost and not served:
         return []  # the common case: nothing evicted
     step = _Freeing(t)
-    out: list[Violation] = []
+    out = _served_victims_kept(t, step, served)
     for block in lost:
         if step.reused(block):
             continue
@@ -79,6 +83,41 @@ def check_cache_schedule_kept(t: ScheduleTransition) -> list[Violation]:
                 actual=or_absent(_hash_at(after, block), "no hash"),
             )
         )
+    return out
+
+
+def _served_victims_kept(
+    t: ScheduleTransition, step: _Freeing, served: frozenset[str]
+) -> list[Violation]:
+    """A priority victim the step served before preempting it keeps what that service
+    registered over KV already computed or in flight: vLLM takes back only the
+    registrations past its computed tokens (the step's own, no longer computed). So
+    each full block among its first min(num_computed_tokens, num_tokens) tokens that
+    did not carry its hash before carries it after, unless the step reused it. (Those
+    that carried it before are the clause above's.)"""
+    out: list[Violation] = []
+    before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
+    bs = t.pre.config.block_size
+    for rid in sorted(served):
+        victim = t.pre.requests[rid]
+        own = t.hashes.of(victim)
+        full = min(min(victim.num_computed_tokens, victim.num_tokens) // bs, len(own))
+        for index, block in enumerate(victim.block_ids[:full]):
+            if _hash_at(before, block) == own[index] or _hash_at(after, block) == own[index]:
+                continue
+            if step.reused(block):
+                continue
+            out.append(
+                Violation(
+                    "CACHE-SCHEDULE-KEPT",
+                    f"victim served before its preemption lost the registration its "
+                    f"service made of its block at index {index}, not reused",
+                    rid,
+                    block,
+                    expected=own[index],
+                    actual=or_absent(_hash_at(after, block), "no hash"),
+                )
+            )
     return out
 
 
