@@ -81,6 +81,13 @@ def _running_demand(pre: RequestState, computed: int) -> int:
     return pre.num_tokens_with_spec + pre.num_output_placeholders - computed
 
 
+def running_wanted(pre: RequestState, computed: int, cap: int, budget_left: int, room: int) -> int:
+    """The tokens vLLM's running loop asks for a running request before any Mamba split:
+    its demand under the long-prefill cap, the budget left and the room below
+    max_model_len."""
+    return min(_capped(_running_demand(pre, computed), cap), budget_left, room)
+
+
 @invariant(
     "SCHEDULE-ORDER",
     "schedule",
@@ -247,7 +254,7 @@ def _cut_to_nothing(t: ScheduleTransition, pre: RequestState, budget_left: int, 
     if not config.kv_cache_groups:
         return False
     cap = long_prefill_cap(t.pre)
-    wanted = min(_capped(_running_demand(pre, pre.num_computed_tokens), cap), budget_left, room)
+    wanted = running_wanted(pre, pre.num_computed_tokens, cap, budget_left, room)
     return wanted > 0 and mamba_cut(config, pre, pre.num_computed_tokens, wanted) == 0
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from schedspec.spec.invariants.safety.connector import connector_in_play
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.invariants.vllm.allocation import table_after_allocation
-from schedspec.spec.invariants.vllm.policy import _capped, _running_demand, long_prefill_cap
+from schedspec.spec.invariants.vllm.policy import long_prefill_cap, running_wanted
 from schedspec.spec.state import RequestState, State
 
 
@@ -54,10 +54,8 @@ def replay_priority_running(pre: State) -> RunningPhase:
     while index < len(running) and budget > 0:
         request = pre.requests[running[index]]
         computed = request.num_computed_tokens
-        num_new = min(
-            _capped(_running_demand(request, computed), cap),
-            budget,
-            config.max_model_len - 1 - computed,
+        num_new = running_wanted(
+            request, computed, cap, budget, config.max_model_len - 1 - computed
         )
         if request.sure_to_reach_max_tokens or num_new <= 0:
             index += 1  # its in-flight step is its last, or nothing to compute
