@@ -8,13 +8,15 @@ drop lives in vLLM 0.33.0 and 0.34.0. Their shape was MambaManager.find_longest_
 ignoring drop_eagle_block in a hit; it still ignores it, but today the coordinator passes
 a group the drop only under Scheduler.use_eagle_block_drop, which prefix caching's
 lookahead hashes clear (num_hash_lookahead_tokens; docs/FINDINGS.md G1), and without
-prefix caching there are no hits. (vLLM's disable_lookahead_block_hashes keeps the drop
-under prefix caching; the adapter leaves it off.) What is left of the drop on the Mamba
-side is drop_eagle_checkpoint_block: the prefill checkpoint, where the split stops a
-chunk, backs off a block so that a Mamba state lands where the attention groups' dropped
-hit resumes. The reference has it (mamba_split.py, checkpoint_position with
-drop_eagle_block), and mamba-split-ignores-eagle-drop ignores it, on the regime that
-draws it (hybrid-mamba-eagle).
+prefix caching there are no hits. What is left of the drop on the Mamba side is
+drop_eagle_checkpoint_block: the prefill checkpoint, where the split stops a chunk, backs
+off a block so that a Mamba state lands where the attention groups' dropped hit resumes.
+The reference has it (mamba_split.py, checkpoint_position with drop_eagle_block), and
+mamba-split-ignores-eagle-drop ignores it, on the regime that draws it
+(hybrid-mamba-eagle: align mode without prefix caching, as the adapter builds vLLM's
+scheduler). A served model meets the same split code only under prefix caching with
+disable_lookahead_block_hashes (vLLM runs align mode only with prefix caching), which
+the spec does not model.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ kinds and their parameters do.
 
 vLLM keeps one `mamba_cache_mode` for the whole model (CacheConfig.mamba_cache_mode,
 which the Scheduler reads to decide the aligned split), so the Mamba groups of a config
-it runs share one mode (`refusal`).
+it runs share one mode (`refusal`). The split cuts at CacheConfig.block_size, which
+vLLM's engine core sets to the smallest prefix-cacheable group's, and a served model in
+align mode has its Mamba block at the attention block: beside a Mamba group in align
+mode every group has one block size (`refusal`), as under prefix caching.
 
 Block ids: vLLM's pool has one block more than the spec's, its null block, at id 0
 (BlockPool pops it first; the adapter checks that when it builds the scheduler). vLLM's
