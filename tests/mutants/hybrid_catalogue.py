@@ -46,6 +46,10 @@ def window_and_mamba() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(hybrid_regimes.window_and_mamba)
 
 
+def mamba_running_state() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.mamba_running_state)
+
+
 def async_window() -> st.SearchStrategy[SchedulerConfig]:
     return configs(async_scheduling=True).map(hybrid_regimes.sliding_window)
 
@@ -108,6 +112,23 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         "stops where vLLM does not, and the state such a hit needs is never written.",
         {"MAMBA-SPLIT", "GREEDY-BUDGET"},
         configs=mamba_eagle,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "mamba-none-forgets-draft-scratch",
+        "vllm/mamba_manager.py",
+        "                num_tokens + self.block_size * spec_blocks,\n",
+        "                num_tokens,\n",
+        'A Mamba group in mode "none" allocates no scratch state for the drafts: its '
+        "table stops at the running state's blocks, and the drafts' states are written "
+        "into blocks it does not hold (HYBRID-COVER bounds only the tokens).",
+        {"HYBRID-ALLOC-EXACT"},
+        (
+            "                request_id, num_tokens + self.block_size * spec_blocks, "
+            "num_tokens_main_model\n",
+            "                request_id, num_tokens, num_tokens_main_model\n",
+        ),
+        configs=mamba_running_state,
         user_configs=hybrid_configs,
     ),
     mutant(
