@@ -20,7 +20,7 @@ from schedspec.spec.kv_groups import (
     num_skipped_tokens,
 )
 from tests.hybrid_helpers import hybrid_driver
-from tests.invariant_builders import tokens
+from tests.invariant_builders import Driver, tokens
 
 FULL = FullAttentionGroup(block_size=4)
 WINDOW = SlidingWindowGroup(block_size=4, sliding_window=5)
@@ -74,6 +74,56 @@ def test_a_mamba_aligned_split() -> None:
     whole = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=16)
     whole.add("r", 4, max_tokens=2)  # one block: its checkpoint is at 0, its start
     assert "mamba-aligned-split" not in reached(whole.schedule())
+
+
+def _eagle_driver(lookahead: int, budget: int = 32) -> Driver:
+    """Full attention and Mamba at 4-token blocks, one draft with `lookahead` slots (1:
+    an EAGLE-style drafter, 0: n-gram), no prefix caching, by default budget to spare."""
+    return hybrid_driver(
+        FULL,
+        MambaGroup(block_size=4, mamba_cache_mode="align", num_speculative_blocks=1),
+        max_num_batched_tokens=budget,
+        enable_prefix_caching=False,
+        num_speculative_tokens=1,
+        num_lookahead_tokens=lookahead,
+    )
+
+
+@pytest.mark.parametrize(
+    ("prompt", "eagle_scheduled", "plain_scheduled"),
+    [
+        (17, 12, 16),  # stopped one block before the plain checkpoint (16), budget left
+        (6, 6, 4),  # the checkpoint backs off to 0: the prompt runs through 4
+    ],
+)
+def test_the_mamba_checkpoint_backed_off_for_eagle(
+    prompt: int, eagle_scheduled: int, plain_scheduled: int
+) -> None:
+    eagle = _eagle_driver(lookahead=1)
+    eagle.add("r", prompt, max_tokens=2)
+    t = eagle.schedule()
+    assert t.output.num_scheduled_tokens == {"r": eagle_scheduled}
+    assert "mamba-eagle-checkpoint-backoff" in reached(t)
+    ngram = _eagle_driver(lookahead=0)  # no block drop: the plain checkpoint
+    ngram.add("r", prompt, max_tokens=2)
+    t = ngram.schedule()
+    assert t.output.num_scheduled_tokens == {"r": plain_scheduled}
+    assert "mamba-eagle-checkpoint-backoff" not in reached(t)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "budget"),
+    [
+        (16, 32),  # 16 tokens: the plain checkpoint (before token 15) is 12, as the backed-off
+        (17, 12),  # the budget ends the chunk at 12, the backed-off checkpoint, either way
+    ],
+)
+def test_no_backoff_corner_where_the_backoff_changes_nothing(prompt: int, budget: int) -> None:
+    eagle = _eagle_driver(lookahead=1, budget=budget)
+    eagle.add("r", prompt, max_tokens=2)
+    t = eagle.schedule()
+    assert t.output.num_scheduled_tokens == {"r": 12}
+    assert "mamba-eagle-checkpoint-backoff" not in reached(t)
 
 
 def test_a_hybrid_preemption() -> None:

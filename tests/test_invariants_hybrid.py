@@ -11,9 +11,15 @@ import pytest
 
 from schedspec.spec import State
 from schedspec.spec.invariants import CATALOGUE, ScheduleTransition, ids_for
+from schedspec.spec.invariants.vllm.hybrid_alloc import (
+    gained_blocks,
+    group_new_blocks,
+    group_table_length,
+)
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
     FullAttentionGroup,
+    KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
 )
@@ -283,6 +289,86 @@ def case_head_waits_though_its_capped_blocks_fit() -> Case:
     )
 
 
+@cases("HYBRID-ALLOC-EXACT")
+def case_window_table_grows_past_its_slots() -> Case:
+    """r's first decode: 17 slots, 5 blocks of 4 in each group (the window nulls the
+    blocks behind it in place). A sixth window entry is a block vLLM does not allocate."""
+    t = window_slid()
+    full, window = t.post.requests["r"].group_block_ids
+    assert window == (N, N, N, 7, 9)  # blocks 3 and 6 freed in place, 9 new
+    spare = t.post.kv.free_block_ids[0]
+    return Case(
+        "HYBRID-ALLOC-EXACT",
+        t,
+        dataclasses.replace(t, post=with_tables(t.post, "r", full, (*window, spare))),
+        "group 1: table after 1 tokens from 16 computed (held 4 entries)",
+        "r",
+        expected=5,
+        actual=6,
+    )
+
+
+@cases("HYBRID-ALLOC-EXACT")
+def case_full_attention_drops_a_held_block() -> Case:
+    """A window may put the null block where it held one; full attention reads every
+    block and keeps them all."""
+    t = window_slid()
+    full, window = t.post.requests["r"].group_block_ids
+    dropped = (full[0], N, *full[2:])
+    return Case(
+        "HYBRID-ALLOC-EXACT",
+        t,
+        dataclasses.replace(t, post=with_tables(t.post, "r", dropped, window)),
+        "group 0, index 1: a held entry replaced",
+        "r",
+        full[1],
+        expected=full[1],
+        actual=N,
+    )
+
+
+@cases("HYBRID-ALLOC-EXACT")
+def case_mamba_admission_gains_a_block_among_its_nulls() -> Case:
+    """An 8-token chunk of a 16-token prompt: Mamba (4-token blocks, align) holds the
+    state after 8 at index 1 and the null block before it. A block at index 0 too is a
+    second state the allocation never takes (one a step, plus the scratch states)."""
+    d = hybrid_driver(FULL, MAMBA)
+    d.add("r", 16, max_tokens=2)
+    t = d.schedule()
+    full, mamba = t.post.requests["r"].group_block_ids
+    assert mamba == (N, 2)
+    extra = (t.post.kv.free_block_ids[0], 2)
+    return Case(
+        "HYBRID-ALLOC-EXACT",
+        t,
+        dataclasses.replace(t, post=with_tables(t.post, "r", full, extra)),
+        "group 1: blocks gained after 8 tokens from 0 computed (admitted)",
+        "r",
+        expected=1,
+        actual=2,
+    )
+
+
+@cases("HYBRID-ALLOC-EXACT")
+def case_waiting_request_gets_a_table() -> Case:
+    """One seat: b waits, and holds nothing after the step."""
+    d = hybrid_driver(FULL, WINDOW, max_num_seqs=1)
+    d.add("a", 8, max_tokens=2)
+    d.add("b", 8, max_tokens=2)
+    t = d.schedule()
+    assert t.output.num_scheduled_tokens == {"a": 8}
+    spare = t.post.kv.free_block_ids[0]
+    return Case(
+        "HYBRID-ALLOC-EXACT",
+        t,
+        dataclasses.replace(t, post=with_tables(t.post, "b", (spare,), ())),
+        "tables changed without a step",
+        "b",
+        expected=((), ()),
+        actual=((spare,), ()),
+    )
+
+
 @cases("FREE-ORDER-ABORT")
 def case_hybrid_groups_freed_out_of_order() -> Case:
     """An aborted hybrid request frees group by group, in group order, each tail first
@@ -488,3 +574,53 @@ def test_single_group_invariants_are_not_checked_on_a_hybrid_config() -> None:
     assert "KV-COVER" in single and "KV-COVER" not in hybrid
     assert "HYBRID-COVER" in hybrid and "HYBRID-COVER" not in single
     assert "BUDGET" in single and "BUDGET" in hybrid
+
+
+@pytest.mark.parametrize(
+    ("group", "held", "computed", "new", "length"),
+    [
+        (FULL, 4, 16, 1, 5),  # 17 slots
+        (WINDOW, 4, 16, 1, 5),  # a window's table is as long (nulls in place)
+        (FULL, 6, 16, 1, 6),  # rejected drafts left it longer: it stays
+        (MambaGroup(block_size=4, mamba_cache_mode="none", num_speculative_blocks=2), 0, 0, 5, 4),
+        (MambaGroup(block_size=4, mamba_cache_mode="align", num_speculative_blocks=2), 0, 0, 5, 4),
+    ],
+)
+def test_group_table_length(
+    group: KVCacheGroupSpec, held: int, computed: int, new: int, length: int
+) -> None:
+    """One lookahead slot: attention and Mamba "none" count it, Mamba "align" does not
+    (2 blocks for 5 tokens, 3 with the slot, plus 2 scratch states)."""
+    config = hybrid_driver(FULL, WINDOW, num_speculative_tokens=1, num_lookahead_tokens=1).config
+    assert group_table_length(config, group, held, computed, new) == length
+
+
+@pytest.mark.parametrize(
+    ("group", "held", "length", "admitted", "hit", "gained"),
+    [
+        (FULL, 4, 5, False, 0, 1),
+        (WINDOW, 0, 4, True, 12, 2),  # a 12-token hit: the 5-token window skips 2 blocks
+        (MAMBA, 2, 3, False, 0, 1),  # one state block a step
+        (MAMBA, 3, 3, False, 0, 0),
+        (
+            MambaGroup(block_size=4, mamba_cache_mode="align", num_speculative_blocks=2),
+            0,
+            6,
+            True,
+            8,
+            4,
+        ),
+    ],
+)
+def test_group_new_blocks(
+    group: KVCacheGroupSpec, held: int, length: int, admitted: bool, hit: int, gained: int
+) -> None:
+    assert group_new_blocks(group, held, length, admitted, hit) == gained
+
+
+def test_a_block_freed_and_taken_back_in_one_step_counts_as_gained() -> None:
+    """By position: a window that freed block 3 and took it back at its tail gained it;
+    Mamba's scratch states moved behind the new state are not gained."""
+    assert gained_blocks(WINDOW, (3, 6, 7), (N, 6, 7, 3)) == 1
+    mamba = MambaGroup(block_size=4, mamba_cache_mode="align", num_speculative_blocks=1)
+    assert gained_blocks(mamba, (N, 2, 5), (N, 2, N, 5, 9)) == 1

@@ -83,6 +83,26 @@ def test_unequal_block_sizes_under_prefix_caching_are_refused_naming_the_field()
     assert fixed.block_size == 8
 
 
+def test_unequal_block_sizes_beside_an_aligned_mamba_group_are_refused() -> None:
+    """Without prefix caching too: vLLM's split cuts at the smallest prefix-cacheable
+    group's block (CacheConfig.block_size), not at Mamba's own, and a served model in
+    align mode has one block size. The vLLM check met it once regime hybrid-mamba-eagle
+    drew Full(1) + Mamba(2) without prefix caching: a 2-token prompt, vLLM scheduled 1
+    (its split at block 1, the EAGLE checkpoint at 1), the reference 2."""
+    wide = replace(MAMBA, block_size=8)
+    config = hybrid(FULL, wide, block_size=8, enable_prefix_caching=False)
+    refused = refusal(config)
+    assert refused is not None and refused.field == "kv_cache_groups"
+    assert "block sizes [4, 8] beside a Mamba group in align mode" in str(refused)
+    fixed = expressible(config)
+    assert refusal(fixed) is None
+    assert fixed.kv_cache_groups == (FullAttentionGroup(block_size=8), wide)
+    # Mamba in mode "none" has no split: its block may differ (vLLM's default is
+    # max_model_len).
+    running = replace(wide, mamba_cache_mode="none")
+    assert refusal(hybrid(FULL, running, block_size=8, enable_prefix_caching=False)) is None
+
+
 def test_a_runnable_hybrid_config_is_its_own_nearest() -> None:
     config = hybrid(FULL, WINDOW, MAMBA)
     assert refusal(config) is None

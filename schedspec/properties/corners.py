@@ -285,6 +285,15 @@ CORNERS: tuple[Corner, ...] = (
         needs=_HYBRID,
     ),
     Corner(
+        "mamba-eagle-checkpoint-backoff",
+        "hybrid: under EAGLE's block drop (an EAGLE-style drafter, no prefix caching), a "
+        "prefill chunk that the Mamba checkpoint's back-off cut: stopped, with budget left, "
+        "one block before the plain checkpoint, or ran through it (vllm #50630, #43559)",
+        VLLM_ONLY,
+        needs_hybrid=True,
+        needs=_HYBRID | _DRAFTS,
+    ),
+    Corner(
         "hybrid-preemption",
         "hybrid: a victim that held blocks in two groups or more, all freed (nulls left out)",
         VLLM_ONLY,

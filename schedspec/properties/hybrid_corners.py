@@ -6,13 +6,18 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 
 from schedspec.spec.invariants import ScheduleTransition
-from schedspec.spec.invariants.vllm.mamba import max_prefill_tokens, prefill_end
+from schedspec.spec.invariants.vllm.mamba import (
+    drops_eagle_block,
+    max_prefill_tokens,
+    prefill_end,
+)
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
     ChunkedLocalGroup,
     FullAttentionGroup,
     SlidingWindowGroup,
     group_block_hashes,
+    mamba_checkpoint_position,
     mamba_split_group,
 )
 
@@ -28,6 +33,8 @@ def count_hybrid(counts: MutableMapping[str, int], t: ScheduleTransition) -> Non
         _bump(counts, "hit-cut-by-lagging-group")
     if _mamba_split(t):
         _bump(counts, "mamba-aligned-split")
+    if _eagle_checkpoint_backoff(t):
+        _bump(counts, "mamba-eagle-checkpoint-backoff")
     if _hybrid_victim(t):
         _bump(counts, "hybrid-preemption")
 
@@ -76,21 +83,55 @@ def _hit_cut_by_lagging_group(t: ScheduleTransition) -> bool:
     return False
 
 
+def _budget_left(t: ScheduleTransition, num: int) -> bool:
+    """Did a chunk of num tokens stop with budget left in the step and under any
+    long-prefill cap (so that only the split can have stopped it)?"""
+    config = t.post.config
+    return (
+        t.output.total_num_scheduled_tokens < config.max_num_batched_tokens
+        and num < max_prefill_tokens(config)
+    )
+
+
 def _mamba_split(t: ScheduleTransition) -> bool:
     """Did a chunk of a request stop before its prefill's end with budget left and under
     any long-prefill cap (so the Mamba-aligned split is what stopped it: a boundary cut,
     or the checkpoint stop)?"""
-    config = t.post.config
-    if mamba_split_group(config.kv_cache_groups) is None:
-        return False
-    if t.output.total_num_scheduled_tokens >= config.max_num_batched_tokens:
+    if mamba_split_group(t.post.config.kv_cache_groups) is None:
         return False
     for rid, start in t.computed_before.items():
         request = t.pre.requests.get(rid)
         num = t.output.num_scheduled_tokens[rid]
-        if request is None or num >= max_prefill_tokens(config):
+        if request is None or not _budget_left(t, num):
             continue
         if start < start + num < prefill_end(request):
+            return True
+    return False
+
+
+def _eagle_checkpoint_backoff(t: ScheduleTransition) -> bool:
+    """Under EAGLE's block drop, did the backed-off Mamba checkpoint decide a prefill chunk
+    that starts before the plain one (the last boundary before the last token): did it
+    stop there with budget left, or run through the plain checkpoint? Either differs from
+    the cut without the back-off (vLLM #50630 and #43559's shape). A chunk from mid-block
+    that stops there stops at its next boundary anyway: not counted."""
+    config = t.post.config
+    group = mamba_split_group(config.kv_cache_groups)
+    if group is None or not drops_eagle_block(config):
+        return False
+    for rid, start in t.computed_before.items():
+        request = t.pre.requests.get(rid)
+        if request is None or start >= prefill_end(request):
+            continue
+        plain = mamba_checkpoint_position(request.num_tokens, group.block_size, False)
+        backed = mamba_checkpoint_position(request.num_tokens, group.block_size, True)
+        num = t.output.num_scheduled_tokens[rid]
+        end = start + num
+        if backed == plain or start >= plain:
+            continue
+        if end > plain:
+            return True
+        if start % group.block_size == 0 and start < backed == end and _budget_left(t, num):
             return True
     return False
 

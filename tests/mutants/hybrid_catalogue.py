@@ -3,10 +3,20 @@ groups"), the upstream shapes of issue 34 among them. Each runs on the suite's c
 narrowed to one hybrid regime (strategies/hybrid_regimes.py), and as a user would run it
 on engine_configs.hybrid_configs.
 
-Not here: vLLM #50630 and #43559 (the Mamba manager ignoring EAGLE's block drop in a
-hit). The reference models the EAGLE block drop only where it backs the split's Mamba
-checkpoint off a block, not in hits (use_eagle_block_drop, drop_eagle_block): with no
-drop in a hit to ignore, the shape cannot be seeded (NOTES-issue-34.md).
+vLLM #50630 and #43559 (the Mamba side ignoring EAGLE's block drop) are seeded where the
+drop lives in vLLM 0.33.0 and 0.34.0. Their shape was MambaManager.find_longest_cache_hit
+ignoring drop_eagle_block in a hit; it still ignores it, but today the coordinator passes
+a group the drop only under Scheduler.use_eagle_block_drop, which prefix caching's
+lookahead hashes clear (num_hash_lookahead_tokens; docs/FINDINGS.md G1), and without
+prefix caching there are no hits. What is left of the drop on the Mamba side is
+drop_eagle_checkpoint_block: the prefill checkpoint, where the split stops a chunk, backs
+off a block so that a Mamba state lands where the attention groups' dropped hit resumes.
+The reference has it (mamba_split.py, checkpoint_position with drop_eagle_block), and
+mamba-split-ignores-eagle-drop ignores it, on the regime that draws it
+(hybrid-mamba-eagle: align mode without prefix caching, as the adapter builds vLLM's
+scheduler). A served model meets the same split code only under prefix caching with
+disable_lookahead_block_hashes (vLLM runs align mode only with prefix caching), which
+the spec does not model.
 """
 
 from __future__ import annotations
@@ -24,12 +34,20 @@ def mamba_align() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(hybrid_regimes.mamba_align)
 
 
+def mamba_eagle() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.mamba_eagle)
+
+
 def mamba_wide_block() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(hybrid_regimes.mamba_wide_block)
 
 
 def window_and_mamba() -> st.SearchStrategy[SchedulerConfig]:
     return configs().map(hybrid_regimes.window_and_mamba)
+
+
+def mamba_running_state() -> st.SearchStrategy[SchedulerConfig]:
+    return configs().map(hybrid_regimes.mamba_running_state)
 
 
 def async_window() -> st.SearchStrategy[SchedulerConfig]:
@@ -80,6 +98,37 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         "written.",
         {"MAMBA-SPLIT", "GREEDY-BUDGET"},
         configs=mamba_align,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "mamba-split-ignores-eagle-drop",
+        "vllm/mamba_split.py",
+        "            config.lookahead_tokens > 0 and not config.enable_prefix_caching,\n",
+        "            False,\n",
+        "vLLM #50630 and #43559: the Mamba side ignores EAGLE's block drop (upstream in "
+        "the hit: a Mamba state past the attention groups' hit, a silent loss of "
+        "accuracy). Today the drop's Mamba side is the checkpoint: not backed off a block, "
+        "a prefill runs past the boundary the attention groups' dropped hit resumes at, or "
+        "stops where vLLM does not, and the state such a hit needs is never written.",
+        {"MAMBA-SPLIT", "GREEDY-BUDGET"},
+        configs=mamba_eagle,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "mamba-none-forgets-draft-scratch",
+        "vllm/mamba_manager.py",
+        "                num_tokens + self.block_size * spec_blocks,\n",
+        "                num_tokens,\n",
+        'A Mamba group in mode "none" allocates no scratch state for the drafts: its '
+        "table stops at the running state's blocks, and the drafts' states are written "
+        "into blocks it does not hold (HYBRID-COVER bounds only the tokens).",
+        {"HYBRID-ALLOC-EXACT"},
+        (
+            "                request_id, num_tokens + self.block_size * spec_blocks, "
+            "num_tokens_main_model\n",
+            "                request_id, num_tokens, num_tokens_main_model\n",
+        ),
+        configs=mamba_running_state,
         user_configs=hybrid_configs,
     ),
     mutant(

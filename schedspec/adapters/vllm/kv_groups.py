@@ -15,7 +15,10 @@ kinds and their parameters do.
 
 vLLM keeps one `mamba_cache_mode` for the whole model (CacheConfig.mamba_cache_mode,
 which the Scheduler reads to decide the aligned split), so the Mamba groups of a config
-it runs share one mode (`refusal`).
+it runs share one mode (`refusal`). The split cuts at CacheConfig.block_size, which
+vLLM's engine core sets to the smallest prefix-cacheable group's, and a served model in
+align mode has its Mamba block at the attention block: beside a Mamba group in align
+mode every group has one block size (`refusal`), as under prefix caching.
 
 Block ids: vLLM's pool has one block more than the spec's, its null block, at id 0
 (BlockPool pops it first; the adapter checks that when it builds the scheduler). vLLM's
@@ -49,6 +52,7 @@ from schedspec.spec.kv_groups import (
     MambaGroup,
     SlidingWindowGroup,
     group_block_hash,
+    mamba_split_group,
 )
 
 # vLLM's null block: the first block its BlockPool hands out, which it never frees.
@@ -76,24 +80,32 @@ def refusal(config: SchedulerConfig) -> ConfigError | None:
             "than the spec's, which hits whole scheduler blocks (NOTES-issue-34.md); "
             "give every group the same block size",
         )
+    if mamba_split_group(groups) is not None and len(sizes) > 1:
+        return ConfigError(
+            "kv_cache_groups",
+            f"block sizes {sizes} beside a Mamba group in align mode: vLLM's split cuts "
+            "chunks at CacheConfig.block_size, which its engine core sets to the smallest "
+            "prefix-cacheable group's, not at the Mamba group's own; a served model in "
+            "align mode has its Mamba block at the attention block (Platform's block-size "
+            "update sets mamba_block_size to it); give every group the same block size",
+        )
     return None
 
 
 def expressible(config: SchedulerConfig) -> SchedulerConfig:
     """The nearest config whose groups the adapter runs on vLLM (`refusal`): Mamba groups
     in one mode, "align" where they differ (they differ only without prefix caching,
-    where the spec allows "align" too); under prefix caching, every group at the
-    scheduler block size (their lcm, so the scheduler's block size stays)."""
+    where the spec allows "align" too); under prefix caching or beside a Mamba group in
+    align mode, every group at the scheduler block size (their lcm, so the scheduler's
+    block size stays)."""
     if refusal(config) is None:
         return config
-    one_size = config.enable_prefix_caching
     groups = tuple(
-        replace(g, block_size=config.block_size if one_size else g.block_size)
+        replace(g, mamba_cache_mode="align") if isinstance(g, MambaGroup) else g
         for g in config.kv_cache_groups
     )
-    groups = tuple(
-        replace(g, mamba_cache_mode="align") if isinstance(g, MambaGroup) else g for g in groups
-    )
+    if config.enable_prefix_caching or mamba_split_group(groups) is not None:
+        groups = tuple(replace(g, block_size=config.block_size) for g in groups)
     return replace(config, kv_cache_groups=groups)
 
 

@@ -98,6 +98,26 @@ def mamba_align(config: SchedulerConfig) -> SchedulerConfig:
     return _with_groups(_chunked(config), (FullAttentionGroup(block_size=b), mamba), caching=True)
 
 
+def mamba_eagle(config: SchedulerConfig) -> SchedulerConfig:
+    """mamba_align's groups with an EAGLE-style drafter (the drawn K drafts, at least one,
+    with K lookahead slots) and no prefix caching: vLLM's EAGLE block drop
+    (Scheduler.use_eagle_block_drop, which prefix caching's lookahead hashes clear) backs
+    the Mamba checkpoint off a block, so a prefill stops one block earlier, or runs
+    through the boundary the plain checkpoint would stop it at
+    (mamba-eagle-checkpoint-backoff; vLLM #50630 and #43559: the Mamba side ignored the
+    drop). Padding stays as drawn, within a budget of at least 1 + K."""
+    b = _base(config)
+    k = max(config.num_speculative_tokens, 1)
+    drafted = dataclasses.replace(
+        _chunked(config),
+        num_speculative_tokens=k,
+        num_lookahead_tokens=None,
+        max_num_batched_tokens=max(config.max_num_batched_tokens, 1 + k),
+    )
+    mamba = MambaGroup(block_size=2 * b, mamba_cache_mode="align", num_speculative_blocks=k)
+    return _with_groups(drafted, (FullAttentionGroup(block_size=b), mamba), caching=False)
+
+
 def mamba_wide_block(config: SchedulerConfig) -> SchedulerConfig:
     """A Mamba block one token wider than the step's budget (at most two blocks of full
     attention, or the padded 1 + K), so no step covers one: chunks advance by part of a

@@ -538,7 +538,8 @@ SGLANG_PLAIN_WEIGHT = 3
 HYBRID_REGIMES: tuple[Regime, ...] = (
     Regime("hybrid-sliding-window", "window-frees-a-block", hybrid_regimes.sliding_window, 3),
     Regime("hybrid-short-window", "window-frees-a-block", hybrid_regimes.short_window, 2),
-    Regime("hybrid-mamba-align", "mamba-aligned-split", hybrid_regimes.mamba_align, 5),
+    Regime("hybrid-mamba-align", "mamba-aligned-split", hybrid_regimes.mamba_align, 3),
+    Regime("hybrid-mamba-eagle", "mamba-eagle-checkpoint-backoff", hybrid_regimes.mamba_eagle, 2),
     Regime("hybrid-mamba-wide-block", "mamba-aligned-split", hybrid_regimes.mamba_wide_block, 3),
     Regime(
         "hybrid-window-and-mamba", "hit-cut-by-lagging-group", hybrid_regimes.window_and_mamba, 6

@@ -32,6 +32,7 @@ from schedspec.spec.invariants.safety import hybrid  # noqa: F401
 from schedspec.spec.invariants.vllm import hybrid_hit  # noqa: F401
 from schedspec.spec.invariants.vllm import hybrid_cache  # noqa: F401
 from schedspec.spec.invariants.vllm import hybrid_admission  # noqa: F401
+from schedspec.spec.invariants.vllm import hybrid_alloc  # noqa: F401
 
 # isort: on
 from schedspec.spec.invariants.registry import (
