@@ -72,12 +72,24 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "mamba-split-no-checkpoint-stop",
         "vllm/mamba_split.py",
-        "    stops = [s for s in (next_boundary, checkpoint) if start < s < end]\n",
-        "    stops = [s for s in (next_boundary,) if start < s < end]\n",
+        "    stops = [s for s in (next_boundary, checkpoint, junction_stop) if start < s < end]\n",
+        "    stops = [s for s in (next_boundary, junction_stop) if start < s < end]\n",
         "docs/FINDINGS.md G4 (a gap of the reference, now closed): the prefill chunk that "
         "reaches the prompt's end runs past the last boundary a prefix hit can reach, so "
         "the Mamba state a later request with the same prompt would resume from is never "
         "written.",
+        {"MAMBA-SPLIT", "GREEDY-BUDGET"},
+        configs=mamba_align,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "mamba-split-ignores-junction",
+        "vllm/mamba_split.py",
+        "    stops = [s for s in (next_boundary, checkpoint, junction_stop) if start < s < end]\n",
+        "    stops = [s for s in (next_boundary, checkpoint) if start < s < end]\n",
+        "docs/FINDINGS.md G7 (a gap of the reference, now closed): a prefill chunk runs past "
+        "its shared-prefix junction (the longest hit one group alone had at its admission), "
+        "so the Mamba state at the prefix other requests share is never written.",
         {"MAMBA-SPLIT", "GREEDY-BUDGET"},
         configs=mamba_align,
         user_configs=hybrid_configs,

@@ -1,7 +1,7 @@
 """vLLM V1's Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache groups", Mamba): where a
 prefill chunk of a config with a Mamba group in align mode may end (on a block boundary,
-and never past the checkpoint a later hit reaches), and the cut the budget invariants
-apply before they compare."""
+and never past the checkpoint a later hit reaches nor past the shared-prefix junction),
+and the cut the budget invariants apply before they compare."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.kv_groups import (
     mamba_aligned_new_tokens,
     mamba_checkpoint_position,
+    mamba_junction_stop,
     mamba_split_group,
 )
 from schedspec.spec.state import RequestState
@@ -38,9 +39,19 @@ def drops_eagle_block(config: SchedulerConfig) -> bool:
     return config.lookahead_tokens > 0 and not config.enable_prefix_caching
 
 
-def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_new: int) -> int:
+def junction_in_step(t: ScheduleTransition, request_id: str) -> int:
+    """The shared-prefix junction a step's split reads for a request: the one after the
+    step (an admission's lookup records it before the split; a running request keeps
+    its own), or before it for a request gone since."""
+    request = t.post.requests.get(request_id) or t.pre.requests.get(request_id)
+    return 0 if request is None else request.shared_prefix_boundary
+
+
+def mamba_cut(
+    config: SchedulerConfig, request: RequestState, start: int, num_new: int, junction: int
+) -> int:
     """num_new tokens from `start` after the Mamba-aligned split (unchanged without a
-    Mamba group in align mode)."""
+    Mamba group in align mode), with the request's shared-prefix junction."""
     group = mamba_split_group(config.kv_cache_groups)
     if group is None:
         return num_new
@@ -52,6 +63,7 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
         group.block_size,
         max_prefill_tokens(config),
         drops_eagle_block(config),
+        junction,
     )
 
 
@@ -67,7 +79,9 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
     "checkpoint, the last such multiple at or before its last token (where a later hit on "
     "the same prompt resumes; with an EAGLE-style drafter and no prefix caching, one "
     "block before the last multiple at or before its end), nor, when it starts mid-block, "
-    "past the next multiple.",
+    "past the next multiple; nor, when the request's shared-prefix junction is strictly "
+    "inside it, past the last point at or before the junction a whole number of blocks "
+    "from its start (where that is past its start).",
     groups="hybrid",
 )
 def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
@@ -93,6 +107,21 @@ def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
                     "reaches there is never written",
                     rid,
                     expected=checkpoint,
+                    actual=end,
+                )
+            )
+            continue
+        junction = junction_in_step(t, rid)
+        stop = mamba_junction_stop(start, end, junction, size)
+        if start < stop < end:
+            out.append(
+                Violation(
+                    "MAMBA-SPLIT",
+                    f"prefill chunk from {start} runs past the shared-prefix junction at "
+                    f"{junction}, floored to {stop} (block size {size}): the state at the "
+                    "prefix other requests share is never written",
+                    rid,
+                    expected=stop,
                     actual=end,
                 )
             )
