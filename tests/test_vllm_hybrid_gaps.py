@@ -2,9 +2,9 @@
 did not model, each replayed from its trace on the installed release. vLLM holds every
 safety invariant on each; the reference parts from it where the gap stands. The day the
 reference models a rule, its test fails: flip its entry in STANDS and move the regime
-back into the default strategies (vllm_hybrid_attention_configs leaves Mamba out;
-avoid_known_corners turns prefix caching off beside an aligned Mamba group, for G7).
-G4 is closed: the reference models the checkpoint stop, and both engines agree.
+back into the default strategies. All four are closed: the reference models each rule,
+and both engines agree on each trace (avoid_known_corners no longer turns prefix caching
+off beside an aligned Mamba group, as it did for G7).
 
 Needs vLLM (either supported release); skipped without it.
 """
@@ -33,12 +33,12 @@ from schedspec.traces.trace import Trace
 FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
 STANDS: dict[str, dict[str, bool]] = {
     # Closed: the reference models Mamba's checkpoint stop (G4), counts a window at its
-    # admission cap in the gate (G5) and caches only the window blocks an aligned hit can
-    # reach (G6).
+    # admission cap in the gate (G5), caches only the window blocks an aligned hit can
+    # reach (G6) and stops Mamba's chunk at the shared-prefix junction (G7).
     "G4": {"0.33.0": False, "0.34.0": False},  # Mamba: the checkpoint stop
     "G5": {"0.33.0": False, "0.34.0": False},  # windows: the admission cap
     "G6": {"0.33.0": False, "0.34.0": False},  # windows: blocks no hit reaches are not cached
-    "G7": {"0.33.0": True, "0.34.0": True},  # Mamba: the chunk stops at the shared-prefix junction
+    "G7": {"0.33.0": False, "0.34.0": False},  # Mamba: the stop at the shared-prefix junction
 }
 TRACES = {
     "G4": "gap-mamba-checkpoint-stop.json",
@@ -118,12 +118,12 @@ def test_g7_vllm_stops_a_mamba_prefill_chunk_at_the_shared_prefix_junction() -> 
     caching. r1 ([1, 2, 3, 4, 0, 0]) ran in chunks of 5 and 1, so Mamba holds states
     after 5 and 6 only. r2 ([1, 2, 3, 4, 5, 0]) shares 4 tokens: full attention alone
     hits 4, Mamba 0, so the hit is 0 and vLLM pins the junction at 4
-    (request.shared_prefix_boundary) and stops r2's chunk there; the reference runs on
-    to the checkpoint, 5. The default configs leave the corner out (prefix caching off
-    beside an aligned Mamba group)."""
+    (request.shared_prefix_boundary) and stops r2's chunk there. Closed: the reference
+    records the junction at the lookup and stops there too (the diff agrees, the
+    junction compared as well), and the default configs keep prefix caching beside an
+    aligned Mamba group. Where the gap stood, the reference ran on to the checkpoint, 5."""
     trace = Trace.load(FINDINGS / TRACES["G7"])
-    moved = avoid_known_corners(trace.config)
-    assert trace.config.enable_prefix_caching and not moved.enable_prefix_caching
+    assert avoid_known_corners(trace.config) == trace.config
     result = _diff("G7")
     if result is None:
         return

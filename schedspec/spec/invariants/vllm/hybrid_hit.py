@@ -193,15 +193,16 @@ def check_shared_prefix_junction(t: ScheduleTransition) -> list[Violation]:
             continue
         if junction != 0 and hit < junction and low <= junction <= high:
             continue
+        allowed = ["0"] if low <= hit else []
+        if max(low, hit + 1) <= high:
+            allowed.append(f"a hit in [{max(low, hit + 1)}, {high}]")
         out.append(
             Violation(
                 "SHARED-PREFIX-JUNCTION",
                 f"junction recorded at admission (hit {hit} tokens; the first group alone "
                 f"hit between {low} and {high})",
                 rid,
-                expected=f"0 or a hit in [{max(low, hit + 1)}, {high}]"
-                if low <= hit
-                else f"a hit in [{low}, {high}]",
+                expected=" or ".join(allowed),
                 actual=junction,
             )
         )
