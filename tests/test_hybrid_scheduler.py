@@ -216,6 +216,28 @@ def test_an_admitted_prefill_stops_at_the_shared_prefix_junction() -> None:
     assert step(scheduler).num_scheduled_tokens == {"r2": 1}  # then its checkpoint, 5
 
 
+def test_an_admission_waits_for_a_mamba_state_cached_in_the_same_step() -> None:
+    """docs/FINDINGS.md G8: r0 ([0]) is admitted and its state after 1 token is cached at
+    once; r1 ([0, 0]) would hit it in every group, but r0's step has not written that
+    state yet, so r1 waits for the next step, and then hits it."""
+    scheduler = hybrid_scheduler(
+        FullAttentionGroup(block_size=1),
+        SlidingWindowGroup(block_size=1, sliding_window=2),
+        MambaGroup(block_size=1, mamba_cache_mode="align"),
+        block_size=1,
+        num_blocks=8,
+        max_model_len=3,
+        max_num_batched_tokens=3,
+        enable_prefix_caching=True,
+    )
+    scheduler.add_request(Request("r0", [0], 1))
+    scheduler.add_request(Request("r1", [0, 0], 1))
+    assert step(scheduler).num_scheduled_tokens == {"r0": 1}
+    output = step(scheduler)
+    assert output.num_scheduled_tokens == {"r1": 1}
+    assert output.scheduled_new_reqs[0].num_computed_tokens == 1
+
+
 def junction_scheduler(num_blocks: int) -> tuple[Scheduler, Request]:
     """A's 17 tokens ran alone in chunks of 16 (its checkpoint) and 1: Mamba holds its
     state after 16 only. Then C (8 tokens of its own) and B, which shares A's first 12

@@ -551,6 +551,28 @@ def case_running_junction_changed() -> Case:
     )
 
 
+@cases("MAMBA-HIT-WRITTEN")
+def case_hit_on_a_state_registered_in_the_step() -> Case:
+    """B hits A's Mamba state after 8 (mamba_hit), registered in an earlier step. Had it
+    been registered in this step (no hash before it), its state would not be written yet
+    when B reads it."""
+    t = mamba_hit()
+    state = t.post.requests["B"].group_block_ids[1][1]
+    hashes = list(t.pre.kv.block_hashes)
+    hashes[state] = None
+    bad = dataclasses.replace(t.pre, kv=dataclasses.replace(t.pre.kv, block_hashes=tuple(hashes)))
+    return Case(
+        "MAMBA-HIT-WRITTEN",
+        t,
+        dataclasses.replace(t, pre=bad),
+        "registered in this step",
+        "B",
+        block_id=state,
+        expected="a state cached before the step",
+        actual=state,
+    )
+
+
 @pytest.mark.parametrize("build", cases.params())
 def test_hybrid_invariant_holds_on_the_real_transition(build: CaseBuilder) -> None:
     assert_holds(build())

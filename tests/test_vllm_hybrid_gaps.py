@@ -1,8 +1,8 @@
-"""The gaps G4-G7 (docs/FINDINGS.md): vLLM's own hybrid KV cache rules that the reference
+"""The gaps G4-G8 (docs/FINDINGS.md): vLLM's own hybrid KV cache rules that the reference
 did not model, each replayed from its trace on the installed release. vLLM holds every
 safety invariant on each; the reference parts from it where the gap stands. The day the
 reference models a rule, its test fails: flip its entry in STANDS and move the regime
-back into the default strategies. All four are closed: the reference models each rule,
+back into the default strategies. All five are closed: the reference models each rule,
 and both engines agree on each trace (avoid_known_corners no longer turns prefix caching
 off beside an aligned Mamba group, as it did for G7).
 
@@ -39,12 +39,14 @@ STANDS: dict[str, dict[str, bool]] = {
     "G5": {"0.33.0": False, "0.34.0": False},  # windows: the admission cap
     "G6": {"0.33.0": False, "0.34.0": False},  # windows: blocks no hit reaches are not cached
     "G7": {"0.33.0": False, "0.34.0": False},  # Mamba: the stop at the shared-prefix junction
+    "G8": {"0.33.0": False, "0.34.0": False},  # Mamba: no hit on a state cached in the step
 }
 TRACES = {
     "G4": "gap-mamba-checkpoint-stop.json",
     "G5": "gap-window-admission-cap.json",
     "G6": "gap-window-unreachable-blocks-uncached.json",
     "G7": "gap-mamba-junction-stop.json",
+    "G8": "gap-mamba-hit-cached-this-step.json",
 }
 
 
@@ -131,3 +133,21 @@ def test_g7_vllm_stops_a_mamba_prefill_chunk_at_the_shared_prefix_junction() -> 
     assert [v.invariant for v in result.violation.violations] == ["GREEDY-BUDGET"]
     step = result.violation.violations[0]
     assert (step.request_id, step.expected, step.actual) == ("r2", 5, 4)
+
+
+def test_g8_a_mamba_hit_waits_for_a_state_cached_in_the_same_step() -> None:
+    """1-token blocks, full attention, a 2-token window and Mamba in align mode, prefix
+    caching. r0 ([0]) is admitted and its blocks cached at once; r1 ([0, 0]) would hit
+    them in every group, but vLLM's Mamba manager refuses a hit on a state it cached in
+    this step (cached_blocks_this_step): the step writes it. r1 waits. Closed: the
+    reference refuses it too (the diff agrees); where the gap stood, it admitted r1 beside
+    r0, and MAMBA-HIT-WRITTEN now judges such an admission."""
+    result = _diff("G8")
+    if result is None:
+        return
+    divergence = result.divergence
+    assert divergence is not None and divergence.field == "num_scheduled_tokens"
+    assert (dict(divergence.left), dict(divergence.right)) == (  # type: ignore[call-overload]
+        {"r0": 1, "r1": 1},
+        {"r0": 1},
+    )

@@ -95,6 +95,19 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         user_configs=hybrid_configs,
     ),
     mutant(
+        "mamba-hits-state-cached-this-step",
+        "vllm/mamba_manager.py",
+        "        if new_computed_blocks and new_computed_blocks[-1].block_hash"
+        " in self.cached_this_step:\n",
+        "        if False:\n",
+        "docs/FINDINGS.md G8 (a gap of the reference, now closed): an admission hits a Mamba "
+        "state another request's allocation registered in the same step, before that step "
+        "has written it.",
+        {"MAMBA-HIT-WRITTEN"},
+        configs=window_and_mamba,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
         "hit-one-round",
         "vllm/kv_cache_coordinator.py",
         "            if length >= hit_length:\n"

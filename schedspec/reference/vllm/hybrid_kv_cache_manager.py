@@ -122,6 +122,10 @@ class HybridKVCacheManager(KVCacheManagerBase):
         null = self.coordinator.null_block.block_id
         return tuple(b for table in self.group_block_ids(request_id) for b in table if b != null)
 
+    def new_step_starts(self) -> None:
+        """A schedule() begins: the Mamba states cached before it may be hit."""
+        self.coordinator.new_step_starts()
+
     def end_step(self) -> None:
         """The Mamba state copies owed by this step go to the worker with its output; the
         reference runs no worker, so they are dropped once the step is scheduled."""

@@ -267,6 +267,12 @@ class HybridKVCacheCoordinator:
             self._block_hashes.pop(request.request_id, None)
             self._untagged.pop(request.request_id, None)
 
+    def new_step_starts(self) -> None:
+        """A schedule() begins (vLLM's KVCacheCoordinator.new_step_starts)."""
+        for manager in self.managers:
+            if isinstance(manager, MambaManager):
+                manager.new_step_starts()
+
     def take_state_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
         """Every Mamba group's (source, destination) state copies owed since the last call."""
         return [

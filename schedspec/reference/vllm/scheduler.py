@@ -170,6 +170,8 @@ class Scheduler:
     # ----------------------------------------------------------------- schedule
 
     def schedule(self) -> SchedulerOutput:
+        if isinstance(self.kv_cache_manager, HybridKVCacheManager):
+            self.kv_cache_manager.new_step_starts()
         step = StepPlan(token_budget=self.config.max_num_batched_tokens)
         cap = self._long_prefill_cap()
         self._schedule_running(step, cap)

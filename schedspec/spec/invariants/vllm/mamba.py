@@ -9,6 +9,8 @@ from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.kv_groups import (
+    NULL_BLOCK_ID,
+    MambaGroup,
     mamba_aligned_new_tokens,
     mamba_checkpoint_position,
     mamba_junction_stop,
@@ -153,4 +155,50 @@ def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
                 actual=end,
             )
         )
+    return out
+
+
+@invariant(
+    "MAMBA-HIT-WRITTEN",
+    "schedule",
+    "vllm-v1",
+    "With prefix caching, an admission's prefix hit never ends on a state of a Mamba group "
+    "in align mode that was registered in the cache during the step itself: that step "
+    "writes the state, so the admission waits for a later step.",
+    groups="hybrid",
+)
+def check_mamba_hit_written(t: ScheduleTransition) -> list[Violation]:
+    config = t.post.config
+    if not config.enable_prefix_caching:
+        return []
+    aligned = [
+        (gid, g.block_size)
+        for gid, g in enumerate(config.kv_cache_groups)
+        if isinstance(g, MambaGroup) and g.mamba_cache_mode == "align"
+    ]
+    out: list[Violation] = []
+    before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
+    for rid in t.admitted:
+        request = t.post.requests.get(rid)
+        hit = t.computed_before.get(rid, 0)
+        if request is None or hit == 0:
+            continue
+        for gid, size in aligned:
+            table = request.group_block_ids[gid]
+            index = hit // size - 1
+            block = table[index] if index < len(table) else NULL_BLOCK_ID
+            if not 0 <= block < len(after):
+                continue  # no state there: HYBRID-HIT's to judge
+            if after[block] is not None and before[block] != after[block]:
+                out.append(
+                    Violation(
+                        "MAMBA-HIT-WRITTEN",
+                        f"hit of {hit} tokens ends on the Mamba state in block {block} of "
+                        f"group {gid}, registered in this step (not written yet)",
+                        rid,
+                        block,
+                        expected="a state cached before the step",
+                        actual=block,
+                    )
+                )
     return out
