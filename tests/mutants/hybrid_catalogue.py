@@ -129,8 +129,9 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         "            request, max(request.num_tokens - 1 - self.scheduler_block_size, 0)\n"
         "        )\n",
         "The reconciled hit is looked up one scheduler block short of the most it may cover: "
-        "every admission recomputes a block it had cached.",
-        {"HYBRID-HIT-LONGEST"},
+        "every admission recomputes a block it had cached (and records a junction from "
+        "the shortened lookup).",
+        {"HYBRID-HIT-LONGEST", "SHARED-PREFIX-JUNCTION"},
         configs=window_and_mamba,
         user_configs=hybrid_configs,
     ),
