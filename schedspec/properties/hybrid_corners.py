@@ -79,7 +79,7 @@ def _hit_cut_by_lagging_group(t: ScheduleTransition) -> bool:
 def _mamba_split(t: ScheduleTransition) -> bool:
     """Did a chunk of a request stop before its prefill's end with budget left and under
     any long-prefill cap (so the Mamba-aligned split is what stopped it: a boundary cut,
-    or the checkpoint stop)?"""
+    the checkpoint stop or the junction stop)?"""
     config = t.post.config
     if mamba_split_group(config.kv_cache_groups) is None:
         return False
