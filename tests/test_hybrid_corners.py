@@ -178,6 +178,41 @@ def test_mamba_aligned_new_tokens(
 
 
 @pytest.mark.parametrize(
+    ("start", "new", "junction", "scheduled"),
+    [
+        (0, 6, 4, 4),  # docs/FINDINGS.md G7: 1-token blocks, the junction at 4, not 5
+        (0, 6, 6, 5),  # a junction at the chunk's end is not inside it: the checkpoint
+        (0, 6, 0, 5),  # no junction: the checkpoint
+        (4, 2, 4, 1),  # a junction at the start is not inside it: the checkpoint
+    ],
+)
+def test_mamba_aligned_new_tokens_stops_at_the_junction(
+    start: int, new: int, junction: int, scheduled: int
+) -> None:
+    """A 6-token prompt in 1-token blocks (its checkpoint at 5)."""
+    split = mamba_aligned_new_tokens(start, new, 6, 6, 1, 8, False, junction)
+    assert split == scheduled
+
+
+@pytest.mark.parametrize(
+    ("start", "new", "junction", "scheduled"),
+    [
+        (0, 16, 11, 8),  # 4-token blocks: 11 floored to whole blocks from 0, 8
+        (2, 14, 11, 2),  # from 2 (mid-block): the next boundary, 4, comes first
+        (4, 12, 11, 4),  # from 4: floored to 8, 4 tokens
+        (4, 12, 7, 12),  # from 4 a junction at 7 floors to 4, the start: no stop
+        (0, 10, 12, 8),  # the boundary cut (10 to 8) comes before a junction at 12
+    ],
+)
+def test_the_junction_is_floored_to_whole_blocks_from_the_chunks_start(
+    start: int, new: int, junction: int, scheduled: int
+) -> None:
+    """A 20-token prompt in 4-token blocks (its checkpoint at 16)."""
+    split = mamba_aligned_new_tokens(start, new, 20, 20, 4, 32, False, junction)
+    assert split == scheduled
+
+
+@pytest.mark.parametrize(
     ("start", "new", "num_tokens", "scheduled"),
     [
         (0, 3, 3, 3),  # 2-token blocks, 3 tokens: the checkpoint backs off to 0

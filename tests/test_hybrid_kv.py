@@ -105,8 +105,9 @@ def test_reconciled_hit_is_cut_by_a_lagging_group_and_full_attention_trimmed() -
     request = prompt(21)
     f = cache_in_group(kv, request, 0, [0, 1, 2, 3])
     _, w1 = cache_in_group(kv, request, 1, [0, 1])  # the window group lags: 2 blocks
-    (full, window), length = kv.get_computed_blocks(request)
+    (full, window), length, uncached = kv.get_computed_blocks(request)
     assert length == 8
+    assert uncached == 8  # full attention alone hit 16: the shared prefix runs 8 further
     assert ids(full) == [f[0].block_id, f[1].block_id]  # trimmed from 4 blocks
     assert [b.block_id for b in window] == [ids(window)[0], w1.block_id]
 
@@ -119,8 +120,9 @@ def test_reconciled_hit_is_a_fixed_point_over_rounds() -> None:
     # Round 1: the window finds blocks 2-3 (16), Mamba cuts to its state at 8.
     # Round 2: at 8 the window has no 2-block run, only block 0 from the start (4);
     # Mamba at 4 has its state at 4. Round 3 changes nothing: 4.
-    (window, mamba), length = kv.find_longest_cache_hit(request, 16)
+    (window, mamba), length, uncached = kv.find_longest_cache_hit(request, 16)
     assert length == 4
+    assert uncached == 12  # the window's first lookup, 16, was the longest single-group hit
     assert ids(window) == [w0.block_id] and ids(mamba) == [m0.block_id]
 
 
@@ -134,7 +136,7 @@ def test_reconciled_hit_is_never_longer_than_any_groups_own() -> None:
         len(m.find_longest_cache_hit(kv.block_hashes(request, g), 20)) * m.block_size
         for g, m in enumerate(kv.managers)
     ]
-    _, length = kv.get_computed_blocks(request)
+    _, length, _ = kv.get_computed_blocks(request)
     assert own == [20, 16, 16] and length == 16 <= min(own)
 
 
@@ -157,7 +159,7 @@ def test_allocation_touches_every_groups_hits_before_allocating() -> None:
     kv = coordinator(FULL, WINDOW, num_blocks=7, max_model_len=12)
     request = prompt(9)
     window = hits_at_the_front(kv, request)
-    hits, length = kv.get_computed_blocks(request)
+    hits, length, _ = kv.get_computed_blocks(request)
     assert length == 8
     # 1 new block per group + 4 free hits = the 6 free blocks: it fits, and the new
     # blocks are the other prompt's, not the window group's hits.
@@ -174,7 +176,7 @@ def test_allocating_new_blocks_before_touching_would_evict_a_hit() -> None:
     kv = coordinator(FULL, WINDOW, num_blocks=7, max_model_len=12)
     request = prompt(9)
     window = hits_at_the_front(kv, request)
-    (full_hits, _), _ = kv.get_computed_blocks(request)
+    (full_hits, _), _, _ = kv.get_computed_blocks(request)
     kv.managers[0].add_local_computed_blocks("r", full_hits, 8)
     assert kv.managers[0].allocate_new_blocks("r", 9, 9) == [window[0]]
     assert window[0].block_hash is None  # evicted: the window group's hit is gone

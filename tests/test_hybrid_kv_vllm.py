@@ -200,7 +200,7 @@ def vllm_coordinator(mix: tuple[KVCacheGroupSpec, ...]) -> Any:
 
 def vllm_reconciled_hit(
     mix: tuple[KVCacheGroupSpec, ...], cached: tuple[tuple[int, ...], ...], max_length: int
-) -> tuple[int, list[list[bool]]]:
+) -> tuple[int, int, list[list[bool]]]:
     theirs = vllm_coordinator(mix)
     hashes = [_utils.BlockHash(bytes([i + 1]) * 32) for i in range(NUM_HASHES)]
     pool = theirs.block_pool
@@ -210,23 +210,24 @@ def vllm_reconciled_hit(
             key = _utils.make_block_hash_with_group_id(hashes[i], gid)
             pool.cached_block_hash_to_block.insert(key, block)
             block.block_hash = key
-    blocks, length, _ = theirs.find_longest_cache_hit(hashes, max_length)
-    return length, [[not b.is_null for b in group] for group in blocks]
+    blocks, length, uncached = theirs.find_longest_cache_hit(hashes, max_length)
+    return length, uncached, [[not b.is_null for b in group] for group in blocks]
 
 
 @pytest.mark.parametrize("mix", MIXES, ids=lambda m: "+".join(type(g).__name__ for g in m))
 @pytest.mark.parametrize("max_length", [8, 20])
 def test_the_reconciled_hit_is_vllms(mix: tuple[KVCacheGroupSpec, ...], max_length: int) -> None:
-    """Every combination of cached subsets over the groups: the same hit length, and the
-    same blocks in each group."""
+    """Every combination of cached subsets over the groups: the same hit length, the same
+    uncached common prefix past it (the shared-prefix junction's source), and the same
+    blocks in each group."""
     for cached in itertools.product(SUBSETS, repeat=len(mix)):
         ours = coordinator(*mix)
         request = prompt(NUM_HASHES * BLOCK + 1)
         for gid, indices in enumerate(cached):
             cache_in_group(ours, request, gid, indices)
-        hits, length = ours.find_longest_cache_hit(request, max_length)
+        hits, length, uncached = ours.find_longest_cache_hit(request, max_length)
         masks = [[b is not ours.null_block for b in group] for group in hits]
-        assert (length, masks) == vllm_reconciled_hit(mix, cached, max_length), cached
+        assert (length, uncached, masks) == vllm_reconciled_hit(mix, cached, max_length), cached
 
 
 NEGATIVE_MIXES: list[tuple[KVCacheGroupSpec, ...]] = [

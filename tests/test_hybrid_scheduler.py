@@ -14,7 +14,7 @@ from schedspec.reference.vllm.hybrid_kv_cache_manager import (
     make_kv_cache_manager,
 )
 from schedspec.reference.vllm.mamba_split import MambaSplit
-from schedspec.spec import ModelRunnerOutput, RequestStatus, SchedulerOutput
+from schedspec.spec import ModelRunnerOutput, Request, RequestStatus, SchedulerOutput
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
     FullAttentionGroup,
@@ -185,6 +185,105 @@ def test_a_running_prefill_stops_at_its_checkpoint() -> None:
         {"r": 4},
         {"r": 2},
     ]
+
+
+def test_an_admitted_prefill_stops_at_the_shared_prefix_junction() -> None:
+    """docs/FINDINGS.md G7: r1 ran in chunks of 5 (its checkpoint) and 1, so Mamba holds
+    states after 5 and 6 and full attention every token. r2 shares r1's first 4 tokens:
+    full attention alone hits 4, Mamba 0, so the hit is 0 and the junction 4, and r2's
+    chunk stops there, not at its checkpoint (5), so the state after the shared prefix is
+    written for the next request like r2."""
+    scheduler = hybrid_scheduler(
+        FullAttentionGroup(block_size=1),
+        SlidingWindowGroup(block_size=1, sliding_window=2),
+        MambaGroup(block_size=1, mamba_cache_mode="align"),
+        block_size=1,
+        num_blocks=17,
+        max_model_len=7,
+        max_num_seqs=1,
+        max_num_batched_tokens=7,
+        enable_prefix_caching=True,
+    )
+    r1 = Request("r1", [1, 2, 3, 4, 0, 0], 1)
+    scheduler.add_request(r1)
+    assert [step(scheduler).num_scheduled_tokens for _ in range(2)] == [{"r1": 5}, {"r1": 1}]
+    assert r1.shared_prefix_boundary == 0  # its lookup found nothing cached
+    scheduler.add_request(Request("r2", [1, 2, 3, 4, 5, 0], 1))
+    output = step(scheduler)
+    assert output.scheduled_new_reqs[0].num_computed_tokens == 0
+    assert output.num_scheduled_tokens == {"r2": 4}
+    assert scheduler.snapshot().requests["r2"].shared_prefix_boundary == 4
+    assert step(scheduler).num_scheduled_tokens == {"r2": 1}  # then its checkpoint, 5
+
+
+def test_an_admission_waits_for_a_mamba_state_cached_in_the_same_step() -> None:
+    """docs/FINDINGS.md G8: r0 ([0]) is admitted and its state after 1 token is cached at
+    once; r1 ([0, 0]) would hit it in every group, but r0's step has not written that
+    state yet, so r1 waits for the next step, and then hits it."""
+    scheduler = hybrid_scheduler(
+        FullAttentionGroup(block_size=1),
+        SlidingWindowGroup(block_size=1, sliding_window=2),
+        MambaGroup(block_size=1, mamba_cache_mode="align"),
+        block_size=1,
+        num_blocks=8,
+        max_model_len=3,
+        max_num_batched_tokens=3,
+        enable_prefix_caching=True,
+    )
+    scheduler.add_request(Request("r0", [0], 1))
+    scheduler.add_request(Request("r1", [0, 0], 1))
+    assert step(scheduler).num_scheduled_tokens == {"r0": 1}
+    output = step(scheduler)
+    assert output.num_scheduled_tokens == {"r1": 1}
+    assert output.scheduled_new_reqs[0].num_computed_tokens == 1
+
+
+def junction_scheduler(num_blocks: int) -> tuple[Scheduler, Request]:
+    """A's 17 tokens ran alone in chunks of 16 (its checkpoint) and 1: Mamba holds its
+    state after 16 only. Then C (8 tokens of its own) and B, which shares A's first 12
+    tokens, arrive; with two requests the long-prefill cap (8) holds. B's lookup: full
+    attention alone hits 12, Mamba 0, so B's hit is 0 and its junction 12."""
+    scheduler = hybrid_scheduler(
+        FULL,
+        MAMBA,
+        num_blocks=num_blocks,
+        max_num_batched_tokens=16,
+        long_prefill_token_threshold=8,
+        enable_prefix_caching=True,
+    )
+    a = list(range(1, 18))
+    scheduler.add_request(Request("A", a, 1))
+    assert [step(scheduler).num_scheduled_tokens for _ in range(2)] == [{"A": 16}, {"A": 1}]
+    scheduler.add_request(Request("C", list(range(90, 98)), 24))
+    b = Request("B", [*a[:12], 50, 51, 52, 53, 54], 4)
+    scheduler.add_request(b)
+    return scheduler, b
+
+
+def test_a_running_prefill_stops_at_the_junction_its_admission_recorded() -> None:
+    """B's first chunk (capped to 8) ends before its junction, 12; running, it keeps the
+    junction, and its next chunk stops there (4 tokens, not 8 to its checkpoint, 16)."""
+    scheduler, b = junction_scheduler(32)
+    assert step(scheduler).num_scheduled_tokens == {"C": 4, "B": 8}
+    assert b.shared_prefix_boundary == 12
+    assert step(scheduler).num_scheduled_tokens == {"C": 4, "B": 4}
+    assert step(scheduler).num_scheduled_tokens == {"C": 1, "B": 4}
+    assert scheduler.snapshot().requests["B"].shared_prefix_boundary == 12  # kept while running
+
+
+def test_a_preempted_request_keeps_its_junction_until_its_next_lookup() -> None:
+    """In an 11-block pool C's decodes preempt B (the newer). B keeps its junction (12)
+    while it waits, as vLLM keeps it; the next lookup, made though B is not admitted,
+    replaces it: B's own chunks wrote Mamba's states at 8, 12 and 16, so both groups hit
+    16 and there is no junction (0)."""
+    scheduler, b = junction_scheduler(11)
+    for _ in range(7):
+        output = step(scheduler)
+    assert output.preempted_req_ids == frozenset({"B"})
+    victim = scheduler.snapshot().requests["B"]
+    assert victim.status is RequestStatus.PREEMPTED and victim.shared_prefix_boundary == 12
+    assert step(scheduler).num_scheduled_tokens == {"C": 1}
+    assert b.status is RequestStatus.PREEMPTED and b.shared_prefix_boundary == 0
 
 
 def test_the_split_uses_the_mamba_groups_own_block_size() -> None:

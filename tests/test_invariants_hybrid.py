@@ -28,6 +28,7 @@ from tests.invariant_builders import (
     Case,
     CaseBuilder,
     CaseRegistry,
+    Driver,
     assert_caught,
     assert_holds,
     check,
@@ -37,6 +38,7 @@ from tests.invariant_builders import (
     with_kv,
     with_output,
     with_request,
+    with_scheduled,
 )
 
 N = NULL_BLOCK_ID
@@ -547,6 +549,113 @@ def case_prefill_chunk_runs_past_the_checkpoint_under_eagles_block_drop() -> Cas
         "r",
         expected=8,
         actual=12,
+    )
+
+
+def junction_admission() -> tuple[Driver, ScheduleTransition]:
+    """docs/FINDINGS.md G7's shape at 4-token blocks: A's 13 tokens ran in chunks of 12
+    (its checkpoint) and 1, so Mamba holds a state after 12 only, and full attention every
+    block. B shares A's first 8 tokens: full attention alone hits 8, Mamba 0, so the
+    reconciled hit is 0, the junction 8, and B's chunk stops there (not at 12)."""
+    d = hybrid_driver(FULL, MAMBA, max_num_batched_tokens=16)
+    d.add("A", prompt=tokens(1, 13), max_tokens=1)
+    d.steps(2)
+    d.add("B", prompt=(*tokens(1, 8), 50, 51, 52, 53, 54), max_tokens=1)
+    t = d.schedule()
+    assert t.computed_before == {"B": 0} and t.output.num_scheduled_tokens == {"B": 8}
+    assert t.post.requests["B"].shared_prefix_boundary == 8
+    return d, t
+
+
+@cases("MAMBA-SPLIT")
+def case_prefill_chunk_runs_past_the_junction() -> Case:
+    """The reference before G7 was closed: B's chunk runs on to its checkpoint, 12, so no
+    state is written at 8, the prefix B shares with A."""
+    _, t = junction_admission()
+    return Case(
+        "MAMBA-SPLIT",
+        t,
+        with_scheduled(t, {"B": 12}),
+        "runs past the shared-prefix junction at 8",
+        "B",
+        expected=8,
+        actual=12,
+    )
+
+
+@cases("SHARED-PREFIX-JUNCTION")
+def case_junction_not_recorded_at_admission() -> Case:
+    """B's lookup saw full attention alone hit 8 and the reconciled hit 0: a junction of
+    0 forgets the shared prefix."""
+    _, t = junction_admission()
+    bad = with_request(t.post, "B", shared_prefix_boundary=0)
+    return Case(
+        "SHARED-PREFIX-JUNCTION",
+        t,
+        dataclasses.replace(t, post=bad),
+        "junction recorded at admission",
+        "B",
+        expected="a hit in [8, 8]",
+        actual=0,
+    )
+
+
+@cases("SHARED-PREFIX-JUNCTION")
+def case_junction_where_every_group_hit_as_far() -> Case:
+    """Both groups hit B's first 8 tokens (mamba_hit): no group alone hit further, so the
+    junction is 0; 12 is a hit no group had."""
+    t = mamba_hit()
+    bad = with_request(t.post, "B", shared_prefix_boundary=12)
+    return Case(
+        "SHARED-PREFIX-JUNCTION",
+        t,
+        dataclasses.replace(t, post=bad),
+        "junction recorded at admission",
+        "B",
+        expected="0",
+        actual=12,
+    )
+
+
+@cases("SHARED-PREFIX-JUNCTION")
+def case_running_junction_changed() -> Case:
+    """B runs on from 8 and keeps the junction its admission recorded: only a lookup sets
+    one, and a running request makes none."""
+    d, first = junction_admission()
+    d.update(first)
+    t = d.schedule()
+    assert t.pre.requests["B"].shared_prefix_boundary == 8 and "B" in t.pre.running
+    bad = with_request(t.post, "B", shared_prefix_boundary=0)
+    return Case(
+        "SHARED-PREFIX-JUNCTION",
+        t,
+        dataclasses.replace(t, post=bad),
+        "a running request's junction changed",
+        "B",
+        expected=8,
+        actual=0,
+    )
+
+
+@cases("MAMBA-HIT-WRITTEN")
+def case_hit_on_a_state_registered_in_the_step() -> Case:
+    """B hits A's Mamba state after 8 (mamba_hit), registered in an earlier step. Had it
+    been registered in this step (no hash before it), its state would not be written yet
+    when B reads it."""
+    t = mamba_hit()
+    state = t.post.requests["B"].group_block_ids[1][1]
+    hashes = list(t.pre.kv.block_hashes)
+    hashes[state] = None
+    bad = dataclasses.replace(t.pre, kv=dataclasses.replace(t.pre.kv, block_hashes=tuple(hashes)))
+    return Case(
+        "MAMBA-HIT-WRITTEN",
+        t,
+        dataclasses.replace(t, pre=bad),
+        "registered in this step",
+        "B",
+        block_id=state,
+        expected="a state cached before the step",
+        actual=state,
     )
 
 

@@ -1,10 +1,10 @@
-"""The gaps G4-G7 (docs/FINDINGS.md): vLLM's own hybrid KV cache rules that the reference
+"""The gaps G4-G8 (docs/FINDINGS.md): vLLM's own hybrid KV cache rules that the reference
 did not model, each replayed from its trace on the installed release. vLLM holds every
 safety invariant on each; the reference parts from it where the gap stands. The day the
 reference models a rule, its test fails: flip its entry in STANDS and move the regime
-back into the default strategies (vllm_hybrid_attention_configs leaves Mamba out;
-avoid_known_corners turns prefix caching off beside an aligned Mamba group, for G7).
-G4 is closed: the reference models the checkpoint stop, and both engines agree.
+back into the default strategies. All five are closed: the reference models each rule,
+and both engines agree on each trace (avoid_known_corners no longer turns prefix caching
+off beside an aligned Mamba group, as it did for G7).
 
 Needs vLLM (either supported release); skipped without it.
 """
@@ -33,18 +33,20 @@ from schedspec.traces.trace import Trace
 FINDINGS = Path(__file__).resolve().parent.parent / "docs" / "findings"
 STANDS: dict[str, dict[str, bool]] = {
     # Closed: the reference models Mamba's checkpoint stop (G4), counts a window at its
-    # admission cap in the gate (G5) and caches only the window blocks an aligned hit can
-    # reach (G6).
+    # admission cap in the gate (G5), caches only the window blocks an aligned hit can
+    # reach (G6) and stops Mamba's chunk at the shared-prefix junction (G7).
     "G4": {"0.33.0": False, "0.34.0": False},  # Mamba: the checkpoint stop
     "G5": {"0.33.0": False, "0.34.0": False},  # windows: the admission cap
     "G6": {"0.33.0": False, "0.34.0": False},  # windows: blocks no hit reaches are not cached
-    "G7": {"0.33.0": True, "0.34.0": True},  # Mamba: the chunk stops at the shared-prefix junction
+    "G7": {"0.33.0": False, "0.34.0": False},  # Mamba: the stop at the shared-prefix junction
+    "G8": {"0.33.0": False, "0.34.0": False},  # Mamba: no hit on a state cached in the step
 }
 TRACES = {
     "G4": "gap-mamba-checkpoint-stop.json",
     "G5": "gap-window-admission-cap.json",
     "G6": "gap-window-unreachable-blocks-uncached.json",
     "G7": "gap-mamba-junction-stop.json",
+    "G8": "gap-mamba-hit-cached-this-step.json",
 }
 
 
@@ -118,12 +120,12 @@ def test_g7_vllm_stops_a_mamba_prefill_chunk_at_the_shared_prefix_junction() -> 
     caching. r1 ([1, 2, 3, 4, 0, 0]) ran in chunks of 5 and 1, so Mamba holds states
     after 5 and 6 only. r2 ([1, 2, 3, 4, 5, 0]) shares 4 tokens: full attention alone
     hits 4, Mamba 0, so the hit is 0 and vLLM pins the junction at 4
-    (request.shared_prefix_boundary) and stops r2's chunk there; the reference runs on
-    to the checkpoint, 5. The default configs leave the corner out (prefix caching off
-    beside an aligned Mamba group)."""
+    (request.shared_prefix_boundary) and stops r2's chunk there. Closed: the reference
+    records the junction at the lookup and stops there too (the diff agrees, the
+    junction compared as well), and the default configs keep prefix caching beside an
+    aligned Mamba group. Where the gap stood, the reference ran on to the checkpoint, 5."""
     trace = Trace.load(FINDINGS / TRACES["G7"])
-    moved = avoid_known_corners(trace.config)
-    assert trace.config.enable_prefix_caching and not moved.enable_prefix_caching
+    assert avoid_known_corners(trace.config) == trace.config
     result = _diff("G7")
     if result is None:
         return
@@ -131,3 +133,21 @@ def test_g7_vllm_stops_a_mamba_prefill_chunk_at_the_shared_prefix_junction() -> 
     assert [v.invariant for v in result.violation.violations] == ["GREEDY-BUDGET"]
     step = result.violation.violations[0]
     assert (step.request_id, step.expected, step.actual) == ("r2", 5, 4)
+
+
+def test_g8_a_mamba_hit_waits_for_a_state_cached_in_the_same_step() -> None:
+    """1-token blocks, full attention, a 2-token window and Mamba in align mode, prefix
+    caching. r0 ([0]) is admitted and its blocks cached at once; r1 ([0, 0]) would hit
+    them in every group, but vLLM's Mamba manager refuses a hit on a state it cached in
+    this step (cached_blocks_this_step): the step writes it. r1 waits. Closed: the
+    reference refuses it too (the diff agrees); where the gap stood, it admitted r1 beside
+    r0, and MAMBA-HIT-WRITTEN now judges such an admission."""
+    result = _diff("G8")
+    if result is None:
+        return
+    divergence = result.divergence
+    assert divergence is not None and divergence.field == "num_scheduled_tokens"
+    assert (dict(divergence.left), dict(divergence.right)) == (  # type: ignore[call-overload]
+        {"r0": 1, "r1": 1},
+        {"r0": 1},
+    )

@@ -279,7 +279,8 @@ CORNERS: tuple[Corner, ...] = (
         "mamba-aligned-split",
         "hybrid: a prefill chunk that stopped before its prefill's end with budget left, "
         "cut to a Mamba state boundary, stopped at its checkpoint (where a later hit "
-        "resumes), or advanced by part of a block wider than any step (vllm #55600, #40707)",
+        "resumes) or its shared-prefix junction, or advanced by part of a block wider than "
+        "any step (vllm #55600, #40707)",
         VLLM_ONLY,
         needs_hybrid=True,
         needs=_HYBRID,

@@ -96,7 +96,7 @@ def _budget_left(t: ScheduleTransition, num: int) -> bool:
 def _mamba_split(t: ScheduleTransition) -> bool:
     """Did a chunk of a request stop before its prefill's end with budget left and under
     any long-prefill cap (so the Mamba-aligned split is what stopped it: a boundary cut,
-    or the checkpoint stop)?"""
+    the checkpoint stop or the junction stop)?"""
     if mamba_split_group(t.post.config.kv_cache_groups) is None:
         return False
     for rid, start in t.computed_before.items():

@@ -301,6 +301,7 @@ def mamba_aligned_new_tokens(
     block_size: int,
     max_prefill_tokens: int,
     drop_eagle_block: bool,
+    junction: int = 0,
 ) -> int:
     """The spec's statement of the Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache
     groups", Mamba): of num_new_tokens from `start`, the tokens scheduled. A chunk that
@@ -308,9 +309,9 @@ def mamba_aligned_new_tokens(
     Mamba group's block_size, unless that leaves nothing and a block is wider than the
     step's largest prefill (max_prefill_tokens), when it keeps its end (else it would
     never advance). A prefill chunk also stops at a boundary it would run past: the next
-    one when it starts mid-block (the state realigns), and the request's checkpoint
+    one when it starts mid-block (the state realigns), the request's checkpoint
     (`mamba_checkpoint_position` of its num_tokens), so that the state a later request's
-    hit reaches is written."""
+    hit reaches is written, and `mamba_junction_stop` of its shared-prefix junction."""
     end = start + num_new_tokens
     if start >= prefill_end:
         return num_new_tokens
@@ -318,10 +319,24 @@ def mamba_aligned_new_tokens(
         aligned = end - end % block_size
         if aligned > start or block_size <= max_prefill_tokens:
             end = aligned
-    boundaries = [mamba_checkpoint_position(num_tokens, block_size, drop_eagle_block)]
+    boundaries = [
+        mamba_checkpoint_position(num_tokens, block_size, drop_eagle_block),
+        mamba_junction_stop(start, end, junction, block_size),
+    ]
     if start % block_size:
         boundaries.append(start - start % block_size + block_size)
     return min((b for b in boundaries if start < b < end), default=end) - start
+
+
+def mamba_junction_stop(start: int, end: int, junction: int, block_size: int) -> int:
+    """Where a prefill chunk from `start` to `end` (after the boundary cut) stops for the
+    request's shared-prefix junction (RequestState.shared_prefix_boundary): when the
+    junction is strictly inside the chunk, the last point at or before it a whole number
+    of Mamba blocks from `start` (so the state at the prefix other requests share is
+    written for the next one); else `end`, no stop. A stop at `start` itself is none."""
+    if not start < junction < end:
+        return end
+    return start + (junction - start) // block_size * block_size
 
 
 def group_block_hash(block_hash: BlockHash, group_id: int) -> BlockHash:

@@ -97,6 +97,12 @@ class Request:
         # finish_requests marked it, and it finishes FINISHED_ABORTED when the next
         # step that runs it lands (SGLang's deferred abort of a running request).
         self.abort_pending = False
+        # A hybrid config's shared-prefix junction (vLLM's shared_prefix_boundary): the
+        # longest hit one KV cache group alone had at the request's last prefix-cache
+        # lookup, where the reconciled hit was shorter; else 0. Set at each lookup,
+        # kept while it runs and through a preemption (the lookup that resumes it
+        # replaces it); an aligned Mamba group's split stops a chunk there.
+        self.shared_prefix_boundary = 0
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -172,6 +178,7 @@ def _progress_field(request: Request) -> str | None:
         ("stop_reason", None),
         ("drop_stale_output", False),
         ("abort_pending", False),
+        ("shared_prefix_boundary", 0),
         ("all_token_ids", list(request.prompt_token_ids)),
     )
     return next((name for name, fresh in fresh_values if getattr(request, name) != fresh), None)

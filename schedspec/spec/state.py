@@ -52,6 +52,13 @@ class RequestState:
     # request holds, group 0's table first, so the pool-level checks count holders
     # the same way for either.
     group_block_ids: tuple[tuple[int, ...], ...] = ()
+    # A hybrid config's shared-prefix junction (docs/SPEC.md, "Hybrid KV cache groups",
+    # Mamba): the longest hit one group alone had at the request's last prefix-cache
+    # lookup, where the reconciled hit was shorter, else 0 (vLLM's
+    # Request.shared_prefix_boundary). It stays while the request runs and through a
+    # preemption, until the next lookup. 0 for the single group and for engines without
+    # hybrid groups.
+    shared_prefix_boundary: int = 0
 
     # A cached value, not a field: the checks read it about forty times a step, and
     # `of` fills it in as it builds the record (the fields it follows are frozen).
@@ -93,7 +100,7 @@ class RequestState:
         """A snapshot of a spec Request (mutable lists copied into tuples).
 
         Snapshots are taken twice a checked step for every live request, and a
-        frozen dataclass's __init__ sets each of its 21 fields through
+        frozen dataclass's __init__ sets each of its 22 fields through
         object.__setattr__. Filling the new instance's __dict__ in one update
         builds the very same object (same fields, equality, hash, replace())
         at a fraction of the cost.
@@ -123,6 +130,7 @@ class RequestState:
             is_prefill_chunk=request.is_prefill_chunk,
             remote_kv=request.remote_kv,
             group_block_ids=group_block_ids,
+            shared_prefix_boundary=request.shared_prefix_boundary,
             num_tokens=len(prompt) + len(outputs),
         )
         return state

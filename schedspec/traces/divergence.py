@@ -54,6 +54,8 @@ REQUEST_FIELDS: tuple[tuple[str, Callable[[RequestState], object]], ...] = (
     ("spec_token_ids", lambda r: r.spec_token_ids),
     ("num_blocks", lambda r: len(r.block_ids)),
     ("num_preemptions", lambda r: r.num_preemptions),
+    # Where a Mamba-aligned split stops (0 but for hybrid configs with prefix caching).
+    ("shared_prefix_boundary", lambda r: r.shared_prefix_boundary),
 )
 BLOCK_ID_FIELD: tuple[str, Callable[[RequestState], object]] = ("block_ids", lambda r: r.block_ids)
 

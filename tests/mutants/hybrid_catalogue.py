@@ -90,8 +90,8 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "mamba-split-no-checkpoint-stop",
         "vllm/mamba_split.py",
-        "    stops = [s for s in (next_boundary, checkpoint) if start < s < end]\n",
-        "    stops = [s for s in (next_boundary,) if start < s < end]\n",
+        "    stops = [s for s in (next_boundary, checkpoint, junction_stop) if start < s < end]\n",
+        "    stops = [s for s in (next_boundary, junction_stop) if start < s < end]\n",
         "docs/FINDINGS.md G4 (a gap of the reference, now closed): the prefill chunk that "
         "reaches the prompt's end runs past the last boundary a prefix hit can reach, so "
         "the Mamba state a later request with the same prompt would resume from is never "
@@ -132,6 +132,31 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         user_configs=hybrid_configs,
     ),
     mutant(
+        "mamba-split-ignores-junction",
+        "vllm/mamba_split.py",
+        "    stops = [s for s in (next_boundary, checkpoint, junction_stop) if start < s < end]\n",
+        "    stops = [s for s in (next_boundary, checkpoint) if start < s < end]\n",
+        "docs/FINDINGS.md G7 (a gap of the reference, now closed): a prefill chunk runs past "
+        "its shared-prefix junction (the longest hit one group alone had at its admission), "
+        "so the Mamba state at the prefix other requests share is never written.",
+        {"MAMBA-SPLIT", "GREEDY-BUDGET"},
+        configs=mamba_align,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
+        "mamba-hits-state-cached-this-step",
+        "vllm/mamba_manager.py",
+        "        if new_computed_blocks and new_computed_blocks[-1].block_hash"
+        " in self.cached_this_step:\n",
+        "        if False:\n",
+        "docs/FINDINGS.md G8 (a gap of the reference, now closed): an admission hits a Mamba "
+        "state another request's allocation registered in the same step, before that step "
+        "has written it.",
+        {"MAMBA-HIT-WRITTEN"},
+        configs=window_and_mamba,
+        user_configs=hybrid_configs,
+    ),
+    mutant(
         "hit-one-round",
         "vllm/kv_cache_coordinator.py",
         "            if length >= hit_length:\n"
@@ -153,8 +178,9 @@ HYBRID_MUTANTS: tuple[Mutant, ...] = (
         "            request, max(request.num_tokens - 1 - self.scheduler_block_size, 0)\n"
         "        )\n",
         "The reconciled hit is looked up one scheduler block short of the most it may cover: "
-        "every admission recomputes a block it had cached.",
-        {"HYBRID-HIT-LONGEST"},
+        "every admission recomputes a block it had cached (and records a junction from "
+        "the shortened lookup).",
+        {"HYBRID-HIT-LONGEST", "SHARED-PREFIX-JUNCTION"},
         configs=window_and_mamba,
         user_configs=hybrid_configs,
     ),

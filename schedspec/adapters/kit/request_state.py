@@ -1,6 +1,6 @@
 """A live request as the spec's RequestState, from the few fields only the engine knows.
 
-Of a RequestState's twenty fields an engine must give five: its outputs, its computed
+Of a RequestState's twenty-two fields an engine must give five: its outputs, its computed
 count, its status, its block table and how often it was preempted (EngineRequest). What
 the harness gave at add_request (the prompt, priority, arrival, max_tokens, EOS and
 stop tokens, the KV connector's RemoteKV) the adapter keeps (Given); what is in flight

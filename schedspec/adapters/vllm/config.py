@@ -93,7 +93,6 @@ from schedspec.adapters.vllm.releases import Release, current_release
 from schedspec.adapters.vllm.runtime import Vllm, load_vllm
 from schedspec.engines.pipeline import BatchQueue
 from schedspec.spec import ConfigError, SchedulerConfig
-from schedspec.spec.kv_groups import mamba_split_group
 
 
 def refusal(config: SchedulerConfig) -> ConfigError | None:
@@ -180,15 +179,10 @@ def avoid_known_corners(config: SchedulerConfig) -> SchedulerConfig:
       the policy becomes "fail". No pool floor avoids it: blocks held for sends the
       worker never reports shrink the pool below any floor, down to `smallest_pool`,
       where the spec still requires every request to finish.
-    - G7, a gap in the reference (FINDINGS "G7"): with a Mamba group in align mode, vLLM
-      also stops a prefill chunk at the shared-prefix junction (the longest hit one
-      group alone had cached, where the reconciled hit is shorter), which the reference
-      does not model; it needs a hit, so with an aligned Mamba group prefix caching goes
-      off.
 
-    Each corner has a test (tests/test_vllm_adapter.py; G7's in
-    tests/test_vllm_hybrid_gaps.py) showing that it still parts, so this narrowing hides
-    nothing else.
+    Each corner has a test (tests/test_vllm_adapter.py) showing that it still parts, so
+    this narrowing hides nothing else. (G7, the Mamba split's stop at the shared-prefix
+    junction, was one until the reference modelled it.)
     """
     if config.policy == "priority" and config.enable_prefix_caching:
         config = replace(config, enable_prefix_caching=False)
@@ -200,8 +194,6 @@ def avoid_known_corners(config: SchedulerConfig) -> SchedulerConfig:
         config = replace(config, num_lookahead_tokens=0)
     if config.kv_connector and config.kv_load_failure_policy == "recompute":
         config = replace(config, kv_load_failure_policy="fail")
-    if config.enable_prefix_caching and mamba_split_group(config.kv_cache_groups) is not None:
-        config = replace(config, enable_prefix_caching=False)
     return config
 
 

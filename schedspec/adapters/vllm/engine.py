@@ -363,6 +363,8 @@ class VllmEngine:
                 status=self._status(r),
                 block_ids=spec_block_ids(tables),
                 group_block_ids=group_tables(tables) if self.config.kv_cache_groups else (),
+                # Set at each prefix-cache lookup (0.33.0 and 0.34.0); 0 for one group.
+                shared_prefix_boundary=r.shared_prefix_boundary,
                 num_preemptions=r.num_preemptions,
                 max_tokens=r.max_tokens,
                 eos_token_id=params.eos_token_id,

@@ -143,8 +143,8 @@ def vllm_hybrid_configs(
 
 def vllm_hybrid_attention_configs() -> st.SearchStrategy[SchedulerConfig]:
     """vllm_hybrid_configs without Mamba groups: the window and chunked-local rules alone
-    (docs/FINDINGS.md G5 and G6 are theirs). Mamba's checkpoint stop (G4) is modelled, and
-    vllm_hybrid_configs draws Mamba, with prefix caching off (G7, `avoid_known_corners`)."""
+    (docs/FINDINGS.md G5 and G6 are theirs). Mamba's checkpoint stop (G4) and junction stop
+    (G7) are modelled, and vllm_hybrid_configs draws Mamba, with prefix caching."""
     return vllm_hybrid_configs().filter(
         lambda config: not any(isinstance(g, MambaGroup) for g in config.kv_cache_groups)
     )

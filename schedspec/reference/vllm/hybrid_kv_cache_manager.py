@@ -40,8 +40,14 @@ class HybridKVCacheManager(KVCacheManagerBase):
                 self.coordinator.block_hashes(request, gid)
 
     def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
-        """The reconciled hit, as every group's hit blocks in group order."""
-        hits, length = self.coordinator.get_computed_blocks(request)
+        """The reconciled hit, as every group's hit blocks in group order. The lookup also
+        records the request's shared-prefix junction, as vLLM's scheduler stores the
+        manager's third answer on the request at every lookup: the longest single-group
+        hit where the reconciled one is shorter, else 0 (an aligned Mamba group's split
+        stops a chunk there, mamba_split.py). The single group's manager never sets it:
+        vLLM's unitary coordinator answers 0."""
+        hits, length, uncached = self.coordinator.get_computed_blocks(request)
+        request.shared_prefix_boundary = length + uncached if uncached else 0
         return [block for group in hits for block in group], length
 
     def get_num_cached_tokens(self, request: Request) -> int:
@@ -115,6 +121,10 @@ class HybridKVCacheManager(KVCacheManagerBase):
         """Every non-null block the request holds, group 0's first."""
         null = self.coordinator.null_block.block_id
         return tuple(b for table in self.group_block_ids(request_id) for b in table if b != null)
+
+    def new_step_starts(self) -> None:
+        """A schedule() begins: the Mamba states cached before it may be hit."""
+        self.coordinator.new_step_starts()
 
     def end_step(self) -> None:
         """The Mamba state copies owed by this step go to the worker with its output; the

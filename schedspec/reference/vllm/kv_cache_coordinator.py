@@ -98,13 +98,20 @@ class HybridKVCacheCoordinator:
 
     def find_longest_cache_hit(
         self, request: Request, max_cache_hit_length: int
-    ) -> tuple[GroupBlocks, int]:
-        """Every group's hit blocks and the reconciled hit length: the longest length no
-        group refuses, found as a fixed point. Each group in turn either accepts the
-        current length or cuts it to its own hit; after any cut, every group is asked
-        again. The length only shrinks, so it ends, and no group's hit is shorter."""
+    ) -> tuple[GroupBlocks, int, int]:
+        """Every group's hit blocks, the reconciled hit length, and the uncached common
+        prefix (vLLM's num_uncached_common_prefix_tokens): how far the longest hit one
+        group alone had runs past the reconciled one.
+
+        The reconciled hit is the longest length no group refuses, found as a fixed
+        point. Each group in turn either accepts the current length or cuts it to its
+        own hit; after any cut, every group is asked again. The length only shrinks, so
+        it ends, and no group's hit is shorter. Each lookup is bounded by the length
+        before it, so the longest single-group hit is the first group's (full attention
+        when there is one)."""
         hits: list[list[KVCacheBlock] | None] = [None] * len(self.managers)
         hit_length = max_cache_hit_length
+        longest = 0
         while True:
             length = hit_length
             for gid in self._lookup_order:
@@ -117,6 +124,7 @@ class HybridKVCacheCoordinator:
                 found = manager.find_longest_cache_hit(self.block_hashes(request, gid), length)
                 hits[gid] = found
                 length = len(found) * manager.block_size
+                longest = max(longest, length)
             if length >= hit_length:
                 break
             hit_length = length
@@ -124,12 +132,13 @@ class HybridKVCacheCoordinator:
             found = hits[gid]
             assert found is not None
             del found[cdiv(hit_length, manager.block_size) :]
-        return tuple(h or [] for h in hits), hit_length
+        return tuple(h or [] for h in hits), hit_length, longest - hit_length
 
-    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
-        """The reconciled hit, never covering the last token (its logits are the step's)."""
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int, int]:
+        """The reconciled hit, never covering the last token (its logits are the step's),
+        and the uncached common prefix past it (find_longest_cache_hit)."""
         if not self.enable_caching:
-            return tuple([] for _ in self.managers), 0
+            return tuple([] for _ in self.managers), 0, 0
         return self.find_longest_cache_hit(request, request.num_tokens - 1)
 
     def get_num_blocks_to_allocate(
@@ -257,6 +266,12 @@ class HybridKVCacheCoordinator:
         if request.is_finished:
             self._block_hashes.pop(request.request_id, None)
             self._untagged.pop(request.request_id, None)
+
+    def new_step_starts(self) -> None:
+        """A schedule() begins (vLLM's KVCacheCoordinator.new_step_starts)."""
+        for manager in self.managers:
+            if isinstance(manager, MambaManager):
+                manager.new_step_starts()
 
     def take_state_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
         """Every Mamba group's (source, destination) state copies owed since the last call."""

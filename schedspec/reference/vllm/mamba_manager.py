@@ -40,6 +40,9 @@ class MambaManager(SingleTypeKVCacheManager):
         self._allocated_block_reqs: set[str] = set()
         # (source, destination) state copies the worker owes, oldest first.
         self.state_copies: list[tuple[KVCacheBlock, KVCacheBlock]] = []
+        # The hashes of the states this group cached since the current step began: their
+        # step has not run, so no state is in them yet (vLLM's cached_blocks_this_step).
+        self.cached_this_step: set[BlockHash] = set()
 
     @property
     def group(self) -> MambaGroup:
@@ -79,7 +82,14 @@ class MambaManager(SingleTypeKVCacheManager):
         Mode "align": the table reaches the state block of the last scheduled token
         (lookahead slots are drafts' and no drafter has Mamba layers), but at most one
         new block a step, plus the scratch states on the first allocation: the
-        blocks in between are nulls."""
+        blocks in between are nulls.
+
+        A hit whose state another request cached in this same step cannot be used yet
+        (that step writes the state): the count is more than the pool, so the
+        allocation fails and the admission waits for a later step, as vLLM 0.33.0 and
+        0.34.0 refuse it (MambaManager.get_num_blocks_to_allocate)."""
+        if new_computed_blocks and new_computed_blocks[-1].block_hash in self.cached_this_step:
+            return self.block_pool.num_blocks + 1
         spec_blocks = self.group.num_speculative_blocks
         if not self.aligned:
             return super().get_num_blocks_to_allocate(
@@ -132,6 +142,21 @@ class MambaManager(SingleTypeKVCacheManager):
         if source is not None and table[source] is not self.null_block:
             self.state_copies.append((table[source], table[state_idx]))
         return new_blocks
+
+    def cache_blocks(
+        self, request_id: str, block_hashes: Sequence[BlockHash], num_tokens: int
+    ) -> None:
+        """Register the full state blocks, and note the ones this call cached."""
+        num_cached = self.num_cached_block.get(request_id, 0)
+        super().cache_blocks(request_id, block_hashes, num_tokens)
+        table = self.req_to_blocks.get(request_id, [])
+        for block in table[num_cached : self.num_cached_block.get(request_id, 0)]:
+            if block.block_hash is not None and block is not self.null_block:
+                self.cached_this_step.add(block.block_hash)
+
+    def new_step_starts(self) -> None:
+        """A schedule() begins: the states cached before it are written by now."""
+        self.cached_this_step.clear()
 
     def take_state_copies(self) -> list[tuple[KVCacheBlock, KVCacheBlock]]:
         """The (source, destination) state copies owed since the last call, for the

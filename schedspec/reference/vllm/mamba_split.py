@@ -1,7 +1,7 @@
 """Where a prefill chunk may end when a Mamba group keeps block-aligned states (vLLM 0.33.0
-and 0.34.0 Scheduler._mamba_block_aligned_split: the block-aligned cut and the stop at
-the last boundary a hit can reach; without the backend's internal prefill checkpoints,
-partial-hash tails and shared-prefix junctions: NOTES-issue-34.md)."""
+and 0.34.0 Scheduler._mamba_block_aligned_split: the block-aligned cut, the stop at the
+last boundary a hit can reach and the stop at the shared-prefix junction; without the
+backend's internal prefill checkpoints and partial-hash tails: NOTES-issue-34.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def mamba_block_aligned_split(
     block_size: int,
     max_prefill_tokens: int,
     drop_eagle_block: bool = False,
+    junction: int = 0,
 ) -> int:
     """The new tokens to schedule: a chunk that stops short of the prefill's end is cut
     down to a block boundary, since a state is written only where a chunk ends and a
@@ -34,16 +35,22 @@ def mamba_block_aligned_split(
     advances by a part of a block instead, or it would never advance (vLLM #40707,
     #45414: the scheduler stalled).
 
-    Two stops then end a chunk early wherever it would run past them: the next block
+    Three stops then end a chunk early wherever it would run past them: the next block
     boundary, for a chunk that starts mid-block (after a part-block advance: the
     long-prefill cap may have held a chunk to less than a block in a step with other
     prefills, and not in the next), so that the state is realigned; and the checkpoint
     (`checkpoint_position` of the request's num_tokens, backed off a block under EAGLE's
     block drop), the last boundary a prefix hit can reach, so that the state a later
     request with the same prompt hits is written (a state is written only at a chunk's
-    end). They bite where the boundary cut does not: on the chunk that reaches the
-    prefill's end, or a part-block one. Both hold with or without prefix caching, as in
-    vLLM.
+    end); and the request's shared-prefix junction (`junction`: Request.
+    shared_prefix_boundary, the longest hit one group alone had at its admission where
+    the reconciled hit was shorter), floored to a whole number of blocks from the
+    chunk's start, so that the state at a prefix other requests share is written for the
+    next one (vLLM's block-floored junction: without partial-hash hits, which the spec
+    does not model, vLLM never stops at the junction itself). The first two bite where
+    the boundary cut does not: on the chunk that reaches the prefill's end, or a
+    part-block one; the junction also mid-prefill. The first two hold with or without
+    prefix caching, as in vLLM; a junction needs a prefix hit.
     """
     if num_computed_tokens >= prefill_end:
         return num_new_tokens
@@ -55,7 +62,10 @@ def mamba_block_aligned_split(
     start = num_computed_tokens
     next_boundary = (start // block_size + 1) * block_size if start % block_size else end
     checkpoint = checkpoint_position(num_tokens, block_size, drop_eagle_block)
-    stops = [s for s in (next_boundary, checkpoint) if start < s < end]
+    junction_stop = start + (junction - start) // block_size * block_size
+    if not start < junction < end:
+        junction_stop = end
+    stops = [s for s in (next_boundary, checkpoint, junction_stop) if start < s < end]
     return min(stops, default=end) - start
 
 
@@ -116,4 +126,5 @@ class MambaSplit:
             self.block_size,
             self.max_prefill_tokens,
             self.drop_eagle_block,
+            request.shared_prefix_boundary,
         )

@@ -170,6 +170,8 @@ class Scheduler:
     # ----------------------------------------------------------------- schedule
 
     def schedule(self) -> SchedulerOutput:
+        if isinstance(self.kv_cache_manager, HybridKVCacheManager):
+            self.kv_cache_manager.new_step_starts()
         step = StepPlan(token_budget=self.config.max_num_batched_tokens)
         cap = self._long_prefill_cap()
         self._schedule_running(step, cap)
@@ -330,6 +332,8 @@ class Scheduler:
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
         request.num_preemptions += 1
+        # Its shared-prefix junction stays, as in vLLM: nothing reads it while it waits,
+        # and the lookup that resumes it (nothing computed) records a new one.
         if self.kv_loads is not None:
             self.kv_loads.forget(request)
         self.waiting.prepend(request)
@@ -479,6 +483,7 @@ class Scheduler:
             # Only a request with nothing computed looks up the cache and the connector;
             # a promoted load starts from what it loaded.
             if request.num_computed_tokens == 0:
+                # A hybrid lookup also records the request's shared-prefix junction.
                 hit_blocks, num_hit = kv.get_computed_blocks(request)
                 if loads is not None:
                     matched, load_async = loads.connector.get_num_new_matched_tokens(

@@ -7,16 +7,18 @@ from __future__ import annotations
 from collections.abc import Sequence, Set
 
 from schedspec.spec.arithmetic import cdiv
-from schedspec.spec.block_hash import BlockHash
+from schedspec.spec.block_hash import BlockHash, extend_block_hashes
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.invariants.vllm.completeness import held_both_sides
 from schedspec.spec.kv_groups import (
     ChunkedLocalGroup,
+    FullAttentionGroup,
     KVCacheGroupSpec,
     MambaGroup,
     SlidingWindowGroup,
+    group_block_hash,
     group_block_hashes,
 )
 
@@ -120,4 +122,88 @@ def check_hybrid_hit_longest(t: ScheduleTransition) -> list[Violation]:
                     actual=hit,
                 )
             )
+    return out
+
+
+def first_lookup_group(groups: Sequence[KVCacheGroupSpec]) -> int:
+    """The group vLLM's coordinator looks up first: the first full-attention group, else
+    the first group (it sorts full attention first, keeping config order). Every later
+    lookup is bounded by the length before it, so this group's hit is the longest hit
+    any one group has at that lookup."""
+    return next((i for i, g in enumerate(groups) if isinstance(g, FullAttentionGroup)), 0)
+
+
+def longest_single_group_hit(
+    config: SchedulerConfig, tokens: Sequence[int], cached: Set[BlockHash]
+) -> int:
+    """The first-looked-up group's own hit on `tokens` (never the last token) over the
+    cached hashes: the shared prefix an admission's lookup sees."""
+    gid = first_lookup_group(config.kv_cache_groups)
+    group = config.kv_cache_groups[gid]
+    own = [group_block_hash(h, gid) for h in extend_block_hashes([], tokens, group.block_size)]
+    return group_hit(group, own, cached, len(tokens) - 1, config.block_size)
+
+
+@invariant(
+    "SHARED-PREFIX-JUNCTION",
+    "schedule",
+    "vllm-v1",
+    "With kv_cache_groups, an admission records its shared-prefix junction at its lookup: "
+    "the hit the group looked up first (the first full-attention group, else the first "
+    "group) has alone, where that is longer than the admission's reconciled hit, else 0 "
+    "(always 0 without prefix caching). That hit is judged between its value over the "
+    "blocks the cache held through the step and over those it held before or after it. A "
+    "request running before the step keeps its junction, preempted or not.",
+    groups="hybrid",
+)
+def check_shared_prefix_junction(t: ScheduleTransition) -> list[Violation]:
+    out: list[Violation] = []
+    for rid in t.pre.running:
+        pre, post = t.pre.requests.get(rid), t.post.requests.get(rid)
+        if pre is None or post is None:
+            continue
+        if post.shared_prefix_boundary != pre.shared_prefix_boundary:
+            out.append(
+                Violation(
+                    "SHARED-PREFIX-JUNCTION",
+                    "a running request's junction changed (only a lookup sets it)",
+                    rid,
+                    expected=pre.shared_prefix_boundary,
+                    actual=post.shared_prefix_boundary,
+                )
+            )
+    admitted = [r for r in t.admitted if r in t.post.requests]
+    if not admitted:
+        return out
+    config = t.post.config
+    caching = config.enable_prefix_caching
+    through = held_both_sides(t.pre.kv, t.post.kv) if caching else set()
+    either = {h for h in (*t.pre.kv.block_hashes, *t.post.kv.block_hashes) if h is not None}
+    for rid in admitted:
+        request = t.post.requests[rid]
+        junction = request.shared_prefix_boundary
+        hit = t.computed_before.get(rid, 0)
+        tokens = request.prompt_token_ids + request.output_token_ids
+        if not caching:
+            low = high = 0
+        else:
+            low = longest_single_group_hit(config, tokens, through)
+            high = longest_single_group_hit(config, tokens, either)
+        if junction == 0 and low <= hit:
+            continue
+        if junction != 0 and hit < junction and low <= junction <= high:
+            continue
+        allowed = ["0"] if low <= hit else []
+        if max(low, hit + 1) <= high:
+            allowed.append(f"a hit in [{max(low, hit + 1)}, {high}]")
+        out.append(
+            Violation(
+                "SHARED-PREFIX-JUNCTION",
+                f"junction recorded at admission (hit {hit} tokens; the first group alone "
+                f"hit between {low} and {high})",
+                rid,
+                expected=" or ".join(allowed),
+                actual=junction,
+            )
+        )
     return out

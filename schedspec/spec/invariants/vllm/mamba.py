@@ -1,7 +1,7 @@
 """vLLM V1's Mamba-aligned split (docs/SPEC.md, "Hybrid KV cache groups", Mamba): where a
 prefill chunk of a config with a Mamba group in align mode may end (on a block boundary,
-and never past the checkpoint a later hit reaches), and the cut the budget invariants
-apply before they compare."""
+and never past the checkpoint a later hit reaches nor past the shared-prefix junction),
+and the cut the budget invariants apply before they compare."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.kv_groups import (
+    NULL_BLOCK_ID,
+    MambaGroup,
     mamba_aligned_new_tokens,
     mamba_checkpoint_position,
+    mamba_junction_stop,
     mamba_split_group,
 )
 from schedspec.spec.state import RequestState
@@ -38,9 +41,19 @@ def drops_eagle_block(config: SchedulerConfig) -> bool:
     return config.lookahead_tokens > 0 and not config.enable_prefix_caching
 
 
-def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_new: int) -> int:
+def junction_in_step(t: ScheduleTransition, request_id: str) -> int:
+    """The shared-prefix junction a step's split reads for a request: the one after the
+    step (an admission's lookup records it before the split; a running request keeps
+    its own), or before it for a request gone since."""
+    request = t.post.requests.get(request_id) or t.pre.requests.get(request_id)
+    return 0 if request is None else request.shared_prefix_boundary
+
+
+def mamba_cut(
+    config: SchedulerConfig, request: RequestState, start: int, num_new: int, junction: int
+) -> int:
     """num_new tokens from `start` after the Mamba-aligned split (unchanged without a
-    Mamba group in align mode)."""
+    Mamba group in align mode), with the request's shared-prefix junction."""
     group = mamba_split_group(config.kv_cache_groups)
     if group is None:
         return num_new
@@ -52,6 +65,7 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
         group.block_size,
         max_prefill_tokens(config),
         drops_eagle_block(config),
+        junction,
     )
 
 
@@ -67,7 +81,9 @@ def mamba_cut(config: SchedulerConfig, request: RequestState, start: int, num_ne
     "checkpoint, the last such multiple at or before its last token (where a later hit on "
     "the same prompt resumes; with an EAGLE-style drafter and no prefix caching, one "
     "block before the last multiple at or before its end), nor, when it starts mid-block, "
-    "past the next multiple.",
+    "past the next multiple; nor, when the request's shared-prefix junction is strictly "
+    "inside it, past the last point at or before the junction a whole number of blocks "
+    "from its start (where that is past its start).",
     groups="hybrid",
 )
 def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
@@ -93,6 +109,21 @@ def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
                     "reaches there is never written",
                     rid,
                     expected=checkpoint,
+                    actual=end,
+                )
+            )
+            continue
+        junction = junction_in_step(t, rid)
+        stop = mamba_junction_stop(start, end, junction, size)
+        if start < stop < end:
+            out.append(
+                Violation(
+                    "MAMBA-SPLIT",
+                    f"prefill chunk from {start} runs past the shared-prefix junction at "
+                    f"{junction}, floored to {stop} (block size {size}): the state at the "
+                    "prefix other requests share is never written",
+                    rid,
+                    expected=stop,
                     actual=end,
                 )
             )
@@ -124,4 +155,50 @@ def check_mamba_split(t: ScheduleTransition) -> list[Violation]:
                 actual=end,
             )
         )
+    return out
+
+
+@invariant(
+    "MAMBA-HIT-WRITTEN",
+    "schedule",
+    "vllm-v1",
+    "With prefix caching, an admission's prefix hit never ends on a state of a Mamba group "
+    "in align mode that was registered in the cache during the step itself: that step "
+    "writes the state, so the admission waits for a later step.",
+    groups="hybrid",
+)
+def check_mamba_hit_written(t: ScheduleTransition) -> list[Violation]:
+    config = t.post.config
+    if not config.enable_prefix_caching:
+        return []
+    aligned = [
+        (gid, g.block_size)
+        for gid, g in enumerate(config.kv_cache_groups)
+        if isinstance(g, MambaGroup) and g.mamba_cache_mode == "align"
+    ]
+    out: list[Violation] = []
+    before, after = t.pre.kv.block_hashes, t.post.kv.block_hashes
+    for rid in t.admitted:
+        request = t.post.requests.get(rid)
+        hit = t.computed_before.get(rid, 0)
+        if request is None or hit == 0:
+            continue
+        for gid, size in aligned:
+            table = request.group_block_ids[gid]
+            index = hit // size - 1
+            block = table[index] if index < len(table) else NULL_BLOCK_ID
+            if not 0 <= block < len(after):
+                continue  # no state there: HYBRID-HIT's to judge
+            if after[block] is not None and before[block] != after[block]:
+                out.append(
+                    Violation(
+                        "MAMBA-HIT-WRITTEN",
+                        f"hit of {hit} tokens ends on the Mamba state in block {block} of "
+                        f"group {gid}, registered in this step (not written yet)",
+                        rid,
+                        block,
+                        expected="a state cached before the step",
+                        actual=block,
+                    )
+                )
     return out

@@ -18,7 +18,7 @@ from schedspec.spec.invariants.transitions import (
     ScheduleTransition,
     UpdateTransition,
 )
-from schedspec.spec.invariants.vllm.mamba import mamba_cut
+from schedspec.spec.invariants.vllm.mamba import junction_in_step, mamba_cut
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
 from schedspec.spec.kv_groups import NULL_BLOCK_ID
 from schedspec.spec.state import KVState, RequestState, State
@@ -193,8 +193,9 @@ def check_greedy_budget(t: ScheduleTransition) -> list[Violation]:
         else:
             demand = _capped(_running_demand(pre, before[rid]), cap)
             expected = min(demand, budget, config.max_model_len - 1 - before[rid])
-        # A Mamba group in align mode cuts prefill chunks to its state boundaries.
-        expected = mamba_cut(config, pre, before[rid], expected)
+        # A Mamba group in align mode cuts prefill chunks to its state boundaries (and to
+        # the junction an admission's lookup just recorded, or a running request kept).
+        expected = mamba_cut(config, pre, before[rid], expected, junction_in_step(t, rid))
         # A priority victim unscheduled after this request was sized gives its
         # budget back too late for it: then the request may get less, never more.
         refunded = config.policy == "priority" and bool(t.output.preempted_req_ids)
@@ -255,7 +256,8 @@ def _cut_to_nothing(t: ScheduleTransition, pre: RequestState, budget_left: int, 
         return False
     cap = long_prefill_cap(t.pre)
     wanted = running_wanted(pre, pre.num_computed_tokens, cap, budget_left, room)
-    return wanted > 0 and mamba_cut(config, pre, pre.num_computed_tokens, wanted) == 0
+    junction = pre.shared_prefix_boundary  # a running request keeps its own
+    return wanted > 0 and mamba_cut(config, pre, pre.num_computed_tokens, wanted, junction) == 0
 
 
 @invariant(
