@@ -2,7 +2,11 @@
 
 Both engines run the same workloads in one process, and the script prints the
 ratio reference / vLLM of their time per step. A step is schedule() +
-update_from_output(); only those two calls are timed (time.perf_counter_ns).
+update_from_output(); only those two calls are timed, in this process's CPU time
+(time.process_time_ns: other jobs on a shared machine then disturb the ratios less
+than they disturb wall time; each read of that clock costs about a microsecond,
+which adds to the faster engine's step more, so the reference's ratio errs high), or
+in wall time with --clock wall (time.perf_counter_ns).
 
 - vLLM 0.33.0's Scheduler is driven directly, not through the adapter
   (VllmEngine translates every step to and from the spec's types and keeps a
@@ -58,6 +62,7 @@ import argparse
 import gc
 import importlib
 import importlib.util
+import os
 import platform
 import random
 import statistics
@@ -75,6 +80,8 @@ from bench_reference import (
     make_mixed_workload,
     mixed_config,
     percentile,
+    set_step_clock,
+    step_clock,
     timed_step,
     us,
 )
@@ -193,7 +200,7 @@ class VllmDriver:
 
     def step(self) -> VllmStep:
         """One engine iteration; only schedule() and update_from_output() are timed."""
-        clock = time.perf_counter_ns
+        clock = step_clock()
         scheduler = self.scheduler
         t0 = clock()
         out = scheduler.schedule()
@@ -559,7 +566,7 @@ class Pipelined:
     def step(self) -> tuple[int, int, Mapping[str, int]]:
         """One engine step: (schedule ns, update ns, tokens scheduled per request); only
         schedule() and update_from_output() are timed, 0 for a call not made."""
-        clock = time.perf_counter_ns
+        clock = step_clock()
         schedule_ns = update_ns = 0
         scheduled: Mapping[str, int] = {}
         if self.queue.schedules(self.has_requests()):
@@ -761,15 +768,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the mixed workload")
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="what a timed call counts: this process's CPU time [cpu], or wall time",
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else DEFAULT
+    set_step_clock(args.clock)
     v = load_vllm()
     started = time.perf_counter_ns()
     print(
         f"reference vs vLLM {v.version} Scheduler, per-step time "
         f"({'quick' if args.quick else 'default'}); Python {platform.python_version()} "
         f"{platform.machine()}, gc {'on' if gc.isenabled() else 'off'} "
-        "(start-up heap frozen, env lookups cached, as vLLM's EngineCore does)"
+        "(start-up heap frozen, env lookups cached, as vLLM's EngineCore does); "
+        f"{args.clock} time, load {os.getloadavg()}"
     )
     print()
 

@@ -77,12 +77,10 @@ class ModelRunnerOutput:
     kv_connector_output: KVConnectorOutput | None = None
 
 
-class SamplingRequest(NamedTuple):
-    """A live request that sampled this step: its tokens and how many drafts it verified."""
-
-    request_id: str
-    token_ids: Sequence[int]
-    num_drafts: int
+# A live request that sampled this step: (request_id, token_ids, num_drafts), its tokens
+# and how many drafts it verified. A plain tuple: one is built per sampling request per
+# step, and a NamedTuple's constructor (a Python function) costs several times the tuple.
+SamplingRequest = tuple[str, Sequence[int], int]
 
 
 def sampling_requests(
@@ -137,5 +135,5 @@ def sampling_requests(
                 f"(1 + scheduled drafts), got {len(tokens)}",
             )
         else:
-            sampling.append(SamplingRequest(rid, tokens, drafts))
+            sampling.append((rid, tokens, drafts))
     return sampling

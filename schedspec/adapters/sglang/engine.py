@@ -376,14 +376,18 @@ class SGLangEngine:
             tables[req.rid] = table_blocks(row, page_size)
             self._contents.observe(req.rid, known_tokens(req), row)
         requests: dict[str, RequestState] = {}
+        # Bound once: this runs per live request per change.
+        state_of, in_flight, given = self._request_states.of, self._pipeline.of, self._given
+        finish_abort = self._v.FINISH_ABORT
         for rid, req in live.items():
-            requests[spec_id(rid)] = self._request_states.of(
+            blocks = tables.get(rid)  # None: not running
+            requests[spec_id(rid)] = state_of(
                 req,
-                self._given[rid],
-                self._pipeline.of(rid),
-                running=rid in tables,
-                blocks=tables.get(rid, ()),
-                aborting=abort_pending(s, req, self._v.FINISH_ABORT),
+                given[rid],
+                in_flight(rid),
+                running=blocks is not None,
+                blocks=blocks or (),
+                aborting=abort_pending(s, req, finish_abort),
             )
         running_order = tuple(spec_id(req.rid) for req in running)
         self._running_order = running_order

@@ -121,10 +121,8 @@ class TreeWalk:
         )
 
     def blocks(self, page_size: int) -> tuple[int, ...]:
-        """The blocks these slots fill, each once, by block id: the walk's own order
-        follows the Rust tree core's maps of children, which is not the eviction order
-        and differs from one run to the next."""
-        return tuple(sorted({slot_block(s, page_size) for s in self.slots}))
+        """The blocks these slots fill (walk_blocks)."""
+        return walk_blocks(self.slots, page_size)
 
     def check(self, contents: SlotContents) -> None:
         """Refuse a tree whose chain of slots disagrees with where tables held them."""
@@ -141,6 +139,20 @@ class TreeWalk:
                     f"slot {previous}, which the last table that held it had at position "
                     f"{contents.position_of(previous)}"
                 )
+
+
+def walk_blocks(slots: Iterable[int], page_size: int) -> tuple[int, ...]:
+    """The blocks a tree walk's slots fill, each once, by block id: the walk's own order
+    follows the Rust tree core's maps of children, which is not the eviction order and
+    differs from one run to the next."""
+    return tuple(sorted({slot_block(s, page_size) for s in slots}))
+
+
+def evictable_blocks(tree_core: Any, page_size: int) -> tuple[int, ...]:
+    """The blocks of the tree's unlocked slots (walk_blocks), from the walk's slots
+    alone: their positions and chain are TreeWalk.check's, on the whole tree."""
+    walked = tree_core.walk_for_kv_canary(True, False)
+    return walk_blocks(_ints(walked.slot_indices), page_size)
 
 
 def free_block_order(allocator: Any, evictable: Sequence[int]) -> tuple[int, ...]:
@@ -182,7 +194,7 @@ def kv_state(
             content = contents.content_of(block)
             hashes[block] = content
             cached.setdefault(content, []).append(block)
-        evictable = TreeWalk.of(core, unlocked_only=True).blocks(page_size)
+        evictable = evictable_blocks(core, page_size)
     return KVState(
         num_blocks=num_blocks,
         free_block_ids=free_block_order(scheduler.token_to_kv_pool_allocator, evictable),

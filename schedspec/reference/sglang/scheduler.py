@@ -558,7 +558,7 @@ class SGLangScheduler:
             scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
         )
         in_flight.popleft()
-        tokens = {s.request_id: s.token_ids for s in sampling}
+        tokens = {rid: token_ids for rid, token_ids, _ in sampling}
         self._land_in_flight_tokens(scheduler_output, by_rid)
         outputs: dict[str, RequestOutput] = {}
         self.kv.pool.begin_group()
