@@ -138,15 +138,10 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "the admissions after it, not its whole budget.",
         {"SG-ADMISSION"},
         family="sglang",
-        gap=(
-            "needs a retracted request readmitted beside another admission in one pass, "
-            "with chunked prefill on (the other branch reserves the same either way), and "
-            "the next request's future inside a window as wide as the readmission's "
-            "outputs (the corner sg-readmit-whole-budget, which the regime sglang-readmit "
-            "builds in about 1 example of 25): caught on 2 of seeds 1-10 with that regime "
-            "at weight 3 of 17 (the same 2 without it; benchmarks/bench_mutants.py) "
-            "(issue 36)"
-        ),
+        # Caught on seeds 1-10 once the opening cohort-then-small (strategies/openings.py)
+        # brings staggered decodes, retracted with many outputs, and small requests queued
+        # behind them (the corner sg-readmit-whole-budget); on 2 of those seeds with the
+        # regime sglang-readmit alone (issue 36).
     ),
     mutant(
         "rv-fit-ignores-outputs",
@@ -211,15 +206,12 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "reservations leave (capped only by the pool).",
         {"SG-CHUNK-ROOM", "SG-ADMISSION", "SG-RETRACT"},
         family="sglang",
-        gap=(
-            "SG-CHUNK-ROOM judges it where the reservations leave less room than the chunk "
-            "budget while a chunk continues (the corner sg-chunk-room-cut), which the "
-            "regime sglang-mixed-overcommit builds in one or two examples of 25: caught on "
-            "6 of seeds 1-10 (before that regime: 1; the same under SGLANG_PACE), 4 with "
-            "sglang-readmit beside it (mixed-overcommit at 4 of 17); no variant of the "
-            "regime measured (pools of 1.25-1.5 contexts, 3-5 seats, budgets of 3-13, "
-            "contexts of 32-96) built the corner in more than 3 examples of 25 (issue 36)"
-        ),
+        # Caught on seeds 1-10 once the opening long-after-decodes (strategies/openings.py)
+        # sizes a prompt to the room the fit test sees beside decodes, under mixed chunks
+        # (the corner sg-chunk-room-cut); on 4 of those seeds with the regime
+        # sglang-mixed-overcommit alone, whose variants (pools of 1.25-1.5 contexts, 3-5
+        # seats, budgets of 3-13, contexts of 32-96) built the corner in at most 3
+        # examples of 25 (issue 36).
     ),
     # ------------------------------------------------------------ the chunked request
     mutant(
