@@ -9,6 +9,11 @@ retraction, the overlap scheduler, the radix tree, finish handling and mixed chu
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
+from schedspec.properties.strategies.configs import sglang_configs
+from schedspec.properties.strategies.regimes import sglang_small_chunks
+from schedspec.spec import SchedulerConfig
 from tests.mutants.mutation import CRASH, Mutant, mutant
 
 LEAK = {"CONSERVATION", "NO-LEAK", "EXCLUSIVE", CRASH}
@@ -17,6 +22,13 @@ SG = "sglang/scheduler.py"
 ADM = "sglang/admission.py"
 KV = "sglang/kv.py"
 RADIX = "sglang/radix_tree.py"
+
+
+def small_chunks_regime() -> st.SearchStrategy[SchedulerConfig]:
+    """Every config narrowed by the regime sglang-small-chunks (aborts find the chunked
+    request mid-prefill), for a pinned CI seed that the default configs miss."""
+    return sglang_configs(regimes=False).map(sglang_small_chunks)
+
 
 SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ new_token_ratio
@@ -163,7 +175,9 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "running_reservation(r.max_new_tokens, new_token_ratio)",
         "Running requests reserve their whole max_new_tokens at the ratio, ignoring what "
         "they already decoded.",
-        {"SG-ADMISSION", "SG-ADMISSION-STOP", "SG-LATCH"},
+        # SG-CHUNK-ROOM too: the same reservations size the chunked request's next chunk
+        # (the first catch on the pinned seed once the SGLang openings came, issue 36).
+        {"SG-ADMISSION", "SG-ADMISSION-STOP", "SG-LATCH", "SG-CHUNK-ROOM"},
         family="sglang",
     ),
     mutant(
@@ -232,6 +246,10 @@ SGLANG_REVIEW_MUTANTS: tuple[Mutant, ...] = (
         "An aborted chunked request's KV is cached into the radix tree instead of "
         "released uncached (its last chunk may still be in flight).",
         {"SG-CHUNKED-ABORT", "CACHE-COMPUTED", "CACHE-CONFIRMED", "CACHE-CONTENT"},
+        # The default configs kill it on each of seeds 1-10 (benchmarks/bench_mutants.py,
+        # which ignores `configs`), but since the SGLang openings (issue 36) not on the
+        # pinned seeds 20240607 and 20240608: the test narrows the configs instead.
+        configs=small_chunks_regime,
         family="sglang",
     ),
     mutant(
