@@ -4,8 +4,8 @@ vLLM's family opens with a burst of up to MAX_INITIAL_ARRIVALS plain draws (Open
 drawn as before openings existed. SGLang's family draws an Opening for its config from
 `sglang_openings`: a plain burst, or a shape that SGLang's admission arithmetic needs and
 random arrivals rarely build (a regime narrows the config; an opening shapes the workload
-that runs under it). Issue 36: regimes alone left three SGLang mutants alive on 2, 4 and
-1 of seeds 1-10; the corners they need were workload shapes, not knobs.
+that runs under it). Issue 36: under regimes alone, three SGLang mutants died on only 2,
+4 and 9 of seeds 1-10; the corners they need were workload shapes, not knobs.
 
 - "long-after-decodes" (mixed chunks only): one-token prompts with long futures, as many
   as leave a seat, decode for some steps; then one prompt arrives sized to the room
