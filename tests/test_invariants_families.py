@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from schedspec.adapters.reference import reference_engine
+from schedspec.properties.checked_engine import replay
 from schedspec.spec import SGLangState, State
 from schedspec.spec.invariants import (
     CATALOGUE,
@@ -38,6 +40,7 @@ from tests.invariant_builders import (
     with_request,
     with_scheduled,
 )
+from tests.regression_trace import regression_trace
 
 cases = CaseRegistry()
 
@@ -595,3 +598,14 @@ def test_the_profiles_of_the_split() -> None:
 
 def test_sglang_state_is_what_the_profile_reads() -> None:
     assert isinstance(sglang_chunk().state.sglang, SGLangState)
+
+
+def test_a_refreshed_request_tried_behind_an_admission_may_be_the_most_recent() -> None:
+    """The reference under the opening long-after-decodes (seed 3 of 25 examples of
+    sglang-mixed-overcommit): the 32nd pass refreshes r32 (prompt 1), r33 (5 5 ...) and
+    those behind, admits r32 (its one-token match locks nothing, so its first page keeps
+    r32's place), then tries r33, whose match touches r33's first page last. The two
+    first pages end in queue order, not reverse: no violation (SGLang 0.5.23, in
+    lockstep with the reference on this trace, made the same decisions)."""
+    trace = regression_trace("sglang-refresh-tries-the-head-behind-an-admission")
+    replay(trace, reference_engine, "sglang")

@@ -54,6 +54,7 @@ from schedspec.properties.strategies.actions import (
     step_action,
     unpack,
 )
+from schedspec.properties.strategies.openings import Opening
 from schedspec.properties.suite import (
     SUITE_GC_THRESHOLD,
     SuiteSettings,
@@ -145,7 +146,7 @@ def test_sglang_arrivals_come_in_bursts() -> None:
     for profile, config in runs:
         machine = make_state_machine(reference_engine, profile)()
         assert isinstance(machine, SchedulerMachine)
-        machine.start(config, 0, [draw])
+        machine.start(config, 0, Opening.burst([draw]))
         machine.take(ArriveAction(draw, then_steps=5))
         events = machine.engine().trace().events
         steps[profile] = sum(isinstance(e, Step) for e in events)

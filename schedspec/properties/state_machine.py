@@ -37,6 +37,7 @@ from schedspec.properties.strategies.actions import (
     request_draws,
 )
 from schedspec.properties.strategies.configs import checked_configs, family_configs
+from schedspec.properties.strategies.openings import Opening, sglang_openings
 from schedspec.spec import RequestState, SchedulerConfig
 from schedspec.spec.invariants import Profile, family_of
 from schedspec.traces.divergence import DivergenceError
@@ -109,8 +110,9 @@ _MODEL_SEEDS = st.integers(0, 2**16)
 
 
 @functools.cache
-def _first_arrivals(max_size: int) -> st.SearchStrategy[list[RequestDraw]]:
-    return st.lists(request_draws, min_size=1, max_size=max_size)
+def _first_arrivals(max_size: int) -> st.SearchStrategy[Opening]:
+    # A map draws nothing of its own: vLLM's examples draw what they drew before openings.
+    return st.lists(request_draws, min_size=1, max_size=max_size).map(Opening.burst)
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -127,8 +129,9 @@ class SchedulerMachine(RuleBasedStateMachine):
     checked: Harness | None = None
     failed = False
 
-    def start(self, config: SchedulerConfig, seed: int, first: list[RequestDraw]) -> None:
-        """The initialize rule: a fresh harness for the example, and its first arrivals."""
+    def start(self, config: SchedulerConfig, seed: int, first: Opening) -> None:
+        """The initialize rule: a fresh harness for the example, and its opening (its first
+        arrivals, and for SGLang's family sometimes steps and late arrivals)."""
         self.recorder.examples += 1
         model = ModelParams(seed=seed)
         try:
@@ -143,8 +146,17 @@ class SchedulerMachine(RuleBasedStateMachine):
             raise
         self.next_id = 0
         self.worker = WorkerClock()
-        for drawn in first:
+        for drawn in first.first_arrivals(config):
             self._arrive(drawn)
+            self._steps(first.stagger)
+        if first.late:
+            self._steps(first.then_steps)
+            for drawn in first.late_arrivals(self.engine().state):
+                self._arrive(drawn)
+
+    def start_opened(self, opened: tuple[SchedulerConfig, Opening], seed: int) -> None:
+        """SGLang's initialize rule: the config and the opening drawn for it."""
+        self.start(opened[0], seed, opened[1])
 
     def engine(self) -> Harness:
         assert self.checked is not None
@@ -328,13 +340,25 @@ def make_target_machine(
     # @initialize takes its strategies when it makes the rule, and the configs are the
     # run's: so the rule around SchedulerMachine.start is made here, once per run.
     pace = SGLANG_PACE if family == "sglang" else VLLM_PACE
-    first = _first_arrivals(pace.max_initial_arrivals)
-    start = initialize(config=chosen_configs, seed=_MODEL_SEEDS, first=first)
+    if family == "sglang":
+        # SGLang's opening is drawn after the config, whose knobs decide which shapes it
+        # can show (strategies/openings.py).
+        max_first = pace.max_initial_arrivals
+        opened = chosen_configs.flatmap(
+            lambda c: sglang_openings(max_first, c).map(lambda o: (c, o))
+        )
+        rule_name = "start_opened"
+        begin = initialize(opened=opened, seed=_MODEL_SEEDS)(SchedulerMachine.start_opened)
+    else:
+        rule_name = "start"
+        first = _first_arrivals(pace.max_initial_arrivals)
+        start = initialize(config=chosen_configs, seed=_MODEL_SEEDS, first=first)
+        begin = start(SchedulerMachine.start)
     run: dict[str, object] = {
         "target": target,
         "pace": pace,
         "recorder": recorder if recorder is not None else SuiteRecorder(),
-        "start": start(SchedulerMachine.start),
+        rule_name: begin,
     }
     # The subclass keeps the name Hypothesis prints in a failing example
     # (`state = SchedulerMachine()`).

@@ -527,7 +527,9 @@ SGLANG_REGIMES: tuple[Regime, ...] = (
 # stop: the whole SGLang catalogue killed in 465 of 480 runs on seeds 1-10 (458
 # before), 45 of 48 mutants on every seed (40); rv-reserve-remaining-only on 2 (2),
 # rv-chunk-room-ignores-reservations on 4 (6), and the corners sg-chunk-room-cut and
-# sg-readmit-whole-budget reached on 4 and 6 seeds (issue 36).
+# sg-readmit-whole-budget reached on 4 and 6 seeds (issue 36). Those corners are workload
+# shapes, not knobs: the openings of strategies/openings.py, drawn for the config, reach
+# both on every seed and kill all three survivors on seeds 1-10 (weights unchanged).
 SGLANG_PLAIN_WEIGHT = 3
 
 # Hybrid KV cache groups (strategies/hybrid_regimes.py), drawn beside REGIMES where a

@@ -325,6 +325,15 @@ def _refresh_order(t: ScheduleTransition) -> list[Violation]:
     most recent anyway). So in the evictable order those first pages come in reverse
     queue order of the requests they belong to."""
     owner = refreshed_first_pages(t)
+    # The first request the pass left waiting, behind requests it admitted, may have been
+    # tried after the refresh: its match then touched its first page last, more recent
+    # than the first page of a request ahead admitted with a one-page prompt (which locks
+    # nothing and keeps its place). Whether the pass tried it the state does not say, so
+    # that first page is not judged. (At the head of the queue, place 0, it is the most
+    # recent either way.)
+    if t.post.waiting and t.post.waiting[0] in t.pre.waiting[1:]:
+        head = t.pre.waiting.index(t.post.waiting[0])
+        owner = {b: place for b, place in owner.items() if place != head}
     if len(owner) < 2:
         return []
     evictable = {b: i for i, b in enumerate(_evictable_order(t.post))}

@@ -1,0 +1,112 @@
+"""SGLang's openings (schedspec/properties/strategies/openings.py): the workload shapes an
+SGLang example may start with, each checked on the reference."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedspec.adapters.reference import reference_engine
+from schedspec.engines.events import AddRequest, Step
+from schedspec.properties.state_machine import SchedulerMachine, make_state_machine
+from schedspec.properties.strategies.actions import RequestDraw
+from schedspec.properties.strategies.openings import (
+    ANY_LENGTH,
+    ONE_TOKEN,
+    Opening,
+    fit_room,
+    sglang_openings,
+)
+from schedspec.spec import SchedulerConfig
+from schedspec.spec.sglang_arithmetic import running_reservation
+from tests.sched_helpers import make_config
+
+# Mixed chunks, pages of one token, two seats, a chunk budget of four: the regime
+# sglang-mixed-overcommit's shape.
+MIXED = make_config(
+    family="sglang",
+    block_size=1,
+    num_blocks=64,
+    max_model_len=64,
+    max_num_seqs=2,
+    max_num_batched_tokens=4,
+    enable_chunked_prefill=True,
+    enable_mixed_chunk=True,
+    schedule_conservativeness=0.1,
+)
+
+
+def draw(length_kind: int, max_tokens: int, anything: int = 0) -> RequestDraw:
+    return RequestDraw(length_kind, anything, 0, 7, max_tokens, 0, 0, 0, 0)
+
+
+def started(config: SchedulerConfig, opening: Opening) -> SchedulerMachine:
+    machine = make_state_machine(reference_engine, "sglang")()
+    assert isinstance(machine, SchedulerMachine)
+    machine.start(config, 0, opening)
+    return machine
+
+
+def test_a_long_late_prompt_is_sized_to_the_fit_tests_room() -> None:
+    """Two decodes drawn, one seat left for the long prompt: one decode arrives and runs
+    eight steps, and the late prompt is the room the fit test sees (64 slots less the
+    decode's 8, its prompt and the 7 outputs whose KV is written, less 0.07 of its 32
+    tokens to go: 53) less its future (2), a page, a token for the strict test and its
+    slack (3): 46 tokens. It is admitted at once and chunked, beside the decode."""
+    opening = Opening(
+        (draw(ONE_TOKEN, 40), draw(ONE_TOKEN, 40)), 0, 8, (draw(ANY_LENGTH, 2, 3),), True
+    )
+    assert len(opening.first_arrivals(MIXED)) == 1
+    machine = started(MIXED, opening)
+    events = machine.engine().trace().events
+    adds = [e for e in events if isinstance(e, AddRequest)]
+    assert [len(a.prompt_token_ids) for a in adds] == [1, 46]
+    assert sum(isinstance(e, Step) for e in events) == 8
+    machine.apply(Step())
+    state = machine.engine().state
+    assert state.sglang is not None and state.sglang.chunked_request_id == adds[1].request_id
+    machine.teardown()
+
+
+def test_fit_room_counts_the_running_reservations() -> None:
+    """fit_room: free and evictable slots less each running request's remaining future at
+    new_token_ratio (the fit test's remaining_total before any admission of the pass)."""
+    machine = started(MIXED, Opening((draw(ONE_TOKEN, 40),)))
+    for _ in range(8):
+        machine.apply(Step())
+    state = machine.engine().state
+    assert state.sglang is not None
+    (rid,) = state.running
+    left = 40 - len(state.requests[rid].output_token_ids)
+    expected = len(state.kv.free_block_ids) - running_reservation(
+        left, state.sglang.new_token_ratio
+    )
+    assert fit_room(state) == int(expected)
+    machine.teardown()
+
+
+def test_a_cohort_arrives_one_a_step_and_small_requests_after() -> None:
+    """cohort-then-small: each first arrival is followed by a step (stagger 1), then the
+    opening's steps, then the late arrivals together."""
+    cohort = tuple(draw(ONE_TOKEN, 30) for _ in range(3))
+    config = dataclasses.replace(
+        MIXED, enable_mixed_chunk=False, max_num_seqs=8, max_num_batched_tokens=128
+    )
+    machine = started(config, Opening(cohort, 1, 4, (draw(ONE_TOKEN, 2), draw(ONE_TOKEN, 2))))
+    kinds = [
+        "add" if isinstance(e, AddRequest) else "step" for e in machine.engine().trace().events
+    ]
+    assert kinds == ["add", "step"] * 3 + ["step"] * 4 + ["add", "add"]
+    machine.teardown()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_long_after_decodes_is_drawn_only_under_mixed_chunks(data: st.DataObject) -> None:
+    """Without mixed chunks no decode runs beside a chunk: the opening that needs one is
+    never drawn there."""
+    plain = dataclasses.replace(MIXED, enable_mixed_chunk=False)
+    opening = data.draw(sglang_openings(8, plain))
+    assert not opening.long_late
