@@ -69,11 +69,18 @@ FAULTS_IN_ONE_PROCESS = [
     Fault("schedule_returns_a_dict", 4, "schedule() returned dict, not a SchedulerOutput"),
     Fault("update_returns_a_list", 4, "update_from_output() returned list, not a mapping"),
     Fault("snapshot_block_out_of_range", 1, "CONSERVATION"),
-    # Seed 10's first lying snapshot follows an add_request(), whose checks read the text
-    # as a count that is not a fresh request's 0: DOOR and QUEUES (exit 1). One that
-    # follows a schedule(), whose checks cannot compare the text with a number, is the
-    # engine's error (exit 4), as on seed 1: LYING below allows either.
-    Fault("snapshot_counts_as_text", 1, "FAILED: DOOR, QUEUES", seed=10),
+    # A lying snapshot after an add_request() breaks DOOR and QUEUES (the text is not a
+    # fresh request's 0); one after a schedule() is the engine's error (exit 4: the
+    # checks cannot compare the text with a number, and the snapshot is named
+    # malformed). Shrinking ends on the second, the smaller case (add, step, step), on
+    # every seed 1-14 since SGLang's openings reshaped the strategy Hypothesis shrinks
+    # through (seed 10 ended on the first before). LYING below allows either.
+    Fault(
+        "snapshot_counts_as_text",
+        4,
+        "num_computed_tokens '1', not an int",
+        seed=10,
+    ),
     Fault("schedules_a_ghost", 1, "FAILED: BUDGET"),
 ]
 OUTCOMES = {0: "passed", 1: "violation", 4: "engine-error", 5: "hang", 130: "interrupted"}
