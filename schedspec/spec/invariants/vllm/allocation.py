@@ -19,6 +19,7 @@ from schedspec.spec.invariants.vllm.policy import (
     _capped,
     _running_demand,
     admission_blocks_needed,
+    allocation_slots,
     long_prefill_cap,
 )
 from schedspec.spec.invariants.vllm.reorder import waiting_phase_queue
@@ -32,7 +33,7 @@ def table_after_allocation(
     hit, for an admission): what the slots up to the lookahead need, capped at
     max_model_len, or what it holds already if that is more."""
     config = state.config
-    slots = min(computed + num_new + config.lookahead_tokens, config.max_model_len)
+    slots = allocation_slots(config, computed + num_new)
     return max(held, cdiv(slots, config.block_size))
 
 

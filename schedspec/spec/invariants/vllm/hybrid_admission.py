@@ -13,7 +13,7 @@ from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
 from schedspec.spec.invariants.vllm.hybrid_hit import reconciled_hit
-from schedspec.spec.invariants.vllm.policy import admission_stop
+from schedspec.spec.invariants.vllm.policy import admission_stop, allocation_slots
 from schedspec.spec.kv_groups import (
     MambaGroup,
     admission_cap_blocks,
@@ -40,7 +40,7 @@ def hybrid_admission_blocks(
     (`own`: each group's hashes of the request's blocks)."""
     in_flight = max_in_flight_tokens(config.max_num_batched_tokens, config.async_scheduling)
     full = min(num_tokens, config.max_model_len)
-    slots = min(hit_tokens + num_new + config.lookahead_tokens, config.max_model_len)
+    slots = allocation_slots(config, hit_tokens + num_new)
     first = {block_hash: ids[0] for block_hash, ids in kv.prefix_cache}
     gate = step = 0
     for gid, group in enumerate(config.kv_cache_groups):

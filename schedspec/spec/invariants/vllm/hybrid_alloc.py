@@ -9,6 +9,7 @@ from schedspec.spec.arithmetic import cdiv
 from schedspec.spec.config import SchedulerConfig
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.transitions import ScheduleTransition
+from schedspec.spec.invariants.vllm.policy import allocation_slots
 from schedspec.spec.kv_groups import (
     NULL_BLOCK_ID,
     FullAttentionGroup,
@@ -29,7 +30,7 @@ def group_table_length(
     Never shorter than it was (rejected drafts leave it longer)."""
     size = group.block_size
     main = computed + num_new
-    slots = min(main + config.lookahead_tokens, config.max_model_len)
+    slots = allocation_slots(config, main)
     if not isinstance(group, MambaGroup):
         return max(held, cdiv(slots, size))
     if group.mamba_cache_mode == "none":

@@ -384,6 +384,12 @@ def cached_prefix(kv: KVState, own: Sequence[BlockHash], max_blocks: int) -> lis
     return hits
 
 
+def allocation_slots(config: SchedulerConfig, num_tokens: int) -> int:
+    """The slots vLLM's allocate_slots reserves for a request that will have computed
+    num_tokens: those and the lookahead slots, capped at max_model_len."""
+    return min(num_tokens + config.lookahead_tokens, config.max_model_len)
+
+
 def admission_blocks_needed(
     config: SchedulerConfig, num_tokens: int, hit_tokens: int, num_new: int, evictable: int
 ) -> int:
@@ -392,7 +398,7 @@ def admission_blocks_needed(
     whichever is more, less its prefix hit, plus the hit blocks it takes out of the free
     queue (evictable: cached, held by nobody)."""
     full = min(num_tokens, config.max_model_len)
-    slots = min(hit_tokens + num_new + config.lookahead_tokens, config.max_model_len)
+    slots = allocation_slots(config, hit_tokens + num_new)
     bs = config.block_size
     return max(cdiv(max(full, slots), bs) - hit_tokens // bs, 0) + evictable
 
