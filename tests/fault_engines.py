@@ -160,6 +160,22 @@ def ctrl_c() -> None:
         except FileExistsError:
             return  # another worker already pressed it
     os.kill(os.getppid() if ignored else os.getpid(), signal.SIGINT)
+    if ignored:
+        _wait_for_the_driver()
+
+
+# Under --step-timeout 1 the wait must end well before the watchdog calls the call hung.
+DRIVER_WAIT_S = 0.5
+
+
+def _wait_for_the_driver() -> None:
+    """Hold the call while the driver takes the SIGINT. Returning at once let this worker
+    finish the campaign's last chunk first: under load the driver could then report a
+    finished campaign (exit 0) before its handler ran. Held here, the driver is still
+    waiting on this chunk when the signal lands, and on taking it stops this worker."""
+    deadline = time.monotonic() + DRIVER_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 class CtrlCInSchedule(_CountedEngine):
