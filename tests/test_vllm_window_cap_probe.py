@@ -1,4 +1,4 @@
-"""A probe of vLLM's window admission cap against lookahead slots (NOTES-issue-34.md,
+"""A probe of vLLM's window admission cap against lookahead slots (docs/HYBRID.md,
 "Design decisions", the pool bound). vLLM sizes a sliding-window group's share of the
 pool by `max_admission_blocks_per_request` and says a request never holds more. A step
 allocates its lookahead slots too, which the cap leaves out, so under async scheduling

@@ -181,13 +181,14 @@ def blocks_for_one_request(
     once processed, and a whole-prompt step holds them all before any is processed.
     vLLM sizes a window or chunked-local group by `admission_cap_blocks` instead; that
     cap leaves out a step's lookahead slots, and a pool at the cap let a lone request
-    with drafts preempt itself for ever (NOTES-issue-34.md, "Design decisions").
+    with drafts preempt itself for ever (docs/HYBRID.md, "Design decisions").
     A Mamba group holds its running state and its draft scratch states, plus in align
     mode the previous state it copies from (vLLM 0.34.0 MambaSpec.max_memory_usage_bytes).
     Under async scheduling one state more: states are retired on processed tokens, and
     when the next step's state block is allocated the previous step's tokens are still
     in flight, so its state and the one it copied from are both held (vLLM 0.34.0's
-    MambaSpec counts 2 + num_speculative_blocks either way: NOTES-issue-34.md).
+    MambaSpec counts 2 + num_speculative_blocks either way: docs/HYBRID.md, "Design
+    decisions").
     In mode "none" it follows the attention rule over its blocks, so a whole-prompt step
     holds a block per block_size tokens: one when block_size is max_model_len, vLLM's
     default for that mode (model_executor/models/config.py).

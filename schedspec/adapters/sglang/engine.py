@@ -121,10 +121,10 @@ class _Launched:
     rows: dict[str, ScheduledRow]
 
 
-# Why the adapter keeps one KV cache group (NOTES-issue-34.md, "SGLang").
+# Why the adapter keeps one KV cache group (docs/HYBRID.md, "SGLang").
 SGLANG_ONE_GROUP = (
     "it builds SGLang's full-attention token pool and radix cache; SGLang's sliding-window "
-    "and Mamba pools are not built under it yet (NOTES-issue-34.md, 'SGLang')"
+    "and Mamba pools are not built under it yet (docs/HYBRID.md, 'SGLang')"
 )
 
 

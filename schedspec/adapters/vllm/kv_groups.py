@@ -77,8 +77,8 @@ def refusal(config: SchedulerConfig) -> ConfigError | None:
             f"block sizes {sizes} with prefix caching: vLLM then hashes every "
             f"{math.gcd(*sizes)} tokens and registers a block that a prompt ends inside "
             "under the prompt's last hash (BlockPool.cache_partial_block), a finer hit "
-            "than the spec's, which hits whole scheduler blocks (NOTES-issue-34.md); "
-            "give every group the same block size",
+            "than the spec's, which hits whole scheduler blocks (docs/HYBRID.md, 'Design "
+            "decisions'); give every group the same block size",
         )
     if mamba_split_group(groups) is not None and len(sizes) > 1:
         return ConfigError(

@@ -36,7 +36,8 @@ def _with_groups(
 ) -> SchedulerConfig:
     """The drawn config with these groups: their lcm as the block size, a pool of the
     tightest legal size or up to two blocks more, no KV connector (not modelled with
-    groups), no cache-aware reorder (its depth is the single group's, NOTES-issue-34.md)."""
+    groups), no cache-aware reorder (its depth is the single group's: docs/HYBRID.md,
+    "Design decisions")."""
     held = blocks_for_one_request(groups, config.max_model_len, config.async_scheduling)
     size = scheduler_block_size(groups)
     pool = max(held + config.num_blocks % 3, -(-config.max_model_len // size))

@@ -1,6 +1,6 @@
 """A Mamba (recurrent-state) group's block tables: vLLM 0.34.0's MambaManager, without the
 fine-grained partial hits, prefill checkpoints and copy-on-write tails it also has
-(NOTES-issue-34.md lists them).
+(docs/HYBRID.md, "Not modelled", lists them).
 
 A Mamba layer keeps one state per request, not one slot per token: block i of the table
 stands for the state after (i + 1) * block_size tokens. Mode "none" keeps one running
@@ -103,8 +103,9 @@ class MambaManager(SingleTypeKVCacheManager):
         num_held = len(self.req_to_blocks.get(request_id, ()))
         num_new = num_required - len(new_computed_blocks) - num_held
         cap = 1 + (0 if request_id in self._allocated_block_reqs else spec_blocks)
-        # Clamped at 0: vLLM 0.34.0 returns the negative count of an over-allocated table
-        # (NOTES-issue-34.md, "to check against vLLM").
+        # Clamped at 0: vLLM 0.34.0 returns the negative count of an over-allocated table,
+        # which never sits beside another group's need (docs/HYBRID.md, "Checked against
+        # vLLM").
         num_new = min(max(num_new, 0), cap)
         return num_new + self._get_num_evictable_blocks(new_computed_blocks)
 
@@ -167,7 +168,8 @@ class MambaManager(SingleTypeKVCacheManager):
     # vLLM's MambaManager.remove_skipped_blocks also frees the copy source
     # (last_state_block_idx) once the tokens past it are processed. Here that block always
     # lies in the retired prefix by then, so the retirement below frees it; vLLM's
-    # separate rule matters for its prefill checkpoints, not modelled (NOTES-issue-34.md).
+    # separate rule matters for its prefill checkpoints, not modelled (docs/HYBRID.md,
+    # "Design decisions").
     def _remove_blocks_in_range(self, request_id: str, first: int, last: int) -> None:
         if not self.aligned:
             super()._remove_blocks_in_range(request_id, first, last)

@@ -1,7 +1,8 @@
 """Where a prefill chunk may end when a Mamba group keeps block-aligned states (vLLM 0.33.0
 and 0.34.0 Scheduler._mamba_block_aligned_split: the block-aligned cut, the stop at the
 last boundary a hit can reach and the stop at the shared-prefix junction; without the
-backend's internal prefill checkpoints and partial-hash tails: NOTES-issue-34.md)."""
+backend's internal prefill checkpoints and partial-hash tails: docs/HYBRID.md, "Not
+modelled")."""
 
 from __future__ import annotations
 
