@@ -311,9 +311,9 @@ class Scheduler:
                 self._schedule_drafts(request, num_new, step)
 
     def _preempt_for(self, request: Request, req_index: int, step: StepPlan) -> tuple[Request, int]:
-        """Preempt one victim to make room for request (the victim may be request
-        itself). Returns the victim and req_index adjusted for a victim removed
-        before it."""
+        """Preempt one victim to make room for request, the running request that asked
+        for slots (the victim may be request itself). Returns the victim and req_index
+        adjusted for a victim removed before it."""
         victim_index = self._pick_victim_index()
         victim = self.running.pop(victim_index)
         if victim_index < req_index:
