@@ -40,11 +40,9 @@ class OldestVictimEngine(ReferenceEngine):
     profiles = SAFETY
     _asking: Request | None = None
 
-    def _allocate_or_preempt(
-        self, request: Request, num_new: int, req_index: int, step: StepPlan
-    ) -> tuple[tuple[int, ...] | None, int]:
+    def _preempt_for(self, request: Request, req_index: int, step: StepPlan) -> tuple[Request, int]:
         self._asking = request
-        return super()._allocate_or_preempt(request, num_new, req_index, step)
+        return super()._preempt_for(request, req_index, step)
 
     def _pick_victim_index(self) -> int:
         if self.config.policy != "fcfs" or len(self.running) == 1:

@@ -104,13 +104,14 @@ SEEDED = [
     ),
     (
         "budget-not-bounding",
-        "    return min(apply_long_prefill_cap(num_remaining, cap), token_budget, room)\n",
-        "    return min(apply_long_prefill_cap(num_remaining, cap), room)\n",
+        "    if num_new > token_budget:\n        num_new = token_budget\n",
+        "",
     ),
     (
         "lookahead-past-max-model-len",
-        "    return min(total_computed + num_new + num_lookahead, max_model_len)\n",
-        "    return total_computed + num_new + num_lookahead\n",
+        "    return slots if slots <= max_model_len else max_model_len  # not min(): per request "
+        "per step\n",
+        "    return slots\n",
     ),
     (
         "evictable-hits-free",

@@ -312,13 +312,12 @@ class GpuEngine:
         """(request, tokens, drafts scheduled) per live request that sampled, of those the
         step was scheduled for; refuses an output that does not answer this step before
         anything changes."""
-
-        def num_known_tokens(request_id: str) -> int | None:
-            host = self.requests.get(request_id)  # None: aborted while the step ran
-            if host is None or host is not scheduled_for.get(request_id):
-                return None
-            return len(host.request.prompt_token_ids) + len(host.outputs)
-
+        requests = self.requests
+        num_known_tokens = {  # a request aborted while the step ran is gone from requests
+            rid: len(host.request.prompt_token_ids) + len(host.outputs)
+            for rid, host in scheduled_for.items()
+            if requests.get(rid) is host
+        }
         return [
             (self.requests[rid], tokens, num_drafts)
             for rid, tokens, num_drafts in sampling_requests(

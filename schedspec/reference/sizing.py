@@ -55,7 +55,12 @@ def running_new_tokens(num_remaining: int, cap: int, token_budget: int, room: in
     post: cap == 0 or __return__ <= cap
     post: __return__ > 0 or num_remaining == 0 or room == 0
     """
-    return min(apply_long_prefill_cap(num_remaining, cap), token_budget, room)
+    # Comparisons, not min(): this runs per running request per step, and the builtin's
+    # call costs several times the tests.
+    num_new = apply_long_prefill_cap(num_remaining, cap)
+    if num_new > token_budget:
+        num_new = token_budget
+    return num_new if num_new <= room else room
 
 
 def max_prefix_hit_blocks(num_tokens: int, block_size: int) -> int:
@@ -85,7 +90,8 @@ def num_slots(total_computed: int, num_new: int, num_lookahead: int, max_model_l
     post: total_computed + num_new <= __return__ <= max_model_len
     post: __return__ <= total_computed + num_new + num_lookahead
     """
-    return min(total_computed + num_new + num_lookahead, max_model_len)
+    slots = total_computed + num_new + num_lookahead
+    return slots if slots <= max_model_len else max_model_len  # not min(): per request per step
 
 
 def blocks_to_allocate(held: int, tokens: int, hits: int, evictable: int, size: int) -> int:

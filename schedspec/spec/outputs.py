@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -86,16 +86,16 @@ SamplingRequest = tuple[str, Sequence[int], int]
 def sampling_requests(
     scheduler_output: SchedulerOutput,
     sampled_token_ids: Mapping[str, Sequence[int]],
-    num_known_tokens: Callable[[str], int | None],
+    num_known_tokens: Mapping[str, int],
 ) -> list[SamplingRequest]:
     """The requests whose step ends with a sampled token, in scheduling order,
     after checking that the model's answer fits the step; every engine's
     update_from_output starts here, so a bad output is refused before any
     state changes.
 
-    num_known_tokens(request_id) is a live request's prompt + output length, or
-    None for one that was aborted or finished while the step ran (it is skipped).
-    A step that ends inside the known tokens (a prefill chunk) must emit
+    num_known_tokens holds each live request's prompt + output length, by id; a
+    request the step ran that was aborted or finished meanwhile is absent (it is
+    skipped). A step that ends inside the known tokens (a prefill chunk) must emit
     nothing; any other emits 1 + the drafts it accepted.
     """
     scheduled = scheduler_output.num_scheduled_tokens
@@ -117,7 +117,7 @@ def sampling_requests(
     for rid, num_tokens in scheduled.items():
         tokens = sampled_token_ids.get(rid, no_tokens)
         check_token_ids("sampled_token_ids", tokens, OutputError)
-        known = num_known_tokens(rid)
+        known = num_known_tokens.get(rid)
         if known is None:
             continue
         drafts = len(spec_tokens[rid]) if rid in spec_tokens else 0

@@ -128,12 +128,9 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "stale-output-dropped",
         "vllm/scheduler.py",
-        "            if request is None or request is not scheduled.get(request_id):\n",
-        "            if (\n"
-        "                request is None\n"
-        "                or request is not scheduled.get(request_id)\n"
-        "                or request.status is not RequestStatus.RUNNING\n"
-        "            ):\n",
+        "            {rid: len(r.all_token_ids) for rid, r in live.items()},\n",
+        "            {rid: len(r.all_token_ids) for rid, r in live.items() if r.status is "
+        "RUNNING},\n",
         "Async: output that lands for a request preempted meanwhile is dropped (as SGLang "
         "does) without marking it so; vLLM delivers it, and a stop it carries is lost.",
         {"STALE-KEPT", "DELIVERY", "STOP", "UPDATE-PIPELINE"},
@@ -153,8 +150,15 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "landing-on-reused-id",
         "vllm/scheduler.py",
-        "            if request is None or request is not scheduled[rid]:\n",
-        "            if request is None:\n",
+        "        stale = self._land_in_flight_tokens(scheduler_output, live)\n",
+        "        stale = self._land_in_flight_tokens(\n"
+        "            scheduler_output,\n"
+        "            {\n"
+        "                rid: requests[rid]\n"
+        "                for rid in scheduler_output.num_scheduled_tokens\n"
+        "                if rid in requests\n"
+        "            },\n"
+        "        )\n",
         "Async: a landed step takes its tokens off the in-flight count of whichever request "
         "holds the id now, also a new request that reuses an id aborted while the step ran.",
         {"UPDATE-PIPELINE", "PIPELINE", CRASH},
@@ -201,9 +205,9 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "running-ignores-placeholders",
         "vllm/scheduler.py",
-        "                request.num_tokens_with_spec + request.num_output_placeholders "
-        "- computed,\n",
-        "                request.num_tokens_with_spec - computed,\n",
+        "                + len(request.spec_token_ids)\n"
+        "                + request.num_output_placeholders\n",
+        "                + len(request.spec_token_ids)\n",
         "Async: a running request's demand ignores its in-flight output positions, so it "
         "is served only every other step (or short of its drafts).",
         {"RUNNING-SERVED", "GREEDY-BUDGET", "DRAFTS", CRASH},
@@ -230,8 +234,8 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "output-count-without-placeholders",
         "vllm/scheduler.py",
-        "                r.num_output_tokens + r.num_output_placeholders,\n",
-        "                r.num_output_tokens,\n",
+        "                        len(r.output_token_ids) + r.num_output_placeholders,\n",
+        "                        len(r.output_token_ids),\n",
         "Async: a running request's output count sent to the runner leaves out the outputs "
         "of its step still in flight.",
         {"OUTPUT"},
@@ -249,8 +253,8 @@ ASYNC_REVIEW_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "landing-not-cached-without-drafts",
         "vllm/scheduler.py",
-        "        if status is RequestStatus.RUNNING and (had_placeholders or self._drafting):\n",
-        "        if status is RequestStatus.RUNNING and self._drafting:\n",
+        "        if status is RUNNING and (had_placeholders or self._drafting):\n",
+        "        if status is RUNNING and self._drafting:\n",
         "Async without drafts: a landed output does not register the block its token "
         "completed; only the next schedule-time registration does, which a request that "
         "finishes on the landing never gets (CACHE-COMPLETE-UPDATE's clause for it was "

@@ -373,7 +373,7 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "victim-index-not-adjusted",
         "vllm/scheduler.py",
-        "            if victim_index < req_index:\n                req_index -= 1\n",
+        "        if victim_index < req_index:\n            req_index -= 1\n",
         "",
         "A priority victim ahead of the request being served is removed without moving the "
         "loop index back, so the running request after it is skipped for the step (#49097).",
@@ -384,8 +384,8 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "scheduled-victim-stays-scheduled",
         "vllm/scheduler.py",
-        "                step.unschedule(victim)\n",
-        "                pass\n",
+        "            step.unschedule(victim)\n",
+        "            pass\n",
         "A priority victim already scheduled in this step stays scheduled after its "
         "preemption (#23347).",
         {"PREEMPT-RESET", "BUDGET", "OUTPUT", CRASH},
@@ -529,12 +529,17 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "output-to-reused-id",
         "vllm/scheduler.py",
-        "            if request is None or request is not scheduled.get(request_id):\n",
-        "            if request is None:\n",
+        "            {rid: len(r.all_token_ids) for rid, r in live.items()},\n",
+        "            {\n"
+        "                rid: len(requests[rid].all_token_ids)\n"
+        "                for rid in scheduler_output.num_scheduled_tokens\n"
+        "                if rid in requests\n"
+        "            },\n",
         "Async: an output lands on whichever request holds its id when it lands, so a "
         "request sent again under an aborted id gets the output of its predecessor's step, "
         "which was still in flight when it arrived.",
         {"DELIVERY"},
+        ("            request = live[rid]\n", "            request = requests[rid]\n"),
         configs=async_configs,
     ),
     # ------------------------------------------------------------ token budget
@@ -647,7 +652,7 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "priority-victim-stays-cached",
         "vllm/scheduler.py",
-        "                self.kv_cache_manager.uncache_uncomputed_blocks(victim)\n",
+        "            self.kv_cache_manager.uncache_uncomputed_blocks(victim)\n",
         "",
         "A priority victim unscheduled in this step keeps the cache registrations made "
         "for KV it will never compute.",
@@ -715,20 +720,14 @@ MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "aborted-output-lands",
         "vllm/scheduler.py",
-        "            request = requests.get(request_id)\n"
-        "            if request is None or request is not scheduled.get(request_id):\n"
-        "                return None\n",
-        "            request = scheduled.get(request_id)\n"
-        "            if request is None:\n"
-        "                return None\n",
+        "        # Output of a step still in flight lands on no finished request.\n"
+        "        for _, scheduled in self._in_flight:\n"
+        "            scheduled.pop(request.request_id, None)\n",
+        "",
         "A step's output lands on a request aborted while the step ran (vLLM applies its "
         "abort queue just before update_from_output): its tokens are delivered after the "
         "abort, and a stop frees its blocks a second time.",
         {"NO-OUTPUT-AFTER-ABORT", "DELIVERY", "CONSERVATION", "NO-LEAK", CRASH},
-        (
-            "            request = requests[rid]\n            was_running",
-            "            request = scheduled[rid]\n            was_running",
-        ),
         configs=synchronous,
     ),
     mutant(

@@ -547,13 +547,10 @@ class SGLangScheduler:
         step = in_flight[0]
         by_rid = {r.rid: r for r in step.reqs}
         reqs = self.reqs
-
-        def num_known_tokens(request_id: str) -> int | None:
-            req = reqs.get(request_id)
-            if req is None or req is not by_rid.get(request_id):
-                return None
-            return req.request.num_tokens
-
+        # Output lands only on the request the step ran (a reused id names another).
+        num_known_tokens = {
+            rid: req.request.num_tokens for rid, req in by_rid.items() if reqs.get(rid) is req
+        }
         sampling = sampling_requests(
             scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
         )

@@ -58,10 +58,13 @@ from schedspec.spec.connector import interleaved
 from schedspec.spec.outputs import sampling_requests
 from schedspec.spec.request import check_token_ids
 
-# update_from_output's RequestOutput, one per sampling request per step, is made the way
-# its NamedTuple's own constructor makes it, the fields in order, without that
-# constructor's Python-level call: half its cost.
+# The NamedTuples built per request per step (schedule's CachedRequestData,
+# update_from_output's RequestOutput) are made the way their own constructor makes them,
+# the fields in order, without that constructor's Python-level call: half its cost.
 _tuple_new = tuple.__new__
+# Read per request per step. An enum member read off its class goes through EnumType's
+# __getattr__ hook (Python 3.11), several times the cost of reading a global.
+RUNNING = RequestStatus.RUNNING
 
 
 class Scheduler:
@@ -83,7 +86,8 @@ class Scheduler:
         self.finished_req_ids: set[str] = set()  # since the previous schedule()
         self._num_arrivals = 0
         # Steps scheduled whose output has not been applied, oldest first, with the
-        # requests each scheduled: an id can be aborted and reused meanwhile.
+        # requests each scheduled that are still live (_free_request drops a finished one
+        # from every step: an id can be aborted and reused meanwhile).
         self._in_flight: deque[tuple[SchedulerOutput, dict[str, Request]]] = deque()
         self._drafting = config.num_speculative_tokens > 0
         # Read per request per step; the config is frozen.
@@ -171,6 +175,9 @@ class Scheduler:
             self.kv_cache_manager.free(request)
         del self.requests[request.request_id]
         self.finished_req_ids.add(request.request_id)
+        # Output of a step still in flight lands on no finished request.
+        for _, scheduled in self._in_flight:
+            scheduled.pop(request.request_id, None)
 
     # ----------------------------------------------------------------- schedule
 
@@ -252,6 +259,10 @@ class Scheduler:
         # Locals: this loop runs once per running request per step.
         is_priority = self.config.policy == "priority"
         last_position = self.config.max_model_len - 1
+        allocate_slots = self.kv_cache_manager.allocate_slots
+        lookahead = self._lookahead_tokens
+        mamba_split = self._mamba_split
+        scheduled_running = step.scheduled_running
         running = self.running
         req_index = 0
         while req_index < len(running) and step.token_budget > 0:
@@ -266,56 +277,55 @@ class Scheduler:
                 req_index += 1  # async: the step in flight is its last
                 continue
             # Leave room for the token this step samples: positions stay < max_model_len.
+            # (Its known tokens and drafts: num_tokens_with_spec, without the property's call.)
             num_new = running_new_tokens(
-                request.num_tokens_with_spec + request.num_output_placeholders - computed,
+                len(request.all_token_ids)
+                + len(request.spec_token_ids)
+                + request.num_output_placeholders
+                - computed,
                 cap,
                 step.token_budget,
                 last_position - computed,
             )
             assert num_new >= 0, f"{request} is past max_model_len"
-            if self._mamba_split is not None:
-                num_new = self._mamba_split.cut(request, computed, num_new)
+            if mamba_split is not None:
+                num_new = mamba_split.cut(request, computed, num_new)
             if num_new == 0:
                 req_index += 1  # skip, not break: later requests may still fit
                 continue
-            new_blocks, req_index = self._allocate_or_preempt(request, num_new, req_index, step)
-            if new_blocks is None:
+            # Preempt victims until the slots fit or the request preempted itself.
+            while (
+                blocks := allocate_slots(request, num_new, num_lookahead_tokens=lookahead)
+            ) is None:
+                victim, req_index = self._preempt_for(request, req_index, step)
+                if victim is request:
+                    break
+            if blocks is None:
                 if is_priority and request.status is RequestStatus.PREEMPTED:
                     continue  # it preempted itself; running[req_index] is the next one
                 break  # out of KV: nothing after it runs this step
-            step.schedule(request, num_new, new_blocks)
-            step.scheduled_running.append(request)
+            step.schedule(request, num_new, tuple([b.block_id for b in blocks]) if blocks else ())
+            scheduled_running.append(request)
             req_index += 1
             if request.spec_token_ids:
                 self._schedule_drafts(request, num_new, step)
 
-    def _allocate_or_preempt(
-        self, request: Request, num_new: int, req_index: int, step: StepPlan
-    ) -> tuple[tuple[int, ...] | None, int]:
-        """allocate_slots, preempting victims until it fits or the request preempted itself.
-
-        Returns the new block ids (None on failure) and req_index adjusted for
-        victims removed before it.
-        """
-        kv = self.kv_cache_manager
-        lookahead = self._lookahead_tokens
-        while True:
-            blocks = kv.allocate_slots(request, num_new, num_lookahead_tokens=lookahead)
-            if blocks is not None:
-                return tuple([b.block_id for b in blocks]) if blocks else (), req_index
-            victim_index = self._pick_victim_index()
-            victim = self.running.pop(victim_index)
-            if victim_index < req_index:
-                req_index -= 1
-            if victim.request_id in step.num_scheduled_tokens:
-                # Priority only: give back its budget, and its cache
-                # registrations for KV this step will no longer compute.
-                step.unschedule(victim)
-                self.kv_cache_manager.uncache_uncomputed_blocks(victim)
-            self._preempt(victim)
-            step.preempted.append(victim)
-            if victim is request:
-                return None, req_index
+    def _preempt_for(self, request: Request, req_index: int, step: StepPlan) -> tuple[Request, int]:
+        """Preempt one victim to make room for request, the running request that asked
+        for slots (the victim may be request itself). Returns the victim and req_index
+        adjusted for a victim removed before it."""
+        victim_index = self._pick_victim_index()
+        victim = self.running.pop(victim_index)
+        if victim_index < req_index:
+            req_index -= 1
+        if victim.request_id in step.num_scheduled_tokens:
+            # Priority only: give back its budget, and its cache
+            # registrations for KV this step will no longer compute.
+            step.unschedule(victim)
+            self.kv_cache_manager.uncache_uncomputed_blocks(victim)
+        self._preempt(victim)
+        step.preempted.append(victim)
+        return victim, req_index
 
     def _pick_victim_index(self) -> int:
         """fcfs: the newest running request. priority: the largest (priority, arrival)."""
@@ -568,21 +578,30 @@ class Scheduler:
             )
             for r in step.scheduled_new
         )
-        # Positional, in the fields' order (request_id, resumed, new_block_ids,
-        # num_computed_tokens, num_output_tokens): one per running request per step,
-        # and keywords cost a NamedTuple's constructor half as much again.
+        # One per running request per step, made as RequestOutput is (_tuple_new): the
+        # fields in order (request_id, resumed, new_block_ids, num_computed_tokens,
+        # num_output_tokens).
         new_block_ids = step.new_block_ids
+        # A list first: tuple() over a generator resumes it once per request.
         cached_reqs = tuple(
-            CachedRequestData(
-                r.request_id,
-                resumed,
-                new_block_ids[r.request_id],
-                r.num_computed_tokens,
-                # The runner counts the outputs of a step still in flight too.
-                r.num_output_tokens + r.num_output_placeholders,
-            )
-            for resumed, group in ((False, step.scheduled_running), (True, step.scheduled_resumed))
-            for r in group
+            [
+                _tuple_new(
+                    CachedRequestData,
+                    (
+                        r.request_id,
+                        resumed,
+                        new_block_ids[r.request_id],
+                        r.num_computed_tokens,
+                        # The runner counts the outputs of a step still in flight too.
+                        len(r.output_token_ids) + r.num_output_placeholders,
+                    ),
+                )
+                for resumed, group in (
+                    (False, step.scheduled_running),
+                    (True, step.scheduled_resumed),
+                )
+                for r in group
+            ]
         )
         return SchedulerOutput(
             scheduled_new_reqs=new_reqs,
@@ -611,19 +630,14 @@ class Scheduler:
                 "must be the oldest step this scheduler scheduled and has not applied "
                 "(outputs are applied once each, in the order scheduled)",
             )
-        scheduled = in_flight[0][1]
         requests = self.requests
-
-        def num_known_tokens(request_id: str) -> int | None:
-            # Output lands only on the request it was scheduled for (finished ones
-            # are gone from requests).
-            request = requests.get(request_id)
-            if request is None or request is not scheduled.get(request_id):
-                return None
-            return len(request.all_token_ids)
-
+        # The requests the step ran that are still live: output lands on no other (one
+        # that finished or was aborted meanwhile left every step in flight).
+        live = in_flight[0][1]
         sampling = sampling_requests(
-            scheduler_output, model_runner_output.sampled_token_ids, num_known_tokens
+            scheduler_output,
+            model_runner_output.sampled_token_ids,
+            {rid: len(r.all_token_ids) for rid, r in live.items()},
         )
         report = model_runner_output.kv_connector_output
         loads = self.kv_loads
@@ -634,17 +648,16 @@ class Scheduler:
         in_flight.popleft()
         # Failed loads first: their requests take no output this step.
         failed_loads = loads.failed_requests(report) if loads is not None and report else set()
-        stale = self._land_in_flight_tokens(scheduler_output, scheduled)
+        stale = self._land_in_flight_tokens(scheduler_output, live)
         stopped: set[str] = set()
         stopped_waiting: set[str] = set()  # stale output stopped a preempted request
         outputs: dict[str, RequestOutput] = {}
-        running_status = RequestStatus.RUNNING
         apply_sampled = self._apply_sampled
         for rid, tokens, num_drafts in sampling:
-            request = requests[rid]
-            was_running = request.status is running_status
-            outputs[rid] = output = apply_sampled(request, tokens, num_drafts, rid in stale)
-            if output.finish_status is not None:
+            request = live[rid]
+            was_running = request.status is RUNNING
+            outputs[rid] = apply_sampled(request, tokens, num_drafts, rid in stale)
+            if request.status.is_finished:  # its output's finish_status, without the read
                 (stopped if was_running else stopped_waiting).add(rid)
                 self._free_request(request)
         if stopped:
@@ -661,16 +674,15 @@ class Scheduler:
         return outputs
 
     def _land_in_flight_tokens(
-        self, scheduler_output: SchedulerOutput, scheduled: Mapping[str, Request]
+        self, scheduler_output: SchedulerOutput, live: Mapping[str, Request]
     ) -> set[str]:
-        """The step's tokens are no longer in flight; return the live requests whose
-        output from it is stale (they were preempted after it was scheduled)."""
+        """The step's tokens are no longer in flight for the live requests it ran;
+        return those whose output from it is stale (they were preempted after it was
+        scheduled)."""
         stale: set[str] = set()
-        requests = self.requests
-        for rid, num_tokens in scheduler_output.num_scheduled_tokens.items():
-            request = requests.get(rid)
-            if request is None or request is not scheduled[rid]:
-                continue  # finished or aborted while the step ran: its output is dropped
+        num_scheduled_tokens = scheduler_output.num_scheduled_tokens
+        for rid, request in live.items():
+            num_tokens = num_scheduled_tokens[rid]
             request.num_in_flight_tokens -= num_tokens
             if request.num_stale_output_tokens > 0:
                 request.num_stale_output_tokens -= num_tokens
@@ -692,7 +704,7 @@ class Scheduler:
                 request.num_output_placeholders -= rejected
         status = request.status
         had_placeholders = request.num_output_placeholders > 0
-        kept = append_output_tokens(request, tokens, self._max_model_len, trim=not stale)
+        kept = append_output_tokens(request, tokens, self._max_model_len, not stale)
         # Most steps keep every token: no slice to copy first.
         new_token_ids = tuple(tokens) if kept == len(tokens) else tuple(tokens[:kept])
         if stale:
@@ -701,7 +713,7 @@ class Scheduler:
         if had_placeholders:
             # Every returned position resolves a placeholder, those dropped at a stop too.
             request.num_output_placeholders -= len(tokens)
-        if status is RequestStatus.RUNNING and (had_placeholders or self._drafting):
+        if status is RUNNING and (had_placeholders or self._drafting):
             # Accepted drafts filled blocks the schedule-time registration could not
             # know about; only KV whose step has landed is registered.
             self.kv_cache_manager.cache_blocks(request, request.num_confirmed_computed_tokens)

@@ -145,7 +145,8 @@ def step(
         need = blocks_to_allocate(
             cfg, slot.blocks, running_slots_needed(cfg, slot, num_new), variant
         )
-        # _allocate_or_preempt: victims from the end until it fits or it went itself.
+        # The running loop with _preempt_for: victims from the end until it fits or it went
+        # itself.
         failing = z3.And(wants, need > free)
         for j in range(n - 1, i - 1, -1):
             victim = z3.And(failing, slots[j].running, cut > j)
