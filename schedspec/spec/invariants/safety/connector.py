@@ -516,8 +516,11 @@ def is_load(pre: State, post: State, request_id: str) -> bool:
     """Is the request a KV connector load on either side of the transition (parked, or
     promoted and not running yet)? Its blocks and computed tokens move outside any step
     (parking, promotion, a failure): LOAD-* judge those moves, not the step checks."""
-    return any(
-        state.connector is not None and request_id in state.connector.loads for state in (pre, post)
+    # Spelled out rather than any() over a generator: the step checks ask this of every
+    # request on every step, and most configs have no connector at all.
+    before, after = pre.connector, post.connector
+    return (before is not None and request_id in before.loads) or (
+        after is not None and request_id in after.loads
     )
 
 
