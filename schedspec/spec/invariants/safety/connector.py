@@ -129,6 +129,10 @@ def _newly_cached_by_loads(pre: State, post: State, name: str) -> list[Violation
     (a block another request computes may be registered by it, and hit by a load)."""
     before = pre.kv.block_hashes
     after = post.kv.block_hashes
+    parked = [(rid, r) for rid, r in post.requests.items() if r.status is _PARKED]
+    # Nothing parked, or no block's hash changed (most steps): no block to report.
+    if not parked or before == after:
+        return []
     computing = {
         block
         for request in post.requests.values()
@@ -136,9 +140,7 @@ def _newly_cached_by_loads(pre: State, post: State, name: str) -> list[Violation
         for block in request.block_ids
     }
     out: list[Violation] = []
-    for rid, request in post.requests.items():
-        if request.status is not _PARKED:
-            continue
+    for rid, request in parked:
         for block in request.block_ids:
             if not 0 <= block < min(len(before), len(after)) or block in computing:
                 continue  # CONSERVATION reports ids out of range
