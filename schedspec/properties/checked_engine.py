@@ -224,7 +224,15 @@ class CheckedEngine:
             kind == "state" and not self._hybrid and state_fast_path.state_holds(subject)  # type: ignore[arg-type]
         ):
             checks = self._unfused_state_checks
-        return [violation for check in checks for violation in check(subject)]
+        # Almost every check finds nothing: a plain loop that only extends on a find
+        # costs less per check than a nested comprehension (the verdicts, in the same
+        # order, are the same).
+        violations: list[Violation] = []
+        for check in checks:
+            found = check(subject)
+            if found:
+                violations.extend(found)
+        return violations
 
     def _add(self, event: AddRequest) -> list[Violation]:
         pre = self.state

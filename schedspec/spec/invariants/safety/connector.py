@@ -129,6 +129,10 @@ def _newly_cached_by_loads(pre: State, post: State, name: str) -> list[Violation
     (a block another request computes may be registered by it, and hit by a load)."""
     before = pre.kv.block_hashes
     after = post.kv.block_hashes
+    parked = [(rid, r) for rid, r in post.requests.items() if r.status is _PARKED]
+    # Nothing parked, or no block's hash changed (most steps): no block to report.
+    if not parked or before == after:
+        return []
     computing = {
         block
         for request in post.requests.values()
@@ -136,9 +140,7 @@ def _newly_cached_by_loads(pre: State, post: State, name: str) -> list[Violation
         for block in request.block_ids
     }
     out: list[Violation] = []
-    for rid, request in post.requests.items():
-        if request.status is not _PARKED:
-            continue
+    for rid, request in parked:
         for block in request.block_ids:
             if not 0 <= block < min(len(before), len(after)) or block in computing:
                 continue  # CONSERVATION reports ids out of range
@@ -516,8 +518,11 @@ def is_load(pre: State, post: State, request_id: str) -> bool:
     """Is the request a KV connector load on either side of the transition (parked, or
     promoted and not running yet)? Its blocks and computed tokens move outside any step
     (parking, promotion, a failure): LOAD-* judge those moves, not the step checks."""
-    return any(
-        state.connector is not None and request_id in state.connector.loads for state in (pre, post)
+    # Spelled out rather than any() over a generator: the step checks ask this of every
+    # request on every step, and most configs have no connector at all.
+    before, after = pre.connector, post.connector
+    return (before is not None and request_id in before.loads) or (
+        after is not None and request_id in after.loads
     )
 
 

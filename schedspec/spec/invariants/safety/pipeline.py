@@ -213,6 +213,11 @@ def check_schedule_pipeline(t: ScheduleTransition) -> list[Violation]:
                 )
             )
         if rid not in scheduled:
+            if (
+                post.num_output_placeholders == pre.num_output_placeholders
+                and post.num_stale_output_tokens == pre.num_stale_output_tokens
+            ):
+                continue  # the common case, without building the field checks
             out += field_violations(
                 "SCHEDULE-PIPELINE",
                 "counters of an unscheduled request",
@@ -277,12 +282,13 @@ def check_update_pipeline(t: UpdateTransition) -> list[Violation]:
         pre = t.pre.requests.get(rid)
         if pre is None:
             continue  # ROLLBACK reports a request that appeared
-        num = scheduled[rid] if t.scheduled_for(pre) else 0
+        mine = t.scheduled_for(pre)
+        num = scheduled[rid] if mine else 0
         stale = t.is_stale(pre)
         expected = (
             pre.num_in_flight_tokens - num,
             pre.num_stale_output_tokens - num if stale else pre.num_stale_output_tokens,
-            pre.num_output_placeholders - _resolved(t, rid, pre, stale),
+            pre.num_output_placeholders - _resolved(t, rid, pre, mine, stale),
         )
         actual = (
             post.num_in_flight_tokens,
@@ -303,10 +309,11 @@ def check_update_pipeline(t: UpdateTransition) -> list[Violation]:
     return out
 
 
-def _resolved(t: UpdateTransition, rid: str, pre: RequestState, stale: bool) -> int:
-    """Placeholders a step's output resolves: 1 + its drafts, for a sampling step."""
+def _resolved(t: UpdateTransition, rid: str, pre: RequestState, mine: bool, stale: bool) -> int:
+    """Placeholders a step's output resolves: 1 + its drafts, for a sampling step (`mine`:
+    t.scheduled_for(pre), which the caller has already asked)."""
     sampled = t.model_output.sampled_token_ids.get(rid, ())
-    if not t.scheduled_for(pre) or stale or not sampled or pre.num_output_placeholders == 0:
+    if not mine or stale or not sampled or pre.num_output_placeholders == 0:
         return 0
     return 1 + len(t.output.scheduled_spec_decode_tokens.get(rid, ()))
 

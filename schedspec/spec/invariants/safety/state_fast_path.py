@@ -18,9 +18,22 @@ from schedspec.spec.request import PLACEHOLDER_TOKEN_ID, RequestStatus
 from schedspec.spec.state import RequestState, State
 
 # The state invariants this pass covers; any other state invariant registered
-# later still runs on its own.
+# later still runs on its own. LOAD-PARKED and STALE-KEPT come free: the pass turns
+# down every state with a connector load or held table, every status but RUNNING,
+# WAITING and PREEMPTED (so any request parked for a load), and any request marked to
+# drop stale output, and those are the only things either of them judges.
 FAST_PATH_IDS = frozenset(
-    {"CONSERVATION", "EXCLUSIVE", "CACHE-INDEX", "QUEUES", "SEQS", "LENGTH", "PIPELINE"}
+    {
+        "CONSERVATION",
+        "EXCLUSIVE",
+        "CACHE-INDEX",
+        "QUEUES",
+        "SEQS",
+        "LENGTH",
+        "PIPELINE",
+        "LOAD-PARKED",
+        "STALE-KEPT",
+    }
 )
 
 _RUNNING = RequestStatus.RUNNING
@@ -29,8 +42,7 @@ _PREEMPTED = RequestStatus.PREEMPTED
 
 
 def state_holds(state: State) -> bool:
-    """True only if CONSERVATION, EXCLUSIVE, CACHE-INDEX, QUEUES, SEQS, LENGTH and PIPELINE
-    all hold."""
+    """True only if every invariant of FAST_PATH_IDS holds."""
     config = state.config
     kv = state.kv
     requests = state.requests

@@ -235,11 +235,12 @@ def check_rollback(t: UpdateTransition) -> list[Violation]:
                 )
             )
             continue
-        if is_load(t.pre, t.post, rid) and not t.scheduled_for(pre):
+        mine = t.scheduled_for(pre)
+        if not mine and is_load(t.pre, t.post, rid):
             continue  # a failed load's cut: LOAD-FAILURE judges it
         # Output of a step scheduled for an earlier request under this id (aborted while
         # the step ran) is not this request's: it changes nothing here (DELIVERY).
-        sampled = t.model_output.sampled_token_ids.get(rid, ()) if t.scheduled_for(pre) else ()
+        sampled = t.model_output.sampled_token_ids.get(rid, ()) if mine else ()
         stale = t.is_stale(pre)
         if sampled and not stale:
             drafts = len(t.output.scheduled_spec_decode_tokens.get(rid, ()))

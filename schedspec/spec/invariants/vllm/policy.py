@@ -104,13 +104,14 @@ def check_schedule_order(t: ScheduleTransition) -> list[Violation]:
     in_running_order = [r for r in t.pre.running if r in scheduled]
     in_queue_order = [r for r in queue if r in admitted]
     out: list[Violation] = []
-    if connector_in_play(t.pre, t.post):
+    in_play = connector_in_play(t.pre, t.post)
+    if in_play:
         # Lookups that are not ready, parked loads and the async-load queue take
         # admissions out of queue order (docs/FORMAL.md, "What is left free"): only
         # running first, in running order, and admissions appended, are judged.
         in_queue_order = [r for r in scheduled if r in admitted]
     expected_admitted = _admissible(t.pre, queue)[: len(admitted)]
-    if in_queue_order != expected_admitted and not connector_in_play(t.pre, t.post):
+    if in_queue_order != expected_admitted and not in_play:
         out.append(
             Violation(
                 "SCHEDULE-ORDER",
