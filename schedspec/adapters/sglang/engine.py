@@ -40,7 +40,10 @@ is SGLang's waiting queue. `State.sglang` carries new_token_ratio, the batch_is_
 latch, the chunked request and the kind of the last batch. SGLang's state is read once
 per change: every call that changes it (or the steps in flight) drops the last read; a
 request whose inputs to its RequestState did not change keeps the one read last
-(requests.RequestStates: the waiting queue is most requests, and rarely changes).
+(requests.RequestStates: the waiting queue is most requests, and rarely changes), a
+running request's table is kept while its row is (kv.SlotContents), and the allocator's
+free pages and the radix cache's checked hashes while what they were read from is
+(kv.KVReads).
 """
 
 from __future__ import annotations
