@@ -250,6 +250,30 @@ def test_the_forward_stand_in_gives_what_sglangs_forward_gives_with_the_harness_
         stood_in.tp_worker.forward_batch_generation(None)
 
 
+def test_a_built_scheduler_keeps_no_load_snapshot_writer_nor_its_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """adapters/sglang/config.py: the Scheduler is left without the load snapshot writer
+    SGLang gave it (as every rank but rank zero is), and the writer's shared-memory file
+    is removed, not left behind one per build; the suite's steps still run."""
+    from schedspec.adapters.sglang import config
+
+    dropped: list[Any] = []
+    original = config._drop_load_snapshot_writer
+
+    def recording(scheduler: Any) -> None:
+        dropped.append(scheduler.load_snapshot_writer)
+        original(scheduler)
+
+    monkeypatch.setattr(config, "_drop_load_snapshot_writer", recording)
+    v = load_sglang()
+    scheduler = start_scheduler(v, server_args(v, BASE)).scheduler
+    assert scheduler.load_snapshot_writer is None
+    [writer] = dropped
+    assert writer is not None and not Path(writer.path).exists()
+    assert scheduler.publish_load_snapshot(force=True) is None
+
+
 def test_s2_sglang_aborts_every_rid_the_aborted_one_starts() -> None:
     """docs/FINDINGS.md S2: SGLang's abort of rid "r1" takes "r10" with it; the adapter's
     rids ("<arrival>#<id>") are prefix-free, so aborting r1 leaves r10 alone."""

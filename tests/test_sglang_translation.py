@@ -20,7 +20,13 @@ from schedspec.adapters.kit import Given, InFlight, Pipeline, ScheduledRow
 from schedspec.adapters.sglang import runtime as sglang_runtime
 from schedspec.adapters.sglang.config import max_running_requests, refusal
 from schedspec.adapters.sglang.engine import SGLangEngine
-from schedspec.adapters.sglang.kv import free_block_order, slot_block, table_blocks
+from schedspec.adapters.sglang.kv import (
+    KVReads,
+    SlotContents,
+    free_block_order,
+    slot_block,
+    table_blocks,
+)
 from schedspec.adapters.sglang.probe import CACHE_VARIABLES, FAMILIES, PLAN
 from schedspec.adapters.sglang.requests import (
     RequestStates,
@@ -187,6 +193,83 @@ class TestRequestStates:
         assert int_tuple(array("q", [3, 4])) == (3, 4)
         assert int_tuple(torch.tensor([3, 4])) == (3, 4)
         assert all(type(t) is int for t in int_tuple(torch.tensor([3, 4])))
+
+
+class _TreeCore:
+    """The Rust tree core's walk, as walk_for_kv_canary gives it: slots, their
+    positions and the slot before each, in tensors; `locked` slots are left out of the
+    unlocked-only walk."""
+
+    def __init__(self, slots: list[int], positions: list[int], previous: list[int]) -> None:
+        self.slots, self.positions, self.previous = slots, positions, previous
+        self.locked: set[int] = set()
+
+    def walk_for_kv_canary(self, unlocked_only: bool, _: bool) -> SimpleNamespace:
+        keep = [i for i, s in enumerate(self.slots) if not (unlocked_only and s in self.locked)]
+        return SimpleNamespace(
+            slot_indices=torch.tensor([self.slots[i] for i in keep]),
+            positions=torch.tensor([self.positions[i] for i in keep]),
+            prev_slot_indices=torch.tensor([self.previous[i] for i in keep]),
+        )
+
+
+def _scheduler(core: _TreeCore, allocator: _Allocator) -> SimpleNamespace:
+    return SimpleNamespace(
+        tree_cache=SimpleNamespace(disable=False, tree_core=core),
+        token_to_kv_pool_allocator=allocator,
+    )
+
+
+class TestReadsKeptUntilChanged:
+    """What KVReads and SlotContents keep between reads is read again once anything it
+    was read from changed: each case changes one input and gets a fresh read's answer."""
+
+    def test_free_pages_are_read_again_after_an_in_place_write_or_a_new_tensor(self) -> None:
+        pages = torch.tensor([3, 4])
+        allocator = _Allocator(pages)
+        reads = KVReads(SlotContents(1), 8)
+        scheduler = SimpleNamespace(
+            tree_cache=SimpleNamespace(disable=True), token_to_kv_pool_allocator=allocator
+        )
+        assert reads.read(scheduler, {}).free_block_ids == (2, 3)
+        pages[0] = 6  # the same tensor, written in place: its _version moves
+        assert reads.read(scheduler, {}).free_block_ids == (5, 3)
+        allocator.free_pages = pages[1:]  # a new tensor, as SGLang allocates
+        assert reads.read(scheduler, {}).free_block_ids == (3,)
+        allocator.release_pages = torch.tensor([8])
+        assert reads.read(scheduler, {}).free_block_ids == (3, 7)
+
+    def test_an_unchanged_row_keeps_its_table_and_the_records_their_version(self) -> None:
+        contents = SlotContents(2)
+        table = contents.observe("0#a", [5, 6, 7], [2, 3, 4])
+        assert table == (0, 1)
+        version = contents.version
+        assert contents.observe("0#a", [5, 6, 7], [2, 3, 4]) is table
+        assert contents.version == version
+        # The token that fills the second block: its content is recorded, the version moves.
+        assert contents.observe("0#a", [5, 6, 7, 8], [2, 3, 4]) == (0, 1)
+        assert contents.version > version
+        assert contents.content_of(1) is not None
+
+    def test_the_trees_hashes_are_read_again_when_the_walk_or_the_records_change(self) -> None:
+        contents = SlotContents(1)
+        contents.observe("0#a", [5, 6], [1, 2])
+        core = _TreeCore([1, 2], [0, 1], [0, 1])
+        scheduler = _scheduler(core, _Allocator(torch.tensor([4])))
+        reads = KVReads(contents, 4)
+        first = reads.read(scheduler, {})
+        assert first.block_hashes[:2] == (contents.content_of(0), contents.content_of(1))
+        assert reads.read(scheduler, {}).block_hashes is first.block_hashes
+        core.locked = {1, 2}  # locked now: not evictable, the same tree
+        assert reads.read(scheduler, {}).free_block_ids == (3,)
+        # Another request wrote slot 2 at another position: the same walk is refused now.
+        contents.observe("1#b", [9, 9, 9], [3, 4, 2])
+        with pytest.raises(RuntimeError, match="holds slot 2 at position 1"):
+            reads.read(scheduler, {})
+        # A walk that grew is checked and hashed anew.
+        core.slots, core.positions, core.previous = [3, 4, 2], [0, 1, 2], [0, 3, 4]
+        grown = reads.read(scheduler, {})
+        assert grown.block_hashes[1:4] == tuple(contents.content_of(b) for b in (1, 2, 3))
 
 
 class TestPipeline:

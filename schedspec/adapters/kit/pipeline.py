@@ -42,6 +42,9 @@ class InFlight:
     prefill_chunk: bool = False
 
 
+_IDLE = InFlight()  # nothing in flight: what `of` gives a request without counters
+
+
 @dataclass
 class Pipeline:
     """The in-flight counters of every live request (by the engine's own request key),
@@ -52,7 +55,8 @@ class Pipeline:
     _counters: dict[str, InFlight] = field(default_factory=dict)
 
     def of(self, key: str) -> InFlight:
-        return self._counters.get(key) or InFlight()
+        """The request's counters (read them; the shared idle ones where it has none)."""
+        return self._counters.get(key) or _IDLE
 
     def on_schedule(self, rows: Mapping[str, ScheduledRow]) -> None:
         """A step put in flight: its rows by request key."""

@@ -29,6 +29,8 @@ configs SGLang runs instead:
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -147,7 +149,26 @@ def start_scheduler(v: Sglang, args: Any) -> _Built:
     # without a socket is what SGLang gives ranks that stream nothing.
     channels.send_to_tokenizer.socket = None
     channels.send_to_detokenizer.socket = None
+    _drop_load_snapshot_writer(scheduler)
     return _Built(scheduler, outputs, context)
+
+
+def _drop_load_snapshot_writer(scheduler: Any) -> None:
+    """The load snapshot (this rank's queues and pool use, for SGLang's data-parallel
+    controller and tokenizer manager, neither of which runs here) goes nowhere either:
+    the scheduler is left without a writer, as SGLang leaves every rank but rank zero.
+    With one, each prefill result and every few decodes read the queues and wrote them
+    under a file lock, and each Scheduler built left its shared-memory file
+    (/dev/shm/sglang_loads_*) behind; the writer is closed and its file removed."""
+    writer = scheduler.load_snapshot_writer
+    scheduler.load_snapshot_writer = None
+    if writer is None:
+        return
+    writer.close()
+    path = getattr(writer, "path", None)  # the shared-memory writer's; not a ZeroMQ one's
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def _check_translation(scheduler: Any, config: SchedulerConfig) -> None:

@@ -40,7 +40,10 @@ is SGLang's waiting queue. `State.sglang` carries new_token_ratio, the batch_is_
 latch, the chunked request and the kind of the last batch. SGLang's state is read once
 per change: every call that changes it (or the steps in flight) drops the last read; a
 request whose inputs to its RequestState did not change keeps the one read last
-(requests.RequestStates: the waiting queue is most requests, and rarely changes).
+(requests.RequestStates: the waiting queue is most requests, and rarely changes), a
+running request's table is kept while its row is (kv.SlotContents), and the allocator's
+free pages and the radix cache's checked hashes while what they were read from is
+(kv.KVReads).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from schedspec.adapters.engine_import import TINY_VOCAB_SIZE
 from schedspec.adapters.in_flight import check_landing
 from schedspec.adapters.kit import FinishedSince, Given, Pipeline, ScheduledRow, step_output
 from schedspec.adapters.sglang.config import build_scheduler
-from schedspec.adapters.sglang.kv import SlotContents, kv_state, table_blocks
+from schedspec.adapters.sglang.kv import KVReads, SlotContents
 from schedspec.adapters.sglang.requests import (
     RequestStates,
     abort_pending,
@@ -150,6 +153,7 @@ class SGLangEngine:
         self._in_flight: deque[_Launched] = deque()
         self._pipeline = Pipeline(config.async_scheduling)
         self._contents = SlotContents(config.block_size)
+        self._kv = KVReads(self._contents, config.num_blocks)
         self._request_states = RequestStates()
         # Requests that finished since the last schedule() (spec ids), and the running
         # order of the last snapshot (for requests a queued result is about to finish).
@@ -315,7 +319,7 @@ class SGLangEngine:
         """process_batch_result on the launched batch, the harness's token in each row."""
         batch = launched.batch
         tokens = []
-        pool = self.scheduler.req_to_token_pool.req_to_token
+        pool = _slot_rows(self.scheduler)
         for req in batch.reqs:
             emitted = sampled.get(spec_id(req.rid), ())
             tokens.append(emitted[-1] if emitted else _UNREAD_TOKEN)
@@ -356,7 +360,6 @@ class SGLangEngine:
 
     def _read_state(self) -> State:
         s = self.scheduler
-        page_size = self.config.block_size
         waiting = [req for req in s.waiting_queue if not req.finished()]
         running = running_reqs(
             s,
@@ -369,12 +372,12 @@ class SGLangEngine:
         for rid in [r for r in self._given if r not in live]:
             self._forget(rid)
         tables: dict[str, tuple[int, ...]] = {}  # the running requests' block tables
-        pool = s.req_to_token_pool.req_to_token
+        pool = _slot_rows(s)
+        observe = self._contents.observe
         for req in running:
             allocated = req.kv.kv_allocated_len
             row = pool[req.kv.req_pool_idx, :allocated].tolist() if allocated else []
-            tables[req.rid] = table_blocks(row, page_size)
-            self._contents.observe(req.rid, known_tokens(req), row)
+            tables[req.rid] = observe(req.rid, known_tokens(req), row)
         requests: dict[str, RequestState] = {}
         # Bound once: this runs per live request per change.
         state_of, in_flight, given = self._request_states.of, self._pipeline.of, self._given
@@ -396,7 +399,7 @@ class SGLangEngine:
             requests=requests,
             waiting=tuple(spec_id(req.rid) for req in waiting),
             running=running_order,
-            kv=kv_state(s, self.config.num_blocks, self._contents, requests),
+            kv=self._kv.read(s, requests),
             sglang=SGLangState(
                 new_token_ratio=float(s.new_token_ratio_tracker.current),
                 batch_is_full=bool(s.running_batch.batch_is_full),
@@ -420,3 +423,10 @@ class SGLangEngine:
         request_id = spec_id(rid)
         if self._rid.get(request_id) == rid:
             del self._rid[request_id]
+
+
+def _slot_rows(scheduler: Any) -> Any:
+    """SGLang's req_to_token table (each request's token slots, a row per pool index) as
+    a NumPy view of the same memory (the pool is on the CPU): a row read through it costs
+    a fraction of a torch index and tolist, and this runs per running request per read."""
+    return scheduler.req_to_token_pool.req_to_token.numpy()

@@ -38,8 +38,9 @@ def slot_block(slot: int, page_size: int) -> int:
 
 def table_blocks(row: Sequence[int], page_size: int) -> tuple[int, ...]:
     """A request's allocated slots (its req_to_token row, cut at its allocated length)
-    as a block table: one block per page."""
-    return tuple(slot_block(row[i], page_size) for i in range(0, len(row), page_size))
+    as a block table: one block per page (slot_block of each page's first slot, written
+    out: this runs per running request per read)."""
+    return tuple([slot // page_size - 1 for slot in row[::page_size]])
 
 
 def _ints(values: Any) -> list[int]:
@@ -61,26 +62,40 @@ class SlotContents:
     _content: dict[int, BlockHash] = field(default_factory=dict)  # block -> hash
     # Per live request (SGLang rid): the chain hashes of its own full blocks so far.
     _own: OwnHashes = field(init=False)
-    # Per live request: its row and how many of its full blocks were recorded when last
-    # observed; a row that only grew since is recorded from where it left off.
-    _seen: dict[str, tuple[list[int], int]] = field(default_factory=dict)
+    # Per live request: its row, its table (table_blocks of the row) and how many of its
+    # full blocks were recorded when last observed; a row that only grew since is
+    # recorded from where it left off, and an unchanged row keeps its table.
+    _seen: dict[str, tuple[list[int], tuple[int, ...], int]] = field(default_factory=dict)
+    # Bumped whenever a slot's position or a block's content changes: what was read
+    # from these records (TreeWalk.check's verdict, the cached blocks' hashes) holds
+    # while it is unchanged.
+    version: int = 0
 
     def __post_init__(self) -> None:
         self._own = OwnHashes(self.page_size)
 
-    def observe(self, rid: str, tokens: Sequence[int], row: Sequence[int]) -> None:
-        """Record a live request's table: its slots' positions, its full blocks' content."""
+    def observe(self, rid: str, tokens: Sequence[int], row: Sequence[int]) -> tuple[int, ...]:
+        """Record a live request's table: its slots' positions, its full blocks' content.
+        Returns the table (table_blocks of the row)."""
         own = self._own.of(rid, tokens)
         row = list(row)
-        seen_row, seen_blocks = self._seen.get(rid, ([], 0))
-        if row[: len(seen_row)] != seen_row:  # retracted and given new slots: all anew
-            seen_row, seen_blocks = [], 0
-        for position in range(len(seen_row), len(row)):
-            self._position[row[position]] = position
-        blocks = table_blocks(row, self.page_size)[: len(own)]
-        for index in range(seen_blocks, len(blocks)):
-            self._content[blocks[index]] = own[index]
-        self._seen[rid] = (row, len(blocks))
+        seen_row, table, seen_blocks = self._seen.get(rid, ([], (), 0))
+        if row != seen_row:
+            if row[: len(seen_row)] != seen_row:  # retracted and given new slots: all anew
+                seen_row, seen_blocks = [], 0
+            positions = self._position
+            for position in range(len(seen_row), len(row)):
+                if positions.get(row[position]) != position:
+                    positions[row[position]] = position
+                    self.version += 1
+            table = table_blocks(row, self.page_size)
+        full = min(len(table), len(own))
+        for index in range(seen_blocks, full):
+            if self._content.get(table[index]) != own[index]:
+                self._content[table[index]] = own[index]
+                self.version += 1
+        self._seen[rid] = (row, table, full)
+        return table
 
     def forget(self, live: Iterable[str]) -> None:
         """Drop the per-request hashes of requests no longer live."""
@@ -161,44 +176,108 @@ def free_block_order(allocator: Any, evictable: Sequence[int]) -> tuple[int, ...
     page_size is 1), then the radix cache's evictable blocks (by block id: SGLang's Rust
     tree core does not expose its least-recently-used order; docs/ENGINES.md, "SGLang under the
     spec")."""
-    blocks = _ints(allocator.free_pages - 1)
+    return (*_allocator_free_blocks(allocator), *evictable)
+
+
+def _allocator_free_blocks(allocator: Any) -> tuple[int, ...]:
+    """The allocator's part of free_block_order: free_pages, then release_pages."""
+    blocks = [page - 1 for page in _ints(allocator.free_pages)]
     released = getattr(allocator, "release_pages", None)
     if released is not None:
-        blocks += _ints(released - 1)
-    return (*blocks, *evictable)
+        blocks += [page - 1 for page in _ints(released)]
+    return tuple(blocks)
 
 
-def kv_state(
-    scheduler: Any,
-    num_blocks: int,
-    contents: SlotContents,
-    requests: Mapping[str, RequestState],
-) -> KVState:
-    """The spec's KVState of SGLang's pool and radix cache: each block's holders counted
-    from the requests' tables, the radix cache's blocks with the content their holders
-    wrote (the tree held to it first: TreeWalk.check), the free queue (free_block_order)."""
-    page_size = contents.page_size
-    held = [0] * num_blocks
-    for request in requests.values():
-        for block in request.block_ids:
-            if 0 <= block < num_blocks:
-                held[block] += 1
-    hashes: list[int | None] = [None] * num_blocks
-    cached: dict[int, list[int]] = {}
-    evictable: tuple[int, ...] = ()
-    if not scheduler.tree_cache.disable:
-        core = scheduler.tree_cache.tree_core
-        walk = TreeWalk.of(core, unlocked_only=False)
+@dataclass
+class _FreePages:
+    """_allocator_free_blocks, read again only when the allocator's free-page tensors
+    changed: SGLang's allocator puts new tensors in place on every allocation and free
+    (a slice, a cat, a sort), and torch counts every in-place write to a tensor (or a
+    view sharing its storage) in its _version, so the same tensor objects at the same
+    versions hold the same pages. The tensors are held, so their ids are not reused."""
+
+    _tensors: tuple[Any, Any] = (None, None)
+    _versions: tuple[int, int] = (-1, -1)
+    _blocks: tuple[int, ...] = ()
+
+    def of(self, allocator: Any) -> tuple[int, ...]:
+        free = allocator.free_pages
+        released = getattr(allocator, "release_pages", None)
+        versions = (_version(free), _version(released))
+        if (
+            free is self._tensors[0]
+            and released is self._tensors[1]
+            and versions == self._versions
+            and -1 not in versions[: 1 if released is None else 2]
+        ):
+            return self._blocks
+        self._blocks = _allocator_free_blocks(allocator)
+        self._tensors, self._versions = (free, released), versions
+        return self._blocks
+
+
+def _version(values: Any) -> int:
+    """A tensor's in-place write count; -1 for anything else (never taken as unchanged)."""
+    found = getattr(values, "_version", -1)
+    return found if isinstance(found, int) else -1
+
+
+@dataclass
+class KVReads:
+    """The spec's KVState of SGLang's pool and radix cache (`read`), with what did not
+    change since the last read kept: the allocator's free pages (_FreePages), and the
+    radix cache's block hashes while its walk and the slot records it is checked
+    against (SlotContents.version) are the same."""
+
+    contents: SlotContents
+    num_blocks: int
+    _free: _FreePages = field(default_factory=_FreePages)
+    _walked: tuple[TreeWalk, int] | None = None  # the last walk checked, at this version
+    _hashes: tuple[BlockHash | None, ...] = ()
+    _prefix_cache: tuple[tuple[BlockHash, tuple[int, ...]], ...] = ()
+
+    def read(self, scheduler: Any, requests: Mapping[str, RequestState]) -> KVState:
+        """Each block's holders counted from the requests' tables, the radix cache's
+        blocks with the content their holders wrote (the tree held to it first:
+        TreeWalk.check), the free queue (free_block_order)."""
+        num_blocks, page_size = self.num_blocks, self.contents.page_size
+        held = [0] * num_blocks
+        for request in requests.values():
+            for block in request.block_ids:
+                if 0 <= block < num_blocks:
+                    held[block] += 1
+        evictable: tuple[int, ...] = ()
+        if scheduler.tree_cache.disable:
+            hashes: tuple[BlockHash | None, ...] = (None,) * num_blocks
+            prefix_cache: tuple[tuple[BlockHash, tuple[int, ...]], ...] = ()
+        else:
+            core = scheduler.tree_cache.tree_core
+            hashes, prefix_cache = self._tree(TreeWalk.of(core, unlocked_only=False))
+            evictable = evictable_blocks(core, page_size)
+        return KVState(
+            num_blocks=num_blocks,
+            free_block_ids=(*self._free.of(scheduler.token_to_kv_pool_allocator), *evictable),
+            ref_counts=tuple(held),
+            block_hashes=hashes,
+            prefix_cache=prefix_cache,
+        )
+
+    def _tree(
+        self, walk: TreeWalk
+    ) -> tuple[tuple[BlockHash | None, ...], tuple[tuple[BlockHash, tuple[int, ...]], ...]]:
+        """The block hashes and prefix cache of the tree `walk` walked, checked."""
+        walked = (walk, self.contents.version)
+        if walked == self._walked:
+            return self._hashes, self._prefix_cache
+        contents = self.contents
         walk.check(contents)
-        for block in walk.blocks(page_size):
+        hashes: list[BlockHash | None] = [None] * self.num_blocks
+        cached: dict[BlockHash, list[int]] = {}
+        for block in walk.blocks(contents.page_size):
             content = contents.content_of(block)
             hashes[block] = content
             cached.setdefault(content, []).append(block)
-        evictable = evictable_blocks(core, page_size)
-    return KVState(
-        num_blocks=num_blocks,
-        free_block_ids=free_block_order(scheduler.token_to_kv_pool_allocator, evictable),
-        ref_counts=tuple(held),
-        block_hashes=tuple(hashes),
-        prefix_cache=tuple((h, tuple(blocks)) for h, blocks in cached.items()),
-    )
+        self._hashes = tuple(hashes)
+        self._prefix_cache = tuple((h, tuple(blocks)) for h, blocks in cached.items())
+        self._walked = walked
+        return self._hashes, self._prefix_cache
