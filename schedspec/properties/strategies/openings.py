@@ -24,6 +24,17 @@ that runs under it). Issue 36: under regimes alone, three SGLang mutants died on
   (each reserving its whole future in the pass), then the latch closes. The survivors'
   long futures also keep the ratio after a retraction below 1, where it shows which
   requests it counted (SG-RATIO).
+- "tied-decodes" (where prompts may be longer than a token): three to eight requests
+  with short prompts of different lengths and long futures arrive at once, as a batch
+  job's do. A pass admits as many as their whole futures fit, the next pass more
+  against the running requests' futures at new_token_ratio, and requests admitted in
+  the same pass (or before a prefill step that held the others' decode) decode in step
+  with equal outputs, until the pool runs out. The retraction then ranks ties by prompt
+  length, the shortest kept, the longest retracted, whatever their batch order
+  (SG-RETRACT: the victims, and the survivors' order). Plain bursts build such ties too,
+  but draw half their futures short and their prompts of any length, so a tie among the
+  decodes left when the pool runs out is rarer there; the cohort's prompts are one token
+  each, so its ties never differ in prompt length.
 
 Every draw has a fixed shape, as actions.RequestDraw's, so shrinking stays aligned.
 """
@@ -150,8 +161,14 @@ def cohort_then_small() -> st.SearchStrategy[Opening]:
     )
 
 
-# The openings' weights (a plain burst, long-after-decodes, cohort-then-small): under
-# mixed chunks, and without them (where long-after-decodes shows nothing). Measured with
+def tied_decodes() -> st.SearchStrategy[Opening]:
+    # _shaped's `anything` is 0-7: prompts of 1-8 tokens (fewer where the context is short).
+    return st.lists(_shaped(ANY_LENGTH, LONG_FUTURE), min_size=3, max_size=8).map(Opening.burst)
+
+
+# The openings' weights (a plain burst, long-after-decodes, cohort-then-small,
+# tied-decodes): under mixed chunks, and without them (where long-after-decodes shows
+# nothing). Measured with
 # benchmarks/bench_mutants.py, seeds 1-10, on rv-reserve-remaining-only,
 # rv-chunk-room-ignores-reservations and rv-ratio-after-retract-counts-victims (2, 4 and
 # 9 seeds before openings): with 2, 1, 1 for every config, 9, 10 and 10; 2, 2, 2: 10, 9
@@ -160,19 +177,34 @@ def cohort_then_small() -> st.SearchStrategy[Opening]:
 # rv-retract-shortest-prompt-first (10 of 10 before openings) each missing one seed, as
 # fewer examples open with a plain burst. More bursts trade them back: on those six
 # mutants, 2, 2, 1 and 3, 0, 1 killed 59 of 60 (survivors-batch-order alive on seed 8);
-# 2, 1, 1 and 3, 0, 1 killed 57.
-MIXED_OPENING_WEIGHTS = (1, 2, 1)
-OPENING_WEIGHTS = (2, 0, 1)
+# 2, 1, 1 and 3, 0, 1 killed 57. None of the three survivors was an invariant's gap: on
+# its seed a lockstep diff against the reference (the same draws, the same 18,763 steps
+# on seed 8) agreed, so no example built the state where its decision differs.
+# survivors-batch-order needs two decodes left after a retraction in the wrong batch
+# order; shortest-prompt-first, a tie in outputs between prompts of different lengths.
+# With tied-decodes at 1 beside the others, all three killed on seeds 6-8 (issue 36).
+MIXED_OPENING_WEIGHTS: tuple[int, int, int, int] = (1, 2, 1, 1)
+OPENING_WEIGHTS: tuple[int, int, int, int] = (2, 0, 1, 1)
+
+
+def opening_weights(config: SchedulerConfig) -> tuple[int, int, int, int]:
+    """The weights of a plain burst, long-after-decodes, cohort-then-small and tied-decodes
+    under `config`: long-after-decodes only with mixed chunks (without them no decode runs
+    beside a chunk), tied-decodes only where a prompt may be longer than a token (else
+    every tie has prompts of one length: sglang-crowded's context)."""
+    burst, long_late, cohort, tied = (
+        MIXED_OPENING_WEIGHTS if config.enable_mixed_chunk else OPENING_WEIGHTS
+    )
+    return (burst, long_late, cohort, tied if max_prompt_tokens(config) > 1 else 0)
 
 
 def sglang_openings(
     max_initial_arrivals: int, config: SchedulerConfig
 ) -> st.SearchStrategy[Opening]:
-    """SGLang's openings under `config`, weighted by what it can show: long-after-decodes
-    only with mixed chunks (without them no decode runs beside a chunk)."""
+    """SGLang's openings under `config`, weighted by what it can show (opening_weights)."""
     burst = st.lists(request_draws, min_size=1, max_size=max_initial_arrivals).map(Opening.burst)
-    weights = MIXED_OPENING_WEIGHTS if config.enable_mixed_chunk else OPENING_WEIGHTS
-    shapes = (burst, long_after_decodes(), cohort_then_small())
+    weights = opening_weights(config)
+    shapes = (burst, long_after_decodes(), cohort_then_small(), tied_decodes())
     return st.sampled_from(
         [s for s, w in zip(shapes, weights, strict=True) for _ in range(w)]
     ).flatmap(lambda s: s)
