@@ -17,6 +17,7 @@ from schedspec.properties.strategies.openings import (
     ONE_TOKEN,
     Opening,
     fit_room,
+    ones_then_long,
     opening_weights,
     sglang_openings,
 )
@@ -167,3 +168,57 @@ def test_tied_decodes_are_drawn_only_where_prompts_differ() -> None:
     assert opening_weights(TIGHT)[3] > 0
     mixed = dataclasses.replace(crowded, enable_chunked_prefill=True, enable_mixed_chunk=True)
     assert opening_weights(mixed)[3] == 0
+
+
+# ones-then-long's config: pages of 4, a chunk budget of 16.
+PAGED_CHUNKS = dataclasses.replace(
+    TIGHT, block_size=4, enable_chunked_prefill=True, max_num_batched_tokens=16
+)
+
+
+def test_ones_then_long_is_drawn_only_for_chunks_of_pages() -> None:
+    """ones-then-long shows the chunk budget paying whole pages: it has weight only where a
+    page holds more than a token and prefill is chunked by a budget below the longest
+    prompt."""
+    assert opening_weights(PAGED_CHUNKS)[4] > 0
+    assert opening_weights(dataclasses.replace(PAGED_CHUNKS, block_size=1))[4] == 0
+    unchunked = dataclasses.replace(
+        PAGED_CHUNKS, enable_chunked_prefill=False, max_num_batched_tokens=64
+    )
+    assert opening_weights(unchunked)[4] == 0
+    # A budget that takes the longest prompt whole never chunks it.
+    assert opening_weights(dataclasses.replace(PAGED_CHUNKS, max_num_batched_tokens=64))[4] == 0
+
+
+@settings(max_examples=5, deadline=None)
+@given(ones_then_long())
+def test_ones_then_long_ends_past_the_chunk_budget(opening: Opening) -> None:
+    """Two to four one-token prompts, then one 1 to 8 tokens longer than the chunk budget
+    (16 here), all before the first step."""
+    machine = started(PAGED_CHUNKS, opening)
+    events = machine.engine().trace().events
+    lengths = [len(e.prompt_token_ids) for e in events if isinstance(e, AddRequest)]
+    assert lengths[:-1] == [1] * (len(lengths) - 1) and 2 <= len(lengths) - 1 <= 4
+    assert 16 < lengths[-1] <= 24
+    assert not any(isinstance(e, Step) for e in events)
+    machine.teardown()
+
+
+def test_ones_then_long_chunks_the_long_prompt_to_the_budget_the_pages_leave() -> None:
+    """Two one-token prompts and a 17-token one: the first pass admits the two, each paying
+    a page (4) of the 16-token chunk budget, and chunks the long prompt to the 8 left. A
+    budget paid in raw tokens would have left 14, a chunk of 12."""
+    opening = Opening(
+        (draw(ONE_TOKEN, 2), draw(ONE_TOKEN, 2)), late=(draw(ANY_LENGTH, 2),), chunk_late=True
+    )
+    machine = started(PAGED_CHUNKS, opening)
+    machine.apply(Step())
+    state = machine.engine().state
+    r0, r1, long = (
+        e.request_id for e in machine.engine().trace().events if isinstance(e, AddRequest)
+    )
+    assert len(state.requests[long].prompt_token_ids) == 17
+    assert state.sglang is not None and state.sglang.chunked_request_id == long
+    computed = {r: state.requests[r].num_computed_tokens for r in (r0, r1, long)}
+    assert computed == {r0: 1, r1: 1, long: 8}
+    machine.teardown()
