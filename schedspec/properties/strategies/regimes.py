@@ -531,7 +531,7 @@ SGLANG_REGIMES: tuple[Regime, ...] = (
     Regime("sglang-mixed-overcommit", "sg-chunk-room-cut", sglang_mixed_overcommit, 4),
     Regime("sglang-crowded", "two-victims", sglang_crowded, 5),
     Regime("sglang-readmit", "sg-readmit-whole-budget", sglang_readmit, 3),
-    Regime("sglang-paged-chunks", "sg-chunk-after-unaligned", sglang_paged_chunks, 2),
+    Regime("sglang-paged-chunks", "sg-chunk-after-unaligned", sglang_paged_chunks, 1),
 )
 # Draws left as drawn, against the SGLang regimes' weights: 3 of 17 configs. Measured
 # with benchmarks/bench_mutants.py, seeds 1-10 (kills of rv-reserve-remaining-only,
