@@ -533,7 +533,7 @@ SGLANG_REGIMES: tuple[Regime, ...] = (
     Regime("sglang-readmit", "sg-readmit-whole-budget", sglang_readmit, 3),
     Regime("sglang-paged-chunks", "sg-chunk-after-unaligned", sglang_paged_chunks, 1),
 )
-# Draws left as drawn, against the SGLang regimes' weights: 3 of 17 configs. Measured
+# Draws left as drawn, against the SGLang regimes' weights: 3 of 18 configs. Measured
 # with benchmarks/bench_mutants.py, seeds 1-10 (kills of rv-reserve-remaining-only,
 # rv-chunk-budget-unpaged, rv-chunk-room-ignores-reservations and
 # rv-retract-survivors-batch-order): without mixed-overcommit, 3 plain draws to one of
