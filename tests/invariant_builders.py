@@ -538,3 +538,26 @@ def sglang_waiting_prefix_refresh() -> ScheduleTransition:
     assert t.post.waiting == ("c", "d")
     assert [b for b in kv.free_block_ids if kv.block_hashes[b] is not None] == [1, 3, 2, 0]
     return t
+
+
+def sglang_refresh_of_deeper_pages() -> ScheduleTransition:
+    """a (prompt 1 2) and b (1 3) finish and stay cached, sharing their first page; c
+    (1 2 9) and d (1 3 9) then wait behind a 50-token prompt chunked a token a step. The
+    pass that finds 32 passes counted refreshes d's path, then c's: b's second page
+    (block 2, d's alone) is evicted before a's (block 1, c's), and the shared first page
+    (block 0, c's at the head) last."""
+    driver = Driver(**{**SGLANG_CHUNKED, "max_num_batched_tokens": 1, "max_num_seqs": 1})
+    driver.add("a", prompt=(1, 2), max_tokens=1)
+    driver.add("b", prompt=(1, 3), max_tokens=1)
+    driver.steps(8)
+    driver.add("long", prompt=(0,) * 50, max_tokens=1)
+    driver.step()
+    driver.add("c", prompt=(1, 2, 9), max_tokens=1)
+    driver.add("d", prompt=(1, 3, 9), max_tokens=1)
+    driver.steps(28)
+    assert driver.state.sglang is not None and driver.state.sglang.prefill_passes == 32
+    t = driver.schedule()
+    kv = t.post.kv
+    assert t.post.waiting == ("c", "d")
+    assert [b for b in kv.free_block_ids if kv.block_hashes[b] is not None] == [2, 1, 0]
+    return t

@@ -38,6 +38,7 @@ from schedspec.properties.strategies.regimes import (
     priority_tight_cache,
     sglang_crowded,
     sglang_mixed_overcommit,
+    sglang_paged_chunks,
     sglang_readmit,
     sglang_small_chunks,
     sglang_tight_radix,
@@ -295,6 +296,11 @@ def test_sglang_regimes_worked_examples() -> None:
     assert not crowded.async_scheduling  # the plain loop
     chunked = sglang_crowded(dataclasses.replace(drawn, enable_chunked_prefill=True))
     assert chunked.enable_chunked_prefill and chunked.max_num_batched_tokens == 16
+    paged = sglang_paged_chunks(dataclasses.replace(drawn, block_size=1))
+    assert paged.block_size == 2 and paged.enable_chunked_prefill
+    assert paged.max_num_batched_tokens == 8  # four pages, below the 39-token prompt
+    assert sglang_paged_chunks(drawn).block_size == 2  # pages above a token kept
+    assert sglang_paged_chunks(dataclasses.replace(drawn, block_size=4)).block_size == 4
 
 
 @settings(max_examples=200, deadline=None)
@@ -337,9 +343,9 @@ def test_sglang_configs_spend_their_share_in_the_regimes() -> None:
 
     draw()
     total = SGLANG_PLAIN_WEIGHT + sum(r.weight for r in SGLANG_REGIMES)
-    assert total == 17
-    # The tight-radix, mixed-overcommit, crowded and readmit regimes (13 of 17) plus the
-    # other draws of 0.1 (a third of 4 of 17): about four fifths.
+    assert total == 18
+    # The tight-radix, mixed-overcommit, crowded and readmit regimes (13 of 18) plus the
+    # other draws of 0.1 (a third of 5 of 18): about four fifths.
     share = counts["radix"] / sum(counts.values())
     assert 0.65 < share < 0.92, counts
 

@@ -346,6 +346,33 @@ def test_a_refusal_for_a_readmission_s_whole_budget() -> None:
     assert counts["sg-readmit-whole-budget"] == 1
 
 
+def test_a_chunk_after_unaligned_admissions() -> None:
+    """Pages of 4, a chunk budget of 12: s1 and s2 (one token each) are admitted first and
+    each pays a whole page of the budget, so the 30-token prompt behind them gets a chunk
+    of 4, the 12 less 8 (paid raw, the budget would have left it 10, a chunk of 8): the
+    corner. The next pass, which only chunks on, is not."""
+    driver = Driver(
+        family="sglang",
+        block_size=4,
+        num_blocks=32,
+        max_num_batched_tokens=12,
+        max_num_seqs=4,
+        max_model_len=64,
+        enable_chunked_prefill=True,
+    )
+    driver.add("s1", 1, max_tokens=2)
+    driver.add("s2", 1, max_tokens=2)
+    driver.add("long", 30, max_tokens=2)
+    t = driver.schedule()
+    assert dict(t.output.num_scheduled_tokens) == {"s1": 1, "s2": 1, "long": 4}
+    counts: dict[str, int] = {}
+    count_schedule(counts, t)
+    assert counts["sg-chunk-after-unaligned"] == 1
+    driver.update(t)
+    count_schedule(counts, driver.schedule())
+    assert counts["sg-chunk-after-unaligned"] == 1
+
+
 def test_a_prefix_refresh_is_counted_where_two_first_pages_are_judged() -> None:
     """The worked example's refresh (SG-EVICT-ORDER): c and d wait, starting with a's and
     b's cached first pages. The same step is no corner where the state says no refresh

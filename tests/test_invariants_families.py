@@ -23,7 +23,7 @@ from schedspec.spec.invariants import (
     ScheduleTransition,
     UpdateTransition,
 )
-from schedspec.spec.invariants.sglang.policy import refreshed_first_pages
+from schedspec.spec.invariants.sglang.policy import refreshed_pages
 from tests import test_invariants_sglang_lifecycle
 from tests.invariant_builders import (
     SGLANG_CHUNKED,
@@ -33,6 +33,7 @@ from tests.invariant_builders import (
     Driver,
     assert_caught,
     assert_holds,
+    sglang_refresh_of_deeper_pages,
     sglang_refresh_pass_admits_the_head,
     sglang_waiting_prefix_refresh,
     with_kv,
@@ -527,9 +528,30 @@ def case_waiting_prefixes_refreshed_head_first() -> Case:
         "SG-EVICT-ORDER",
         good,
         bad,
-        "first pages not in reverse queue order",
+        "refreshed pages not in reverse queue order",
         expected=(2, 0),
         actual=(0, 2),
+    )
+
+
+@cases("SG-EVICT-ORDER")
+def case_deeper_pages_refreshed_head_first() -> Case:
+    """c and d share their first page, so only their second pages tell the refresh's
+    order: run head first (c's path, then d's), a's second page (block 1, c's) would be
+    evicted before b's (block 2, d's). rv-touch-waiting-head-first survived seed 9 of
+    the kill table where only first pages were judged."""
+    good = sglang_refresh_of_deeper_pages()
+    assert refreshed_pages(good) == {0: 0, 1: 0, 2: 1}
+    kv = good.post.kv
+    swapped = tuple({1: 2, 2: 1}.get(b, b) for b in kv.free_block_ids)
+    bad = dataclasses.replace(good, post=with_kv(good.post, free_block_ids=swapped))
+    return Case(
+        "SG-EVICT-ORDER",
+        good,
+        bad,
+        "block 1 (place 0) is evicted before block 2 (place 1)",
+        expected=(2, 1),
+        actual=(1, 2),
     )
 
 
@@ -540,7 +562,7 @@ def test_a_refreshed_head_the_pass_admits_keeps_its_place() -> None:
     block 0 at e's place, as if h had never been in the queue, was a false alarm on the
     reference under sglang-mixed-overcommit)."""
     t = sglang_refresh_pass_admits_the_head()
-    assert refreshed_first_pages(t) == {0: 0, 2: 1}
+    assert refreshed_pages(t) == {0: 0, 2: 1}
     evictable = [b for b in t.post.kv.free_block_ids if t.post.kv.block_hashes[b] is not None]
     assert evictable.index(2) < evictable.index(0)
     assert CHECKS["SG-EVICT-ORDER"](t) == []

@@ -17,9 +17,13 @@ from schedspec.properties.strategies.openings import (
     ONE_TOKEN,
     Opening,
     fit_room,
+    ones_then_long,
+    opening_weights,
     sglang_openings,
 )
-from schedspec.spec import SchedulerConfig
+from schedspec.spec import RequestStatus, SchedulerConfig
+from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN
+from schedspec.spec.request import max_prompt_tokens
 from schedspec.spec.sglang_arithmetic import running_reservation
 from tests.sched_helpers import make_config
 
@@ -110,3 +114,111 @@ def test_long_after_decodes_is_drawn_only_under_mixed_chunks(data: st.DataObject
     plain = dataclasses.replace(MIXED, enable_mixed_chunk=False)
     opening = data.draw(sglang_openings(8, plain))
     assert not opening.long_late
+
+
+# Pages of one token, a pool of 64, no chunking, four seats, the lowest conservativeness.
+TIGHT = make_config(
+    family="sglang",
+    block_size=1,
+    num_blocks=64,
+    max_model_len=64,
+    max_num_seqs=4,
+    max_num_batched_tokens=64,
+    schedule_conservativeness=0.1,
+)
+
+
+def test_tied_decodes_retract_the_longest_prompt_and_rank_the_shortest_first() -> None:
+    """tied-decodes: prompts of 3, 1, 3 and 1 tokens with long futures (25, 25, 17, 17)
+    arrive at once. The first pass admits the first two, each reserving its whole future
+    (56 of 64 slots); the next pass, against their futures at 0.07, admits the other two,
+    and the first two do not decode in that prefill step: all four carry one output. They
+    decode in step until the pool runs out, then SGLang retracts one, ranked by (outputs,
+    shortest prompt): a 3-token prompt, the later one (a stable sort keeps ties in batch
+    order); the survivors run shortest prompt first, the 1-token requests ahead of the
+    3-token one that arrived first."""
+    opening = Opening(tuple(draw(ANY_LENGTH, future, length - 1) for length, future in TIED_SHAPES))
+    machine = started(TIGHT, opening)
+    r0, r1, r2, r3 = (
+        e.request_id for e in machine.engine().trace().events if isinstance(e, AddRequest)
+    )
+    state = machine.engine().state
+    for _ in range(20):
+        machine.apply(Step())
+        state = machine.engine().state
+        if any(r.status == RequestStatus.PREEMPTED for r in state.requests.values()):
+            break
+    assert state.waiting == (r2,)
+    assert state.running == (r1, r3, r0)
+    outputs = [len(state.requests[r].output_token_ids) for r in (r0, r1, r2, r3)]
+    assert outputs == [16, 16, 15, 16]
+    machine.teardown()
+
+
+# tied-decodes' worked example: (prompt length, max_tokens) in arrival order.
+TIED_SHAPES = ((3, 25), (1, 25), (3, 17), (1, 17))
+
+
+def test_tied_decodes_are_drawn_only_where_prompts_differ() -> None:
+    """Where the longest prompt is one token (sglang-crowded's context), ties cannot differ
+    in prompt length: the opening that ranks them by it has no weight there."""
+    crowded = dataclasses.replace(TIGHT, max_model_len=MIN_SGLANG_MAX_MODEL_LEN)
+    assert max_prompt_tokens(crowded) == 1
+    assert opening_weights(crowded)[3] == 0
+    assert opening_weights(TIGHT)[3] > 0
+    mixed = dataclasses.replace(crowded, enable_chunked_prefill=True, enable_mixed_chunk=True)
+    assert opening_weights(mixed)[3] == 0
+
+
+# ones-then-long's config: pages of 4, a chunk budget of 16.
+PAGED_CHUNKS = dataclasses.replace(
+    TIGHT, block_size=4, enable_chunked_prefill=True, max_num_batched_tokens=16
+)
+
+
+def test_ones_then_long_is_drawn_only_for_chunks_of_pages() -> None:
+    """ones-then-long shows the chunk budget paying whole pages: it has weight only where a
+    page holds more than a token and prefill is chunked by a budget below the longest
+    prompt."""
+    assert opening_weights(PAGED_CHUNKS)[4] > 0
+    assert opening_weights(dataclasses.replace(PAGED_CHUNKS, block_size=1))[4] == 0
+    unchunked = dataclasses.replace(
+        PAGED_CHUNKS, enable_chunked_prefill=False, max_num_batched_tokens=64
+    )
+    assert opening_weights(unchunked)[4] == 0
+    # A budget that takes the longest prompt whole never chunks it.
+    assert opening_weights(dataclasses.replace(PAGED_CHUNKS, max_num_batched_tokens=64))[4] == 0
+
+
+@settings(max_examples=5, deadline=None)
+@given(ones_then_long())
+def test_ones_then_long_ends_past_the_chunk_budget(opening: Opening) -> None:
+    """Two to four one-token prompts, then one 1 to 8 tokens longer than the chunk budget
+    (16 here), all before the first step."""
+    machine = started(PAGED_CHUNKS, opening)
+    events = machine.engine().trace().events
+    lengths = [len(e.prompt_token_ids) for e in events if isinstance(e, AddRequest)]
+    assert lengths[:-1] == [1] * (len(lengths) - 1) and 2 <= len(lengths) - 1 <= 4
+    assert 16 < lengths[-1] <= 24
+    assert not any(isinstance(e, Step) for e in events)
+    machine.teardown()
+
+
+def test_ones_then_long_chunks_the_long_prompt_to_the_budget_the_pages_leave() -> None:
+    """Two one-token prompts and a 17-token one: the first pass admits the two, each paying
+    a page (4) of the 16-token chunk budget, and chunks the long prompt to the 8 left. A
+    budget paid in raw tokens would have left 14, a chunk of 12."""
+    opening = Opening(
+        (draw(ONE_TOKEN, 2), draw(ONE_TOKEN, 2)), late=(draw(ANY_LENGTH, 2),), chunk_late=True
+    )
+    machine = started(PAGED_CHUNKS, opening)
+    machine.apply(Step())
+    state = machine.engine().state
+    r0, r1, long = (
+        e.request_id for e in machine.engine().trace().events if isinstance(e, AddRequest)
+    )
+    assert len(state.requests[long].prompt_token_ids) == 17
+    assert state.sglang is not None and state.sglang.chunked_request_id == long
+    computed = {r: state.requests[r].num_computed_tokens for r in (r0, r1, long)}
+    assert computed == {r0: 1, r1: 1, long: 8}
+    machine.teardown()

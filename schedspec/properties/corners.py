@@ -28,10 +28,11 @@ from schedspec.spec.invariants import (
     waiting_phase,
 )
 from schedspec.spec.invariants.sglang.admission import latch_surely_open
-from schedspec.spec.invariants.sglang.policy import refreshed_first_pages
+from schedspec.spec.invariants.sglang.policy import refreshed_pages
 from schedspec.spec.invariants.sglang.prefill_pass import (
     TOLERANCE,
     PrefillPass,
+    admissions_in_batch_order,
     remaining_new_tokens,
     reserved_new_tokens,
 )
@@ -222,10 +223,18 @@ CORNERS: tuple[Corner, ...] = (
     ),
     Corner(
         "sg-prefix-refresh",
-        "SGLang: a waiting-prefix refresh (every 32nd prefill pass) with two waiting requests "
-        "or more starting with evictable first pages of their own, whose order SG-EVICT-ORDER "
-        "judges (the engine must count its passes: State.sglang.prefill_passes)",
+        "SGLang: a waiting-prefix refresh (every 32nd prefill pass) with evictable pages on "
+        "the cached paths of two waiting requests or more, whose order SG-EVICT-ORDER judges "
+        "(the engine must count its passes: State.sglang.prefill_passes)",
         SGLANG_ONLY,
+    ),
+    Corner(
+        "sg-chunk-after-unaligned",
+        "SGLang: a pass that chunked a request after admitting one whose extend is not a "
+        "whole number of pages (the chunk budget pays the page-ceiled extend: SG-ADMISSION "
+        "judges the chunk it leaves)",
+        SGLANG_ONLY,
+        needs=_CHUNKED,
     ),
     Corner(
         "load-in-progress",
@@ -424,8 +433,10 @@ def _count_sglang_pass(
 ) -> None:
     if policy.chunked_request_id is not None and _chunk_cut_by_room(PrefillPass.of(t, policy)):
         _bump(counts, "sg-chunk-room-cut")
-    if len(set(refreshed_first_pages(t).values())) > 1:
+    if len(set(refreshed_pages(t).values())) > 1:
         _bump(counts, "sg-prefix-refresh")
+    if _chunked_after_unaligned(t, policy):
+        _bump(counts, "sg-chunk-after-unaligned")
     if not t.pre.waiting:
         return
     if not t.admitted_ids and not latch_surely_open(t, policy):
@@ -439,6 +450,19 @@ def _count_sglang_pass(
         _bump(counts, "sg-budget-stop")
     if _refused_for_a_readmission(count):
         _bump(counts, "sg-readmit-whole-budget")
+
+
+def _chunked_after_unaligned(t: ScheduleTransition, policy: SGLangState) -> bool:
+    """Did the pass chunk a request it admitted after one whose extend ends inside a page?"""
+    chunked = t.post.sglang.chunked_request_id if t.post.sglang is not None else None
+    page = t.pre.config.block_size
+    if page == 1 or chunked is None or chunked == policy.chunked_request_id:
+        return False
+    admitted = admissions_in_batch_order(t)
+    if chunked not in admitted:
+        return False
+    scheduled = t.output.num_scheduled_tokens
+    return any(scheduled[rid] % page for rid in admitted[: admitted.index(chunked)])
 
 
 def _refused_for_a_readmission(count: PrefillPass) -> bool:

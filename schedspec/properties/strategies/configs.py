@@ -202,7 +202,7 @@ def sglang_configs(
 ) -> SchedulerConfig:
     """Small configs of family "sglang" (SGLang's knobs drawn, vLLM's at their
     defaults); async_scheduling (SGLang's overlap scheduler) is drawn unless fixed, and a
-    fixed mode outlasts a regime that would change it. Fourteen of seventeen are narrowed by an
+    fixed mode outlasts a regime that would change it. Fifteen of eighteen are narrowed by an
     SGLang regime (strategies/regimes.py) unless `regimes` is off, for a caller that
     narrows the draws itself."""
     page_size = draw(_PAGE_SIZE_DRAWS)

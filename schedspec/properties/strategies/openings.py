@@ -24,6 +24,25 @@ that runs under it). Issue 36: under regimes alone, three SGLang mutants died on
   (each reserving its whole future in the pass), then the latch closes. The survivors'
   long futures also keep the ratio after a retraction below 1, where it shows which
   requests it counted (SG-RATIO).
+- "tied-decodes" (where prompts may be longer than a token): three to eight requests
+  with short prompts of different lengths and long futures arrive at once, as a batch
+  job's do. A pass admits as many as their whole futures fit, the next pass more
+  against the running requests' futures at new_token_ratio, and requests admitted in
+  the same pass (or before a prefill step that held the others' decode) decode in step
+  with equal outputs, until the pool runs out. The retraction then ranks ties by prompt
+  length, the shortest kept, the longest retracted, whatever their batch order
+  (SG-RETRACT: the victims, and the survivors' order). Plain bursts build such ties too,
+  but draw half their futures short and their prompts of any length, so a tie among the
+  decodes left when the pool runs out is rarer there; the cohort's prompts are one token
+  each, so its ties never differ in prompt length.
+
+- "ones-then-long" (pages above a token, chunked prefill): two to four one-token prompts
+  and then a prompt a little longer than the chunk budget arrive at once, as short chat
+  turns beside a long document. The pass admits the short ones, each paying a whole page
+  of the chunk budget for its one token, and chunks the long one to what is left (the
+  corner sg-chunk-after-unaligned): a chunk budget that paid the raw extends would leave
+  the long prompt a chunk a page longer, or admit it where the budget is spent. Random
+  bursts rarely put a long prompt behind several unaligned ones in one pass.
 
 Every draw has a fixed shape, as actions.RequestDraw's, so shrinking stays aligned.
 """
@@ -53,13 +72,15 @@ SHORT_FUTURE = (1, 4)
 class Opening:
     """An example's first arrivals: `first`, each followed by `stagger` engine steps, then
     `then_steps` engine steps, then `late` at once. With `long_late`, each late prompt is
-    sized to the room SGLang's fit test sees when it arrives (late_arrivals)."""
+    sized to the room SGLang's fit test sees when it arrives; with `chunk_late`, a little
+    longer than the chunk budget (late_arrivals)."""
 
     first: tuple[RequestDraw, ...]
     stagger: int = 0
     then_steps: int = 0
     late: tuple[RequestDraw, ...] = ()
     long_late: bool = False
+    chunk_late: bool = False
 
     @classmethod
     def burst(cls, first: list[RequestDraw]) -> Opening:
@@ -74,10 +95,23 @@ class Opening:
     def late_arrivals(self, state: State) -> tuple[RequestDraw, ...]:
         """The late arrivals as drawn, or each with a prompt sized to the room SGLang's fit
         test sees now, less its future and a slack of RequestDraw.anything tokens (so that
-        it is admitted, chunked, with little to spare)."""
+        it is admitted, chunked, with little to spare); or, with chunk_late, with a prompt
+        1 to 8 tokens (RequestDraw.anything) longer than the chunk budget, at most the
+        longest, so that a pass that admits it chunks it without its having to fill the
+        pool (SGLang's fit test takes the whole prompt)."""
+        longest = max_prompt_tokens(state.config)
+        if self.chunk_late:
+            budget = state.config.max_num_batched_tokens
+            return tuple(
+                dataclasses.replace(
+                    d,
+                    length_kind=ANY_LENGTH,
+                    anything=min(budget + 1 + d.anything % 8, longest) - 1,
+                )
+                for d in self.late
+            )
         if not self.long_late:
             return self.late
-        longest = max_prompt_tokens(state.config)
         room = fit_room(state)
         page = state.config.block_size
         return tuple(
@@ -150,8 +184,22 @@ def cohort_then_small() -> st.SearchStrategy[Opening]:
     )
 
 
-# The openings' weights (a plain burst, long-after-decodes, cohort-then-small): under
-# mixed chunks, and without them (where long-after-decodes shows nothing). Measured with
+def ones_then_long() -> st.SearchStrategy[Opening]:
+    return st.builds(
+        lambda ones, long: Opening(tuple(ones), late=(long,), chunk_late=True),
+        st.lists(_shaped(ONE_TOKEN, SHORT_FUTURE), min_size=2, max_size=4),
+        _shaped(ANY_LENGTH, SHORT_FUTURE),
+    )
+
+
+def tied_decodes() -> st.SearchStrategy[Opening]:
+    # _shaped's `anything` is 0-7: prompts of 1-8 tokens (fewer where the context is short).
+    return st.lists(_shaped(ANY_LENGTH, LONG_FUTURE), min_size=3, max_size=8).map(Opening.burst)
+
+
+# The openings' weights (a plain burst, long-after-decodes, cohort-then-small,
+# tied-decodes): under mixed chunks, and without them (where long-after-decodes shows
+# nothing). Measured with
 # benchmarks/bench_mutants.py, seeds 1-10, on rv-reserve-remaining-only,
 # rv-chunk-room-ignores-reservations and rv-ratio-after-retract-counts-victims (2, 4 and
 # 9 seeds before openings): with 2, 1, 1 for every config, 9, 10 and 10; 2, 2, 2: 10, 9
@@ -160,19 +208,48 @@ def cohort_then_small() -> st.SearchStrategy[Opening]:
 # rv-retract-shortest-prompt-first (10 of 10 before openings) each missing one seed, as
 # fewer examples open with a plain burst. More bursts trade them back: on those six
 # mutants, 2, 2, 1 and 3, 0, 1 killed 59 of 60 (survivors-batch-order alive on seed 8);
-# 2, 1, 1 and 3, 0, 1 killed 57.
-MIXED_OPENING_WEIGHTS = (1, 2, 1)
-OPENING_WEIGHTS = (2, 0, 1)
+# 2, 1, 1 and 3, 0, 1 killed 57. None of the three survivors was an invariant's gap: on
+# its seed a lockstep diff against the reference (the same draws, the same 18,763 steps
+# on seed 8) agreed, so no example built the state where its decision differs.
+# survivors-batch-order needs two decodes left after a retraction in the wrong batch
+# order; shortest-prompt-first, a tie in outputs between prompts of different lengths.
+# With tied-decodes at 1 beside the others: all three killed on seeds 6-8, and the whole
+# catalogue in 478 of 480 runs (rv-chunk-budget-unpaged alive on seed 10, by reach, and
+# rv-touch-waiting-head-first on seed 9: docs/FORMAL.md), every corner on every seed.
+# ones-then-long at 1 where pages are above a token and prefill is chunked: the table
+# above left rv-chunk-budget-unpaged alive on seed 10 (by reach: a lockstep diff agreed
+# over its 15,010 steps), and on 3 of seeds 11-30.
+MIXED_OPENING_WEIGHTS: tuple[int, int, int, int, int] = (1, 2, 1, 1, 1)
+OPENING_WEIGHTS: tuple[int, int, int, int, int] = (2, 0, 1, 1, 1)
+
+
+def opening_weights(config: SchedulerConfig) -> tuple[int, int, int, int, int]:
+    """The weights of a plain burst, long-after-decodes, cohort-then-small, tied-decodes
+    and ones-then-long under `config`: long-after-decodes only with mixed chunks (without
+    them no decode runs beside a chunk), tied-decodes only where a prompt may be longer
+    than a token (else every tie has prompts of one length: sglang-crowded's context),
+    ones-then-long only where a token is less than a page and prefill is chunked by a
+    budget below the longest prompt (else nothing is unaligned, or no chunk budget binds)."""
+    burst, long_late, cohort, tied, ones = (
+        MIXED_OPENING_WEIGHTS if config.enable_mixed_chunk else OPENING_WEIGHTS
+    )
+    longest = max_prompt_tokens(config)
+    longer = longest > 1
+    paged_chunks = (
+        config.block_size > 1
+        and config.enable_chunked_prefill
+        and config.max_num_batched_tokens < longest
+    )
+    return (burst, long_late, cohort, tied if longer else 0, ones if paged_chunks else 0)
 
 
 def sglang_openings(
     max_initial_arrivals: int, config: SchedulerConfig
 ) -> st.SearchStrategy[Opening]:
-    """SGLang's openings under `config`, weighted by what it can show: long-after-decodes
-    only with mixed chunks (without them no decode runs beside a chunk)."""
+    """SGLang's openings under `config`, weighted by what it can show (opening_weights)."""
     burst = st.lists(request_draws, min_size=1, max_size=max_initial_arrivals).map(Opening.burst)
-    weights = MIXED_OPENING_WEIGHTS if config.enable_mixed_chunk else OPENING_WEIGHTS
-    shapes = (burst, long_after_decodes(), cohort_then_small())
+    weights = opening_weights(config)
+    shapes = (burst, long_after_decodes(), cohort_then_small(), tied_decodes(), ones_then_long())
     return st.sampled_from(
         [s for s, w in zip(shapes, weights, strict=True) for _ in range(w)]
     ).flatmap(lambda s: s)

@@ -10,7 +10,9 @@ leaves) the worked examples and the lockstep diff do (docs/SPEC.md says which).
 
 from __future__ import annotations
 
-from schedspec.spec.block_hash import hash_block_tokens
+from dataclasses import dataclass
+
+from schedspec.spec.block_hash import BlockHash, hash_block_tokens
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.sglang.prefill_pass import (
     TOLERANCE,
@@ -288,67 +290,133 @@ def _refreshed(t: ScheduleTransition) -> bool:
     )
 
 
-def refreshed_first_pages(t: ScheduleTransition) -> dict[int, int]:
-    """After a step that refreshed the waiting requests' prefixes (else empty): each
-    evictable block holding the first page of a request waiting when the pass began,
-    from the first 128, with the queue place of the foremost such request. A request the
-    pass then admitted counts: the refresh touched its whole sequence first, and its
-    admission's match, which leaves out the last token, may lock none of it (a one-page
-    prompt), so a first page it shares with a request further back stays evictable at
-    its place's recency."""
+def _cached_path(
+    t: ScheduleTransition, rid: str, blocks_of: dict[BlockHash, tuple[int, ...]], limit: int = 0
+) -> list[BlockHash]:
+    """The hashes of the whole pages of the request's sequence (prompt, then outputs, as
+    it waited before the step; `limit` tokens off its end) that the cache holds after the
+    step, from its first page down to the first it does not: the path a match stamps."""
+    request = t.pre.requests.get(rid)
+    if request is None:
+        return []
+    size = t.post.config.block_size
+    tokens = (*request.prompt_token_ids, *request.output_token_ids)
+    tokens = tokens[: len(tokens) - limit]
+    path: list[BlockHash] = []
+    parent = None
+    for start in range(0, len(tokens) - size + 1, size):
+        parent = hash_block_tokens(parent, tokens[start : start + size])
+        if not blocks_of.get(parent):
+            break
+        path.append(parent)
+    return path
+
+
+@dataclass(frozen=True)
+class _Refresh:
+    """What a refreshing pass did to the evictable blocks' access times, as far as the
+    state tells. `owner`: each evictable block on a refreshed path, with the place of the
+    foremost waiting request whose path holds it (the refresh's last stamp on it).
+    `newest`: the most recent place each of those blocks may stand at, -1 for after the
+    whole refresh. A match that ends inside a radix node splits it and gives the tail a
+    fresh access time, so a block below the end of any match may be as recent as that
+    match: the refresh's (its request's place), or admission's after it (-1). The state
+    has no node boundaries, so every block below a match's end is taken as possibly
+    split there."""
+
+    owner: dict[int, int]
+    newest: dict[int, int]
+
+
+def _refresh(t: ScheduleTransition) -> _Refresh:
     if not _refreshed(t):
-        return {}
-    post = t.post
-    size = post.config.block_size
-    blocks_of = dict(post.kv.prefix_cache)
-    evictable = set(_evictable_order(post))
+        return _Refresh({}, {})
+    blocks_of = dict(t.post.kv.prefix_cache)
+    evictable = set(_evictable_order(t.post))
+    refreshed = t.pre.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]
     owner: dict[int, int] = {}
-    for place, rid in enumerate(t.pre.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-        request = t.pre.requests.get(rid)
-        if request is None:
-            continue
-        tokens = (*request.prompt_token_ids, *request.output_token_ids)[:size]
-        if len(tokens) < size:
-            continue
-        for block in blocks_of.get(hash_block_tokens(None, tokens), ()):
-            if block in evictable:
-                owner.setdefault(block, place)
-    return owner
+    ancestors: dict[BlockHash, list[BlockHash]] = {}
+    ends: dict[BlockHash, int] = {}  # a match's last page, with the latest such match
+    for place, rid in enumerate(refreshed):
+        path = _cached_path(t, rid, blocks_of)
+        for depth, page in enumerate(path):
+            ancestors.setdefault(page, path[:depth])
+            for block in blocks_of[page]:
+                if block in evictable:
+                    owner.setdefault(block, place)
+        if path:
+            ends.setdefault(path[-1], place)
+    # Admission's matches after the refresh leave out the last token: the requests the
+    # pass admitted, and the first it left waiting, which it may have tried.
+    tried = [rid for rid in t.pre.waiting if rid in t.admitted_ids]
+    tried += [rid for rid in t.post.waiting[:1] if rid in t.pre.requests]
+    for rid in tried:
+        path = _cached_path(t, rid, blocks_of, limit=1)
+        if path:
+            ends[path[-1]] = -1
+    hashes = t.post.kv.block_hashes
+    newest: dict[int, int] = {}
+    for block, place in owner.items():
+        above = ancestors.get(hashes[block] or 0, ())  # evictable: it has its hash
+        newest[block] = min([place, *(ends[up] for up in above if up in ends)])
+    return _Refresh(owner, newest)
+
+
+def refreshed_pages(t: ScheduleTransition) -> dict[int, int]:
+    """After a step that refreshed the waiting requests' prefixes (else empty): each
+    evictable block on the cached path of a request waiting when the pass began, from
+    the first 128, with the queue place of the foremost such request. A request the pass
+    then admitted counts: the refresh stamped its whole path first, and its admission's
+    match, which leaves out the last token, locks (and stamps again) all of it but the
+    page that token ends, which stays evictable at its place's recency (a one-page
+    prompt locks nothing, so a first page it shares with a request further back keeps
+    the admitted request's place)."""
+    return _refresh(t).owner
 
 
 def _refresh_order(t: ScheduleTransition) -> list[Violation]:
-    """The refresh matches the first waiting requests' prefixes tail first, so each
-    request's first page (a top node of the tree: every match through it stamps it)
-    ends up as recent as the foremost waiting request that starts with it, and
-    everything under it no more recent. Admission's matches after the refresh only
-    touch what they lock (no longer evictable) and the new head of the queue (the
-    most recent anyway). So in the evictable order those first pages come in reverse
-    queue order of the requests they belong to."""
-    owner = refreshed_first_pages(t)
+    """The refresh matches the first waiting requests' prefixes tail first, stamping each
+    path at one tick, so a block on those paths is at least as recent as the foremost
+    waiting request whose path holds it (later stamps only make it more recent), and at
+    most as recent as its `newest` place (splits). The LRU evicts a block only once it is
+    a leaf: so an evictable block `b` that goes after a block `a` that is surely more
+    recent than anything `b` may be (a's owner ahead of b's newest place) breaks the order.
+    Nothing under `b` can excuse it: a block below `b` is owned by a request whose path
+    holds `b`, so no further ahead than b's owner, and a split below `b` is a match
+    through `b`, by a request behind a's owner or by admission's (which locks `b`, or is
+    the request below, whose path is not judged)."""
+    refresh = _refresh(t)
+    owner = refresh.owner
     # The first request the pass left waiting, behind requests it admitted, may have been
-    # tried after the refresh: its match then touched its first page last, more recent
-    # than the first page of a request ahead admitted with a one-page prompt (which locks
-    # nothing and keeps its place). Whether the pass tried it the state does not say, so
-    # that first page is not judged. (At the head of the queue, place 0, it is the most
-    # recent either way.)
+    # tried after the refresh: its match then stamped its path last, more recent than any
+    # page a request ahead left unlocked (a one-page prompt locks nothing). Whether the
+    # pass tried it the state does not say, so no block on its path is judged. (At the
+    # head of the queue, place 0, its path is the most recent either way.)
     if t.post.waiting and t.post.waiting[0] in t.pre.waiting[1:]:
-        head = t.pre.waiting.index(t.post.waiting[0])
-        owner = {b: place for b, place in owner.items() if place != head}
-    if len(owner) < 2:
+        blocks_of = dict(t.post.kv.prefix_cache)
+        for page in _cached_path(t, t.post.waiting[0], blocks_of):
+            for block in blocks_of[page]:
+                owner.pop(block, None)
+    if len(set(owner.values())) < 2:
         return []
-    evictable = {b: i for i, b in enumerate(_evictable_order(t.post))}
-    ranked = sorted(owner, key=lambda b: evictable[b])
-    places = [owner[b] for b in ranked]
-    if places == sorted(places, reverse=True):
-        return []
-    return [
-        Violation(
-            "SG-EVICT-ORDER",
-            "after a waiting-prefix refresh, first pages not in reverse queue order",
-            expected=tuple(sorted(ranked, key=lambda b: -owner[b])),
-            actual=tuple(ranked),
-        )
-    ]
+    newest_seen: int | None = None  # the owner of the most recent block evicted so far
+    for block in _evictable_order(t.post):
+        if block not in owner:
+            continue
+        if newest_seen is not None and owner[newest_seen] < refresh.newest[block]:
+            return [
+                Violation(
+                    "SG-EVICT-ORDER",
+                    "after a waiting-prefix refresh, refreshed pages not in reverse queue "
+                    f"order: block {newest_seen} (place {owner[newest_seen]}) is evicted "
+                    f"before block {block} (place {owner[block]})",
+                    expected=(block, newest_seen),
+                    actual=(newest_seen, block),
+                )
+            ]
+        if newest_seen is None or owner[block] < owner[newest_seen]:
+            newest_seen = block
+    return []
 
 
 @invariant(
@@ -360,8 +428,8 @@ def _refresh_order(t: ScheduleTransition) -> list[Violation]:
     "nothing chunked) and retracts nothing evicts only evictable blocks, the first ones of "
     "that evictable order (least recently used leaf first) where the engine exposes the order. "
     "After a step whose prefill pass refreshed the waiting requests' prefixes (and that "
-    "retracted nothing), the evictable blocks that hold a waiting request's first page come "
-    "in reverse queue order: the first pages of requests further back are evicted first.",
+    "retracted nothing), the evictable blocks on a waiting request's cached path come in "
+    "reverse queue order: the pages of requests further back are evicted first.",
 )
 def check_evict_order(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
