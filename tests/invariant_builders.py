@@ -516,48 +516,48 @@ def reordered(items: Iterable[str], first: str) -> tuple[str, ...]:
     return (first, *rest)
 
 
-def sglang_waiting_prefix_refresh() -> ScheduleTransition:
-    """a (prompt 1 2) and b (3 4) finish and stay cached; c (1 9) and d (3 9) then wait
-    behind a 50-token prompt chunked a token a step. The pass that finds 32 passes
-    counted refreshes the waiting prefixes, d's first then c's: b's first page (block 2,
-    d's) is evicted before a's (block 0, c's)."""
+def _refresh_behind_a_chunked_prompt(
+    cached: tuple[tuple[int, ...], tuple[int, ...]],
+    waiting: tuple[tuple[int, ...], tuple[int, ...]],
+) -> ScheduleTransition:
+    """a and b (`cached`) finish and stay cached; c and d (`waiting`) then wait behind a
+    50-token prompt chunked a token a step, one pass a step, until the pass that finds 32
+    passes counted refreshes the waiting prefixes (d's first, then c's): that step."""
     driver = Driver(**{**SGLANG_CHUNKED, "max_num_batched_tokens": 1, "max_num_seqs": 1})
-    driver.add("a", prompt=(1, 2), max_tokens=1)
-    driver.add("b", prompt=(3, 4), max_tokens=1)
+    for rid, prompt in zip("ab", cached, strict=True):
+        driver.add(rid, prompt=prompt, max_tokens=1)
     driver.steps(8)
     driver.add("long", prompt=(0,) * 50, max_tokens=1)
     driver.step()
-    driver.add("c", prompt=(1, 9), max_tokens=1)
-    driver.add("d", prompt=(3, 9), max_tokens=1)
-    # One pass a step while the long prompt is chunked (c and d wait behind its chunk):
+    for rid, prompt in zip("cd", waiting, strict=True):
+        driver.add(rid, prompt=prompt, max_tokens=1)
     # 28 steps bring the count from 4 to 32.
     driver.steps(28)
     assert driver.state.sglang is not None and driver.state.sglang.prefill_passes == 32
     t = driver.schedule()
-    kv = t.post.kv
     assert t.post.waiting == ("c", "d")
-    assert [b for b in kv.free_block_ids if kv.block_hashes[b] is not None] == [1, 3, 2, 0]
+    return t
+
+
+def evictable_blocks(state: State) -> list[int]:
+    """The free blocks with a hash (SGLang's evictable tail), in free-queue order."""
+    kv = state.kv
+    return [b for b in kv.free_block_ids if kv.block_hashes[b] is not None]
+
+
+def sglang_waiting_prefix_refresh() -> ScheduleTransition:
+    """a (prompt 1 2) and b (3 4) cached, c (1 9) and d (3 9) waiting: the refresh leaves
+    b's first page (block 2, d's) to be evicted before a's (block 0, c's)."""
+    t = _refresh_behind_a_chunked_prompt(((1, 2), (3, 4)), ((1, 9), (3, 9)))
+    assert evictable_blocks(t.post) == [1, 3, 2, 0]
     return t
 
 
 def sglang_refresh_of_deeper_pages() -> ScheduleTransition:
-    """a (prompt 1 2) and b (1 3) finish and stay cached, sharing their first page; c
-    (1 2 9) and d (1 3 9) then wait behind a 50-token prompt chunked a token a step. The
-    pass that finds 32 passes counted refreshes d's path, then c's: b's second page
-    (block 2, d's alone) is evicted before a's (block 1, c's), and the shared first page
-    (block 0, c's at the head) last."""
-    driver = Driver(**{**SGLANG_CHUNKED, "max_num_batched_tokens": 1, "max_num_seqs": 1})
-    driver.add("a", prompt=(1, 2), max_tokens=1)
-    driver.add("b", prompt=(1, 3), max_tokens=1)
-    driver.steps(8)
-    driver.add("long", prompt=(0,) * 50, max_tokens=1)
-    driver.step()
-    driver.add("c", prompt=(1, 2, 9), max_tokens=1)
-    driver.add("d", prompt=(1, 3, 9), max_tokens=1)
-    driver.steps(28)
-    assert driver.state.sglang is not None and driver.state.sglang.prefill_passes == 32
-    t = driver.schedule()
-    kv = t.post.kv
-    assert t.post.waiting == ("c", "d")
-    assert [b for b in kv.free_block_ids if kv.block_hashes[b] is not None] == [2, 1, 0]
+    """a (prompt 1 2) and b (1 3) cached, sharing their first page; c (1 2 9) and d
+    (1 3 9) waiting: the refresh leaves b's second page (block 2, d's alone) to be
+    evicted before a's (block 1, c's), and the shared first page (block 0, c's at the
+    head) last."""
+    t = _refresh_behind_a_chunked_prompt(((1, 2), (1, 3)), ((1, 2, 9), (1, 3, 9)))
+    assert evictable_blocks(t.post) == [2, 1, 0]
     return t

@@ -33,6 +33,7 @@ from tests.invariant_builders import (
     Driver,
     assert_caught,
     assert_holds,
+    evictable_blocks,
     sglang_refresh_of_deeper_pages,
     sglang_refresh_pass_admits_the_head,
     sglang_waiting_prefix_refresh,
@@ -516,14 +517,18 @@ def case_evicting_a_block_that_was_not_evictable() -> Case:
     return Case("SG-EVICT-ORDER", good, bad, "not evictable", actual=(evicted[0],))
 
 
+def _with_free_blocks_swapped(t: ScheduleTransition, x: int, y: int) -> ScheduleTransition:
+    """The step with blocks x and y trading places in the free queue after it."""
+    swapped = tuple({x: y, y: x}.get(b, b) for b in t.post.kv.free_block_ids)
+    return dataclasses.replace(t, post=with_kv(t.post, free_block_ids=swapped))
+
+
 @cases("SG-EVICT-ORDER")
 def case_waiting_prefixes_refreshed_head_first() -> Case:
     """The refresh run head first (c's prefix, then d's): a's first page, which the
     head c starts with, would be evicted before b's."""
     good = sglang_waiting_prefix_refresh()
-    kv = good.post.kv
-    swapped = tuple({0: 2, 2: 0}.get(b, b) for b in kv.free_block_ids)
-    bad = dataclasses.replace(good, post=with_kv(good.post, free_block_ids=swapped))
+    bad = _with_free_blocks_swapped(good, 0, 2)
     return Case(
         "SG-EVICT-ORDER",
         good,
@@ -542,9 +547,7 @@ def case_deeper_pages_refreshed_head_first() -> Case:
     the kill table where only first pages were judged."""
     good = sglang_refresh_of_deeper_pages()
     assert refreshed_pages(good) == {0: 0, 1: 0, 2: 1}
-    kv = good.post.kv
-    swapped = tuple({1: 2, 2: 1}.get(b, b) for b in kv.free_block_ids)
-    bad = dataclasses.replace(good, post=with_kv(good.post, free_block_ids=swapped))
+    bad = _with_free_blocks_swapped(good, 1, 2)
     return Case(
         "SG-EVICT-ORDER",
         good,
@@ -563,7 +566,7 @@ def test_a_refreshed_head_the_pass_admits_keeps_its_place() -> None:
     reference under sglang-mixed-overcommit)."""
     t = sglang_refresh_pass_admits_the_head()
     assert refreshed_pages(t) == {0: 0, 2: 1}
-    evictable = [b for b in t.post.kv.free_block_ids if t.post.kv.block_hashes[b] is not None]
+    evictable = evictable_blocks(t.post)
     assert evictable.index(2) < evictable.index(0)
     assert CHECKS["SG-EVICT-ORDER"](t) == []
 

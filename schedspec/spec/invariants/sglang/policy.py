@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schedspec.spec.block_hash import BlockHash, hash_block_tokens
+from schedspec.spec.block_hash import BlockHash, extend_block_hashes
 from schedspec.spec.invariants.registry import Violation, invariant
 from schedspec.spec.invariants.sglang.prefill_pass import (
     TOLERANCE,
@@ -299,17 +299,10 @@ def _cached_path(
     request = t.pre.requests.get(rid)
     if request is None:
         return []
-    size = t.post.config.block_size
     tokens = (*request.prompt_token_ids, *request.output_token_ids)
-    tokens = tokens[: len(tokens) - limit]
-    path: list[BlockHash] = []
-    parent = None
-    for start in range(0, len(tokens) - size + 1, size):
-        parent = hash_block_tokens(parent, tokens[start : start + size])
-        if not blocks_of.get(parent):
-            break
-        path.append(parent)
-    return path
+    pages = extend_block_hashes([], tokens[: len(tokens) - limit], t.post.config.block_size)
+    cached = next((i for i, page in enumerate(pages) if not blocks_of.get(page)), len(pages))
+    return pages[:cached]
 
 
 @dataclass(frozen=True)
@@ -335,15 +328,15 @@ def _refresh(t: ScheduleTransition) -> _Refresh:
     evictable = set(_evictable_order(t.post))
     refreshed = t.pre.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]
     owner: dict[int, int] = {}
-    ancestors: dict[BlockHash, list[BlockHash]] = {}
+    above: dict[int, list[BlockHash]] = {}  # each owned block's ancestor pages
     ends: dict[BlockHash, int] = {}  # a match's last page, with the latest such match
     for place, rid in enumerate(refreshed):
         path = _cached_path(t, rid, blocks_of)
         for depth, page in enumerate(path):
-            ancestors.setdefault(page, path[:depth])
             for block in blocks_of[page]:
-                if block in evictable:
-                    owner.setdefault(block, place)
+                if block in evictable and block not in owner:
+                    owner[block] = place
+                    above[block] = path[:depth]
         if path:
             ends.setdefault(path[-1], place)
     # Admission's matches after the refresh leave out the last token: the requests the
@@ -354,11 +347,10 @@ def _refresh(t: ScheduleTransition) -> _Refresh:
         path = _cached_path(t, rid, blocks_of, limit=1)
         if path:
             ends[path[-1]] = -1
-    hashes = t.post.kv.block_hashes
-    newest: dict[int, int] = {}
-    for block, place in owner.items():
-        above = ancestors.get(hashes[block] or 0, ())  # evictable: it has its hash
-        newest[block] = min([place, *(ends[up] for up in above if up in ends)])
+    newest = {
+        block: min([place, *(ends[up] for up in above[block] if up in ends)])
+        for block, place in owner.items()
+    }
     return _Refresh(owner, newest)
 
 
@@ -399,7 +391,7 @@ def _refresh_order(t: ScheduleTransition) -> list[Violation]:
                 owner.pop(block, None)
     if len(set(owner.values())) < 2:
         return []
-    newest_seen: int | None = None  # the owner of the most recent block evicted so far
+    newest_seen: int | None = None  # of the blocks evicted so far, the foremost owner's
     for block in _evictable_order(t.post):
         if block not in owner:
             continue
