@@ -15,6 +15,7 @@ from schedspec.properties.corners import CORNER_NAMES
 from schedspec.properties.strategies import hybrid_regimes
 from schedspec.properties.strategies.actions import URGENT, decode_request_draw
 from schedspec.properties.strategies.configs import configs, sglang_configs
+from schedspec.properties.strategies.openings import OPENING_NAMES
 from schedspec.properties.strategies.regimes import (
     CONNECTOR_REGIMES,
     CROWDED_POOL,
@@ -298,9 +299,19 @@ def test_sglang_regimes_worked_examples() -> None:
     assert chunked.enable_chunked_prefill and chunked.max_num_batched_tokens == 16
     paged = sglang_paged_chunks(dataclasses.replace(drawn, block_size=1))
     assert paged.block_size == 2 and paged.enable_chunked_prefill
-    assert paged.max_num_batched_tokens == 8  # four pages, below the 39-token prompt
+    assert paged.max_num_batched_tokens == 8  # four pages, below the 33-token prompt
+    assert paged.max_model_len == 40 and paged.num_blocks == 100  # both already enough
     assert sglang_paged_chunks(drawn).block_size == 2  # pages above a token kept
-    assert sglang_paged_chunks(dataclasses.replace(drawn, block_size=4)).block_size == 4
+    # Pages of four: a budget of 16, so a context of at least 48 (the longest prompt 24
+    # past the budget) and a pool of two contexts (24 pages of 4); one seat becomes three.
+    single = dataclasses.replace(drawn, block_size=4, num_blocks=10, max_num_seqs=1)
+    wide = sglang_paged_chunks(single)
+    assert (wide.block_size, wide.max_num_batched_tokens, wide.max_num_seqs) == (4, 16, 3)
+    assert (wide.max_model_len, wide.num_blocks) == (48, 24)
+    assert max_prompt_tokens(wide) == 41
+    # Twelve seats: a budget of a token a seat, more than four pages.
+    crowded_pages = dataclasses.replace(drawn, block_size=1, max_num_seqs=12)
+    assert sglang_paged_chunks(crowded_pages).max_num_batched_tokens == 12
 
 
 @settings(max_examples=200, deadline=None)
@@ -311,13 +322,16 @@ def test_every_sglang_regime_narrows_any_drawn_config_to_a_legal_one(
     for regime in SGLANG_REGIMES:
         narrowed = regime.narrow(config)  # validated in __post_init__
         assert narrowed.family == "sglang" and regime.corner in CORNER_NAMES
+        # Idempotent: a regime's configs are its fixed points (openings.paired_opening).
+        assert regime.narrow(narrowed) == narrowed
+        assert regime.opening is None or regime.opening in OPENING_NAMES
         if regime.narrow is sglang_crowded:
             # The shortest context and the plain loop: the crowd is of one-token prompts.
             assert narrowed.max_model_len == MIN_SGLANG_MAX_MODEL_LEN
             assert not narrowed.async_scheduling
             continue
-        # sglang-mixed-overcommit and sglang-readmit lengthen a short context (their
-        # prompts and decodes must be long); the others keep it.
+        # sglang-mixed-overcommit, sglang-readmit and sglang-paged-chunks lengthen a short
+        # context (their prompts and decodes must be long); the others keep it.
         assert narrowed.max_model_len >= config.max_model_len
         if regime.narrow is sglang_readmit:
             # The plain loop: a cohort decodes in step, its victims retracted together.

@@ -15,12 +15,16 @@ from schedspec.properties.strategies.actions import RequestDraw
 from schedspec.properties.strategies.openings import (
     ANY_LENGTH,
     ONE_TOKEN,
+    LateShape,
     Opening,
     fit_room,
+    ones_before_long,
     ones_then_long,
     opening_weights,
+    paired_opening,
     sglang_openings,
 )
+from schedspec.properties.strategies.regimes import sglang_paged_chunks, sglang_readmit
 from schedspec.spec import RequestStatus, SchedulerConfig
 from schedspec.spec.config import MIN_SGLANG_MAX_MODEL_LEN
 from schedspec.spec.request import max_prompt_tokens
@@ -60,7 +64,11 @@ def test_a_long_late_prompt_is_sized_to_the_fit_tests_room() -> None:
     tokens to go: 53) less its future (2), a page, a token for the strict test and its
     slack (3): 46 tokens. It is admitted at once and chunked, beside the decode."""
     opening = Opening(
-        (draw(ONE_TOKEN, 40), draw(ONE_TOKEN, 40)), 0, 8, (draw(ANY_LENGTH, 2, 3),), True
+        (draw(ONE_TOKEN, 40), draw(ONE_TOKEN, 40)),
+        0,
+        8,
+        (draw(ANY_LENGTH, 2, 3),),
+        LateShape.FITS_ROOM,
     )
     assert len(opening.first_arrivals(MIXED)) == 1
     machine = started(MIXED, opening)
@@ -113,7 +121,7 @@ def test_long_after_decodes_is_drawn_only_under_mixed_chunks(data: st.DataObject
     never drawn there."""
     plain = dataclasses.replace(MIXED, enable_mixed_chunk=False)
     opening = data.draw(sglang_openings(8, plain))
-    assert not opening.long_late
+    assert opening.late_shape is not LateShape.FITS_ROOM
 
 
 # Pages of one token, a pool of 64, no chunking, four seats, the lowest conservativeness.
@@ -193,12 +201,13 @@ def test_ones_then_long_is_drawn_only_for_chunks_of_pages() -> None:
 @settings(max_examples=5, deadline=None)
 @given(ones_then_long())
 def test_ones_then_long_ends_past_the_chunk_budget(opening: Opening) -> None:
-    """Two to four one-token prompts, then one 1 to 8 tokens longer than the chunk budget
-    (16 here), all before the first step."""
+    """Two to four one-token prompts drawn, at most three kept (four seats leave the long
+    prompt one), then one 1 to 8 tokens longer than the chunk budget (16 here), all before
+    the first step."""
     machine = started(PAGED_CHUNKS, opening)
     events = machine.engine().trace().events
     lengths = [len(e.prompt_token_ids) for e in events if isinstance(e, AddRequest)]
-    assert lengths[:-1] == [1] * (len(lengths) - 1) and 2 <= len(lengths) - 1 <= 4
+    assert lengths[:-1] == [1] * (len(lengths) - 1) and 2 <= len(lengths) - 1 <= 3
     assert 16 < lengths[-1] <= 24
     assert not any(isinstance(e, Step) for e in events)
     machine.teardown()
@@ -209,7 +218,9 @@ def test_ones_then_long_chunks_the_long_prompt_to_the_budget_the_pages_leave() -
     a page (4) of the 16-token chunk budget, and chunks the long prompt to the 8 left. A
     budget paid in raw tokens would have left 14, a chunk of 12."""
     opening = Opening(
-        (draw(ONE_TOKEN, 2), draw(ONE_TOKEN, 2)), late=(draw(ANY_LENGTH, 2),), chunk_late=True
+        (draw(ONE_TOKEN, 2), draw(ONE_TOKEN, 2)),
+        late=(draw(ANY_LENGTH, 2),),
+        late_shape=LateShape.PAST_CHUNK,
     )
     machine = started(PAGED_CHUNKS, opening)
     machine.apply(Step())
@@ -222,3 +233,48 @@ def test_ones_then_long_chunks_the_long_prompt_to_the_budget_the_pages_leave() -
     computed = {r: state.requests[r].num_computed_tokens for r in (r0, r1, long)}
     assert computed == {r0: 1, r1: 1, long: 8}
     machine.teardown()
+
+
+def test_ones_before_long_leaves_the_long_prompt_a_seat_a_page_and_the_pool() -> None:
+    """Four seats, a budget of four pages of 4 and a pool of 64 pages: three short prompts
+    (a seat, a page of budget and 4 + 4 pool tokens each) leave the long one a seat and a
+    page. Two seats leave room for one short prompt; a budget of one page for none (the
+    opening is then never drawn). A budget of ten pages in a pool of 16 pages (64 tokens):
+    the long prompt (at most 40 + 8 tokens, a future of 4) leaves 12, one short prompt."""
+    assert ones_before_long(PAGED_CHUNKS) == 3
+    assert ones_before_long(dataclasses.replace(PAGED_CHUNKS, max_num_seqs=2)) == 1
+    one_page = dataclasses.replace(PAGED_CHUNKS, max_num_batched_tokens=4)
+    assert ones_before_long(one_page) == 0 and opening_weights(one_page)[4] == 0
+    small_pool = dataclasses.replace(PAGED_CHUNKS, num_blocks=16, max_num_batched_tokens=40)
+    assert ones_before_long(small_pool) == 1
+    assert opening_weights(small_pool)[4] > 0
+
+
+def test_the_short_prompts_are_cut_to_what_leaves_the_long_one_a_pass() -> None:
+    """Four short prompts drawn, two seats: one arrives before the long prompt."""
+    opening = Opening(
+        tuple(draw(ONE_TOKEN, 2) for _ in range(4)),
+        late=(draw(ANY_LENGTH, 2),),
+        late_shape=LateShape.PAST_CHUNK,
+    )
+    machine = started(dataclasses.replace(PAGED_CHUNKS, max_num_seqs=2), opening)
+    events = machine.engine().trace().events
+    lengths = [len(e.prompt_token_ids) for e in events if isinstance(e, AddRequest)]
+    assert lengths == [1, 17]
+    machine.teardown()
+
+
+def test_a_regimes_configs_draw_its_opening_at_least_half_the_time() -> None:
+    """sglang-readmit's configs (its narrowing's fixed points) draw cohort-then-small, and
+    sglang-paged-chunks' draw ones-then-long, at least half the time; a config outside
+    both keeps the plain weights."""
+    readmit = sglang_readmit(TIGHT)
+    assert paired_opening(readmit) == "cohort-then-small"
+    weights = opening_weights(readmit)
+    assert weights[2] * 2 >= sum(weights)
+    paged = sglang_paged_chunks(TIGHT)
+    assert paired_opening(paged) == "ones-then-long"
+    weights = opening_weights(paged)
+    assert weights[4] * 2 >= sum(weights)
+    assert paired_opening(TIGHT) is None
+    assert opening_weights(TIGHT) == (2, 0, 1, 1, 0)

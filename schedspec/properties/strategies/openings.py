@@ -37,12 +37,20 @@ that runs under it). Issue 36: under regimes alone, three SGLang mutants died on
   each, so its ties never differ in prompt length.
 
 - "ones-then-long" (pages above a token, chunked prefill): two to four one-token prompts
-  and then a prompt a little longer than the chunk budget arrive at once, as short chat
-  turns beside a long document. The pass admits the short ones, each paying a whole page
-  of the chunk budget for its one token, and chunks the long one to what is left (the
-  corner sg-chunk-after-unaligned): a chunk budget that paid the raw extends would leave
-  the long prompt a chunk a page longer, or admit it where the budget is spent. Random
-  bursts rarely put a long prompt behind several unaligned ones in one pass.
+  (as many as leave the long one a seat, a page of the chunk budget and room in the pool:
+  ones_before_long) and then a prompt a little longer than the chunk budget arrive at
+  once, as short chat turns beside a long document. The pass admits the short ones, each
+  paying a whole page of the chunk budget for its one token, and chunks the long one to
+  what is left (the corner sg-chunk-after-unaligned): a chunk budget that paid the raw
+  extends would leave the long prompt a chunk a page longer, or admit it where the budget
+  is spent. Random bursts rarely put a long prompt behind several unaligned ones in one
+  pass.
+
+An SGLang regime (strategies/regimes.py) may name the opening its corner needs: the
+regime narrows the knobs, the opening builds the workload, and the corner needs both at
+once. A config the regime narrowed (one its narrowing leaves as it is) draws that opening
+at least half the time (paired_opening): sglang-readmit with cohort-then-small,
+sglang-paged-chunks with ones-then-long.
 
 Every draw has a fixed shape, as actions.RequestDraw's, so shrinking stays aligned.
 """
@@ -50,11 +58,13 @@ Every draw has a fixed shape, as actions.RequestDraw's, so shrinking stays align
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
 from schedspec.properties.strategies.actions import RequestDraw, request_draws
+from schedspec.properties.strategies.regimes import SGLANG_REGIMES
 from schedspec.spec import SchedulerConfig, State
 from schedspec.spec.invariants.sglang.prefill_pass import remaining_new_tokens
 from schedspec.spec.request import max_prompt_tokens
@@ -68,52 +78,61 @@ LONG_FUTURE = (24, 64)
 SHORT_FUTURE = (1, 4)
 
 
+class LateShape(enum.Enum):
+    """How an opening's late arrivals are shaped when they arrive (Opening.late_arrivals)."""
+
+    AS_DRAWN = "as-drawn"
+    # long-after-decodes: each prompt sized to the room SGLang's fit test sees.
+    FITS_ROOM = "fits-room"
+    # ones-then-long: each prompt a little longer than the chunk budget.
+    PAST_CHUNK = "past-chunk"
+
+
 @dataclass(frozen=True)
 class Opening:
     """An example's first arrivals: `first`, each followed by `stagger` engine steps, then
-    `then_steps` engine steps, then `late` at once. With `long_late`, each late prompt is
-    sized to the room SGLang's fit test sees when it arrives; with `chunk_late`, a little
-    longer than the chunk budget (late_arrivals)."""
+    `then_steps` engine steps, then `late` at once, shaped as `late_shape` says."""
 
     first: tuple[RequestDraw, ...]
     stagger: int = 0
     then_steps: int = 0
     late: tuple[RequestDraw, ...] = ()
-    long_late: bool = False
-    chunk_late: bool = False
+    late_shape: LateShape = LateShape.AS_DRAWN
 
     @classmethod
     def burst(cls, first: list[RequestDraw]) -> Opening:
         return cls(tuple(first))
 
     def first_arrivals(self, config: SchedulerConfig) -> tuple[RequestDraw, ...]:
-        """The first arrivals; before a long late prompt, only as many as leave it a seat."""
-        if not self.long_late:
-            return self.first
-        return self.first[: max(1, config.max_num_seqs - 1)]
+        """The first arrivals; before a late prompt sized to the fit test's room, only as
+        many as leave it a seat; before one past the chunk budget, only as many one-token
+        prompts as leave it a seat, a page of that budget and room in the pool
+        (ones_before_long)."""
+        if self.late_shape is LateShape.FITS_ROOM:
+            return self.first[: max(1, config.max_num_seqs - 1)]
+        if self.late_shape is LateShape.PAST_CHUNK:
+            return self.first[: max(1, ones_before_long(config))]
+        return self.first
 
     def late_arrivals(self, state: State) -> tuple[RequestDraw, ...]:
-        """The late arrivals as drawn, or each with a prompt sized to the room SGLang's fit
-        test sees now, less its future and a slack of RequestDraw.anything tokens (so that
-        it is admitted, chunked, with little to spare); or, with chunk_late, with a prompt
-        1 to 8 tokens (RequestDraw.anything) longer than the chunk budget, at most the
-        longest, so that a pass that admits it chunks it without its having to fill the
-        pool (SGLang's fit test takes the whole prompt)."""
-        longest = max_prompt_tokens(state.config)
-        if self.chunk_late:
-            budget = state.config.max_num_batched_tokens
+        """The late arrivals as drawn; or (FITS_ROOM) each with a prompt sized to the room
+        SGLang's fit test sees now, less its future and a slack of RequestDraw.anything
+        tokens (so that it is admitted, chunked, with little to spare); or (PAST_CHUNK)
+        each with a prompt 1 to PAST_CHUNK_TOKENS tokens (RequestDraw.anything) longer than
+        the chunk budget, at most the longest, so that a pass that admits it chunks it
+        without its having to fill the pool (SGLang's fit test takes the whole prompt)."""
+        if self.late_shape is LateShape.AS_DRAWN:
+            return self.late
+        if self.late_shape is LateShape.PAST_CHUNK:
             return tuple(
                 dataclasses.replace(
-                    d,
-                    length_kind=ANY_LENGTH,
-                    anything=min(budget + 1 + d.anything % 8, longest) - 1,
+                    d, length_kind=ANY_LENGTH, anything=past_chunk_length(state.config, d) - 1
                 )
                 for d in self.late
             )
-        if not self.long_late:
-            return self.late
         room = fit_room(state)
         page = state.config.block_size
+        longest = max_prompt_tokens(state.config)
         return tuple(
             dataclasses.replace(
                 d,
@@ -123,6 +142,30 @@ class Opening:
             )
             for d in self.late
         )
+
+
+# ones-then-long's long prompt: 1 to PAST_CHUNK_TOKENS tokens past the chunk budget.
+PAST_CHUNK_TOKENS = 8
+
+
+def past_chunk_length(config: SchedulerConfig, draw: RequestDraw) -> int:
+    """ones-then-long's long prompt: 1 to PAST_CHUNK_TOKENS tokens (the draw's `anything`)
+    past the chunk budget, at most the longest prompt."""
+    budget = config.max_num_batched_tokens
+    return min(budget + 1 + draw.anything % PAST_CHUNK_TOKENS, max_prompt_tokens(config))
+
+
+def ones_before_long(config: SchedulerConfig) -> int:
+    """How many one-token prompts ones-then-long may put before its long prompt in one
+    pass, so that the pass can still admit the long one and chunk it: each short one takes
+    a seat, a page of the chunk budget (a one-token extend ceiled to a page) and, in the
+    pool, that page and its future (SHORT_FUTURE at most); the long one needs a seat, a
+    page of budget left, and its longest prompt and future in the pool (SGLang's fit test
+    takes the whole prompt). 0 or less: the shape cannot show here."""
+    page, budget = config.block_size, config.max_num_batched_tokens
+    long_needs = min(budget + PAST_CHUNK_TOKENS, max_prompt_tokens(config)) + SHORT_FUTURE[1]
+    pool_left = config.num_blocks * page - long_needs
+    return min(config.max_num_seqs - 1, budget // page - 1, pool_left // (page + SHORT_FUTURE[1]))
 
 
 def fit_room(state: State) -> int:
@@ -168,7 +211,7 @@ def decodes(count: tuple[int, int]) -> st.SearchStrategy[list[RequestDraw]]:
 
 def long_after_decodes() -> st.SearchStrategy[Opening]:
     return st.builds(
-        lambda first, steps, late: Opening(tuple(first), 0, steps, (late,), long_late=True),
+        lambda first, steps, late: Opening(tuple(first), 0, steps, (late,), LateShape.FITS_ROOM),
         decodes((1, 4)),
         st.integers(6, 16),
         _shaped(ANY_LENGTH, SHORT_FUTURE),
@@ -186,7 +229,7 @@ def cohort_then_small() -> st.SearchStrategy[Opening]:
 
 def ones_then_long() -> st.SearchStrategy[Opening]:
     return st.builds(
-        lambda ones, long: Opening(tuple(ones), late=(long,), chunk_late=True),
+        lambda ones, long: Opening(tuple(ones), late=(long,), late_shape=LateShape.PAST_CHUNK),
         st.lists(_shaped(ONE_TOKEN, SHORT_FUTURE), min_size=2, max_size=4),
         _shaped(ANY_LENGTH, SHORT_FUTURE),
     )
@@ -218,29 +261,64 @@ def tied_decodes() -> st.SearchStrategy[Opening]:
 # rv-touch-waiting-head-first on seed 9: docs/FORMAL.md), every corner on every seed.
 # ones-then-long at 1 where pages are above a token and prefill is chunked: the table
 # above left rv-chunk-budget-unpaged alive on seed 10 (by reach: a lockstep diff agreed
-# over its 15,010 steps), and on 3 of seeds 11-30.
+# over its 15,010 steps), and on 3 of seeds 11-30. Then rv-reserve-remaining-only survived
+# seed 2 (479 of 480), where all six sglang-readmit configs opened otherwise: with a
+# regime's configs drawing its paired opening at least half the time (opening_weights),
+# 480 of 480, and every SGLang corner on every one of seeds 1-10 (benchmarks/bench_corners.py).
 MIXED_OPENING_WEIGHTS: tuple[int, int, int, int, int] = (1, 2, 1, 1, 1)
 OPENING_WEIGHTS: tuple[int, int, int, int, int] = (2, 0, 1, 1, 1)
 
 
+# The openings, in the order of their weights.
+OPENING_NAMES = (
+    "burst",
+    "long-after-decodes",
+    "cohort-then-small",
+    "tied-decodes",
+    "ones-then-long",
+)
+
+
 def opening_weights(config: SchedulerConfig) -> tuple[int, int, int, int, int]:
     """The weights of a plain burst, long-after-decodes, cohort-then-small, tied-decodes
-    and ones-then-long under `config`: long-after-decodes only with mixed chunks (without
-    them no decode runs beside a chunk), tied-decodes only where a prompt may be longer
-    than a token (else every tie has prompts of one length: sglang-crowded's context),
-    ones-then-long only where a token is less than a page and prefill is chunked by a
-    budget below the longest prompt (else nothing is unaligned, or no chunk budget binds)."""
+    and ones-then-long (OPENING_NAMES) under `config`: long-after-decodes only with mixed
+    chunks (without them no decode runs beside a chunk), tied-decodes only where a prompt
+    may be longer than a token (else every tie has prompts of one length: sglang-crowded's
+    context), ones-then-long only where a token is less than a page, prefill is chunked by
+    a budget below the longest prompt, and a short prompt can go before the long one
+    (ones_before_long; else nothing is unaligned, no chunk budget binds, or no pass admits
+    both). Where the config lies in an SGLang regime that names an opening (its corner
+    needs that regime's knobs and that opening's workload at once), that opening draws at
+    least half the time (paired_opening)."""
     burst, long_late, cohort, tied, ones = (
         MIXED_OPENING_WEIGHTS if config.enable_mixed_chunk else OPENING_WEIGHTS
     )
     longest = max_prompt_tokens(config)
-    longer = longest > 1
     paged_chunks = (
         config.block_size > 1
         and config.enable_chunked_prefill
         and config.max_num_batched_tokens < longest
+        and ones_before_long(config) >= 1
     )
-    return (burst, long_late, cohort, tied if longer else 0, ones if paged_chunks else 0)
+    weights = [burst, long_late, cohort, tied if longest > 1 else 0, ones if paged_chunks else 0]
+    paired = paired_opening(config)
+    if paired is not None:
+        index = OPENING_NAMES.index(paired)
+        if weights[index]:
+            weights[index] += sum(weights)
+    first, second, third, fourth, fifth = weights
+    return (first, second, third, fourth, fifth)
+
+
+def paired_opening(config: SchedulerConfig) -> str | None:
+    """The opening named by the SGLang regime whose narrowing leaves `config` as it is (a
+    regime's narrowing is idempotent, so its configs are exactly its fixed points), if
+    any: the regime narrows the knobs where its corner lives, the opening builds the
+    workload it also needs."""
+    for regime in SGLANG_REGIMES:
+        if regime.opening is not None and regime.narrow(config) == config:
+            return regime.opening
+    return None
 
 
 def sglang_openings(

@@ -313,6 +313,9 @@ class Regime:
     corner: str  # the named corner (corners.py) it is for
     narrow: Callable[[SchedulerConfig], SchedulerConfig]
     weight: int
+    # SGLang's family: the opening (strategies/openings.py, OPENING_NAMES) whose workload
+    # the corner needs beside these knobs; its configs draw it at least half the time.
+    opening: str | None = None
 
 
 REGIMES: tuple[Regime, ...] = (
@@ -502,25 +505,45 @@ def sglang_readmit(config: SchedulerConfig) -> SchedulerConfig:
     )
 
 
-# sglang_paged_chunks' chunk budget, in pages.
+# sglang_paged_chunks' chunk budget, in pages; its seats (two short prompts and a long
+# one); its shortest context, in chunk budgets; and its smallest pool, in contexts.
 PAGED_CHUNK_PAGES = 4
+PAGED_CHUNK_SEATS = 3
+PAGED_CHUNK_CONTEXT = 3
+PAGED_CHUNK_POOL = 2
 
 
 def sglang_paged_chunks(config: SchedulerConfig) -> SchedulerConfig:
     """SGLang's family: pages of two tokens or more (four where four were drawn) and
-    chunked prefill with a budget of PAGED_CHUNK_PAGES pages, below the longest prompt. The
+    chunked prefill with a budget of PAGED_CHUNK_PAGES pages (or a token a seat, where
+    that is more), at least PAGED_CHUNK_SEATS seats, a context of at least
+    PAGED_CHUNK_CONTEXT budgets and a pool of at least PAGED_CHUNK_POOL contexts. The
     other regimes all narrow to pages of one token, where a page is a token and nothing an
     admission takes ends inside one; here each admission pays its extend ceiled to pages
     out of the chunk budget, so one-token prompts admitted ahead of a long one leave it a
     chunk pages shorter than their tokens would (the corner sg-chunk-after-unaligned;
-    SG-ADMISSION judges the chunk; the opening ones-then-long builds the burst)."""
+    SG-ADMISSION judges the chunk; the opening ones-then-long builds the burst). The seats,
+    context and pool are what that burst needs in one pass: a seat for each of two short
+    prompts and the long one, a longest prompt past the budget, and a pool that holds the
+    long prompt, its future and the short ones' pages at once (openings.ones_before_long).
+
+    Before seats, context and pool were narrowed, 1,238 of 2,000 configs drawn from this
+    regime could not show the corner (a single seat in 772, a budget the longest prompt
+    fits in 629, a pool too small for the burst in 285; some had several), and
+    benchmarks/bench_corners.py missed the corner on seeds 1 and 10."""
     page = max(config.block_size, 2)
-    budget = max(config.max_num_seqs, min(PAGED_CHUNK_PAGES * page, config.max_model_len // 2))
+    seats = max(config.max_num_seqs, PAGED_CHUNK_SEATS)
+    budget = max(seats, PAGED_CHUNK_PAGES * page)
+    max_model_len = max(config.max_model_len, PAGED_CHUNK_CONTEXT * budget)
+    context_pages = -(-max_model_len // page)
     return dataclasses.replace(
         config,
         block_size=page,
+        max_model_len=max_model_len,
+        num_blocks=max(config.num_blocks, PAGED_CHUNK_POOL * context_pages),
+        max_num_seqs=seats,
         enable_chunked_prefill=True,
-        max_num_batched_tokens=max(budget, page),
+        max_num_batched_tokens=budget,
     )
 
 
@@ -530,8 +553,14 @@ SGLANG_REGIMES: tuple[Regime, ...] = (
     Regime("sglang-tight-radix", "preemption", sglang_tight_radix, 1),
     Regime("sglang-mixed-overcommit", "sg-chunk-room-cut", sglang_mixed_overcommit, 4),
     Regime("sglang-crowded", "two-victims", sglang_crowded, 5),
-    Regime("sglang-readmit", "sg-readmit-whole-budget", sglang_readmit, 3),
-    Regime("sglang-paged-chunks", "sg-chunk-after-unaligned", sglang_paged_chunks, 1),
+    Regime("sglang-readmit", "sg-readmit-whole-budget", sglang_readmit, 3, "cohort-then-small"),
+    Regime(
+        "sglang-paged-chunks",
+        "sg-chunk-after-unaligned",
+        sglang_paged_chunks,
+        1,
+        "ones-then-long",
+    ),
 )
 # Draws left as drawn, against the SGLang regimes' weights: 3 of 18 configs. Measured
 # with benchmarks/bench_mutants.py, seeds 1-10 (kills of rv-reserve-remaining-only,
