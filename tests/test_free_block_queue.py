@@ -17,7 +17,9 @@ def assert_linked(queue: FreeBlockQueue) -> None:
     """Forward and backward links agree and the count matches the walk."""
     walked = list(queue)
     assert len(walked) == len(queue) == queue.num_free_blocks
-    assert queue.block_ids() == [block.block_id for block in walked]  # the snapshot's list
+    # The snapshot's ids, kept between changes: called after each change, this also
+    # shows that every change drops the kept answer.
+    assert queue.block_ids() == tuple(block.block_id for block in walked)
     for block in walked:
         assert block.prev_free is not None and block.next_free is not None
         assert block.prev_free.next_free is block
@@ -156,4 +158,24 @@ class TestPrependAndAppend:
         queue.append_n([])
         assert queue_ids(queue) == [0, 1, 2]
         assert len(queue) == 3
+        assert_linked(queue)
+
+
+class TestKeptBlockIds:
+    """block_ids() keeps its answer until the queue changes: each change drops it."""
+
+    @pytest.mark.parametrize("change", ["popleft_n", "remove", "append_n", "prepend_n"])
+    def test_every_change_is_seen(self, change: str) -> None:
+        blocks, queue = make_queue(4)
+        taken = queue.popleft_n(1)
+        assert queue.block_ids() == (1, 2, 3)  # kept from here
+        if change == "popleft_n":
+            queue.popleft_n(1)
+        elif change == "remove":
+            queue.remove(blocks[2])
+        elif change == "append_n":
+            queue.append_n(taken)
+        else:
+            queue.prepend_n(taken)
+        assert queue.block_ids() == tuple(queue_ids(queue))
         assert_linked(queue)

@@ -27,6 +27,7 @@ class BlockPool:
         # recomputes its last block into a fresh block with the same hash, so
         # one hash can name several blocks; lookups take the oldest.
         self.cached_block_hash_to_block: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        self._last_snapshot: KVState | None = None
 
     def get_num_free_blocks(self) -> int:
         return self.free_block_queue.num_free_blocks
@@ -111,12 +112,23 @@ class BlockPool:
         self.free_block_queue.append_n(evict_last)
 
     def snapshot(self) -> KVState:
+        """The pool's KVState. Most steps leave the pool as it was: where every part
+        equals the last snapshot's, that very KVState is returned again, so that the
+        checks' fast paths can tell an unchanged pool by its identity."""
         cached = self.cached_block_hash_to_block
-        return KVState(
-            num_blocks=self.num_blocks,
-            free_block_ids=tuple(self.free_block_queue.block_ids()),
-            ref_counts=tuple(map(_REF_CNT, self.blocks)),
-            block_hashes=tuple(map(_BLOCK_HASH, self.blocks)),
-            # (hash, holder ids) pairs in the map's order, zipped in C.
-            prefix_cache=tuple(zip(cached.keys(), map(tuple, cached.values()), strict=True)),
-        )
+        free = self.free_block_queue.block_ids()
+        ref_counts = tuple(map(_REF_CNT, self.blocks))
+        hashes = tuple(map(_BLOCK_HASH, self.blocks))
+        # (hash, holder ids) pairs in the map's order, zipped in C.
+        prefix_cache = tuple(zip(cached.keys(), map(tuple, cached.values()), strict=True))
+        last = self._last_snapshot
+        if (
+            last is not None
+            and last.free_block_ids == free
+            and last.ref_counts == ref_counts
+            and last.block_hashes == hashes
+            and last.prefix_cache == prefix_cache
+        ):
+            return last
+        self._last_snapshot = KVState(self.num_blocks, free, ref_counts, hashes, prefix_cache)
+        return self._last_snapshot

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
+from schedspec.reference.request_records import RequestRecords
 from schedspec.reference.sizing import (
     apply_long_prefill_cap,
     num_drafts_to_schedule,
@@ -46,7 +47,6 @@ from schedspec.spec import (
     Request,
     RequestError,
     RequestOutput,
-    RequestState,
     RequestStatus,
     SchedulerConfig,
     SchedulerOutput,
@@ -85,6 +85,8 @@ class Scheduler:
         self.running: list[Request] = []  # admission order
         self.finished_req_ids: set[str] = set()  # since the previous schedule()
         self._num_arrivals = 0
+        # The last snapshot's request records, reused where a request has not changed.
+        self._records = RequestRecords()
         # Steps scheduled whose output has not been applied, oldest first, with the
         # requests each scheduled that are still live (_free_request drops a finished one
         # from every step: an id can be aborted and reused meanwhile).
@@ -745,17 +747,19 @@ class Scheduler:
     def snapshot(self) -> State:
         """The abstract state (spec.State) of this scheduler, for the invariant checks."""
         kv = self.kv_cache_manager
+        record = self._records.record
         if isinstance(kv, HybridKVCacheManager):
             requests = {
-                rid: RequestState.of(r, kv.get_block_ids(rid), kv.group_block_ids(rid))
+                rid: record(r, kv.get_block_ids(rid), kv.group_block_ids(rid))
                 for rid, r in self.requests.items()
             }
         else:
             tables = kv.req_to_blocks
             requests = {
-                rid: RequestState.of(r, tuple(map(BLOCK_ID, tables.get(rid, ()))))
+                rid: record(r, tuple(map(BLOCK_ID, tables.get(rid, ()))))
                 for rid, r in self.requests.items()
             }
+        self._records.done()
         return State(
             config=self.config,
             requests=requests,
