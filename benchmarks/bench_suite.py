@@ -180,19 +180,19 @@ def instrumented(accounts: Accounts) -> Iterator[None]:
     saved_checks = dict(CHECKS)
     saved_model = {name: getattr(FakeModel, name) for name in MODEL_CALLS}
     saved_apply = CheckedEngine.apply
-    saved_fast_path = state_fast_path.state_holds
+    saved_fast_path = state_fast_path.StateFastPath.holds
     try:
         for invariant_id, check in saved_checks.items():
             CHECKS[invariant_id] = accounts.checks.wrap(invariant_id, check)
         fast_path = accounts.checks.wrap(FAST_PATH_KEY, saved_fast_path)
-        setattr(state_fast_path, "state_holds", fast_path)  # noqa: B010
+        setattr(state_fast_path.StateFastPath, "holds", fast_path)  # noqa: B010
         for name, method in saved_model.items():
             setattr(FakeModel, name, accounts.model.wrap(name, method))
         setattr(CheckedEngine, "apply", accounts.harness.wrap("apply", saved_apply))  # noqa: B010
         yield
     finally:
         CHECKS.update(saved_checks)
-        setattr(state_fast_path, "state_holds", saved_fast_path)  # noqa: B010
+        setattr(state_fast_path.StateFastPath, "holds", saved_fast_path)  # noqa: B010
         for name, method in saved_model.items():
             setattr(FakeModel, name, method)
         setattr(CheckedEngine, "apply", saved_apply)  # noqa: B010

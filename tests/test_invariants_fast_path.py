@@ -22,7 +22,11 @@ from schedspec.properties.strategies.actions import RequestDraw, build_add_reque
 from schedspec.properties.strategies.configs import configs
 from schedspec.spec import RequestStatus, SchedulerConfig, State
 from schedspec.spec.invariants import CHECKS, ids_for
-from schedspec.spec.invariants.safety.state_fast_path import FAST_PATH_IDS, state_holds
+from schedspec.spec.invariants.safety.state_fast_path import (
+    FAST_PATH_IDS,
+    StateFastPath,
+    state_holds,
+)
 from tests import (
     test_connector,
     test_invariants_families,
@@ -94,6 +98,17 @@ def test_fast_path_rejects_every_bad_case(build: CaseBuilder) -> None:
     assert_sound(state_holds, bad)
 
 
+@pytest.mark.parametrize("build", [*STATE_CASES, *COVERED_ELSEWHERE])
+def test_the_run_fast_path_rejects_every_bad_case_after_its_good_one(build: CaseBuilder) -> None:
+    """StateFastPath, having seen the good state (whose records and KV state the bad
+    one mostly shares), answers as state_holds does."""
+    case = build()
+    assert isinstance(case.good, State) and isinstance(case.bad, State)
+    fast_path = StateFastPath()
+    assert fast_path.holds(case.good) == state_holds(case.good)
+    assert not fast_path.holds(case.bad)
+
+
 def test_a_lax_fast_path_is_caught() -> None:
     """The soundness check has teeth: a fast path that skips EXCLUSIVE's sharing rule fails it."""
     (build,) = [
@@ -130,6 +145,11 @@ def _corruptions(state: State) -> list[State]:
         out.append(with_request(state, rid, max_tokens=len(request.output_token_ids)))
         if request.output_token_ids:
             out.append(with_request(state, rid, eos_token_id=request.output_token_ids[-1]))
+    if state.running and state.waiting:
+        # Each queue the right size, a request in the wrong one.
+        running, waiting = list(state.running), list(state.waiting)
+        running[-1], waiting[0] = waiting[0], running[-1]
+        out.append(dataclasses.replace(state, running=tuple(running), waiting=tuple(waiting)))
     if state.running:
         out.append(dataclasses.replace(state, running=state.running[:-1]))
         out.append(
@@ -158,3 +178,8 @@ def test_fast_path_on_real_and_corrupted_snapshots(
         assert state_holds(state), "a real snapshot must pass the fast path"
         for corrupted in _corruptions(state):
             assert_sound(state_holds, corrupted)
+            # Seen after the snapshot it corrupts (sharing its other records and,
+            # mostly, its KV state), the run's fast path answers as state_holds does.
+            fast_path = StateFastPath()
+            assert fast_path.holds(state)
+            assert fast_path.holds(corrupted) == state_holds(corrupted)

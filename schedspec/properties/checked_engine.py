@@ -138,6 +138,9 @@ class CheckedEngine:
             kind: [CHECKS[i] for i in ids_for(kind, profile, self._hybrid)]
             for kind in CATALOGUE_KINDS
         }
+        # The fused fast path, walking again only what changed since the last state it
+        # vouched for.
+        self._state_fast_path = state_fast_path.StateFastPath()
         # What still runs on a state the fused fast path vouched for. The fast path is
         # the single group's (it reads block_ids at config.block_size): a hybrid state
         # runs the named predicates.
@@ -221,7 +224,7 @@ class CheckedEngine:
         # One fused pass vouches for most state invariants; only when it cannot
         # do the named predicates run (and word what they find).
         if (
-            kind == "state" and not self._hybrid and state_fast_path.state_holds(subject)  # type: ignore[arg-type]
+            kind == "state" and not self._hybrid and self._state_fast_path.holds(subject)  # type: ignore[arg-type]
         ):
             checks = self._unfused_state_checks
         # Almost every check finds nothing: a plain loop that only extends on a find

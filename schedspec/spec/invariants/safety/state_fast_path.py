@@ -43,12 +43,55 @@ _PREEMPTED = RequestStatus.PREEMPTED
 
 def state_holds(state: State) -> bool:
     """True only if every invariant of FAST_PATH_IDS holds."""
+    return _holds(state, None) is not None
+
+
+class StateFastPath:
+    """state_holds for a run of snapshots of one engine, which walks again only what
+    changed since the last state it vouched for.
+
+    The reference's snapshots share unchanged parts with the last one (a request
+    record, the KV state: reference.request_records, BlockPool.snapshot). What the pass
+    asks of a request depends only on its record, the config and the queues, and what
+    it asks of the pool only on the KV state and the held blocks; so a record or KV
+    state that is the very object of a state vouched for with the same config needs
+    only what may differ (the queues, the held blocks) asked again. The answer is
+    state_holds' own, for any state.
+    """
+
+    def __init__(self) -> None:
+        self._vouched: _Vouched | None = None
+
+    def holds(self, state: State) -> bool:
+        known = self._vouched
+        if known is not None and known.state.config is not state.config:
+            known = None
+        vouched = _holds(state, known)
+        self._vouched = vouched
+        return vouched is not None
+
+
+class _Vouched:
+    """A state the pass vouched for, and its held blocks (requests in order, each
+    table in order) where no block in them is held twice."""
+
+    __slots__ = ("held_once", "state")
+
+    def __init__(self, state: State, held_once: list[int] | None) -> None:
+        self.state = state
+        self.held_once = held_once
+
+
+def _holds(state: State, known: _Vouched | None) -> _Vouched | None:
+    """The state, vouched for, if every invariant of FAST_PATH_IDS holds, else None.
+    `known`: a state vouched for before with the same config, whose very records and
+    KV state need not be asked again."""
     config = state.config
     kv = state.kv
     requests = state.requests
     connector = state.connector
     if connector is not None and (connector.loads or connector.held):
-        return False  # loads and held tables: the named predicates judge those
+        return None  # loads and held tables: the named predicates judge those
     running = set(state.running)
     waiting = set(state.waiting)
     # QUEUES and SEQS: each live request queued exactly once, nothing else queued.
@@ -59,21 +102,27 @@ def state_holds(state: State) -> bool:
         or len(running) + len(waiting) != len(requests)
         or not running.isdisjoint(waiting)
     ):
-        return False
+        return None
     num_blocks = kv.num_blocks
     hashes = kv.block_hashes
     if len(hashes) != num_blocks:
-        return False
+        return None
     max_model_len = config.max_model_len
     async_scheduling = config.async_scheduling
+    known_records = known.state.requests if known is not None else {}
     for rid, request in requests.items():
         status = request.status
+        if known_records.get(rid) is request:
+            # Vouched for before: only its queue may have changed.
+            if rid not in (running if status is _RUNNING else waiting):
+                return None
+            continue
         num_tokens = request.num_tokens
         if not _pipeline_holds(request, status, num_tokens, async_scheduling):
-            return False
+            return None
         if status is _RUNNING:
             if rid not in running:
-                return False
+                return None
         elif status is _WAITING or status is _PREEMPTED:
             if (
                 rid not in waiting
@@ -82,63 +131,70 @@ def state_holds(state: State) -> bool:
                 or request.num_computed_tokens
                 or (status is _PREEMPTED and request.num_preemptions < 1)
             ):
-                return False
+                return None
         else:
-            return False
+            return None
         # LENGTH
         outputs = request.output_token_ids
         if num_tokens >= max_model_len or len(outputs) >= request.max_tokens:
-            return False
+            return None
         if outputs:
             eos = request.eos_token_id
             if eos is not None and eos in outputs:
-                return False
+                return None
             for stop in request.stop_token_ids:
                 if stop in outputs:
-                    return False
+                    return None
+    held = [block for request in requests.values() for block in request.block_ids]
+    if known is not None and kv is known.state.kv and held == known.held_once:
+        # The same pool with the same blocks held once each: every question below has
+        # the answer it had.
+        return _Vouched(state, held)
     # CONSERVATION's counts, in C loops (set, min, max, sum, map) rather than one
     # Python loop per held block: the block ids in range, each held block's ref count
     # its number of holders, and every other block's 0 (the counts are >= 0 and sum to
     # the holders). Only when a block is held twice are the holders counted.
-    held = [block for request in requests.values() for block in request.block_ids]
     ref_counts = kv.ref_counts
     if len(ref_counts) != num_blocks or (held and (min(held) < 0 or max(held) >= num_blocks)):
-        return False
+        return None
     if (ref_counts and min(ref_counts) < 0) or sum(ref_counts) != len(held):
-        return False
+        return None
     holders = set(held)
-    if len(holders) == len(held):
+    held_once = len(holders) == len(held)
+    if held_once:
         # No block held twice (most states): every held block counted at least once
         # and the counts summing to the holders leaves each held one at 1, the rest 0.
         if held and min(map(ref_counts.__getitem__, held)) < 1:
-            return False
+            return None
     else:
         counted = Counter(held)
         for block, count in counted.items():
             if ref_counts[block] != count:
-                return False
+                return None
         # EXCLUSIVE: a block held more than once is a cached full block at the same
         # position of every table that holds it (a table holding one block twice shows
         # up here as two positions).
         if not _shared_blocks_hold(state, counted):
-            return False
+            return None
     # CONSERVATION: the free queue is exactly the unheld blocks, each once.
     free = kv.free_block_ids
     free_set = set(free)
     if len(free) != num_blocks - len(holders) or len(free_set) != len(free):
-        return False
+        return None
     if (free and (min(free) < 0 or max(free) >= num_blocks)) or not free_set.isdisjoint(holders):
-        return False
+        return None
     # CACHE-INDEX: the map and the blocks' hashes agree, no empty entry.
     indexed: list[object] = [None] * num_blocks
     for block_hash, block_ids in kv.prefix_cache:
         if not block_ids:
-            return False
+            return None
         for block in block_ids:
             if not 0 <= block < num_blocks or indexed[block] is not None:
-                return False
+                return None
             indexed[block] = block_hash
-    return tuple(indexed) == hashes
+    if tuple(indexed) != hashes:
+        return None
+    return _Vouched(state, held if held_once else None)
 
 
 def _shared_blocks_hold(state: State, holders: Counter[int]) -> bool:
