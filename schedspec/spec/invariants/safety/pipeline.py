@@ -280,8 +280,10 @@ def check_update_pipeline(t: UpdateTransition) -> list[Violation]:
     out: list[Violation] = []
     for rid, post in t.post.requests.items():
         pre = t.pre.requests.get(rid)
-        if pre is None:
-            continue  # ROLLBACK reports a request that appeared
+        if pre is None or (pre is post and rid not in scheduled):
+            # ROLLBACK reports a request that appeared; the very record, of a request
+            # the step did not run, kept its counters.
+            continue
         mine = t.scheduled_for(pre)
         num = scheduled[rid] if mine else 0
         stale = t.is_stale(pre)

@@ -54,9 +54,12 @@ def expected_kept(request: RequestState, sampled: tuple[int, ...], max_model_len
 )
 def check_stop(t: UpdateTransition) -> list[Violation]:
     max_model_len = t.post.config.max_model_len
+    scheduled = t.output.num_scheduled_tokens
     out: list[Violation] = []
     for rid, pre in t.pre.requests.items():
         post = t.post.requests.get(rid)
+        if post is pre and rid not in scheduled:
+            continue  # the very record, of a request the step did not run: all kept
         sampled = tuple(t.model_output.sampled_token_ids.get(rid, ()))
         if not t.scheduled_for(pre) or not sampled:
             if post is None:
@@ -221,9 +224,12 @@ def _check_reported(
     "nothing.",
 )
 def check_rollback(t: UpdateTransition) -> list[Violation]:
+    scheduled = t.output.num_scheduled_tokens
     out: list[Violation] = []
     for rid, post in t.post.requests.items():
         pre = t.pre.requests.get(rid)
+        if pre is post and rid not in scheduled:
+            continue  # the very record, of a request the step did not run: nothing moved
         if pre is None:
             out.append(
                 Violation(
@@ -343,7 +349,7 @@ def check_update_frame(t: UpdateTransition) -> list[Violation]:
             )
     for rid, post in live.items():
         pre = t.pre.requests.get(rid)
-        if pre is None or _fixed_fields(pre) == _fixed_fields(post):
+        if pre is None or pre is post or _fixed_fields(pre) == _fixed_fields(post):
             continue  # appeared (ROLLBACK reports it), or the common case: all kept
         for name in _FIXED_BY_A_LANDING:
             before, after = getattr(pre, name), getattr(post, name)
