@@ -199,6 +199,8 @@ def check_schedule_pipeline(t: ScheduleTransition) -> list[Violation]:
         pre = t.pre.requests.get(rid)
         if pre is None or rid in t.output.preempted_req_ids:
             continue  # MONOTONE / PREEMPT-RESET
+        if pre is post and rid not in scheduled:
+            continue  # the very record, of a request the step did not run: all kept
         num = scheduled.get(rid, 0)
         expected_in_flight = pre.num_in_flight_tokens + num
         if post.num_in_flight_tokens != expected_in_flight:
@@ -330,8 +332,11 @@ def _resolved(t: UpdateTransition, rid: str, pre: RequestState, mine: bool, stal
 )
 def check_delivery(t: UpdateTransition) -> list[Violation]:
     out: list[Violation] = []
+    scheduled = t.output.num_scheduled_tokens
     for rid, pre in t.pre.requests.items():
         post = t.post.requests.get(rid)
+        if post is pre and rid not in scheduled:
+            continue  # the very record, of a request the step did not run: outputs kept
         if not t.scheduled_for(pre):
             if post is None and ended_by_failed_load(t, rid):
                 continue

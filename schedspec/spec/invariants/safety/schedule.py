@@ -145,6 +145,8 @@ def check_monotone_schedule(t: ScheduleTransition) -> list[Violation]:
     out: list[Violation] = []
     for rid, post in t.post.requests.items():
         pre = t.pre.requests.get(rid)
+        if pre is post and rid not in scheduled:
+            continue  # the very record, of a request the step did not run: count kept
         if pre is None:
             out.append(
                 Violation(
@@ -642,6 +644,8 @@ def _held_blocks_carry_own_hashes(t: ScheduleTransition, shortcut: bool = True) 
     # what it carries after, and one comparison of the hash tuples says so for all.
     unchanged = shortcut and hashes == pre_hashes
     for rid, post in t.post.requests.items():
+        if not post.block_ids:
+            continue  # no block to carry a hash (most waiting requests)
         if _holds_only_its_own_old_hashes(post, t.post.kv, t.pre.kv, t.hashes, unchanged):
             continue
         known = min(post.num_computed_tokens, post.num_tokens)
