@@ -13,7 +13,7 @@ from schedspec.engines.events import Step
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
 from schedspec.properties.strategies.actions import RequestDraw, build_add_request, request_draws
 from schedspec.properties.strategies.configs import configs
-from schedspec.reference.request_records import RequestRecords
+from schedspec.reference.request_records import COPIED_AS_IS, COPIED_OR_GIVEN, RequestRecords
 from schedspec.spec import RemoteKV, Request, RequestState, RequestStatus, SchedulerConfig, State
 
 
@@ -46,6 +46,13 @@ def test_a_record_is_kept_while_its_request_is_unchanged_and_rebuilt_after() -> 
     assert records.record(request, (0,)).num_computed_tokens == 3
     records.done()
     assert records.record(request, (0, 1)).block_ids == (0, 1)
+
+
+def test_a_record_is_compared_on_every_field_of_requeststate() -> None:
+    """A field added to RequestState (and so to what RequestState.of reads) must be
+    compared before a record is reused, or a reused record would miss its change."""
+    names = [f.name for f in dataclasses.fields(RequestState)]
+    assert sorted(names) == sorted((*COPIED_AS_IS, *COPIED_OR_GIVEN))
 
 
 def test_every_field_a_record_copies_is_compared() -> None:

@@ -17,7 +17,7 @@ from schedspec.spec.state import RequestState
 
 # Every Request attribute RequestState.of copies as it is (the two lists are copied
 # into tuples beside these), read in one C call.
-_COPIED_AS_IS = attrgetter(
+COPIED_AS_IS = (
     "request_id",
     "priority",
     "arrival",
@@ -37,6 +37,9 @@ _COPIED_AS_IS = attrgetter(
     "remote_kv",
     "shared_prefix_boundary",
 )
+# The fields a record takes from elsewhere: the two lists, copied, and the block tables.
+COPIED_OR_GIVEN = ("output_token_ids", "spec_token_ids", "block_ids", "group_block_ids")
+_COPIED_AS_IS = attrgetter(*COPIED_AS_IS)
 
 # What one record was built from: the attributes above, the outputs, the drafts, the
 # block table and the group tables.
