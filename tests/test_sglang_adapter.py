@@ -7,6 +7,9 @@ that reason, where SGLang is not installed, except in CI's SGLang venv
 
 from __future__ import annotations
 
+import gc
+import threading
+import weakref
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -272,6 +275,39 @@ def test_a_built_scheduler_keeps_no_load_snapshot_writer_nor_its_file(
     [writer] = dropped
     assert writer is not None and not Path(writer.path).exists()
     assert scheduler.publish_load_snapshot(force=True) is None
+
+
+def test_a_built_scheduler_starts_no_thread_and_is_freed_with_its_engine() -> None:
+    """adapters/sglang/runtime.py, 8: SGLang's watchdog thread (which never ends and
+    holds its Scheduler) is not started: building an engine leaves the process's threads
+    as they were, and once the engine is dropped its Scheduler is garbage."""
+    SGLangEngine(BASE)  # the first build's one-off set-up (the parallel runtime) first
+    threads = set(threading.enumerate())
+    engine = SGLangEngine(BASE)
+    assert set(threading.enumerate()) == threads
+    from sglang.srt.utils.watchdog import WatchdogRaw
+
+    assert not isinstance(engine.scheduler.watchdog, WatchdogRaw)
+    scheduler = weakref.ref(engine.scheduler)
+    del engine
+    gc.collect()
+    assert scheduler() is None
+
+
+def test_a_scheduler_dropped_unclosed_has_its_zeromq_ends_closed_when_collected() -> None:
+    """adapters/sglang/config.py, _close_ends: a Scheduler freed by the garbage collector
+    (nothing holds it now: runtime.py, 8) without close() has its sockets and context
+    closed by name first; left to the context's own __del__, whose socket list the
+    collector empties first, the collection would wait forever."""
+    v = load_sglang()
+    built = start_scheduler(v, server_args(v, BASE))
+    context, sockets = built.context, built.sockets
+    scheduler = weakref.ref(built.scheduler)
+    del built
+    gc.collect()
+    assert scheduler() is None
+    assert sockets and all(socket.closed for socket in sockets)
+    assert context.closed
 
 
 def test_s2_sglang_aborts_every_rid_the_aborted_one_starts() -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -107,15 +108,28 @@ class _Built:
     scheduler: Any
     outputs: Any  # the PULL socket standing in for the tokenizer manager
     context: Any  # the ZeroMQ context the Scheduler made its own sockets in
+    sockets: tuple[Any, ...]  # the sockets the Scheduler had made in it once built
 
     def close(self) -> None:
-        """Close the stand-in socket and the Scheduler's sockets. Nothing of SGLang's
-        closes them (its scheduler process ends instead), and each context left open
-        keeps two I/O threads waking to reconnect its sockets to endpoints nobody binds:
-        about 1.5 ms of CPU per second per scheduler built, which a run building one per
+        """Close the stand-in socket and the Scheduler's sockets and context (also done
+        when the Scheduler is collected: start_scheduler). Nothing of SGLang's closes
+        them (its scheduler process ends instead), and each context left open keeps two
+        I/O threads waking to reconnect its sockets to endpoints nobody binds: about
+        1.5 ms of CPU per second per scheduler built, which a run building one per
         example accumulated."""
-        self.outputs.close(0)
-        self.context.destroy(0)
+        _close_ends(self.outputs, self.context, self.sockets)
+
+
+def _close_ends(outputs: Any, context: Any, sockets: tuple[Any, ...]) -> None:
+    """Close the sockets one by one, then the context (idempotent). Each socket is held
+    here and closed by name, not left to the context's own list: that list holds its
+    sockets weakly, and when the garbage collector frees a Scheduler it clears those
+    references before any finalizer runs, so a context destroyed then (its own __del__
+    does so) finds no socket to close and waits forever for them to close."""
+    outputs.close(0)
+    for socket in sockets:
+        socket.close(0)
+    context.destroy(0)
 
 
 def build_scheduler(v: Sglang, config: SchedulerConfig) -> _Built:
@@ -150,7 +164,11 @@ def start_scheduler(v: Sglang, args: Any) -> _Built:
     channels.send_to_tokenizer.socket = None
     channels.send_to_detokenizer.socket = None
     _drop_load_snapshot_writer(scheduler)
-    return _Built(scheduler, outputs, context)
+    sockets = tuple(context._sockets)
+    # Held by the finalizer, the context and its sockets are closed before the garbage
+    # collector can free them with the Scheduler (see _close_ends).
+    weakref.finalize(scheduler, _close_ends, outputs, context, sockets)
+    return _Built(scheduler, outputs, context, sockets)
 
 
 def _drop_load_snapshot_writer(scheduler: Any) -> None:

@@ -54,6 +54,16 @@ edited; each is an extension point SGLang offers or a module attribute replaced)
    runs as before; SGLang's forward keeps the ScheduleBatch as it found it (run_batch
    restores it under the overlap loop), so what the scheduler decides next is what it
    decided with the model.
+8. The watchdog. Each Scheduler starts a watchdog thread (two with SGLang's soft
+   watchdog, which CI turns on) that polls its forward counter to kill a hung server
+   process. It never ends, and its closures hold the Scheduler, so every Scheduler
+   built here stayed alive with its pools and a sleeping thread: a run of 100
+   examples ended with 100 such threads, and the heap every full collection walks grew
+   by one Scheduler per example. The adapter never runs SGLang's event loop (the
+   harness's own step limit watches its calls: engines/watchdog.py), so the
+   scheduler module's `create_scheduler_watchdog` is replaced by one that returns
+   SGLang's own no-op watchdog (`Watchdog.create` with no timeout); the Scheduler
+   keeps it as `watchdog` and never calls it.
 """
 
 from __future__ import annotations
@@ -197,6 +207,7 @@ def _import_sglang() -> Sglang:
         from sglang.srt.server_args import PortArgs, ServerArgs
     _run_parallel_runtime_once(bootstrap)
     _young_collection_in_memory_probe()
+    _no_scheduler_watchdog()
     torch.set_num_threads(1)
     ModelRegistry._load_default_models()
     ModelRegistry.models[TINY_MODEL_ARCHITECTURE] = _harness_model_class(torch)
@@ -314,6 +325,18 @@ def _young_collection_in_memory_probe() -> None:
 
     if not isinstance(kv_cache_configurator.gc, _YoungCollection):
         kv_cache_configurator.gc = _YoungCollection()
+
+
+def _no_scheduler_watchdog() -> None:
+    """Give SGLang's scheduler module a watchdog factory that starts no thread (the
+    module docstring, 8; idempotent)."""
+    from sglang.srt.managers import scheduler
+    from sglang.srt.utils.watchdog import Watchdog
+
+    def create_no_watchdog(owner: Any, watchdog_timeout: float, soft: bool = False) -> Any:
+        return Watchdog.create(debug_name="Scheduler", watchdog_timeout=None)
+
+    scheduler.create_scheduler_watchdog = create_no_watchdog
 
 
 # SGLang's loggers warn about every tiny config (a pool smaller than the context
