@@ -106,26 +106,27 @@ class _Built:
     """A Scheduler and the ZeroMQ ends that outlive it unless closed (`close`)."""
 
     scheduler: Any
-    outputs: Any  # the PULL socket standing in for the tokenizer manager
     context: Any  # the ZeroMQ context the Scheduler made its own sockets in
     sockets: tuple[Any, ...]  # the sockets the Scheduler had made in it once built
+    # Closes the stand-in socket, the sockets and the context (_close_ends), once: at
+    # close() or when the Scheduler is collected, whichever comes first.
+    release: weakref.finalize[Any, Any]
 
     def close(self) -> None:
-        """Close the stand-in socket and the Scheduler's sockets and context (also done
-        when the Scheduler is collected: start_scheduler). Nothing of SGLang's closes
-        them (its scheduler process ends instead), and each context left open keeps two
-        I/O threads waking to reconnect its sockets to endpoints nobody binds: about
-        1.5 ms of CPU per second per scheduler built, which a run building one per
-        example accumulated."""
-        _close_ends(self.outputs, self.context, self.sockets)
+        """Close the stand-in socket and the Scheduler's sockets and context (if the
+        Scheduler's collection has not). Nothing of SGLang's closes them (its scheduler
+        process ends instead), and each context left open keeps two I/O threads waking
+        to reconnect its sockets to endpoints nobody binds: about 1.5 ms of CPU per
+        second per scheduler built, which a run building one per example accumulated."""
+        self.release()
 
 
 def _close_ends(outputs: Any, context: Any, sockets: tuple[Any, ...]) -> None:
-    """Close the sockets one by one, then the context (idempotent). Each socket is held
-    here and closed by name, not left to the context's own list: that list holds its
-    sockets weakly, and when the garbage collector frees a Scheduler it clears those
-    references before any finalizer runs, so a context destroyed then (its own __del__
-    does so) finds no socket to close and waits forever for them to close."""
+    """Close the sockets one by one, then the context. Each socket is held here and
+    closed by name, not left to the context's own list: that list holds its sockets
+    weakly, and when the garbage collector frees a Scheduler it clears those references
+    before any finalizer runs, so a context destroyed then (its own __del__ does so)
+    finds no socket to close and waits forever for them to close."""
     outputs.close(0)
     for socket in sockets:
         socket.close(0)
@@ -167,8 +168,8 @@ def start_scheduler(v: Sglang, args: Any) -> _Built:
     sockets = tuple(context._sockets)
     # Held by the finalizer, the context and its sockets are closed before the garbage
     # collector can free them with the Scheduler (see _close_ends).
-    weakref.finalize(scheduler, _close_ends, outputs, context, sockets)
-    return _Built(scheduler, outputs, context, sockets)
+    release = weakref.finalize(scheduler, _close_ends, outputs, context, sockets)
+    return _Built(scheduler, context, sockets, release)
 
 
 def _drop_load_snapshot_writer(scheduler: Any) -> None:
