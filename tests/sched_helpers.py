@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from schedspec.properties.checked_engine import CheckedEngine
+from schedspec.properties.strategies.actions import RequestDraw, build_add_request
 from schedspec.reference import KVCacheManager, Scheduler
 from schedspec.spec import ModelRunnerOutput, Request, SchedulerConfig, SchedulerOutput
 
@@ -117,3 +120,12 @@ def as_version(document: dict[str, Any], version: int) -> dict[str, Any]:
         if since >= CONNECTOR_SINCE_VERSION and version < since:
             document["config"].pop(name, None)
     return document
+
+
+def add_drawn(
+    checked: CheckedEngine, config: SchedulerConfig, index: int, draw: RequestDraw
+) -> None:
+    """Add the drawn request as r{index}, let in at the door (door 0), to the checked
+    engine."""
+    admitted = dataclasses.replace(draw, door=0)
+    checked.apply(build_add_request(config, f"r{index}", checked.state.requests, admitted))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from schedspec.adapters.reference import reference_engine
 from schedspec.engines.events import Step
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
-from schedspec.properties.strategies.actions import RequestDraw, build_add_request, request_draws
+from schedspec.properties.strategies.actions import RequestDraw, request_draws
 from schedspec.properties.strategies.configs import configs
 from schedspec.spec import RequestStatus, SchedulerConfig, State
 from schedspec.spec.invariants import CHECKS, ids_for
@@ -34,6 +34,7 @@ from tests import (
     test_invariants_state,
 )
 from tests.invariant_builders import CaseBuilder, with_kv, with_request
+from tests.sched_helpers import add_drawn
 
 # The state cases of every registry: the fast path must agree with each.
 STATE_CASES = [
@@ -170,8 +171,7 @@ def test_fast_path_on_real_and_corrupted_snapshots(
 ) -> None:
     checked = CheckedEngine.from_factory(reference_engine, config, "vllm-v1", stats=CheckStats())
     for index, drawn in enumerate(draws):
-        ok = dataclasses.replace(drawn, door=0)
-        checked.apply(build_add_request(config, f"r{index}", checked.state.requests, ok))
+        add_drawn(checked, config, index, drawn)
     for _ in range(num_steps):
         checked.apply(Step())
         state = checked.state

@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from schedspec.adapters.reference import reference_engine
 from schedspec.engines.events import AddRequest, Step
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
-from schedspec.properties.strategies.actions import RequestDraw, build_add_request, request_draws
+from schedspec.properties.strategies.actions import RequestDraw, request_draws
 from schedspec.properties.strategies.configs import configs
 from schedspec.spec import SchedulerConfig
 from schedspec.spec.invariants import CHECKS, Kind, ScheduleTransition, UpdateTransition, Violation
 from schedspec.spec.invariants.safety.schedule import _held_blocks_carry_own_hashes
 from tests.invariant_builders import with_kv, with_request
-from tests.sched_helpers import make_config
+from tests.sched_helpers import add_drawn, make_config
 
 
 class _Recording(CheckedEngine):
@@ -82,8 +82,7 @@ def test_cache_content_shortcut_gives_the_full_answer(
     checked = _Recording(reference_engine(config), config, "vllm-v1", stats=CheckStats())
     checked.transitions = []
     for index, drawn in enumerate(draws):
-        ok = dataclasses.replace(drawn, door=0)
-        checked.apply(build_add_request(config, f"r{index}", checked.state.requests, ok))
+        add_drawn(checked, config, index, drawn)
     for _ in range(num_steps):
         checked.apply(Step())
     for t in checked.transitions:
@@ -180,8 +179,7 @@ def test_shared_record_shortcuts_give_the_full_answer(
     checked = _RecordingSteps(reference_engine(config), config, "vllm-v1", stats=CheckStats())
     checked.steps = []
     for index, drawn in enumerate(draws):
-        ok = dataclasses.replace(drawn, door=0)
-        checked.apply(build_add_request(config, f"r{index}", checked.state.requests, ok))
+        add_drawn(checked, config, index, drawn)
     for _ in range(num_steps):
         checked.apply(Step())
     for kind, t in checked.steps:

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from schedspec.adapters.reference import ReferenceEngine, reference_engine
 from schedspec.engines.events import Step
 from schedspec.properties.checked_engine import CheckedEngine, CheckStats
-from schedspec.properties.strategies.actions import RequestDraw, build_add_request, request_draws
+from schedspec.properties.strategies.actions import RequestDraw, request_draws
 from schedspec.properties.strategies.configs import configs
 from schedspec.reference.request_records import COPIED_AS_IS, COPIED_OR_GIVEN, RequestRecords
 from schedspec.spec import RemoteKV, Request, RequestState, RequestStatus, SchedulerConfig, State
+from tests.sched_helpers import add_drawn
 
 
 def _afresh(engine: ReferenceEngine) -> State:
@@ -110,8 +111,7 @@ def test_shared_snapshots_equal_fresh_ones(
     if not isinstance(engine, ReferenceEngine):
         return  # the SGLang family's reference builds its snapshots afresh
     for index, drawn in enumerate(draws):
-        ok = dataclasses.replace(drawn, door=0)
-        checked.apply(build_add_request(config, f"r{index}", checked.state.requests, ok))
+        add_drawn(checked, config, index, drawn)
         assert engine.snapshot() == _afresh(engine)
     for _ in range(num_steps):
         checked.apply(Step())
