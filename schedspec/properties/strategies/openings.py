@@ -279,7 +279,7 @@ OPENING_NAMES = (
 )
 
 
-def opening_weights(config: SchedulerConfig) -> tuple[int, int, int, int, int]:
+def opening_weights(config: SchedulerConfig) -> tuple[int, ...]:
     """The weights of a plain burst, long-after-decodes, cohort-then-small, tied-decodes
     and ones-then-long (OPENING_NAMES) under `config`: long-after-decodes only with mixed
     chunks (without them no decode runs beside a chunk), tied-decodes only where a prompt
@@ -306,8 +306,7 @@ def opening_weights(config: SchedulerConfig) -> tuple[int, int, int, int, int]:
         index = OPENING_NAMES.index(paired)
         if weights[index]:
             weights[index] += sum(weights)
-    first, second, third, fourth, fifth = weights
-    return (first, second, third, fourth, fifth)
+    return tuple(weights)
 
 
 def paired_opening(config: SchedulerConfig) -> str | None:
