@@ -39,6 +39,7 @@ from schedspec.cli.main import main
 from schedspec.cli.options import format_duration, parse_duration
 from schedspec.cli.printing.progress import campaign_progress
 from schedspec.engines.events import AddRequest, Step
+from schedspec.engines.signals import interrupt_signals_counted
 from schedspec.properties.checked_engine import CheckedEngine
 from schedspec.properties.corners import CORNER_NAMES, corners_for
 from schedspec.properties.harness import SingleEngine
@@ -254,6 +255,58 @@ class TestProgress:
             assert capsys.readouterr().err == ""
             advance(CampaignTally(finished_examples=500, finished_steps=5000))
         assert "checking: 500 examples, 5000 steps (" in capsys.readouterr().err
+
+
+class _PressesCtrlCInAFinalizer:
+    """A ChunkRunner like InProcess that, after the first chunk's result, drops an object
+    whose finalizer sends this process SIGINT: the handler's KeyboardInterrupt is raised
+    inside the finalizer, where Python reports it as unraisable and goes on."""
+
+    def map_chunks(
+        self,
+        work: Callable[[C], T],
+        chunks: Iterable[C],
+        on_progress: OnProgress[C] | None = None,
+    ) -> Iterator[T | WorkerLost[C] | WorkerCrashed[C]]:
+        for position, chunk in enumerate(chunks):
+            if position == 1:
+                _PressesCtrlC()  # collected at once: its __del__ runs here
+            yield work(chunk)
+
+
+class _PressesCtrlC:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs here, inside the finalizer
+
+
+class TestInterrupts:
+    def test_a_ctrl_c_a_finalizer_swallowed_still_stops_the_campaign(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A fresh-clone CI run once finished a --workers campaign with exit 0 after its
+        # Ctrl-C: the SIGINT had landed while the driver ran a finalizer.
+        swallowed: list[type[BaseException] | None] = []
+        monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+        # Python's own handler, which the command line counts (signals.py), whatever
+        # the test runner installed.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            with interrupt_signals_counted():
+                chunks = [Chunk(i, 10 + i, 3) for i in range(4)]
+                campaign = _campaign_of(reference_engine, chunks, _PressesCtrlCInAFinalizer())
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        assert swallowed == [KeyboardInterrupt]  # the handler's exception went nowhere
+        assert isinstance(campaign.result.interrupted, KeyboardInterrupt)
+        # The chunk running when the signal came finished and is merged; no later one ran.
+        assert campaign.chunks == 2
+
+    def test_without_a_signal_every_chunk_runs(self) -> None:
+        with interrupt_signals_counted():
+            chunks = [Chunk(i, 10 + i, 3) for i in range(4)]
+            campaign = _campaign_of(reference_engine, chunks, InProcess())
+        assert campaign.result.interrupted is None and campaign.chunks == 4
 
 
 class TestCorners:

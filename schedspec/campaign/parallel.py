@@ -45,6 +45,7 @@ from schedspec.campaign.example_db import DatabaseSource
 from schedspec.campaign.workers import ChunkRunner, ForkedWorkers, WorkerCrashed, WorkerLost
 from schedspec.engines.errors import EngineHalt, mark_engine_call
 from schedspec.engines.protocol import EngineFactory
+from schedspec.engines.signals import interrupt_signals, raise_if_signalled_since
 from schedspec.properties.checked_engine import CheckStats
 from schedspec.properties.harness import SingleEngine, Target, replay_target
 from schedspec.properties.strategies.configs import ConfigStrategyError
@@ -238,8 +239,12 @@ def gather_chunks(
     workers and is returned (what finished is merged already); the workers still running
     are stopped however the loop ends."""
     tally = CampaignTally()
+    # Any interrupt counted from here on must stop the loop, even one whose
+    # KeyboardInterrupt a finalizer swallowed (signals.raise_if_signalled_since).
+    signals_before = interrupt_signals()
 
     def progress(chunk: Chunk, payload: object) -> None:
+        raise_if_signalled_since(signals_before)
         tally.reported(chunk, payload)
         if on_progress is not None:
             on_progress(tally)
@@ -257,6 +262,8 @@ def gather_chunks(
                 on_progress(tally)
             if merged.stop:
                 break
+            raise_if_signalled_since(signals_before)  # what finished is merged first
+        raise_if_signalled_since(signals_before)
     except KeyboardInterrupt as err:
         return err
     finally:

@@ -32,6 +32,18 @@ def interrupt_signals() -> int | None:
     return _count[0] if _count else None
 
 
+def raise_if_signalled_since(before: int | None) -> None:
+    """Raise KeyboardInterrupt if a signal was counted since interrupt_signals() gave
+    `before`. A loop that would have stopped on that signal's KeyboardInterrupt calls
+    this: the handler raises wherever the main thread happens to be, and where that is a
+    finalizer (a __del__, a weakref callback, the garbage collector's) Python can only
+    report the exception as unraisable and carry on, so without this the Ctrl-C is lost.
+    Nothing is raised while signals are not counted (`before` or the count is None)."""
+    now = interrupt_signals()
+    if before is not None and now is not None and now > before:
+        raise KeyboardInterrupt
+
+
 def _sigint(signum: int, frame: FrameType | None) -> None:
     count_interrupt_signal()
     raise KeyboardInterrupt
