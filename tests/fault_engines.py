@@ -7,7 +7,8 @@ run has started: engines built, probed, stepped) unless it says otherwise:
 - crashing: an exception in a call, or while being built;
 - exiting: sys.exit or os._exit inside a call, or while being built; killing its own
   process (only a worker of `--workers` can survive that to report it);
-- interrupting: Ctrl-C or SIGTERM arriving inside a call;
+- interrupting: Ctrl-C or SIGTERM arriving inside a call (or inside a finalizer the call
+  runs, where Python swallows the KeyboardInterrupt);
 - leaking: blocks never freed (an invariant breaks);
 - lying: returns of the wrong type, or States and outputs the harness cannot read.
 tests/fault_modules/ holds engine modules that fail at import.
@@ -191,6 +192,26 @@ class CtrlCInSchedule(_CountedEngine):
 
 def ctrl_c_in_schedule(config: SchedulerConfig) -> CtrlCInSchedule:
     return CtrlCInSchedule(config)
+
+
+class _PressesCtrlCWhenCollected:
+    def __del__(self) -> None:
+        ctrl_c()
+        time.sleep(0.05)  # the handler runs here, inside the finalizer
+
+
+class CtrlCInAFinalizer(_CountedEngine):
+    """Ctrl-C while the engine runs a finalizer: the handler's KeyboardInterrupt is
+    raised inside it, where Python only reports it as unraisable, and the call returns."""
+
+    def schedule(self) -> SchedulerOutput:
+        if self.fault("schedule"):
+            _PressesCtrlCWhenCollected()  # collected at once: its __del__ runs here
+        return super().schedule()
+
+
+def ctrl_c_in_a_finalizer(config: SchedulerConfig) -> CtrlCInAFinalizer:
+    return CtrlCInAFinalizer(config)
 
 
 class TerminatedInSchedule(_CountedEngine):

@@ -65,6 +65,7 @@ FAULTS_IN_ONE_PROCESS = [
     Fault("underscore_exits_in_schedule", 4, "tried to end the process (exit status 0) in"),
     Fault("exits_when_built", 4, "(exit status 3) in building the engine"),
     Fault("ctrl_c_in_schedule", 130, "interrupted by SIGINT"),
+    Fault("ctrl_c_in_a_finalizer", 130, "interrupted by SIGINT"),
     Fault("leaks_on_abort", 1, "CONSERVATION", examples=50),
     Fault("schedule_returns_a_dict", 4, "schedule() returned dict, not a SchedulerOutput"),
     Fault("update_returns_a_list", 4, "update_from_output() returned list, not a mapping"),

@@ -11,7 +11,9 @@ On the way back from each adapter call it
   reports that as an engine error too, parallel.py.)
 - refuses a return value of the wrong type (EngineContractError);
 - turns a KeyboardInterrupt the engine raised itself, with no signal behind it, into
-  EngineInterruptError: the engine's bug, not the user's Ctrl-C (engines/signals.py).
+  EngineInterruptError: the engine's bug, not the user's Ctrl-C (engines/signals.py);
+  and raises one for a signal that came during the call but whose KeyboardInterrupt a
+  finalizer swallowed (signals.raise_if_signalled_since).
 
 guarded(factory, watchdog) builds engines behind the door. Building is guarded the
 same way, under a limit of its own (watchdog.BUILD_TIMEOUT, ten minutes): a real
@@ -35,7 +37,7 @@ from schedspec.engines.errors import (
 )
 from schedspec.engines.profiles import claimed_profiles
 from schedspec.engines.protocol import EngineAdapter, EngineFactory
-from schedspec.engines.signals import interrupt_signals
+from schedspec.engines.signals import interrupt_signals, raise_if_signalled_since
 from schedspec.engines.watchdog import BUILD_TIMEOUT, Watchdog
 from schedspec.spec import (
     ModelRunnerOutput,
@@ -67,8 +69,13 @@ def through_the_door(
     setattr(os, "_exit", trapped_exit)  # noqa: B010  (standing in for a module function)
     try:
         if watchdog is None:
-            return function(*args)
-        return watchdog.run(call, function, *args, limit=limit)
+            result = function(*args)
+        else:
+            result = watchdog.run(call, function, *args, limit=limit)
+        # A signal came during the call, and its KeyboardInterrupt was raised inside a
+        # finalizer the call ran, where Python only reports it: the user's Ctrl-C all the same.
+        raise_if_signalled_since(signals_before)
+        return result
     except SystemExit as err:
         raise EngineExitError(call, err.code) from None
     except KeyboardInterrupt as err:
