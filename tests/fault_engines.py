@@ -194,7 +194,10 @@ def ctrl_c_in_schedule(config: SchedulerConfig) -> CtrlCInSchedule:
     return CtrlCInSchedule(config)
 
 
-class _PressesCtrlCWhenCollected:
+class PressesCtrlCWhenCollected:
+    """Presses Ctrl-C (ctrl_c) from its finalizer: the handler's KeyboardInterrupt is
+    raised inside __del__, where Python reports it as unraisable and goes on."""
+
     def __del__(self) -> None:
         ctrl_c()
         time.sleep(0.05)  # the handler runs here, inside the finalizer
@@ -206,7 +209,7 @@ class CtrlCInAFinalizer(_CountedEngine):
 
     def schedule(self) -> SchedulerOutput:
         if self.fault("schedule"):
-            _PressesCtrlCWhenCollected()  # collected at once: its __del__ runs here
+            PressesCtrlCWhenCollected()  # collected at once: its __del__ runs here
         return super().schedule()
 
 

@@ -46,7 +46,7 @@ from schedspec.properties.harness import SingleEngine
 from schedspec.properties.suite import Chunk, SuiteSettings, plan_chunks, run_suite
 from schedspec.spec import SchedulerConfig
 from tests.broken_engines import wrong_total
-from tests.fault_engines import KILL_ONCE_ENV, crashes_in_snapshot
+from tests.fault_engines import KILL_ONCE_ENV, PressesCtrlCWhenCollected, crashes_in_snapshot
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -257,27 +257,13 @@ class TestProgress:
         assert "checking: 500 examples, 5000 steps (" in capsys.readouterr().err
 
 
-class _PressesCtrlCInAFinalizer:
-    """A ChunkRunner like InProcess that, after the first chunk's result, drops an object
-    whose finalizer sends this process SIGINT: the handler's KeyboardInterrupt is raised
-    inside the finalizer, where Python reports it as unraisable and goes on."""
-
-    def map_chunks(
-        self,
-        work: Callable[[C], T],
-        chunks: Iterable[C],
-        on_progress: OnProgress[C] | None = None,
-    ) -> Iterator[T | WorkerLost[C] | WorkerCrashed[C]]:
-        for position, chunk in enumerate(chunks):
-            if position == 1:
-                _PressesCtrlC()  # collected at once: its __del__ runs here
-            yield work(chunk)
-
-
-class _PressesCtrlC:
-    def __del__(self) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)  # the handler runs here, inside the finalizer
+def _ctrl_c_in_a_finalizer_before(second: int, chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+    """The chunks, pulled one by one as a runner does; just before chunk `second` is
+    handed over, a finalizer presses Ctrl-C (fault_engines.PressesCtrlCWhenCollected)."""
+    for position, chunk in enumerate(chunks):
+        if position == second:
+            PressesCtrlCWhenCollected()  # collected at once: its __del__ runs here
+        yield chunk
 
 
 class TestInterrupts:
@@ -294,7 +280,8 @@ class TestInterrupts:
         try:
             with interrupt_signals_counted():
                 chunks = [Chunk(i, 10 + i, 3) for i in range(4)]
-                campaign = _campaign_of(reference_engine, chunks, _PressesCtrlCInAFinalizer())
+                pressing = _ctrl_c_in_a_finalizer_before(1, chunks)
+                campaign = _campaign_of(reference_engine, pressing, InProcess())
         finally:
             signal.signal(signal.SIGINT, previous)
         assert swallowed == [KeyboardInterrupt]  # the handler's exception went nowhere
